@@ -1,0 +1,403 @@
+"""Core problem records: Request, Workload, Cluster, Instance.
+
+A :class:`Workload` is columnar (one numpy array per field, validated once), cheap for 100k+
+requests. :class:`Request` is the row view: immutable and self-validating. An
+:class:`Instance` bundles a workload with the cluster it runs on, the timing model and the
+objective settings; :mod:`slolab.instances.io` saves it to one file and loads it back exactly.
+
+Units: seconds for every time (``*_s``), tokens for every length.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: Columns every workload has, with their dtype and the default used when a reader does not
+#: provide them. ``nan`` for an SLO means "no such objective for this request".
+STANDARD_COLUMNS: dict[str, tuple[str, float]] = {
+    "arrival_s": ("float64", math.nan),
+    "prompt_tokens": ("int64", math.nan),
+    "output_tokens": ("int64", math.nan),
+    "ttft_slo_s": ("float64", math.nan),
+    "tpot_slo_s": ("float64", math.nan),
+    "e2e_slo_s": ("float64", math.nan),
+    "priority": ("float64", 1.0),
+    "tier": ("int64", 0),
+    "value": ("float64", 1.0),
+}
+REQUIRED_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+
+
+def _check_finite_nonneg(name: str, value: float, row: int | None = None) -> None:
+    where = "" if row is None else f" (row {row})"
+    if math.isnan(value):
+        return
+    if value < 0 or math.isinf(value):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}{where}")
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One LLM request with its latency objectives.
+
+    Parameters
+    ----------
+    id : int
+        Request identifier, unique within a workload.
+    arrival_s : float
+        Arrival time in seconds.
+    prompt_tokens, output_tokens : int
+        Prompt length and number of tokens to generate (both >= 1).
+    ttft_slo_s, tpot_slo_s, e2e_slo_s : float
+        Time-to-first-token, time-per-output-token and end-to-end objectives in seconds;
+        ``nan`` when the request has no such objective.
+    priority : float
+        Priority weight (> 0).
+    tier : int
+        Service tier index (>= 0), meaning given by the scheduler (TPOT tier, class).
+    value : float
+        Value earned when the request is served within its SLO (>= 0).
+    """
+
+    id: int
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    ttft_slo_s: float = math.nan
+    tpot_slo_s: float = math.nan
+    e2e_slo_s: float = math.nan
+    priority: float = 1.0
+    tier: int = 0
+    value: float = 1.0
+
+    def __post_init__(self) -> None:
+        row = self.id
+        if math.isnan(self.arrival_s) or math.isinf(self.arrival_s):
+            raise ValueError(f"arrival_s must be finite, got {self.arrival_s} (row {row})")
+        if self.arrival_s < 0:
+            raise ValueError(f"arrival_s must be >= 0, got {self.arrival_s} (row {row})")
+        for name in ("prompt_tokens", "output_tokens"):
+            v = getattr(self, name)
+            if int(v) != v or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v} (row {row})")
+        for name in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s"):
+            _check_finite_nonneg(name, getattr(self, name), row)
+        if not self.priority > 0 or math.isinf(self.priority):
+            raise ValueError(f"priority must be a finite number > 0, got {self.priority} (row {row})")
+        if self.tier < 0:
+            raise ValueError(f"tier must be >= 0, got {self.tier} (row {row})")
+        if not self.value >= 0 or math.isinf(self.value):
+            raise ValueError(f"value must be a finite number >= 0, got {self.value} (row {row})")
+
+
+def _first_bad(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+class Workload:
+    """A columnar table of requests, validated once on construction.
+
+    Columns are numpy arrays; the standard ones are listed in :data:`STANDARD_COLUMNS` (missing
+    optional ones get their defaults). Extra columns (for example ``hash_ids`` from Mooncake or
+    ``task``) are kept as given. Requests are sorted by arrival (stable): readers sort before
+    building, and the constructor refuses unsorted arrivals so that row ``i`` is request ``i``.
+
+    Parameters
+    ----------
+    columns : mapping of str to array-like
+        At least ``arrival_s``, ``prompt_tokens`` and ``output_tokens``.
+    source : str
+        Where the data came from (file path or description), used in error messages.
+    """
+
+    __slots__ = ("_cols", "source")
+
+    def __init__(self, columns: Mapping[str, Any], source: str = "<memory>") -> None:
+        self.source = source
+        missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+        if missing:
+            raise ValueError(f"{source}: workload is missing column(s) {', '.join(missing)}")
+        n = len(np.asarray(columns["arrival_s"]))
+        cols: dict[str, np.ndarray] = {}
+        for name, (dtype, default) in STANDARD_COLUMNS.items():
+            if name in columns:
+                raw = np.asarray(columns[name])
+                if raw.shape != (n,):
+                    raise ValueError(f"{source}: column {name} has shape {raw.shape}, expected ({n},)")
+                if dtype == "int64":
+                    as_float = raw.astype("float64")
+                    bad = ~np.isfinite(as_float) | (as_float != np.round(as_float))
+                    if bad.any():
+                        i = _first_bad(bad)
+                        raise ValueError(
+                            f"{source}: {name} must be an integer, got {raw[i]!r} (row {i})"
+                        )
+                    arr = as_float.astype("int64")
+                else:
+                    arr = raw.astype("float64")
+            else:
+                arr = np.full(n, default, dtype=dtype)
+            arr.setflags(write=False)
+            cols[name] = arr
+        for name, values in columns.items():
+            if name not in cols:
+                arr = np.asarray(values)
+                if arr.shape[:1] != (n,):
+                    raise ValueError(f"{source}: column {name} has length {len(arr)}, expected {n}")
+                arr.setflags(write=False)
+                cols[name] = arr
+        self._cols = cols
+        self._validate()
+
+    def _validate(self) -> None:
+        src = self.source
+        c = self._cols
+        checks = [
+            ("arrival_s", ~np.isfinite(c["arrival_s"]) | (c["arrival_s"] < 0), "a finite number >= 0"),
+            ("prompt_tokens", c["prompt_tokens"] < 1, "an integer >= 1"),
+            ("output_tokens", c["output_tokens"] < 1, "an integer >= 1"),
+            ("priority", ~(c["priority"] > 0) | ~np.isfinite(c["priority"]), "a finite number > 0"),
+            ("tier", c["tier"] < 0, "an integer >= 0"),
+            ("value", ~(c["value"] >= 0) | ~np.isfinite(c["value"]), "a finite number >= 0"),
+        ]
+        for name in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s"):
+            v = c[name]
+            checks.append((name, (v < 0) | np.isinf(v), "nan (none) or a finite number >= 0"))
+        for name, bad, what in checks:
+            if bad.any():
+                i = _first_bad(bad)
+                raise ValueError(f"{src}: {name} must be {what}, got {c[name][i]!r} (row {i})")
+        arr = c["arrival_s"]
+        if len(arr) > 1:
+            down = np.diff(arr) < 0
+            if down.any():
+                i = _first_bad(down) + 1
+                raise ValueError(
+                    f"{src}: arrival_s must be non-decreasing, got {arr[i]!r} after "
+                    f"{arr[i - 1]!r} (row {i})"
+                )
+
+    # -- access ---------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._cols["arrival_s"])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._cols[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._cols
+
+    @property
+    def columns(self) -> list[str]:
+        """Column names, standard ones first."""
+        return list(self._cols)
+
+    @property
+    def arrival_s(self) -> np.ndarray:
+        return self._cols["arrival_s"]
+
+    @property
+    def prompt_tokens(self) -> np.ndarray:
+        return self._cols["prompt_tokens"]
+
+    @property
+    def output_tokens(self) -> np.ndarray:
+        return self._cols["output_tokens"]
+
+    def request(self, i: int) -> Request:
+        """Row ``i`` as a validated :class:`Request` (its id is the row index)."""
+        c = self._cols
+        return Request(
+            id=int(i),
+            arrival_s=float(c["arrival_s"][i]),
+            prompt_tokens=int(c["prompt_tokens"][i]),
+            output_tokens=int(c["output_tokens"][i]),
+            ttft_slo_s=float(c["ttft_slo_s"][i]),
+            tpot_slo_s=float(c["tpot_slo_s"][i]),
+            e2e_slo_s=float(c["e2e_slo_s"][i]),
+            priority=float(c["priority"][i]),
+            tier=int(c["tier"][i]),
+            value=float(c["value"][i]),
+        )
+
+    def to_frame(self) -> pd.DataFrame:
+        """The workload as a DataFrame (a copy)."""
+        return pd.DataFrame({k: (list(v) if v.ndim > 1 or v.dtype == object else v.copy())
+                             for k, v in self._cols.items()})
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame, source: str = "<frame>") -> Workload:
+        """Build from a DataFrame with (at least) the required columns."""
+        return cls({c: frame[c].to_numpy() for c in frame.columns}, source=source)
+
+    @classmethod
+    def from_requests(cls, requests: list[Request], source: str = "<requests>") -> Workload:
+        """Build from Request records (their ids are dropped: the row index is the id)."""
+        names = list(STANDARD_COLUMNS)
+        return cls({n: np.array([getattr(r, n) for r in requests]) for n in names}, source=source)
+
+    def with_columns(self, **columns: Any) -> Workload:
+        """A new workload with the given columns replaced or added."""
+        cols: dict[str, Any] = dict(self._cols)
+        cols.update(columns)
+        return Workload(cols, source=self.source)
+
+    def take(self, index: np.ndarray | slice) -> Workload:
+        """A new workload holding the selected rows (kept in arrival order)."""
+        idx = np.arange(len(self))[index] if isinstance(index, slice) else np.asarray(index)
+        idx = np.sort(idx)
+        return Workload({k: v[idx] for k, v in self._cols.items()}, source=self.source)
+
+    def equals(self, other: Workload) -> bool:
+        """Exact equality of every column (nan equal to nan)."""
+        if self.columns != other.columns or len(self) != len(other):
+            return False
+        for k in self.columns:
+            a, b = self._cols[k], other._cols[k]
+            if a.dtype.kind == "f":
+                if not np.array_equal(a, b, equal_nan=True):
+                    return False
+            elif a.dtype == object or b.dtype == object:
+                if [list(x) if hasattr(x, "__len__") and not isinstance(x, str) else x for x in a] != [
+                    list(x) if hasattr(x, "__len__") and not isinstance(x, str) else x for x in b
+                ]:
+                    return False
+            elif not np.array_equal(a, b):
+                return False
+        return True
+
+    def __repr__(self) -> str:
+        return f"Workload({len(self)} requests from {self.source})"
+
+
+MODES = ("colocated", "static", "disaggregated")
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """The servers a workload runs on.
+
+    Parameters
+    ----------
+    servers : int
+        Number of servers (model replicas), >= 1.
+    kv_capacity_tokens : int
+        KV-cache capacity of one server in tokens (prompt + generated tokens resident).
+    mode : str
+        ``"colocated"`` (continuous batching with chunked prefill), ``"static"`` (a batch runs to
+        completion before the next starts) or ``"disaggregated"`` (prefill pool + decode pool).
+    prefill_servers : int
+        With ``"disaggregated"``: how many of ``servers`` form the prefill pool (the rest decode).
+    max_batch_size : int
+        Most sequences (prefill + decode) in one iteration or static batch.
+    max_batch_tokens : int
+        Most tokens in one iteration (the chunked-prefill budget); 0 means unlimited.
+    kv_bytes_per_token : float
+        Bytes of KV cache per token (for the disaggregated transfer time).
+    kv_transfer_bandwidth_bytes_per_s : float
+        Link bandwidth between a prefill and a decode server.
+    """
+
+    servers: int = 1
+    kv_capacity_tokens: int = 2**20
+    mode: str = "colocated"
+    prefill_servers: int = 0
+    max_batch_size: int = 256
+    max_batch_tokens: int = 0
+    kv_bytes_per_token: float = 524288.0
+    kv_transfer_bandwidth_bytes_per_s: float = 25e9
+
+    def __post_init__(self) -> None:
+        if self.servers < 1:
+            raise ValueError(f"servers must be >= 1, got {self.servers}")
+        if self.kv_capacity_tokens < 1:
+            raise ValueError(f"kv_capacity_tokens must be >= 1, got {self.kv_capacity_tokens}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.mode == "disaggregated":
+            if not 1 <= self.prefill_servers < self.servers:
+                raise ValueError(
+                    "prefill_servers must be between 1 and servers - 1 when disaggregated, "
+                    f"got {self.prefill_servers} of {self.servers}"
+                )
+        elif self.prefill_servers != 0:
+            raise ValueError(f"prefill_servers must be 0 unless disaggregated, got {self.prefill_servers}")
+        if self.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+        if self.max_batch_tokens < 0:
+            raise ValueError(f"max_batch_tokens must be >= 0, got {self.max_batch_tokens}")
+        if not self.kv_bytes_per_token > 0:
+            raise ValueError(f"kv_bytes_per_token must be > 0, got {self.kv_bytes_per_token}")
+        if not self.kv_transfer_bandwidth_bytes_per_s > 0:
+            raise ValueError(
+                "kv_transfer_bandwidth_bytes_per_s must be > 0, "
+                f"got {self.kv_transfer_bandwidth_bytes_per_s}"
+            )
+
+    @property
+    def decode_servers(self) -> int:
+        """Servers in the decode pool (all servers unless disaggregated)."""
+        return self.servers - self.prefill_servers
+
+    def kv_transfer_s(self, tokens: int | np.ndarray) -> float | np.ndarray:
+        """Time to move the KV cache of ``tokens`` tokens from a prefill to a decode server."""
+        return tokens * self.kv_bytes_per_token / self.kv_transfer_bandwidth_bytes_per_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+def _freeze(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A workload on a cluster under a timing model, with objective settings.
+
+    Parameters
+    ----------
+    name : str
+        Short identifier (used by the manifest and the CLI).
+    workload : Workload
+        The requests.
+    cluster : Cluster
+        Servers, memory and mode.
+    timing : slolab.timing.TimingModel
+        The iteration-time model shared by every method run on this instance.
+    problem : str
+        Which decision problem the instance is for (``"serving"`` for a plain stream,
+        ``"sa-ordering"``, ``"slos-admission"``, ...).
+    settings : mapping
+        Objective and problem settings (JSON-serialisable), for example ``{"batch_size": 4}``
+        for SA ordering or ``{"w_prefill": 1.0}`` for TDG.
+    """
+
+    name: str
+    workload: Workload
+    cluster: Cluster = field(default_factory=Cluster)
+    timing: Any = None
+    problem: str = "serving"
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("name must be a non-empty string")
+        if not isinstance(self.workload, Workload):
+            raise TypeError(f"workload must be a Workload, got {type(self.workload).__name__}")
+        if len(self.workload) == 0:
+            raise ValueError(f"instance {self.name!r} has no requests")
+        if self.timing is None:
+            raise ValueError(f"instance {self.name!r} needs a timing model")
+        object.__setattr__(self, "settings", _freeze(self.settings))
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.workload)

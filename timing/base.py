@@ -1,0 +1,224 @@
+"""The shared token-level timing model: the time of one iteration from its shape.
+
+An iteration's *shape* is described by a fixed vector of features (:data:`FEATURES`):
+
+============================  =============================================================
+``prefill_tokens``            prompt tokens processed in the iteration (sum of chunk sizes)
+``decode_tokens``             decode tokens generated (one per decoding sequence, more with
+                              speculative decoding)
+``num_decode_seqs``           number of decoding sequences
+``decode_kv_tokens``          KV tokens read by decode attention (sum of their contexts)
+``prefill_attention_work``    sum over prefill chunks of ``c * (prefix + (c + 1) / 2)``
+``num_prefill_seqs``          number of sequences with a prefill chunk
+``spec_steps``                speculative decoding steps (0 without speculation)
+============================  =============================================================
+
+Every timing model maps a ``(n, 7)`` feature matrix to ``n`` iteration times in seconds
+(:meth:`TimingModel.times`), vectorised. Forms live in :mod:`slolab.timing.forms`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+FEATURES: tuple[str, ...] = (
+    "prefill_tokens",
+    "decode_tokens",
+    "num_decode_seqs",
+    "decode_kv_tokens",
+    "prefill_attention_work",
+    "num_prefill_seqs",
+    "spec_steps",
+)
+N_FEATURES = len(FEATURES)
+F_PREFILL_TOKENS, F_DECODE_TOKENS, F_NUM_DECODE, F_DECODE_KV, F_PREFILL_ATTN, F_NUM_PREFILL, F_SPEC = range(
+    N_FEATURES
+)
+
+
+def prefill_attention_work(chunk: np.ndarray | int, prefix: np.ndarray | int) -> np.ndarray | float:
+    """Attention work of prefill chunks: ``c * (prefix + (c + 1) / 2)`` per chunk.
+
+    A chunk of ``c`` tokens whose sequence already has ``prefix`` tokens in the KV cache attends,
+    token by token, to ``prefix + 1, ..., prefix + c`` keys: ``c * prefix + c (c + 1) / 2``.
+    """
+    c = np.asarray(chunk, dtype=float)
+    return c * (np.asarray(prefix, dtype=float) + (c + 1.0) / 2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchShape:
+    """Shape of one iteration (see :data:`FEATURES`)."""
+
+    prefill_tokens: float = 0.0
+    decode_tokens: float = 0.0
+    num_decode_seqs: float = 0.0
+    decode_kv_tokens: float = 0.0
+    prefill_attention_work: float = 0.0
+    num_prefill_seqs: float = 0.0
+    spec_steps: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in FEATURES:
+            v = getattr(self, name)
+            if not v >= 0:
+                raise ValueError(f"{name} must be >= 0, got {v}")
+
+    def vector(self) -> np.ndarray:
+        return np.array([getattr(self, n) for n in FEATURES], dtype=float)
+
+    @property
+    def tokens(self) -> float:
+        """Tokens in the batch: prefill chunk tokens plus decode tokens."""
+        return self.prefill_tokens + self.decode_tokens
+
+    @classmethod
+    def of(
+        cls,
+        prefill_chunks: list[tuple[int, int]] = (),  # type: ignore[assignment]
+        decode_contexts: list[int] = (),  # type: ignore[assignment]
+        spec_steps: int = 0,
+    ) -> BatchShape:
+        """Shape from prefill chunks ``(chunk_tokens, prefix_tokens)`` and decode contexts."""
+        chunks = np.array(prefill_chunks, dtype=float).reshape(-1, 2)
+        ctx = np.asarray(decode_contexts, dtype=float)
+        return cls(
+            prefill_tokens=float(chunks[:, 0].sum()),
+            decode_tokens=float(len(ctx)),
+            num_decode_seqs=float(len(ctx)),
+            decode_kv_tokens=float(ctx.sum()),
+            prefill_attention_work=float(np.sum(prefill_attention_work(chunks[:, 0], chunks[:, 1]))),
+            num_prefill_seqs=float(len(chunks)),
+            spec_steps=float(spec_steps),
+        )
+
+
+class TimingModel(ABC):
+    """Time of one iteration from its shape, in seconds.
+
+    Subclasses implement :meth:`times` (vectorised), :meth:`to_dict` and, where the form
+    allows it, :meth:`affine`. An *empty* iteration (all features zero) is never run by the
+    engine, so its time is irrelevant.
+    """
+
+    #: Name of the form, used by (de)serialisation.
+    form: ClassVar[str] = ""
+    #: Registry of forms by name, filled by subclasses.
+    _forms: ClassVar[dict[str, type[TimingModel]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.form:
+            TimingModel._forms[cls.form] = cls
+
+    @abstractmethod
+    def times(self, features: np.ndarray) -> np.ndarray:
+        """Iteration times (s) for a ``(n, 7)`` feature matrix (columns as :data:`FEATURES`)."""
+
+    def time(self, shape: BatchShape) -> float:
+        """Time (s) of one iteration of the given shape."""
+        return float(self.times(shape.vector()[None, :])[0])
+
+    def time_of(self, **features: float) -> float:
+        """Time (s) of one iteration given features by name (missing ones are 0)."""
+        unknown = set(features) - set(FEATURES)
+        if unknown:
+            raise ValueError(f"unknown feature(s) {sorted(unknown)}; known: {', '.join(FEATURES)}")
+        v = np.array([float(features.get(n, 0.0)) for n in FEATURES])
+        return float(self.times(v[None, :])[0])
+
+    def affine(self) -> tuple[float, np.ndarray] | None:
+        """``(intercept, coefficients)`` when the model is affine in the features, else None.
+
+        Exact models need this view; a form that cannot give one returns None and the model
+        builder says so.
+        """
+        return None
+
+    @abstractmethod
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable description, including ``"form"``."""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TimingModel:
+        """Inverse of :meth:`to_dict` for any registered form."""
+        form = data.get("form")
+        if form not in TimingModel._forms:
+            raise ValueError(
+                f"unknown timing form {form!r}; known: {', '.join(sorted(TimingModel._forms))}"
+            )
+        return TimingModel._forms[form]._from_dict(data)
+
+    @classmethod
+    @abstractmethod
+    def _from_dict(cls, data: Mapping[str, Any]) -> TimingModel: ...
+
+
+class LinearTiming(TimingModel):
+    """Iteration time affine in the shape features: ``intercept + sum_i coef_i * feature_i``.
+
+    Covers the ProServe, DistServe/HyperFlexis and SA-paper predictors as special cases.
+
+    Parameters
+    ----------
+    intercept_s : float
+        Fixed cost of an iteration (s).
+    coefficients : mapping of feature name to seconds per unit
+        Missing features have coefficient 0.
+    name : str
+        Label (a preset name or a description of its source).
+    """
+
+    form = "linear"
+
+    def __init__(self, intercept_s: float, coefficients: Mapping[str, float], name: str = "linear"):
+        unknown = set(coefficients) - set(FEATURES)
+        if unknown:
+            raise ValueError(f"unknown feature(s) {sorted(unknown)}; known: {', '.join(FEATURES)}")
+        if not np.isfinite(intercept_s):
+            raise ValueError(f"intercept_s must be finite, got {intercept_s}")
+        self.intercept_s = float(intercept_s)
+        self.coef = np.array([float(coefficients.get(n, 0.0)) for n in FEATURES])
+        if not np.all(np.isfinite(self.coef)):
+            raise ValueError(f"coefficients must be finite, got {dict(coefficients)}")
+        self.name = name
+
+    def times(self, features: np.ndarray) -> np.ndarray:
+        return self.intercept_s + np.asarray(features, dtype=float) @ self.coef
+
+    def affine(self) -> tuple[float, np.ndarray]:
+        return self.intercept_s, self.coef.copy()
+
+    @property
+    def coefficients(self) -> dict[str, float]:
+        return {n: float(c) for n, c in zip(FEATURES, self.coef, strict=True) if c != 0.0}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "form": self.form,
+            "name": self.name,
+            "intercept_s": self.intercept_s,
+            "coefficients": {n: float(c) for n, c in zip(FEATURES, self.coef, strict=True)},
+        }
+
+    @classmethod
+    def _from_dict(cls, data: Mapping[str, Any]) -> LinearTiming:
+        return cls(data["intercept_s"], data["coefficients"], name=data.get("name", "linear"))
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, LinearTiming)
+            and self.intercept_s == other.intercept_s
+            and np.array_equal(self.coef, other.coef)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.intercept_s, tuple(self.coef)))
+
+    def __repr__(self) -> str:
+        return f"LinearTiming({self.name!r}, intercept_s={self.intercept_s}, {self.coefficients})"
