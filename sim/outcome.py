@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-PHASE_PREFILL, PHASE_DECODE = 0, 1
+PHASE_PREFILL, PHASE_DECODE, PHASE_STATIC = 0, 1, 2
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,8 +46,12 @@ class Outcome:
     entry_offsets : int array (iterations + 1,)
         Entries of iteration ``i`` are ``entry_request[a:b]`` etc. with
         ``a, b = entry_offsets[i], entry_offsets[i + 1]``; ``entry_phase`` is 0 prefill /
-        1 decode, ``entry_tokens`` the tokens processed. Empty when the run did not record
-        iterations.
+        1 decode, 2 static-batch member, ``entry_tokens`` the tokens processed (static
+        members: output tokens). Empty when the run did not record iterations.
+    preempt_request, preempt_server, preempt_s : arrays (preemptions,)
+        Every preemption: which request, on which server, at what time (its KV is dropped).
+    transfer_done_s : float array (n,)
+        Disaggregated mode: when the request's KV reached its decode server (inf otherwise).
     end_s : float
         Time the last iteration ended.
     wall_s : float
@@ -72,6 +76,10 @@ class Outcome:
     entry_request: np.ndarray
     entry_phase: np.ndarray
     entry_tokens: np.ndarray
+    preempt_request: np.ndarray
+    preempt_server: np.ndarray
+    preempt_s: np.ndarray
+    transfer_done_s: np.ndarray
     end_s: float
     wall_s: float
     recorded_iterations: bool = True

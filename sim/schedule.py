@@ -36,7 +36,9 @@ class PlannedIteration:
         seen = set()
         for r, phase, tokens in self.entries:
             if phase not in PHASES:
-                raise ValueError(f"phase must be one of {', '.join(PHASES)}, got {phase!r} (request {r})")
+                raise ValueError(
+                    f"phase must be one of {', '.join(PHASES)}, got {phase!r} (request {r})"
+                )
             if phase == "decode" and tokens != 1:
                 raise ValueError(f"a decode entry carries 1 token, got {tokens} (request {r})")
             if phase == "prefill" and tokens < 1:
@@ -56,7 +58,9 @@ class Schedule:
     rejected: frozenset[int] = field(default_factory=frozenset)
 
     @classmethod
-    def static_batches(cls, batches: Sequence[Sequence[int]], server: int = 0, servers: int = 1) -> Schedule:
+    def static_batches(
+        cls, batches: Sequence[Sequence[int]], server: int = 0, servers: int = 1
+    ) -> Schedule:
         """A static-batching schedule: ``batches`` run in order on ``server``."""
         if not 0 <= server < servers:
             raise ValueError(f"server must be in [0, {servers}), got {server}")

@@ -23,7 +23,6 @@ exactly.
 from __future__ import annotations
 
 import numpy as np
-
 from slolab.timing.base import (
     F_DECODE_KV,
     F_DECODE_TOKENS,
@@ -64,7 +63,9 @@ def member_token_offsets(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if prompt_tokens < 1 or output_tokens < 1:
-        raise ValueError(f"prompt_tokens and output_tokens must be >= 1, got {prompt_tokens}, {output_tokens}")
+        raise ValueError(
+            f"prompt_tokens and output_tokens must be >= 1, got {prompt_tokens}, {output_tokens}"
+        )
     first = float(timing.times(prefill_features(batch_size, prompt_tokens)[None, :])[0])
     steps = timing.times(decode_features(batch_size, prompt_tokens, output_tokens))
     out = np.empty(output_tokens)

@@ -1,0 +1,320 @@
+"""Capacity search: the largest arrival rate at which SLO attainment stays at a target.
+
+Goodput in the PolyServe sense is the highest load a system serves while keeping SLO
+attainment at or above a target (90% by default). Each evaluation ("probe") is a full
+simulation of a workload rescaled to an arrival rate, so the search spends as few probes as it
+can: it brackets the threshold by doubling or halving the rate, then bisects the bracket until
+its relative width is within a tolerance. :func:`capacity` is generic: it takes any
+``probe(rate) -> attainment`` and knows nothing of workloads or engines.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tqdm.auto import tqdm
+
+logger = logging.getLogger("slolab")
+
+#: Why the search stopped: bracket within tolerance, target met at the maximum rate, target
+#: missed at the minimum rate, or the probe budget ran out first.
+STOP_REASONS = ("tolerance", "max_rate", "min_rate", "max_probes")
+
+
+def _json_float(value: float) -> float | None:
+    return None if math.isinf(value) else value
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityResult:
+    """What :func:`capacity` found.
+
+    Attributes
+    ----------
+    capacity : float
+        Largest probed rate whose attainment met the target (the probe's rate unit, e.g.
+        requests per second or a scale factor); 0.0 when no probed rate met it.
+    target : float
+        Attainment target in (0, 1].
+    bracket : tuple of float
+        ``(lo, hi)``: ``lo`` met the target (0.0 if none did) and ``hi`` missed it (``inf``
+        if none did). With a non-increasing attainment the threshold lies in ``[lo, hi)``.
+    probes : tuple of (rate, attainment)
+        Every probe, in the order made.
+    n_probes : int
+        ``len(probes)``.
+    monotone : bool
+        False when two probes contradict a non-increasing attainment: a higher rate with an
+        attainment above a lower rate's by more than ``monotone_tol``.
+    capped_high : bool
+        The target was met at the maximum rate: ``capacity`` is that maximum, a lower bound
+        on the true capacity.
+    capped_low : bool
+        The target was missed even at the minimum rate: ``capacity`` is 0.0 and the true
+        capacity (if any) is below the minimum rate.
+    rel_tol : float
+        Requested relative bracket width.
+    stop_reason : str
+        One of :data:`STOP_REASONS`.
+    """
+
+    capacity: float
+    target: float
+    bracket: tuple[float, float]
+    probes: tuple[tuple[float, float], ...]
+    n_probes: int
+    monotone: bool
+    capped_high: bool
+    capped_low: bool
+    rel_tol: float
+    stop_reason: str
+
+    def __post_init__(self) -> None:
+        _check_target(self.target)
+        lo, hi = self.bracket
+        if not 0.0 <= lo <= hi:
+            raise ValueError(f"bracket must satisfy 0 <= lo <= hi, got {self.bracket}")
+        if not math.isfinite(self.capacity) or self.capacity < 0:
+            raise ValueError(f"capacity must be a finite number >= 0, got {self.capacity}")
+        if self.n_probes != len(self.probes):
+            raise ValueError(
+                f"n_probes must equal len(probes) = {len(self.probes)}, got {self.n_probes}"
+            )
+        if self.capped_high and self.capped_low:
+            raise ValueError("capped_high and capped_low cannot both be true")
+        if self.stop_reason not in STOP_REASONS:
+            raise ValueError(f"stop_reason must be one of {STOP_REASONS}, got {self.stop_reason!r}")
+
+    @property
+    def converged(self) -> bool:
+        """Whether the bracket reached the relative tolerance (not capped, budget not out)."""
+        return self.stop_reason == "tolerance"
+
+    def to_record(self) -> dict[str, Any]:
+        """Flat record of scalars (for a DataFrame row or the results store).
+
+        ``probes`` is the JSON text of ``[[rate, attainment], ...]``; ``bracket_hi`` is
+        ``inf`` when no probe missed the target.
+        """
+        return {
+            "capacity": self.capacity,
+            "target": self.target,
+            "bracket_lo": self.bracket[0],
+            "bracket_hi": self.bracket[1],
+            "n_probes": self.n_probes,
+            "monotone": self.monotone,
+            "capped_high": self.capped_high,
+            "capped_low": self.capped_low,
+            "rel_tol": self.rel_tol,
+            "stop_reason": self.stop_reason,
+            "probes": json.dumps([list(probe) for probe in self.probes]),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict (strict JSON: an infinite ``bracket`` end is written as None)."""
+        return {
+            "capacity": self.capacity,
+            "target": self.target,
+            "bracket": [_json_float(self.bracket[0]), _json_float(self.bracket[1])],
+            "probes": [list(probe) for probe in self.probes],
+            "n_probes": self.n_probes,
+            "monotone": self.monotone,
+            "capped_high": self.capped_high,
+            "capped_low": self.capped_low,
+            "rel_tol": self.rel_tol,
+            "stop_reason": self.stop_reason,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CapacityResult:
+        """Inverse of :meth:`to_dict`."""
+        lo, hi = data["bracket"]
+        return cls(
+            capacity=float(data["capacity"]),
+            target=float(data["target"]),
+            bracket=(float(lo), math.inf if hi is None else float(hi)),
+            probes=tuple((float(rate), float(value)) for rate, value in data["probes"]),
+            n_probes=int(data["n_probes"]),
+            monotone=bool(data["monotone"]),
+            capped_high=bool(data["capped_high"]),
+            capped_low=bool(data["capped_low"]),
+            rel_tol=float(data["rel_tol"]),
+            stop_reason=str(data["stop_reason"]),
+        )
+
+
+def _check_target(target: float) -> None:
+    if not (isinstance(target, int | float) and 0.0 < target <= 1.0):
+        raise ValueError(f"target must be an attainment in (0, 1], got {target!r}")
+
+
+def _is_monotone(probes: list[tuple[float, float]], tolerance: float) -> bool:
+    """No probe at a higher rate has attainment above a lower rate's by more than tolerance."""
+    lowest_so_far = math.inf
+    for _, attainment in sorted(probes, key=lambda probe: probe[0]):
+        if attainment > lowest_so_far + tolerance:
+            return False
+        lowest_so_far = min(lowest_so_far, attainment)
+    return True
+
+
+def capacity(
+    probe: Callable[[float], float],
+    *,
+    target: float = 0.9,
+    start_rate: float = 1.0,
+    min_rate: float | None = None,
+    max_rate: float | None = None,
+    rel_tol: float = 0.02,
+    max_probes: int = 30,
+    monotone_tol: float = 0.0,
+    progress: bool = True,
+) -> CapacityResult:
+    """Largest rate whose attainment meets ``target``, by bracketing and bisection.
+
+    1. Probe ``start_rate``. If it meets the target, double the rate (capped at
+       ``max_rate``) until a probe misses; if the target is met at ``max_rate``, stop with
+       ``capped_high``. If ``start_rate`` misses, halve the rate (floored at ``min_rate``)
+       until a probe meets it; if it is missed at ``min_rate``, stop with ``capped_low`` and
+       capacity 0.0. Either way the bracket ``(lo, hi)`` has ``lo`` meeting the target and
+       ``hi`` missing it, with ``hi <= 2 lo``.
+    2. Bisect: probe ``(lo + hi) / 2``, replace ``lo`` if it meets the target, ``hi`` if not,
+       until ``(hi - lo) / hi <= rel_tol``.
+
+    "Meets" means ``attainment >= target``. The search assumes attainment is non-increasing
+    in the rate. When it is not, the result is still a rate that met the target when probed
+    (the bracket's ``lo``, and every probe that met the target is at or below it), but the
+    crossing found need not be the highest one: a rate above ``hi`` that was never probed may
+    meet the target again. The probes record what was seen, and ``monotone`` is False when
+    they show attainment rising with rate by more than ``monotone_tol``.
+
+    Probe count: reaching the bracket from ``start_rate`` upward to a threshold ``T`` takes
+    ``floor(log2(T / start_rate)) + 2`` probes (downward: ``ceil(log2(start_rate / T)) + 1``);
+    bisection takes at most ``ceil(log2(1 / rel_tol))`` more, because the width halves each
+    step while ``hi`` stays above the initial ``lo >= width``.
+
+    Parameters
+    ----------
+    probe : callable
+        ``probe(rate) -> attainment`` in [0, 1]; typically a full simulation of the workload
+        rescaled to ``rate``.
+    target : float, default 0.9
+        Attainment to keep, in (0, 1].
+    start_rate : float, default 1.0
+        First rate probed (> 0).
+    min_rate, max_rate : float, optional
+        Search limits; default ``start_rate / 1024`` and ``start_rate * 1024``.
+    rel_tol : float, default 0.02
+        Stop when the bracket's relative width ``(hi - lo) / hi`` is at most this, in (0, 1).
+    max_probes : int, default 30
+        Probe budget; when it runs out the result has ``stop_reason="max_probes"``.
+    monotone_tol : float, default 0.0
+        Attainment rise with rate tolerated (noise) before ``monotone`` is set False.
+    progress : bool, default True
+        Show a tqdm progress bar (on a terminal only; ``False`` silences it).
+
+    Returns
+    -------
+    CapacityResult
+
+    References
+    ----------
+    PolyServe, Section 5.2 ("Goodput Evaluation"): goodput is the load served at 90% SLO
+    attainment. The bracketing and bisection are the standard root-bracketing search.
+    """
+    _check_target(target)
+    if not (math.isfinite(start_rate) and start_rate > 0):
+        raise ValueError(f"start_rate must be a finite number > 0, got {start_rate!r}")
+    min_rate = start_rate / 1024 if min_rate is None else min_rate
+    max_rate = start_rate * 1024 if max_rate is None else max_rate
+    if not (0 < min_rate <= start_rate):
+        raise ValueError(f"min_rate must be in (0, start_rate={start_rate}], got {min_rate!r}")
+    if not (start_rate <= max_rate < math.inf):
+        raise ValueError(
+            f"max_rate must be finite and >= start_rate={start_rate}, got {max_rate!r}"
+        )
+    if not (0 < rel_tol < 1):
+        raise ValueError(f"rel_tol must be in (0, 1), got {rel_tol!r}")
+    if max_probes < 1:
+        raise ValueError(f"max_probes must be >= 1, got {max_probes!r}")
+    if not monotone_tol >= 0:
+        raise ValueError(f"monotone_tol must be >= 0, got {monotone_tol!r}")
+
+    probes: list[tuple[float, float]] = []
+    lo, hi = 0.0, math.inf
+    bar = tqdm(desc="capacity probes", unit="probe", disable=None if progress else True)
+
+    def meets(rate: float) -> bool:
+        attainment = float(probe(rate))
+        if not 0.0 <= attainment <= 1.0:
+            raise ValueError(f"probe({rate}) returned attainment {attainment!r}, not in [0, 1]")
+        probes.append((rate, attainment))
+        logger.debug("capacity probe %d: rate %g -> attainment %g", len(probes), rate, attainment)
+        bar.update(1)
+        bar.set_postfix(rate=f"{rate:.4g}", attainment=f"{attainment:.3f}")
+        return attainment >= target
+
+    def result(stop_reason: str) -> CapacityResult:
+        found = CapacityResult(
+            capacity=lo,
+            target=target,
+            bracket=(lo, hi),
+            probes=tuple(probes),
+            n_probes=len(probes),
+            monotone=_is_monotone(probes, monotone_tol),
+            capped_high=stop_reason == "max_rate",
+            capped_low=stop_reason == "min_rate",
+            rel_tol=rel_tol,
+            stop_reason=stop_reason,
+        )
+        logger.info(
+            "capacity %g (bracket %s, %d probes, stop: %s)",
+            found.capacity,
+            found.bracket,
+            found.n_probes,
+            stop_reason,
+        )
+        return found
+
+    try:
+        rate = start_rate
+        if meets(rate):
+            lo = rate
+            while True:
+                if rate >= max_rate:
+                    return result("max_rate")
+                if len(probes) >= max_probes:
+                    return result("max_probes")
+                rate = min(2 * rate, max_rate)
+                if not meets(rate):
+                    hi = rate
+                    break
+                lo = rate
+        else:
+            hi = rate
+            while True:
+                if rate <= min_rate:
+                    return result("min_rate")
+                if len(probes) >= max_probes:
+                    return result("max_probes")
+                rate = max(rate / 2, min_rate)
+                if meets(rate):
+                    lo = rate
+                    break
+                hi = rate
+        while (hi - lo) / hi > rel_tol:
+            if len(probes) >= max_probes:
+                return result("max_probes")
+            rate = (lo + hi) / 2
+            if meets(rate):
+                lo = rate
+            else:
+                hi = rate
+        return result("tolerance")
+    finally:
+        bar.close()

@@ -1,0 +1,360 @@
+"""Baseline schedulers and routers the papers compare against.
+
+Policies (one server's next batch):
+
+- :class:`PrefillFirstFCFS` — vLLM-style: whenever a waiting request fits in memory, run a
+  prefill-only iteration admitting waiting requests first come first served; otherwise decode
+  every running request.
+- :class:`SarathiFCFS` — Sarathi-Serve: a fixed token budget per iteration; every decoding
+  request first (one token each), then prefill chunks FCFS to fill the budget.
+- :class:`EDFTokens` — earliest deadline first on token deadlines
+  ``d(r, k) = arrival + TTFT + (k - 1) TPOT`` within the same token budget.
+- :class:`StaticFCFS` — static batching: the first ``max_batch_size`` waiting requests.
+
+All three continuous-batching policies manage KV memory the same way: a waiting request is
+admitted only if its prompt (plus one token) fits beside one more token for every decoding
+request, and when the decode step itself does not fit, the most recently admitted requests are
+preempted (recomputed later), as vLLM does.
+
+Routers: :class:`RoundRobin`, :class:`RandomRouter` (seeded), :class:`LeastLoaded`.
+
+References
+----------
+Kwon et al., "Efficient Memory Management for LLM Serving with PagedAttention", SOSP 2023
+(vLLM scheduling and recompute preemption). Agrawal et al., "Taming Throughput-Latency
+Tradeoff in LLM Inference with Sarathi-Serve", OSDI 2024 (Sec. 4: token budget, decode-first).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from slolab.sim.policy import Batch
+
+if TYPE_CHECKING:
+    from slolab.instances.records import Instance
+    from slolab.sim.engine import Server
+
+
+def _token_deadline(engine, r: int, k: int) -> float:
+    """Deadline of token ``k`` (1-based) of request ``r``; inf when it has no TTFT/TPOT SLO."""
+    wl = engine.instance.workload
+    ttft = wl["ttft_slo_s"][r]
+    tpot = wl["tpot_slo_s"][r]
+    ttft = math.inf if math.isnan(ttft) else ttft
+    tpot = 0.0 if math.isnan(tpot) else tpot
+    return float(engine.arrival[r]) + ttft + (k - 1) * tpot
+
+
+def _make_room_for_decode(server: Server, decode: list[int], admitted_order: list[int]) -> list[int]:
+    """Preempt the latest-admitted running requests until one decode step fits in memory."""
+    preempt: list[int] = []
+    free = server.kv_free_tokens
+    need = len(decode)
+    while need > free and admitted_order:
+        victim = admitted_order.pop()
+        if victim in preempt:
+            continue
+        e = server.engine
+        held = int(e.prefilled[victim] + e.generated[victim])
+        preempt.append(victim)
+        free += held
+        if victim in decode:
+            decode.remove(victim)
+            need -= 1
+    return preempt
+
+
+@dataclass
+class _AdmissionOrder:
+    """Admission order of running requests per server (for latest-first preemption)."""
+
+    order: dict[int, list[int]]
+
+    def of(self, server: Server) -> list[int]:
+        running = set(server.prefilling) | set(server.decoding)
+        lst = self.order.setdefault(server.id, [])
+        lst[:] = [r for r in lst if r in running]
+        for r in server.prefilling + server.decoding:
+            if r not in lst:
+                lst.append(r)
+        return lst
+
+
+class PrefillFirstFCFS:
+    """vLLM-style prefill-first FCFS scheduling (no chunking unless a token cap applies).
+
+    Parameters
+    ----------
+    max_prefill_tokens : int
+        Most prompt tokens admitted in one prefill iteration (0: the cluster's
+        ``max_batch_tokens``, or unlimited). A prompt longer than the cap is split into chunks.
+    """
+
+    name = "vllm"
+
+    def __init__(self, max_prefill_tokens: int = 0) -> None:
+        if max_prefill_tokens < 0:
+            raise ValueError(f"max_prefill_tokens must be >= 0, got {max_prefill_tokens}")
+        self.max_prefill_tokens = max_prefill_tokens
+        self._order = _AdmissionOrder({})
+
+    def start(self, instance: Instance, seed: int) -> None:
+        self._order = _AdmissionOrder({})
+
+    def next_batch(self, server: Server) -> Batch:
+        cap = self.max_prefill_tokens or server.max_batch_tokens or 1 << 62
+        order = self._order.of(server)
+        free = server.kv_free_tokens - len(server.decoding)
+        prefill: list[tuple[int, int]] = []
+        budget = cap
+        slots = server.max_batch_size
+        for r in server.prefilling:
+            if budget <= 0 or slots <= 0:
+                break
+            c = min(server.remaining_prefill(r), budget)
+            extra = 1 if c == server.remaining_prefill(r) else 0
+            if c + extra > free:
+                break
+            prefill.append((r, c))
+            free -= c + extra
+            budget -= c
+            slots -= 1
+        for r in server.waiting:
+            if budget <= 0 or slots <= 0:
+                break
+            rem = server.remaining_prefill(r)
+            c = min(rem, budget)
+            extra = 1 if c == rem else 0
+            if rem + 1 > free:
+                break
+            prefill.append((r, c))
+            order.append(r)
+            free -= c + extra
+            budget -= c
+            slots -= 1
+        if prefill:
+            return Batch(prefill=prefill)
+        decode = list(server.decoding[: server.max_batch_size])
+        if not decode:
+            return Batch()
+        preempt = _make_room_for_decode(server, decode, order)
+        if preempt:
+            return Batch(decode=decode, preempt=preempt)
+        # nothing could be admitted: memory only shrinks while decoding, so the same choice
+        # repeats until a request finishes or arrives
+        full = len(decode) == len(server.decoding)
+        return Batch(decode=server.decoding_ids() if full else decode, repeat=full)
+
+
+class SarathiFCFS:
+    """Sarathi-Serve: fixed token budget, decode first, then FCFS prefill chunks.
+
+    Parameters
+    ----------
+    token_budget : int
+        Tokens per iteration (decode tokens plus prefill chunk tokens); 0 uses the cluster's
+        ``max_batch_tokens``.
+    """
+
+    name = "sarathi"
+
+    def __init__(self, token_budget: int = 0) -> None:
+        if token_budget < 0:
+            raise ValueError(f"token_budget must be >= 0, got {token_budget}")
+        self.token_budget = token_budget
+        self._order = _AdmissionOrder({})
+
+    def start(self, instance: Instance, seed: int) -> None:
+        self._order = _AdmissionOrder({})
+        if not (self.token_budget or instance.cluster.max_batch_tokens):
+            raise ValueError("SarathiFCFS needs token_budget > 0 or cluster.max_batch_tokens > 0")
+
+    def _budget(self, server: Server) -> int:
+        return self.token_budget or server.max_batch_tokens
+
+    def next_batch(self, server: Server) -> Batch:
+        budget = self._budget(server)
+        order = self._order.of(server)
+        decode = list(server.decoding[: min(server.max_batch_size, budget)])
+        preempt = _make_room_for_decode(server, decode, order)
+        budget -= len(decode)
+        slots = server.max_batch_size - len(decode)
+        free = server.kv_free_tokens - len(decode)
+        if preempt:
+            e = server.engine
+            free += sum(int(e.prefilled[r] + e.generated[r]) for r in preempt)
+        prefill: list[tuple[int, int]] = []
+        candidates = [r for r in server.prefilling if r not in preempt]
+        admit = [r for r in server.waiting]
+        for r in candidates + admit:
+            if budget <= 0 or slots <= 0:
+                break
+            rem = server.remaining_prefill(r) if r not in preempt else 0
+            if rem == 0:
+                continue
+            c = min(rem, budget)
+            extra = 1 if c == rem else 0
+            new = r in admit
+            if (rem + 1 if new else c + extra) > free:
+                break
+            prefill.append((r, c))
+            if new:
+                order.append(r)
+            free -= c + extra
+            budget -= c
+            slots -= 1
+        if not prefill and not decode:
+            return Batch(preempt=preempt)
+        repeat = not prefill and not preempt and len(decode) == len(server.decoding)
+        return Batch(prefill=prefill, decode=decode, preempt=preempt, repeat=repeat)
+
+
+class EDFTokens(SarathiFCFS):
+    """Earliest deadline first over token deadlines, within a Sarathi-style token budget.
+
+    Items are decode tokens (deadline of the request's next token) and prefill chunks (deadline
+    of the first token); they are taken in deadline order until the budget or memory is used.
+    """
+
+    name = "edf"
+
+    def next_batch(self, server: Server) -> Batch:
+        e = server.engine
+        budget = self._budget(server)
+        order = self._order.of(server)
+        items: list[tuple[float, int, int]] = []  # (deadline, kind 0 decode / 1 prefill, request)
+        for r in server.decoding:
+            items.append((_token_deadline(e, r, int(e.generated[r]) + 1), 0, r))
+        for r in server.prefilling + server.waiting:
+            items.append((_token_deadline(e, r, int(e.generated[r]) + 1), 1, r))
+        items.sort()
+        decode: list[int] = []
+        prefill: list[tuple[int, int]] = []
+        free = server.kv_free_tokens
+        slots = server.max_batch_size
+        waiting = set(server.waiting)
+        for _, kind, r in items:
+            if budget <= 0 or slots <= 0:
+                break
+            if kind == 0:
+                if free < 1:
+                    continue
+                decode.append(r)
+                free -= 1
+                budget -= 1
+                slots -= 1
+                continue
+            rem = server.remaining_prefill(r)
+            c = min(rem, budget)
+            extra = 1 if c == rem else 0
+            need = rem + 1 if r in waiting else c + extra
+            if need > free:
+                continue
+            prefill.append((r, c))
+            if r in waiting:
+                order.append(r)
+            free -= c + extra
+            budget -= c
+            slots -= 1
+        preempt: list[int] = []
+        if not decode and not prefill and server.decoding:
+            decode = list(server.decoding[: min(server.max_batch_size, budget)])
+            preempt = _make_room_for_decode(server, decode, order)
+        if not prefill and not decode:
+            return Batch(preempt=preempt)
+        # decode-only with budget and slots to spare: the prefill items were skipped for memory,
+        # which only shrinks while decoding, so the same choice repeats
+        repeat = (
+            not prefill
+            and not preempt
+            and len(decode) == len(server.decoding)
+            and budget > 0
+            and slots > 0
+        )
+        return Batch(prefill=prefill, decode=decode, preempt=preempt, repeat=repeat)
+
+
+class StaticFCFS:
+    """Static batching: the next batch is the first ``batch_size`` waiting requests."""
+
+    name = "static-fcfs"
+
+    def __init__(self, batch_size: int = 0) -> None:
+        if batch_size < 0:
+            raise ValueError(f"batch_size must be >= 0, got {batch_size}")
+        self.batch_size = batch_size
+
+    def start(self, instance: Instance, seed: int) -> None:
+        return None
+
+    def next_batch(self, server: Server) -> Batch:
+        size = self.batch_size or server.max_batch_size
+        members: list[int] = []
+        free = server.kv_free_tokens
+        e = server.engine
+        for r in server.waiting[:size]:
+            need = int(e.prompt[r] + e.output[r])
+            if need > free:
+                break
+            members.append(r)
+            free -= need
+        return Batch(static=members)
+
+
+class RoundRobin:
+    """Route request ``i`` to server ``i mod S`` (in arrival order)."""
+
+    name = "round-robin"
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def start(self, instance: Instance, seed: int) -> None:
+        self._next = 0
+
+    def route(self, request: int, servers: Sequence[Server], now: float) -> int:
+        k = self._next % len(servers)
+        self._next += 1
+        return k
+
+
+class RandomRouter:
+    """Route each request to a uniformly random server (seeded by the run's seed)."""
+
+    name = "random"
+
+    def __init__(self) -> None:
+        self._rng = np.random.default_rng(0)
+
+    def start(self, instance: Instance, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+
+    def route(self, request: int, servers: Sequence[Server], now: float) -> int:
+        return int(self._rng.integers(len(servers)))
+
+
+class LeastLoaded:
+    """Route to the server with the fewest queued and running requests (then least KV, index)."""
+
+    name = "least-loaded"
+
+    def start(self, instance: Instance, seed: int) -> None:
+        return None
+
+    def route(self, request: int, servers: Sequence[Server], now: float) -> int:
+        return min(range(len(servers)), key=lambda j: (servers[j].load, servers[j].kv_used_tokens, j))
+
+
+POLICIES = {
+    "vllm": PrefillFirstFCFS,
+    "sarathi": SarathiFCFS,
+    "edf": EDFTokens,
+    "static-fcfs": StaticFCFS,
+}
+ROUTERS = {"round-robin": RoundRobin, "random": RandomRouter, "least-loaded": LeastLoaded}

@@ -1,0 +1,90 @@
+"""Policy and Router protocols, and the Batch a policy returns.
+
+A :class:`Policy` is asked, whenever a server is free, for the server's next batch; a
+:class:`Router` picks a server for each arriving request. Both see servers through
+:class:`slolab.sim.engine.Server` (read-only by convention: a policy changes state only by
+returning a Batch).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from slolab.instances.records import Instance
+    from slolab.sim.engine import Server
+
+
+@dataclass(slots=True)
+class Batch:
+    """What a server runs next.
+
+    Parameters
+    ----------
+    prefill : sequence of (request, tokens)
+        Prefill chunks. A waiting request listed here is admitted (moves to running).
+    decode : sequence or array of request ids
+        Requests that generate one token each. They must have finished their prefill; in
+        disaggregated decode servers a waiting (transferred) request listed here is admitted.
+    static : sequence of request ids
+        Static-batching mode only: waiting requests forming one static batch that runs to
+        completion.
+    preempt : sequence of request ids
+        Running requests whose KV cache is dropped before this batch (recomputed later:
+        their prompt plus generated tokens are prefilled again, and that prefill emits their
+        next token).
+    reject : sequence of request ids
+        Waiting requests declined for good.
+    repeat : bool
+        A decode-only batch the policy would choose again, unchanged, at every iteration until
+        a request finishes, a request is routed to this server, or memory runs out. The
+        engine then fast-forwards those iterations in one vectorised step (same result as
+        asking the policy every iteration).
+    wake_at_s : float
+        With an empty batch: when to ask the policy again (default: at the next event that
+        concerns this server).
+    """
+
+    prefill: Sequence[tuple[int, int]] = ()
+    decode: Sequence[int] | np.ndarray = ()
+    static: Sequence[int] = ()
+    preempt: Sequence[int] = ()
+    reject: Sequence[int] = ()
+    repeat: bool = False
+    wake_at_s: float = math.inf
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not self.prefill and len(self.decode) == 0 and not self.static
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Chooses a server's next batch."""
+
+    def start(self, instance: Instance, seed: int) -> None:
+        """Called once before the run (reset internal state)."""
+
+    def next_batch(self, server: Server) -> Batch:
+        """The batch to run now on ``server`` (an empty batch idles it)."""
+
+
+@runtime_checkable
+class Router(Protocol):
+    """Chooses a server for an arriving request."""
+
+    def start(self, instance: Instance, seed: int) -> None:
+        """Called once before the run."""
+
+    def route(self, request: int, servers: Sequence[Server], now: float) -> int:
+        """Index into ``servers`` of the chosen server."""
+
+
+class PolicyError(RuntimeError):
+    """A policy returned a batch that breaks a rule of the engine."""

@@ -1,0 +1,260 @@
+"""The Backend interface: one solver, configured once, solving one formulation per call.
+
+:func:`slolab.solvers.solve` builds a backend from its name and options and hands it either to
+the model's own loop (:meth:`ExactModel.solve_with`) or to :meth:`Backend.solve_model`. A
+custom loop (Dinkelbach iterations on a ratio objective, enumeration by count) calls
+:meth:`Backend.solve_formulation` once per subproblem and reads the :class:`RawSolve` it
+returns; :meth:`RawSolve.to_result` turns the final one into a :class:`Result`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from abc import ABC
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from slolab.sim.schedule import Schedule
+from slolab.solvers.base import CpFormulation, ExactModel, MilpFormulation, Result, Status
+
+FORMULATION_KINDS = ("milp", "cpsat", "brute")
+FORMULATION_LABELS = {"milp": "MILP", "cpsat": "CP-SAT", "brute": "brute-force"}
+
+# Largest seed every backend accepts (CBC takes seed + 1, capped at 2**31 - 1).
+MAX_SEED = 2**31 - 2
+
+# Relative tolerance, in the solver's own objective units, within which a bound equal to the
+# incumbent counts as a proof of optimality.
+PROOF_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class RawSolve:
+    """What one backend call on one formulation produced.
+
+    Attributes
+    ----------
+    status : Status
+        OPTIMAL only when the backend proved it; TIME_LIMIT when the time limit stopped the
+        search (with or without an incumbent).
+    objective : float or None
+        The incumbent's value in the model's units (after ``objective_of``); None without one.
+    bound : float or None
+        Best proved bound on the optimum in the model's units (an upper bound when the
+        formulation maximizes); None when the backend does not report one.
+    runtime_s : float
+        Wall time of the backend call (s), ``time.perf_counter()`` end minus start.
+    schedule : Schedule or None
+        The formulation's schedule for the incumbent; None without one.
+    log : str
+        One-line summary (status, nodes, iterations), followed by the full solver log when the
+        backend was built with ``log=True``.
+    backend : str
+        Registry name of the backend.
+    details : Mapping
+        Plain counters (``nodes``, ``iterations``, ``solver_status``, ...), safe to pickle.
+    native : object
+        The backend's own solver object after the call (a ``highspy.Highs``, an OR-Tools
+        ``CpSolver``) for power users; None where there is none (CBC runs as a subprocess).
+    """
+
+    status: Status
+    objective: float | None
+    bound: float | None
+    runtime_s: float
+    schedule: Schedule | None
+    log: str
+    backend: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+    native: Any = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.runtime_s >= 0:
+            raise ValueError(f"runtime_s must be >= 0, got {self.runtime_s}")
+        if self.status == Status.OPTIMAL and self.objective is None:
+            raise ValueError("an OPTIMAL raw solve needs an objective")
+
+    def to_result(
+        self, model: ExactModel, runtime_s: float | None = None, **details: Any
+    ) -> Result:
+        """This solve as the :class:`Result` of ``model``.
+
+        Parameters
+        ----------
+        model : ExactModel
+            The model solved (gives the name and the sense).
+        runtime_s : float, optional
+            Runtime to report (s); defaults to this call's ``runtime_s``. A loop of several
+            calls passes its total.
+        **details
+            Extra entries merged over this solve's ``details``.
+        """
+        return Result(
+            status=self.status,
+            objective=self.objective,
+            bound=self.bound,
+            runtime_s=self.runtime_s if runtime_s is None else runtime_s,
+            backend=self.backend,
+            model=model_label(model),
+            sense=model.sense,
+            schedule=self.schedule,
+            log=self.log,
+            details={**self.details, **details},
+        )
+
+
+class Backend(ABC):
+    """A solver backend, configured once with threads, seed, logging and its own options.
+
+    Subclasses set ``name`` (the registry key), ``formulation`` (the kind of formulation they
+    solve: ``"milp"``, ``"cpsat"`` or ``"brute"``) and ``requires`` (packages that must import),
+    and implement the matching ``solve_*`` method.
+
+    Parameters
+    ----------
+    threads : int
+        Worker threads the solver may use (>= 1).
+    seed : int
+        Random seed passed to the solver, in ``[0, 2**31 - 2]``.
+    log : bool
+        Keep the full solver log in :attr:`RawSolve.log` (after the summary line).
+    **params
+        Backend-specific options, checked when the backend is built (see docs/solvers.md).
+    """
+
+    name: ClassVar[str] = ""
+    formulation: ClassVar[str] = ""
+    requires: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, threads: int = 1, seed: int = 0, log: bool = False, **params: Any) -> None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+            raise ValueError(f"seed must be an integer in [0, {MAX_SEED}], got {seed!r}")
+        self.threads = threads
+        self.seed = seed
+        self.log = bool(log)
+        self.params: dict[str, Any] = dict(params)
+        self._check_params()
+
+    @classmethod
+    def available(cls) -> bool:
+        """True when the packages this backend needs import."""
+        return True
+
+    def _check_params(self) -> None:
+        """Reject options the solver does not know (ValueError naming the option)."""
+        if self.params:
+            names = ", ".join(sorted(self.params))
+            raise ValueError(f"backend {self.name!r} takes no options, got: {names}")
+
+    def solve_milp(self, form: MilpFormulation, time_limit: float) -> RawSolve:
+        """Solve one MILP formulation within ``time_limit`` seconds."""
+        raise TypeError(f"backend {self.name!r} does not solve MILP formulations")
+
+    def solve_cp(self, form: CpFormulation, time_limit: float) -> RawSolve:
+        """Solve one CP-SAT formulation within ``time_limit`` seconds."""
+        raise TypeError(f"backend {self.name!r} does not solve CP-SAT formulations")
+
+    def solve_brute(self, model: ExactModel, time_limit: float) -> RawSolve:
+        """Run the model's exhaustive search within ``time_limit`` seconds."""
+        raise TypeError(f"backend {self.name!r} does not run brute-force searches")
+
+    def solve_formulation(
+        self, form: MilpFormulation | CpFormulation, time_limit: float
+    ) -> RawSolve:
+        """Solve one formulation, dispatching on its type (the entry point for custom loops)."""
+        check_time_limit(time_limit)
+        if isinstance(form, MilpFormulation):
+            return self.solve_milp(form, time_limit)
+        if isinstance(form, CpFormulation):
+            return self.solve_cp(form, time_limit)
+        raise TypeError(
+            f"expected a MilpFormulation or CpFormulation, got {type(form).__name__}"
+        )
+
+    def build_formulation(self, model: ExactModel) -> MilpFormulation | CpFormulation:
+        """The formulation of ``model`` this backend solves (``model.milp()`` or ``model.cpsat()``)."""
+        if self.formulation == "milp":
+            return model.milp()
+        if self.formulation == "cpsat":
+            return model.cpsat()
+        raise TypeError(f"backend {self.name!r} does not solve a formulation")
+
+    def solve_model(self, model: ExactModel, time_limit: float) -> RawSolve:
+        """Build the model's formulation for this backend and solve it once.
+
+        ``details["build_s"]`` is the time spent building the formulation (s); ``time_limit``
+        applies to the solver call.
+        """
+        check_time_limit(time_limit)
+        if self.formulation == "brute":
+            return self.solve_brute(model, time_limit)
+        start = time.perf_counter()
+        form = self.build_formulation(model)
+        build_s = time.perf_counter() - start
+        raw = self.solve_formulation(form, time_limit)
+        return RawSolve(
+            status=raw.status,
+            objective=raw.objective,
+            bound=raw.bound,
+            runtime_s=raw.runtime_s,
+            schedule=raw.schedule,
+            log=raw.log,
+            backend=raw.backend,
+            details={**raw.details, "build_s": build_s},
+            native=raw.native,
+        )
+
+
+def check_time_limit(time_limit: float) -> None:
+    """Raise ValueError unless ``time_limit`` is a finite number of seconds > 0."""
+    if isinstance(time_limit, bool) or not isinstance(time_limit, numbers.Real):
+        raise ValueError(f"time_limit must be a number of seconds, got {time_limit!r}")
+    if not (math.isfinite(time_limit) and time_limit > 0):
+        raise ValueError(f"time_limit must be finite and > 0 seconds, got {time_limit!r}")
+
+
+def proved(native_objective: float | None, native_bound: float | None) -> bool:
+    """True when a bound matches the incumbent within :data:`PROOF_TOLERANCE` (native units)."""
+    if native_objective is None or native_bound is None:
+        return False
+    if not (math.isfinite(native_objective) and math.isfinite(native_bound)):
+        return False
+    scale = max(1.0, abs(native_objective))
+    return abs(native_bound - native_objective) <= PROOF_TOLERANCE * scale
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """``value`` as a float, or None when missing, infinite or NaN."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def summary_line(backend: str, solver_status: str, **counters: Any) -> str:
+    """``"<backend>: <status>; nodes=..., iterations=..."`` with the counters that are known."""
+    known = ", ".join(f"{k}={v}" for k, v in counters.items() if v is not None)
+    return f"{backend}: {solver_status}" + (f"; {known}" if known else "")
+
+
+def model_label(model: ExactModel) -> str:
+    """The model's registry name, or its class name when it is not registered."""
+    return model.name or type(model).__name__
+
+
+def milp_objective_value(problem: Any) -> float | None:
+    """Value of a solved PuLP problem's objective, constant included (0 with no objective)."""
+    if problem.objective is None:
+        return 0.0
+    value = problem.objective.value()
+    return None if value is None else finite_or_none(value)
+
+
+def milp_objective_constant(problem: Any) -> float:
+    """The constant term of a PuLP problem's objective (0 with no objective)."""
+    return 0.0 if problem.objective is None else float(problem.objective.constant)

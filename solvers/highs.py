@@ -1,0 +1,189 @@
+"""HiGHS backend: a PuLP MILP solved by PuLP's ``HiGHS`` interface (the in-process highspy API).
+
+PuLP copies the problem into a ``highspy.Highs`` object (``problem.solverModel``), runs it and
+writes the values back into the PuLP variables. Status, dual bound and counters are read from
+that ``Highs`` object directly, because PuLP folds every stop (time limit, interrupt, ...) into
+its "Optimal" status.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from typing import Any
+
+from slolab.solvers.backend import (
+    Backend,
+    RawSolve,
+    finite_or_none,
+    milp_objective_constant,
+    milp_objective_value,
+    proved,
+    summary_line,
+)
+from slolab.solvers.base import MilpFormulation, Status
+
+# HiGHS's thread pool is global to the process and keeps the size it was first given; a solve
+# asking for another size fails unless the pool is reset first. This records the current size.
+_pool_threads: int | None = None
+
+
+def _use_threads(threads: int) -> None:
+    """Make HiGHS's global thread pool ``threads`` wide (reset only when the size changes)."""
+    global _pool_threads
+    import highspy
+
+    if _pool_threads != threads:
+        highspy.Highs.resetGlobalScheduler(True)
+        _pool_threads = threads
+
+
+class HighsBackend(Backend):
+    """MILP backend running HiGHS in-process through PuLP.
+
+    Options (``**params``) are HiGHS options, set with ``Highs.setOptionValue`` (for example
+    ``presolve="off"``, ``mip_feasibility_tolerance=1e-7``). slolab sets ``mip_rel_gap=0`` so
+    that OPTIMAL means the gap is closed (HiGHS's default stops at a relative gap of 1e-4);
+    pass ``mip_rel_gap`` to change it: a result whose bound then differs from the incumbent is
+    reported FEASIBLE, not OPTIMAL.
+    """
+
+    name = "highs"
+    formulation = "milp"
+    requires = ("pulp", "highspy")
+
+    @classmethod
+    def available(cls) -> bool:
+        try:
+            import pulp
+        except ImportError:
+            return False
+        return "HiGHS" in pulp.listSolvers(onlyAvailable=True)
+
+    def _check_params(self) -> None:
+        import highspy
+
+        probe = highspy.Highs()
+        probe.setOptionValue("output_flag", False)
+        for option, value in self.params.items():
+            if probe.setOptionValue(option, value) != highspy.HighsStatus.kOk:
+                raise ValueError(f"HiGHS does not accept option {option}={value!r}")
+
+    def solve_milp(self, form: MilpFormulation, time_limit: float) -> RawSolve:
+        """Solve ``form.problem`` with HiGHS within ``time_limit`` seconds.
+
+        A model HiGHS can only call "infeasible or unbounded" is solved again with presolve
+        off (within the remaining time) to tell the two apart.
+        """
+        import highspy
+
+        models = highspy.HighsModelStatus
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory() as tmp:
+            log_path = os.path.join(tmp, "highs.log")
+            highs = self._run(form, time_limit, {}, log_path)
+            if highs.getModelStatus() == models.kUnboundedOrInfeasible:
+                remaining = time_limit - (time.perf_counter() - start)
+                if remaining > 0:
+                    highs = self._run(form, remaining, {"presolve": "off"}, log_path)
+            full_log = _read(log_path) if self.log else ""
+        runtime_s = time.perf_counter() - start
+        return self._outcome(form, highs, runtime_s, full_log)
+
+    def _run(
+        self, form: MilpFormulation, time_limit: float, extra: dict[str, Any], log_path: str
+    ) -> Any:
+        import pulp
+
+        options: dict[str, Any] = {"mip_rel_gap": 0.0, "random_seed": self.seed}
+        options.update(self.params)
+        options.update(extra)
+        if self.log:
+            options.update(output_flag=True, log_to_console=False, log_file=log_path)
+        solver = pulp.HiGHS(
+            msg=False, timeLimit=float(time_limit), threads=self.threads, **options
+        )
+        _use_threads(self.threads)
+        form.problem.solve(solver)
+        return form.problem.solverModel
+
+    def _outcome(
+        self, form: MilpFormulation, highs: Any, runtime_s: float, full_log: str
+    ) -> RawSolve:
+        import highspy
+        import pulp
+
+        problem = form.problem
+        models = highspy.HighsModelStatus
+        code = highs.getModelStatus()
+        info = highs.getInfo()
+        feasible = highspy.SolutionStatus.kSolutionStatusFeasible
+        has_solution = info.primal_solution_status == feasible
+        native_objective = None
+        if has_solution or code == models.kModelEmpty:
+            native_objective = milp_objective_value(problem)
+        if native_objective is None:
+            has_solution = False
+        native_bound = None
+        if problem.isMIP():
+            sign = -1.0 if problem.sense == pulp.LpMaximize else 1.0
+            dual = finite_or_none(info.mip_dual_bound)
+            if dual is not None and info.mip_node_count >= 0:
+                native_bound = sign * dual + milp_objective_constant(problem)
+        elif code == models.kOptimal:
+            native_bound = native_objective
+
+        if code in (models.kLoadError, models.kModelError):
+            raise ValueError(f"HiGHS rejected the model: {highs.modelStatusToString(code)}")
+        if code == models.kOptimal:
+            status = Status.OPTIMAL if proved(native_objective, native_bound) else Status.FEASIBLE
+        elif code == models.kModelEmpty:
+            status = Status.OPTIMAL if problem.valid() else Status.INFEASIBLE
+            native_bound = native_objective if status == Status.OPTIMAL else None
+            has_solution = status == Status.OPTIMAL
+        elif code == models.kInfeasible:
+            status = Status.INFEASIBLE
+        elif code == models.kTimeLimit:
+            status = Status.TIME_LIMIT
+        elif code in (
+            models.kIterationLimit,
+            models.kSolutionLimit,
+            models.kObjectiveBound,
+            models.kObjectiveTarget,
+            models.kInterrupt,
+            models.kMemoryLimit,
+            models.kHighsInterrupt,
+        ):
+            status = Status.FEASIBLE if has_solution else Status.UNKNOWN
+        else:
+            status = Status.UNKNOWN
+        if status == Status.INFEASIBLE:
+            has_solution, native_objective, native_bound = False, None, None
+
+        nodes = info.mip_node_count if info.mip_node_count >= 0 else None
+        iterations = info.simplex_iteration_count
+        solver_status = highs.modelStatusToString(code)
+        log = summary_line(
+            "highs", solver_status, nodes=nodes, iterations=iterations
+        )
+        if full_log:
+            log = f"{log}\n{full_log}"
+        return RawSolve(
+            status=status,
+            objective=form.objective_of(native_objective) if has_solution else None,
+            bound=form.objective_of(native_bound) if native_bound is not None else None,
+            runtime_s=runtime_s,
+            schedule=form.to_schedule() if has_solution else None,
+            log=log,
+            backend=self.name,
+            details={"solver_status": solver_status, "nodes": nodes, "iterations": iterations},
+            native=highs,
+        )
+
+
+def _read(path: str) -> str:
+    if not os.path.exists(path):
+        return ""
+    with open(path) as handle:
+        return handle.read().strip()

@@ -1,0 +1,264 @@
+"""Inverse of a timing model: how many tokens fit in a time budget.
+
+Budget-based schedulers ask the opposite question to :meth:`TimingModel.times`: given a
+latency budget for the next iteration, how large may it be? :func:`time_to_tokens` answers for
+a prefill chunk added to a batch of decoding sequences (Sarathi-Serve's token budget,
+ProServe's per-iteration budget); :func:`time2bs` answers SLOs-Serve's ``time2bs(t0)``.
+
+Both grow a batch shape along a ray ``features(n) = base + n * linear + n^2 * quadratic +
+[n > 0] * step`` and return the largest integer ``n`` whose time is within the budget,
+checked with the model's own :meth:`~slolab.timing.TimingModel.times` so that the answer is
+exact for the model as evaluated in floating point:
+
+- affine models (and rooflines of affine lines, taking the smallest per-line answer) give a
+  closed-form candidate: the root of ``A n^2 + B n + C = budget`` (prefill attention makes the
+  time quadratic in the chunk), verified on the integers around it;
+- other forms, and any candidate the check rejects, use a vectorised search: doubling until
+  the budget is exceeded, then 64-way bisection, each step one ``times`` call on many rows.
+
+The search keeps ``n = lo`` within budget and ``n = hi`` over it, so the answer ``n`` always
+satisfies ``T(n) <= budget < T(n + 1)``; it is the largest such ``n`` whenever the time is
+non-decreasing in ``n`` along the ray, which holds for every form with non-negative
+coefficients and for tables non-decreasing along both axes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from slolab.timing.base import (
+    F_DECODE_KV,
+    F_DECODE_TOKENS,
+    F_NUM_DECODE,
+    F_NUM_PREFILL,
+    F_PREFILL_ATTN,
+    F_PREFILL_TOKENS,
+    F_SPEC,
+    N_FEATURES,
+    TimingModel,
+)
+from slolab.timing.forms import RooflineTiming
+
+__all__ = ["DEFAULT_MAX_TOKENS", "time2bs", "time_to_tokens"]
+
+#: Default cap on the answer, for models whose time does not grow along the ray.
+DEFAULT_MAX_TOKENS = 1 << 24
+
+_SEARCH_WIDTH = 64
+_CHECK_RADIUS = 2
+
+
+class _Ray:
+    """Feature rows ``base + n * linear + n^2 * quadratic + [n > 0] * step``."""
+
+    __slots__ = ("base", "linear", "quadratic", "step")
+
+    def __init__(self) -> None:
+        self.base = np.zeros(N_FEATURES)
+        self.linear = np.zeros(N_FEATURES)
+        self.quadratic = np.zeros(N_FEATURES)
+        self.step = np.zeros(N_FEATURES)
+
+    def rows(self, n: np.ndarray) -> np.ndarray:
+        nf = n.astype(float)[:, None]
+        return (
+            self.base
+            + nf * self.linear
+            + (nf * nf) * self.quadratic
+            + (nf > 0).astype(float) * self.step
+        )
+
+
+def time_to_tokens(
+    model: TimingModel,
+    budget_s: float,
+    decode_seqs: int = 0,
+    decode_kv_tokens: int = 0,
+    prefill_prefix: int = 0,
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+) -> int:
+    """Largest prefill chunk that keeps an iteration within a time budget.
+
+    The iteration holds ``decode_seqs`` decoding sequences (one decode token each) reading
+    ``decode_kv_tokens`` KV tokens, plus one prefill chunk of ``n`` tokens whose sequence
+    already has ``prefill_prefix`` tokens cached (``prefill_tokens = n``,
+    ``num_prefill_seqs = 1``, ``prefill_attention_work = n * (prefix + (n + 1) / 2)``). Returns
+    the largest ``n`` in ``[0, max_tokens]`` with time ``<= budget_s``; 0 when the decode part
+    alone (``n = 0``) or any chunk exceeds the budget; ``max_tokens`` when even that chunk fits.
+
+    Parameters
+    ----------
+    model : TimingModel
+        The iteration-time model.
+    budget_s : float
+        Latency budget of the iteration (s).
+    decode_seqs : int
+        Decoding sequences already in the batch.
+    decode_kv_tokens : int
+        KV tokens they read (sum of their contexts).
+    prefill_prefix : int
+        Tokens of the chunk's sequence already in the KV cache.
+    max_tokens : int
+        Cap on the answer.
+
+    Returns
+    -------
+    int
+        Prefill tokens ``n`` with ``T(n) <= budget_s < T(n + 1)`` (or ``n = max_tokens``).
+
+    References
+    ----------
+    Sarathi-Serve's token budget, SLOs-Serve's prefill budget per batch (Sec. 3.2) and
+    ProServe's per-iteration latency budget all turn a time budget into tokens.
+    """
+    _check_counts(decode_seqs=decode_seqs, decode_kv_tokens=decode_kv_tokens)
+    _check_counts(prefill_prefix=prefill_prefix, max_tokens=max_tokens)
+    ray = _Ray()
+    ray.base[F_DECODE_TOKENS] = decode_seqs
+    ray.base[F_NUM_DECODE] = decode_seqs
+    ray.base[F_DECODE_KV] = decode_kv_tokens
+    ray.linear[F_PREFILL_TOKENS] = 1.0
+    ray.linear[F_PREFILL_ATTN] = prefill_prefix + 0.5
+    ray.quadratic[F_PREFILL_ATTN] = 0.5
+    ray.step[F_NUM_PREFILL] = 1.0
+    return _largest_within(model, float(budget_s), ray, max_tokens)
+
+
+def time2bs(
+    model: TimingModel,
+    t0_s: float,
+    spec_steps: int = 0,
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+) -> int:
+    """Tokens a batch of duration ``t0_s`` can carry (SLOs-Serve's ``time2bs``).
+
+    SLOs-Serve's performance model sees a batch only through its tokens (prefill plus decode
+    tokens) and speculative steps. The batch is evaluated here as ``prefill_tokens = n`` with
+    ``spec_steps`` and every other feature zero, so attention and per-sequence terms of the
+    model, if it has any, are not charged: the answer is the token-parallel capacity of the
+    batch. For the SLOs-Serve rooflines (tokens and spec steps only) this is exactly their
+    ``time2bs``; for a model with attention terms, use :func:`time_to_tokens` with the batch's
+    decode sequences and contexts instead.
+
+    Parameters
+    ----------
+    model : TimingModel
+        The iteration-time model.
+    t0_s : float
+        Batch duration (s).
+    spec_steps : int
+        Speculative steps in the batch.
+    max_tokens : int
+        Cap on the answer.
+
+    Returns
+    -------
+    int
+        Largest ``n <= max_tokens`` with ``T(n tokens) <= t0_s``, 0 when none fits.
+
+    References
+    ----------
+    SLOs-Serve, Algorithm 2 (line 7: ``Batch(prefillBgt = M.time2bs(t0))``) and Sec. 3.2.3.
+    """
+    _check_counts(spec_steps=spec_steps, max_tokens=max_tokens)
+    ray = _Ray()
+    ray.base[F_SPEC] = spec_steps
+    ray.linear[F_PREFILL_TOKENS] = 1.0
+    return _largest_within(model, float(t0_s), ray, max_tokens)
+
+
+def _check_counts(**counts: int) -> None:
+    for label, value in counts.items():
+        if not value >= 0:
+            raise ValueError(f"{label} must be >= 0, got {value}")
+
+
+def _largest_within(model: TimingModel, budget_s: float, ray: _Ray, max_tokens: int) -> int:
+    if not np.isfinite(budget_s):
+        raise ValueError(f"budget must be finite, got {budget_s}")
+    max_tokens = int(max_tokens)
+    if model.times(ray.rows(np.zeros(1, dtype=np.int64)))[0] > budget_s:
+        return 0
+    candidate = _closed_form(model, budget_s, ray, max_tokens)
+    if candidate is not None:
+        checked = _check_around(model, budget_s, ray, candidate, max_tokens)
+        if checked is not None:
+            return checked
+    return _search(model, budget_s, ray, max_tokens)
+
+
+def _closed_form(model: TimingModel, budget_s: float, ray: _Ray, max_tokens: int) -> int | None:
+    if isinstance(model, RooflineTiming) and len(model.lines) > 1:
+        answers = [_closed_form(line, budget_s, ray, max_tokens) for line in model.lines]
+        if any(a is None for a in answers):
+            return None
+        return min(a for a in answers if a is not None)
+    view = model.affine()
+    if view is None:
+        return None
+    intercept, coef = view
+    a = float(ray.quadratic @ coef)
+    b = float(ray.linear @ coef)
+    c = intercept + float(ray.base @ coef) + float(ray.step @ coef)
+    if a < 0 or b < 0:
+        return None
+    room = budget_s - c
+    if room < 0:
+        return 0
+    if a == 0 and b == 0:
+        return max_tokens
+    if a == 0:
+        root = room / b
+    else:
+        root = 2.0 * room / (b + math.sqrt(b * b + 4.0 * a * room))
+    return int(min(math.floor(root), max_tokens))
+
+
+def _check_around(
+    model: TimingModel, budget_s: float, ray: _Ray, candidate: int, max_tokens: int
+) -> int | None:
+    """The answer if the integers around ``candidate`` show the boundary, else None."""
+    low = max(candidate - _CHECK_RADIUS, 0)
+    high = min(candidate + _CHECK_RADIUS, max_tokens)
+    n = np.arange(low, high + 1, dtype=np.int64)
+    within = model.times(ray.rows(n)) <= budget_s
+    if not within[0]:
+        return None
+    over = np.flatnonzero(~within)
+    if over.size == 0:
+        return max_tokens if high == max_tokens else None
+    first_over = int(over[0])
+    if np.any(within[first_over:]):
+        return None
+    return int(n[first_over - 1])
+
+
+def _search(model: TimingModel, budget_s: float, ray: _Ray, max_tokens: int) -> int:
+    """Doubling then 64-way bisection, keeping ``T(lo) <= budget < T(hi)``."""
+    if max_tokens == 0:
+        return 0
+    probes = [1 << k for k in range(max_tokens.bit_length()) if (1 << k) < max_tokens]
+    probes.append(max_tokens)
+    n = np.array(probes, dtype=np.int64)
+    within = model.times(ray.rows(n)) <= budget_s
+    over = np.flatnonzero(~within)
+    if over.size == 0:
+        return max_tokens
+    hi = int(n[over[0]])
+    lo = int(n[over[0] - 1]) if over[0] > 0 else 0
+    while hi - lo > 1:
+        inner = np.unique(np.linspace(lo, hi, _SEARCH_WIDTH + 2).astype(np.int64)[1:-1])
+        inner = inner[(inner > lo) & (inner < hi)]
+        within = model.times(ray.rows(inner)) <= budget_s
+        over = np.flatnonzero(~within)
+        if over.size == 0:
+            lo = int(inner[-1])
+        else:
+            hi = int(inner[over[0]])
+            if over[0] > 0:
+                lo = int(inner[over[0] - 1])
+    return lo
