@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-
 from slolab.sim.policy import Batch
 
 if TYPE_CHECKING:
@@ -51,7 +50,9 @@ def _token_deadline(engine, r: int, k: int) -> float:
     return float(engine.arrival[r]) + ttft + (k - 1) * tpot
 
 
-def _make_room_for_decode(server: Server, decode: list[int], admitted_order: list[int]) -> list[int]:
+def _make_room_for_decode(
+    server: Server, decode: list[int], admitted_order: list[int]
+) -> list[int]:
     """Preempt the latest-admitted running requests until one decode step fits in memory."""
     preempt: list[int] = []
     free = server.kv_free_tokens
@@ -61,13 +62,34 @@ def _make_room_for_decode(server: Server, decode: list[int], admitted_order: lis
         if victim in preempt:
             continue
         e = server.engine
-        held = int(e.prefilled[victim] + e.generated[victim])
+        held = e.kv_held(victim)
         preempt.append(victim)
         free += held
         if victim in decode:
             decode.remove(victim)
             need -= 1
     return preempt
+
+
+def _decode_server_batch(server: Server) -> Batch:
+    """Disaggregated decode server: decode the running requests and admit transferred ones FCFS."""
+    e = server.engine
+    decode = list(server.decoding[: server.max_batch_size])
+    free = server.kv_free_tokens - len(decode)
+    admitted = False
+    for r in server.waiting:
+        if len(decode) >= server.max_batch_size:
+            break
+        need = e.kv_held(r) + 1
+        if need > free:
+            break
+        decode.append(r)
+        free -= need
+        admitted = True
+    if not decode:
+        return Batch()
+    full = not admitted and len(decode) == len(server.decoding)
+    return Batch(decode=server.decoding_ids() if full else decode, repeat=full)
 
 
 @dataclass
@@ -108,6 +130,8 @@ class PrefillFirstFCFS:
         self._order = _AdmissionOrder({})
 
     def next_batch(self, server: Server) -> Batch:
+        if server.role == "decode":
+            return _decode_server_batch(server)
         cap = self.max_prefill_tokens or server.max_batch_tokens or 1 << 62
         order = self._order.of(server)
         free = server.kv_free_tokens - len(server.decoding)
@@ -179,6 +203,8 @@ class SarathiFCFS:
         return self.token_budget or server.max_batch_tokens
 
     def next_batch(self, server: Server) -> Batch:
+        if server.role == "decode":
+            return _decode_server_batch(server)
         budget = self._budget(server)
         order = self._order.of(server)
         decode = list(server.decoding[: min(server.max_batch_size, budget)])
@@ -188,7 +214,7 @@ class SarathiFCFS:
         free = server.kv_free_tokens - len(decode)
         if preempt:
             e = server.engine
-            free += sum(int(e.prefilled[r] + e.generated[r]) for r in preempt)
+            free += sum(e.kv_held(r) for r in preempt)
         prefill: list[tuple[int, int]] = []
         candidates = [r for r in server.prefilling if r not in preempt]
         admit = [r for r in server.waiting]
@@ -225,6 +251,8 @@ class EDFTokens(SarathiFCFS):
     name = "edf"
 
     def next_batch(self, server: Server) -> Batch:
+        if server.role == "decode":
+            return _decode_server_batch(server)
         e = server.engine
         budget = self._budget(server)
         order = self._order.of(server)
@@ -348,7 +376,9 @@ class LeastLoaded:
         return None
 
     def route(self, request: int, servers: Sequence[Server], now: float) -> int:
-        return min(range(len(servers)), key=lambda j: (servers[j].load, servers[j].kv_used_tokens, j))
+        return min(
+            range(len(servers)), key=lambda j: (servers[j].load, servers[j].kv_used_tokens, j)
+        )
 
 
 POLICIES = {

@@ -28,7 +28,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-
 from slolab.sim.outcome import PHASE_DECODE, PHASE_PREFILL, PHASE_STATIC
 from slolab.sim.static import member_token_offsets
 from slolab.timing.base import N_FEATURES
@@ -50,7 +49,9 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
     Raises ValueError when the outcome was produced without its iteration log.
     """
     if not outcome.recorded_iterations:
-        raise ValueError("outcome has no iteration log: run with record_iterations=True to check it")
+        raise ValueError(
+            "outcome has no iteration log: run with record_iterations=True to check it"
+        )
     wl = instance.workload
     cl = instance.cluster
     timing = instance.timing
@@ -74,7 +75,12 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
         return ["token_offsets do not match the workload's output_tokens"]
     kv_held: dict[int, dict[int, int]] = {s: {} for s in range(cl.servers)}
     pre_by_server: dict[int, list[tuple[float, int]]] = {s: [] for s in range(cl.servers)}
-    for r, s, t in zip(outcome.preempt_request.tolist(), outcome.preempt_server.tolist(), outcome.preempt_s.tolist(), strict=True):
+    for r, s, t in zip(
+        outcome.preempt_request.tolist(),
+        outcome.preempt_server.tolist(),
+        outcome.preempt_s.tolist(),
+        strict=True,
+    ):
         pre_by_server[s].append((t, r))
     for lst in pre_by_server.values():
         lst.sort()
@@ -98,7 +104,9 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
         if cl.mode == "disaggregated":
             role = "prefill" if s < cl.prefill_servers else "decode"
         if start < last_end[s] - _REL * max(1.0, abs(start)):
-            bad(f"{where}: starts before the previous iteration on the server ended ({last_end[s]:.9g}s)")
+            bad(
+                f"{where}: starts before the previous iteration on the server ended ({last_end[s]:.9g}s)"
+            )
         if not end > start:
             bad(f"{where}: non-positive duration ({end - start})")
         last_end[s] = end
@@ -122,7 +130,22 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
         if len(reqs) > cl.max_batch_size:
             bad(f"{where}: {len(reqs)} sequences exceed max_batch_size {cl.max_batch_size}")
         if cl.mode == "static" or (len(phases) and (phases == PHASE_STATIC).any()):
-            _check_static(instance, outcome, i, s, start, end, reqs, phases, kv_held, expect, prefilled, generated, prefill_done_at, bad)
+            _check_static(
+                instance,
+                outcome,
+                i,
+                s,
+                start,
+                end,
+                reqs,
+                phases,
+                kv_held,
+                expect,
+                prefilled,
+                generated,
+                prefill_done_at,
+                bad,
+            )
             for r in reqs.tolist():
                 served_on.setdefault(r, set()).add(s)
             continue
@@ -171,12 +194,14 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
                 if role == "decode":
                     ready = prefill_done_at[r] + float(cl.kv_transfer_s(int(prompt[r] + 1)))
                     if start < ready - 1e-9:
-                        bad(f"{where}: request {r} decodes before its KV transfer arrived ({ready:.9g}s)")
+                        bad(
+                            f"{where}: request {r} decodes before its KV transfer arrived ({ready:.9g}s)"
+                        )
                     if r not in kv_held[s]:
-                        kv_held[s][r] = int(prefilled[r] + generated[r])
+                        kv_held[s][r] = int(prefilled[r] + generated[r] - target[r] + prompt[r])
                 feats[1] += 1
                 feats[2] += 1
-                feats[3] += prefilled[r] + generated[r]
+                feats[3] += kv_held[s][r]
                 expect[offs[r] + generated[r]] = end
                 generated[r] += 1
                 kv_held[s][r] = kv_held[s].get(r, 0) + 1
@@ -188,7 +213,9 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
             bad(f"{where}: {int(tokens)} tokens exceed max_batch_tokens {cl.max_batch_tokens}")
         logged = outcome.it_features[i]
         if not all(_close(float(x), float(y)) for x, y in zip(logged, feats, strict=True)):
-            bad(f"{where}: logged shape {logged.tolist()} differs from the entries' shape {feats.tolist()}")
+            bad(
+                f"{where}: logged shape {logged.tolist()} differs from the entries' shape {feats.tolist()}"
+            )
         model_t = float(timing.times(feats[None, :])[0])
         if not _close(end - start, model_t):
             bad(f"{where}: lasts {end - start:.12g}s but the timing model gives {model_t:.12g}s")
@@ -211,7 +238,9 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
                 continue
             expected = {int(outcome.server[r]), int(outcome.prefill_server[r])}
             if not servers <= expected:
-                bad(f"request {r}: served on {sorted(servers)} but the outcome says {sorted(expected)}")
+                bad(
+                    f"request {r}: served on {sorted(servers)} but the outcome says {sorted(expected)}"
+                )
             if len(v) >= max_violations:
                 break
     return v[:max_violations]
@@ -226,17 +255,32 @@ def _check_tokens(outcome, expect, offs, arrival, output, generated, bad) -> Non
         k = int(np.flatnonzero(wrong)[0])
         r = int(np.searchsorted(offs, k, side="right") - 1)
         bad(
-            f"request {r} token {k - offs[r] + 1}: outcome says {times[k]!r}, the iterations give "
-            f"{expect[k]!r} ({int(wrong.sum())} tokens differ)"
+            f"request {r} token {k - offs[r] + 1}: outcome says {float(times[k])!r}, the iterations give "
+            f"{float(expect[k])!r} ({int(wrong.sum())} tokens differ)"
         )
     req_of = np.repeat(np.arange(len(output)), output)
     early = np.isfinite(times) & (times < arrival[req_of] - 1e-12)
     if early.any():
         k = int(np.flatnonzero(early)[0])
-        bad(f"request {int(req_of[k])}: a token at {times[k]!r} precedes its arrival")
+        bad(f"request {int(req_of[k])}: a token at {float(times[k])!r} precedes its arrival")
 
 
-def _check_static(instance, outcome, i, s, start, end, reqs, phases, kv_held, expect, prefilled, generated, prefill_done_at, bad) -> None:
+def _check_static(
+    instance,
+    outcome,
+    i,
+    s,
+    start,
+    end,
+    reqs,
+    phases,
+    kv_held,
+    expect,
+    prefilled,
+    generated,
+    prefill_done_at,
+    bad,
+) -> None:
     wl = instance.workload
     where = f"server {s} static batch at {start:.9g}s"
     if not (phases == PHASE_STATIC).all():
@@ -266,6 +310,10 @@ def _check_static(instance, outcome, i, s, start, end, reqs, phases, kv_held, ex
         bad(f"{where}: lasts {end - start:.12g}s but its longest member takes {longest:.12g}s")
     held_before = sum(kv_held[s].values())
     if held_before + alloc > instance.cluster.kv_capacity_tokens:
-        bad(f"{where}: {held_before + alloc} KV tokens exceed capacity {instance.cluster.kv_capacity_tokens}")
+        bad(
+            f"{where}: {held_before + alloc} KV tokens exceed capacity {instance.cluster.kv_capacity_tokens}"
+        )
     if held_before + alloc != int(outcome.it_kv_tokens[i]):
-        bad(f"{where}: {held_before + alloc} KV tokens resident but {int(outcome.it_kv_tokens[i])} logged")
+        bad(
+            f"{where}: {held_before + alloc} KV tokens resident but {int(outcome.it_kv_tokens[i])} logged"
+        )

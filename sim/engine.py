@@ -54,17 +54,23 @@ if TYPE_CHECKING:
 log = logging.getLogger("slolab")
 
 _EV_END, _EV_DECIDE = 0, 1
-_MAX_WINDOW = 4096
+_WINDOW_CHUNK = 512
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 
 
 class _Window:
     """A fast-forwarded run of identical decode-only iterations (pending until committed)."""
 
-    __slots__ = ("ids", "starts", "ends", "features", "kv0", "keep")
+    __slots__ = ("ids", "starts", "ends", "features", "kv0", "keep", "extendable")
 
     def __init__(
-        self, ids: np.ndarray, starts: np.ndarray, ends: np.ndarray, features: np.ndarray, kv0: int
+        self,
+        ids: np.ndarray,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        features: np.ndarray,
+        kv0: int,
+        extendable: bool,
     ):
         self.ids = ids
         self.starts = starts
@@ -72,6 +78,9 @@ class _Window:
         self.features = features
         self.kv0 = kv0
         self.keep = len(ends)
+        # the window stopped at its chunk length, not at a finish or at the memory limit: if it
+        # runs to its end uncut, the same batch continues without asking the policy again
+        self.extendable = extendable
 
 
 class _Pending:
@@ -273,6 +282,24 @@ class Engine:
         self.preempt_log: list[tuple[int, int, float]] = []
         self.max_end = 0.0
 
+    # -- KV accounting -------------------------------------------------------------------
+    def kv_held(self, r: int) -> int:
+        """KV tokens request ``r`` holds: its processed prompt plus its generated tokens.
+
+        After a recompute preemption the re-prefill covers the prompt and the tokens generated
+        before it (``prefill_target - prompt`` of them), which are not counted twice.
+        """
+        return int(self.prefilled[r] + self.generated[r] - self.prefill_target[r] + self.prompt[r])
+
+    def kv_held_sum(self, ids: np.ndarray) -> int:
+        """Sum of :meth:`kv_held` over ``ids`` (the KV read by their decode attention)."""
+        return int(
+            self.prefilled[ids].sum()
+            + self.generated[ids].sum()
+            - self.prefill_target[ids].sum()
+            + self.prompt[ids].sum()
+        )
+
     # -- events --------------------------------------------------------------------------
     def _push(self, t: float, server: Server, kind: int) -> None:
         server._version += 1
@@ -298,6 +325,7 @@ class Engine:
         if keep < w.keep:
             w.keep = keep
             self._push(float(w.ends[keep - 1]), server, _EV_END)
+        w.extendable = False
 
     # -- main loop -------------------------------------------------------------------------
     def run(self, progress: bool = False) -> None:
@@ -336,7 +364,11 @@ class Engine:
             self.now = t
             server._scheduled = False
             if server._window is not None:
+                w = server._window
                 self._commit_window(server)
+                if w.extendable:
+                    self._open_window(server, w.ids)
+                    continue
             elif server._pending is not None:
                 self._commit(server)
             self._decide(server)
@@ -420,7 +452,7 @@ class Engine:
             raise PolicyError(
                 f"server {server.id} t={self.now}: cannot preempt request {r}: not running here"
             )
-        server._kv -= int(self.prefilled[r] + self.generated[r])
+        server._kv -= self.kv_held(r)
         self.prefill_target[r] = self.prompt[r] + self.generated[r]
         self.prefilled[r] = 0
         self.preemptions[r] += 1
@@ -483,10 +515,10 @@ class Engine:
                         self._admit(server, r)
                         server.decoding.append(r)
                         server._decoding_arr = None
-                        server._kv += int(prefilled[r] + self.generated[r])
+                        server._kv += self.kv_held(r)
                     else:
                         raise PolicyError(f"server {sid} t={now}: request {r} is not decoding here")
-            kv_read = int(prefilled[dids].sum() + self.generated[dids].sum())
+            kv_read = self.kv_held_sum(dids)
             alloc += len(dids)
         else:
             dids = _EMPTY_I
@@ -536,32 +568,46 @@ class Engine:
 
     def _start_window(self, server: Server, batch: Batch) -> None:
         now = self.now
-        ids = np.asarray(batch.decode, dtype=np.int64)
-        dset = set(server.decoding)
-        if any(r not in dset for r in ids.tolist()):
-            self._start_iteration(server, batch)
-            return
+        ids = batch.decode
+        if ids is not server._decoding_arr:
+            ids = np.asarray(ids, dtype=np.int64)
+            dset = set(server.decoding)
+            if any(r not in dset for r in ids.tolist()):
+                self._start_iteration(server, batch)
+                return
+            if len(set(ids.tolist())) != len(ids):
+                raise PolicyError(
+                    f"server {server.id} t={now}: a request appears twice in one batch"
+                )
         s = len(ids)
         if s > self.max_batch_size:
             raise PolicyError(
                 f"server {server.id} t={now}: batch of {s} sequences exceeds max_batch_size {self.max_batch_size}"
             )
-        if len(set(ids.tolist())) != s:
-            raise PolicyError(f"server {server.id} t={now}: a request appears twice in one batch")
         if self.max_batch_tokens and s > self.max_batch_tokens:
             raise PolicyError(
                 f"server {server.id} t={now}: batch of {s} tokens exceeds max_batch_tokens {self.max_batch_tokens}"
             )
-        gen = self.generated[ids]
-        k_fin = int((self.output[ids] - gen).min())
-        k_mem = (self.kv_capacity - server._kv) // s
-        if k_mem < 1:
+        if (self.kv_capacity - server._kv) // s < 1:
             raise PolicyError(
                 f"server {server.id} t={now}: batch needs {s} KV tokens but only "
                 f"{self.kv_capacity - server._kv} of {self.kv_capacity} are free"
             )
-        k = min(k_fin, k_mem, _MAX_WINDOW)
-        base = int(self.prefilled[ids].sum() + gen.sum())
+        self._open_window(server, ids)
+
+    def _open_window(self, server: Server, ids: np.ndarray) -> None:
+        """Fast-forward the decode-only batch ``ids`` from now (see the module docstring)."""
+        now = self.now
+        s = len(ids)
+        gen = self.generated[ids]
+        k_fin = int((self.output[ids] - gen).min())
+        k_mem = (self.kv_capacity - server._kv) // s
+        if k_mem < 1:
+            # memory ran out while the batch repeated: the policy decides (e.g. preempts)
+            self._decide(server)
+            return
+        k = min(k_fin, k_mem, _WINDOW_CHUNK)
+        base = self.kv_held_sum(ids)
         f = np.zeros((k, N_FEATURES))
         f[:, F_DECODE_TOKENS] = s
         f[:, F_NUM_DECODE] = s
@@ -576,7 +622,7 @@ class Engine:
         starts[0] = now
         starts[1:] = ends[:-1]
         server._kv += s
-        server._window = _Window(ids, starts, ends, f, server._kv)
+        server._window = _Window(ids, starts, ends, f, server._kv, extendable=k < min(k_fin, k_mem))
         self._push(float(ends[-1]), server, _EV_END)
 
     def _start_static(self, server: Server, batch: Batch) -> None:
@@ -623,7 +669,7 @@ class Engine:
 
     # -- commits -------------------------------------------------------------------------
     def _finish(self, server: Server, r: int) -> None:
-        server._kv -= int(self.prefilled[r] + self.generated[r])
+        server._kv -= self.kv_held(r)
 
     def _commit(self, server: Server) -> None:
         p = server._pending
@@ -682,9 +728,7 @@ class Engine:
                     self._finish(server, r)
                 elif server.role == "prefill":
                     self._finish(server, r)
-                    t_arrive = end + float(
-                        self.instance.cluster.kv_transfer_s(int(prefilled[r] + gen[r]))
-                    )
+                    t_arrive = end + float(self.instance.cluster.kv_transfer_s(self.kv_held(r)))
                     heapq.heappush(self._transfers, (t_arrive, r, r))
                 else:
                     server.decoding.append(r)

@@ -33,7 +33,9 @@ DEFINITIONS = ("deadline", "ttft+mean-tpot", "ttft+max-tpot", "e2e")
 
 def _check_definition(definition: str) -> None:
     if definition not in DEFINITIONS:
-        raise ValueError(f"unknown attainment definition {definition!r}; known: {', '.join(DEFINITIONS)}")
+        raise ValueError(
+            f"unknown attainment definition {definition!r}; known: {', '.join(DEFINITIONS)}"
+        )
 
 
 def _le(value: np.ndarray, bound: np.ndarray) -> np.ndarray:
@@ -118,8 +120,12 @@ def met(instance: Instance, outcome: Outcome, definition: str = "deadline") -> n
 
 def attainment(instance: Instance, outcome: Outcome, definition: str = "deadline") -> float:
     """Fraction of requests meeting their SLO (for ``e2e``: of those that have an e2e SLO)."""
+    return attainment_from_table(request_table(instance, outcome), definition)
+
+
+def attainment_from_table(table: pd.DataFrame, definition: str = "deadline") -> float:
+    """:func:`attainment` from a :func:`request_table` already computed."""
     _check_definition(definition)
-    table = request_table(instance, outcome)
     ok = table[f"met_{definition}"].to_numpy()
     if definition == "e2e":
         has = table["has_e2e_slo"].to_numpy()
@@ -127,7 +133,9 @@ def attainment(instance: Instance, outcome: Outcome, definition: str = "deadline
     return float(ok.mean())
 
 
-def token_weights(instance: Instance, w_prefill: float | None = None, w_decode: float | None = None) -> np.ndarray:
+def token_weights(
+    instance: Instance, w_prefill: float | None = None, w_decode: float | None = None
+) -> np.ndarray:
     """TDG weight of every token: ``w_prefill * w_p(r)`` for the first, ``w_decode * w_p(r)`` else.
 
     ``w_p`` is the workload's ``priority`` column. The first-token and decode-token weights
@@ -153,7 +161,12 @@ def token_weights(instance: Instance, w_prefill: float | None = None, w_decode: 
     return w
 
 
-def tdg(instance: Instance, outcome: Outcome, w_prefill: float | None = None, w_decode: float | None = None) -> float:
+def tdg(
+    instance: Instance,
+    outcome: Outcome,
+    w_prefill: float | None = None,
+    w_decode: float | None = None,
+) -> float:
     """Token-level Deadline-aware Gain (ProServe): sum of weights of on-time tokens."""
     w = token_weights(instance, w_prefill, w_decode)
     on_time = outcome.token_times <= token_deadlines(instance, outcome) + ON_TIME_TOLERANCE_S
@@ -161,9 +174,16 @@ def tdg(instance: Instance, outcome: Outcome, w_prefill: float | None = None, w_
     return float(w[on_time].sum())
 
 
-def tdg_ratio(instance: Instance, outcome: Outcome, w_prefill: float | None = None, w_decode: float | None = None) -> float:
+def tdg_ratio(
+    instance: Instance,
+    outcome: Outcome,
+    w_prefill: float | None = None,
+    w_decode: float | None = None,
+) -> float:
     """TDG over the ideal TDG (every token on time)."""
-    return tdg(instance, outcome, w_prefill, w_decode) / float(token_weights(instance, w_prefill, w_decode).sum())
+    return tdg(instance, outcome, w_prefill, w_decode) / float(
+        token_weights(instance, w_prefill, w_decode).sum()
+    )
 
 
 def g_ratio(instance: Instance, outcome: Outcome) -> float:
@@ -173,7 +193,11 @@ def g_ratio(instance: Instance, outcome: Outcome) -> float:
     otherwise), i.e. the ``ttft+mean-tpot`` definition with e2e enforced. Latency is e2e
     latency; G is 0 if any request is unfinished (infinite latency).
     """
-    table = request_table(instance, outcome)
+    return g_ratio_from_table(request_table(instance, outcome))
+
+
+def g_ratio_from_table(table: pd.DataFrame) -> float:
+    """:func:`g_ratio` from a :func:`request_table` already computed."""
     total = float(table["e2e_s"].sum())
     if not np.isfinite(total):
         return 0.0
@@ -207,7 +231,7 @@ def summary(instance: Instance, outcome: Outcome) -> dict[str, Any]:
         "attainment": float(t["met_deadline"].mean()),
     }
     for d in DEFINITIONS:
-        res[f"attainment_{d}"] = attainment(instance, outcome, d)
+        res[f"attainment_{d}"] = attainment_from_table(t, d)
     ttft = t["ttft_s"].to_numpy()
     tpot = t["tpot_mean_s"].to_numpy()
     e2e = t["e2e_s"].to_numpy()
@@ -217,14 +241,18 @@ def summary(instance: Instance, outcome: Outcome) -> dict[str, Any]:
             "ttft_p99": _pct(ttft, 99),
             "tpot_p50": _pct(tpot, 50),
             "tpot_p99": _pct(tpot, 99),
-            "e2e_mean": float(np.mean(e2e[np.isfinite(e2e)])) if np.isfinite(e2e).any() else float("nan"),
+            "e2e_mean": float(np.mean(e2e[np.isfinite(e2e)]))
+            if np.isfinite(e2e).any()
+            else float("nan"),
             "tdg_ratio": tdg_ratio(instance, outcome),
-            "g": g_ratio(instance, outcome),
+            "g": g_ratio_from_table(t),
             "tokens_simulated": outcome.tokens_emitted,
             "iterations": outcome.n_iterations,
             "preemptions": int(outcome.preemptions.sum()),
             "end_s": outcome.end_s,
-            "utilization": float(outcome.busy_s.sum() / max(instance.cluster.servers * outcome.end_s, 1e-12)),
+            "utilization": float(
+                outcome.busy_s.sum() / max(instance.cluster.servers * outcome.end_s, 1e-12)
+            ),
             "wall_s": outcome.wall_s,
         }
     )

@@ -60,7 +60,9 @@ class SchedulePolicy:
         static = [r for r, ph, _ in it.entries if ph == "static"]
         if static:
             if len(static) != len(it.entries):
-                raise PolicyError(f"server {server.id} iteration {k}: static entries mixed with others")
+                raise PolicyError(
+                    f"server {server.id} iteration {k}: static entries mixed with others"
+                )
             return Batch(static=static, reject=reject)
         prefill = [(r, t) for r, ph, t in it.entries if ph == "prefill"]
         decode = [r for r, ph, _ in it.entries if ph == "decode"]

@@ -142,7 +142,7 @@ class Backend(ABC):
 
     @classmethod
     def available(cls) -> bool:
-        """True when the packages this backend needs import."""
+        """True when the solver can run here; raises ImportError when a package is missing."""
         return True
 
     def _check_params(self) -> None:
@@ -251,8 +251,14 @@ def milp_objective_value(problem: Any) -> float | None:
     """Value of a solved PuLP problem's objective, constant included (0 with no objective)."""
     if problem.objective is None:
         return 0.0
-    value = problem.objective.value()
-    return None if value is None else finite_or_none(value)
+    total = float(problem.objective.constant)
+    for variable, coefficient in problem.objective.items():
+        if coefficient == 0:
+            continue
+        if variable.varValue is None:
+            return None
+        total += coefficient * variable.varValue
+    return finite_or_none(total)
 
 
 def milp_objective_constant(problem: Any) -> float:

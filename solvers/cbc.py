@@ -61,10 +61,7 @@ class CbcBackend(Backend):
 
     @classmethod
     def available(cls) -> bool:
-        try:
-            return bool(_cbc_solver(msg=False).available())
-        except ImportError:
-            return False
+        return bool(_cbc_solver(msg=False).available())
 
     def _check_params(self) -> None:
         for option, value in self.params.items():

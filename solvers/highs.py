@@ -28,6 +28,19 @@ from slolab.solvers.base import MilpFormulation, Status
 # asking for another size fails unless the pool is reset first. This records the current size.
 _pool_threads: int | None = None
 
+# HiGHS stops other than the time limit: a solution found so far is FEASIBLE, not proved.
+_OTHER_LIMITS = frozenset(
+    {
+        "kIterationLimit",
+        "kSolutionLimit",
+        "kObjectiveBound",
+        "kObjectiveTarget",
+        "kInterrupt",
+        "kMemoryLimit",
+        "kHighsInterrupt",
+    }
+)
+
 
 def _use_threads(threads: int) -> None:
     """Make HiGHS's global thread pool ``threads`` wide (reset only when the size changes)."""
@@ -55,10 +68,9 @@ class HighsBackend(Backend):
 
     @classmethod
     def available(cls) -> bool:
-        try:
-            import pulp
-        except ImportError:
-            return False
+        import highspy  # noqa: F401
+        import pulp
+
         return "HiGHS" in pulp.listSolvers(onlyAvailable=True)
 
     def _check_params(self) -> None:
@@ -146,15 +158,7 @@ class HighsBackend(Backend):
             status = Status.INFEASIBLE
         elif code == models.kTimeLimit:
             status = Status.TIME_LIMIT
-        elif code in (
-            models.kIterationLimit,
-            models.kSolutionLimit,
-            models.kObjectiveBound,
-            models.kObjectiveTarget,
-            models.kInterrupt,
-            models.kMemoryLimit,
-            models.kHighsInterrupt,
-        ):
+        elif code.name in _OTHER_LIMITS:
             status = Status.FEASIBLE if has_solution else Status.UNKNOWN
         else:
             status = Status.UNKNOWN

@@ -360,7 +360,9 @@ class ThresholdTiming(TimingModel):
         if f.shape[0] == 1:
             part = self.below if f[0, self._column] < self.threshold else self.above
             return part.times(f)
-        return np.where(f[:, self._column] < self.threshold, self.below.times(f), self.above.times(f))
+        return np.where(
+            f[:, self._column] < self.threshold, self.below.times(f), self.above.times(f)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -11,8 +11,9 @@ checked with the model's own :meth:`~slolab.timing.TimingModel.times` so that th
 exact for the model as evaluated in floating point:
 
 - affine models (and rooflines of affine lines, taking the smallest per-line answer) give a
-  closed-form candidate: the root of ``A n^2 + B n + C = budget`` (prefill attention makes the
-  time quadratic in the chunk), verified on the integers around it;
+  closed-form candidate ``n``: the root of ``A n^2 + B n + C = budget`` (prefill attention
+  makes the time quadratic in the chunk), accepted when the model puts ``n`` within and
+  ``n + 1`` over the budget (one ``times`` call on three rows);
 - other forms, and any candidate the check rejects, use a vectorised search: doubling until
   the budget is exceeded, then 64-way bisection, each step one ``times`` call on many rows.
 
@@ -47,28 +48,55 @@ __all__ = ["DEFAULT_MAX_TOKENS", "time2bs", "time_to_tokens"]
 DEFAULT_MAX_TOKENS = 1 << 24
 
 _SEARCH_WIDTH = 64
-_CHECK_RADIUS = 2
 
 
 class _Ray:
-    """Feature rows ``base + n * linear + n^2 * quadratic + [n > 0] * step``."""
+    """Feature rows ``base + n * linear + n^2 * quadratic + [n > 0] * step``.
+
+    Each direction is sparse, ``{feature column: value}``.
+    """
 
     __slots__ = ("base", "linear", "quadratic", "step")
 
-    def __init__(self) -> None:
-        self.base = np.zeros(N_FEATURES)
-        self.linear = np.zeros(N_FEATURES)
-        self.quadratic = np.zeros(N_FEATURES)
-        self.step = np.zeros(N_FEATURES)
+    def __init__(
+        self,
+        base: dict[int, float],
+        linear: dict[int, float],
+        quadratic: dict[int, float],
+        step: dict[int, float],
+    ) -> None:
+        self.base = base
+        self.linear = linear
+        self.quadratic = quadratic
+        self.step = step
+
+    def row(self, n: int) -> list[float]:
+        """One feature row, in Python floats (cheap for the few rows of a check)."""
+        out = [0.0] * N_FEATURES
+        for column, value in self.base.items():
+            out[column] += value
+        for column, value in self.linear.items():
+            out[column] += n * value
+        for column, value in self.quadratic.items():
+            out[column] += n * n * value
+        if n > 0:
+            for column, value in self.step.items():
+                out[column] += value
+        return out
 
     def rows(self, n: np.ndarray) -> np.ndarray:
-        nf = n.astype(float)[:, None]
-        return (
-            self.base
-            + nf * self.linear
-            + (nf * nf) * self.quadratic
-            + (nf > 0).astype(float) * self.step
-        )
+        """Feature rows for many ``n`` at once."""
+        nf = n.astype(float)
+        out = np.zeros((len(nf), N_FEATURES))
+        for column, value in self.base.items():
+            out[:, column] += value
+        for column, value in self.linear.items():
+            out[:, column] += nf * value
+        for column, value in self.quadratic.items():
+            out[:, column] += nf * nf * value
+        for column, value in self.step.items():
+            out[:, column] += (nf > 0) * value
+        return out
 
 
 def time_to_tokens(
@@ -116,14 +144,16 @@ def time_to_tokens(
     """
     _check_counts(decode_seqs=decode_seqs, decode_kv_tokens=decode_kv_tokens)
     _check_counts(prefill_prefix=prefill_prefix, max_tokens=max_tokens)
-    ray = _Ray()
-    ray.base[F_DECODE_TOKENS] = decode_seqs
-    ray.base[F_NUM_DECODE] = decode_seqs
-    ray.base[F_DECODE_KV] = decode_kv_tokens
-    ray.linear[F_PREFILL_TOKENS] = 1.0
-    ray.linear[F_PREFILL_ATTN] = prefill_prefix + 0.5
-    ray.quadratic[F_PREFILL_ATTN] = 0.5
-    ray.step[F_NUM_PREFILL] = 1.0
+    ray = _Ray(
+        base={
+            F_DECODE_TOKENS: decode_seqs,
+            F_NUM_DECODE: decode_seqs,
+            F_DECODE_KV: decode_kv_tokens,
+        },
+        linear={F_PREFILL_TOKENS: 1.0, F_PREFILL_ATTN: prefill_prefix + 0.5},
+        quadratic={F_PREFILL_ATTN: 0.5},
+        step={F_NUM_PREFILL: 1.0},
+    )
     return _largest_within(model, float(budget_s), ray, max_tokens)
 
 
@@ -165,9 +195,7 @@ def time2bs(
     SLOs-Serve, Algorithm 2 (line 7: ``Batch(prefillBgt = M.time2bs(t0))``) and Sec. 3.2.3.
     """
     _check_counts(spec_steps=spec_steps, max_tokens=max_tokens)
-    ray = _Ray()
-    ray.base[F_SPEC] = spec_steps
-    ray.linear[F_PREFILL_TOKENS] = 1.0
+    ray = _Ray(base={F_SPEC: spec_steps}, linear={F_PREFILL_TOKENS: 1.0}, quadratic={}, step={})
     return _largest_within(model, float(t0_s), ray, max_tokens)
 
 
@@ -181,17 +209,22 @@ def _largest_within(model: TimingModel, budget_s: float, ray: _Ray, max_tokens: 
     if not np.isfinite(budget_s):
         raise ValueError(f"budget must be finite, got {budget_s}")
     max_tokens = int(max_tokens)
-    if model.times(ray.rows(np.zeros(1, dtype=np.int64)))[0] > budget_s:
-        return 0
     candidate = _closed_form(model, budget_s, ray, max_tokens)
-    if candidate is not None:
-        checked = _check_around(model, budget_s, ray, candidate, max_tokens)
-        if checked is not None:
-            return checked
+    if candidate is None:
+        if model.times(np.array([ray.row(0)]))[0] > budget_s:
+            return 0
+        return _search(model, budget_s, ray, max_tokens)
+    probes = [0, candidate, candidate + 1] if candidate < max_tokens else [0, candidate]
+    within = model.times(np.array([ray.row(n) for n in probes])) <= budget_s
+    if not within[0]:
+        return 0
+    if within[1] and (candidate == max_tokens or not within[2]):
+        return candidate
     return _search(model, budget_s, ray, max_tokens)
 
 
 def _closed_form(model: TimingModel, budget_s: float, ray: _Ray, max_tokens: int) -> int | None:
+    """Root of ``A n^2 + B n + C = budget`` for affine models, or None."""
     if isinstance(model, RooflineTiming) and len(model.lines) > 1:
         answers = [_closed_form(line, budget_s, ray, max_tokens) for line in model.lines]
         if any(a is None for a in answers):
@@ -200,10 +233,11 @@ def _closed_form(model: TimingModel, budget_s: float, ray: _Ray, max_tokens: int
     view = model.affine()
     if view is None:
         return None
-    intercept, coef = view
-    a = float(ray.quadratic @ coef)
-    b = float(ray.linear @ coef)
-    c = intercept + float(ray.base @ coef) + float(ray.step @ coef)
+    intercept, coef_array = view
+    coef = coef_array.tolist()
+    a = _dot(ray.quadratic, coef)
+    b = _dot(ray.linear, coef)
+    c = intercept + _dot(ray.base, coef) + _dot(ray.step, coef)
     if a < 0 or b < 0:
         return None
     room = budget_s - c
@@ -218,23 +252,8 @@ def _closed_form(model: TimingModel, budget_s: float, ray: _Ray, max_tokens: int
     return int(min(math.floor(root), max_tokens))
 
 
-def _check_around(
-    model: TimingModel, budget_s: float, ray: _Ray, candidate: int, max_tokens: int
-) -> int | None:
-    """The answer if the integers around ``candidate`` show the boundary, else None."""
-    low = max(candidate - _CHECK_RADIUS, 0)
-    high = min(candidate + _CHECK_RADIUS, max_tokens)
-    n = np.arange(low, high + 1, dtype=np.int64)
-    within = model.times(ray.rows(n)) <= budget_s
-    if not within[0]:
-        return None
-    over = np.flatnonzero(~within)
-    if over.size == 0:
-        return max_tokens if high == max_tokens else None
-    first_over = int(over[0])
-    if np.any(within[first_over:]):
-        return None
-    return int(n[first_over - 1])
+def _dot(direction: dict[int, float], coef: list[float]) -> float:
+    return sum(value * coef[column] for column, value in direction.items())
 
 
 def _search(model: TimingModel, budget_s: float, ray: _Ray, max_tokens: int) -> int:

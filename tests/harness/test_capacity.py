@@ -6,7 +6,6 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from slolab.harness.capacity import CapacityResult, capacity
 
 

@@ -1,0 +1,935 @@
+"""Trace readers: real request traces to a :class:`~slolab.instances.records.Workload`.
+
+Every reader returns a workload whose ``arrival_s`` is in seconds from the earliest request
+(so the first row arrives at 0), sorted by arrival (stable: rows with equal times keep their
+file order), with ``prompt_tokens`` and ``output_tokens`` as integers >= 1. Bad input raises a
+:class:`TraceError` that names the file, the 1-based line (the header is line 1), the field and
+the offending value; a reader never returns a partial workload.
+
+Formats (see ``docs/instances.md``):
+
+``"azure"``
+    Azure LLM inference traces, 2023 and 2024 (week-long) releases: CSV with ``TIMESTAMP``
+    (wall-clock date-time strings, any number of sub-second digits, optional UTC offset),
+    ``ContextTokens`` and ``GeneratedTokens``. Read in chunks, so the 17M-row 2024 files stream
+    with bounded memory.
+``"mooncake"``
+    Mooncake JSONL: ``timestamp`` (milliseconds), ``input_length``, ``output_length``,
+    ``hash_ids`` (512-token prefix-block ids; kept only with ``keep_hash_ids=True``).
+``"lengths"``
+    Length-only CSV (``num_prefill_tokens``, ``num_decode_tokens``, as in the vidur processed
+    traces) with arrivals drawn from a named process.
+``"generic"``
+    Any CSV or Parquet file with a column mapping.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from slolab.instances.records import STANDARD_COLUMNS, Workload
+from slolab.instances.transform import ARRIVAL_PROCESSES, draw_arrivals
+
+logger = logging.getLogger("slolab")
+
+#: Vendored traces (in ``instances/data/traces``) by name.
+TRACES: dict[str, str] = {
+    "azure_conv_2023": "azure_conv_2023.csv",
+    "azure_code_2023": "azure_code_2023.csv",
+    "arxiv_summarization": "arxiv_summarization_lengths_llama2.csv",
+    "mooncake_conversation": "mooncake_conversation.jsonl",
+}
+
+FORMATS = ("azure", "mooncake", "lengths", "generic")
+ZERO_OUTPUT_POLICIES = ("error", "drop", "clamp")
+UNSORTED_POLICIES = ("sort", "error")
+#: Divisor from a numeric time column's unit to seconds; ``"datetime"`` parses date-time strings.
+TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
+
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
+LENGTHS_COLUMNS = ("num_prefill_tokens", "num_decode_tokens")
+
+_TRACE_DIR = Path(__file__).resolve().parent / "data" / "traces"
+_DEFAULT_CHUNK_ROWS = 1_000_000
+_DATETIME_EXAMPLE = "2023-11-16 18:17:03.9799600"
+
+
+class TraceError(ValueError):
+    """Bad trace input, with where it is.
+
+    Attributes
+    ----------
+    path : str
+        The file.
+    line : int or None
+        1-based file line (header = line 1), or 1-based row for Parquet files.
+    field : str or None
+        The column or JSON field.
+    value : object
+        The offending value as read.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | Path,
+        line: int | None = None,
+        field: str | None = None,
+        value: object = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = str(path)
+        self.line = line
+        self.field = field
+        self.value = value
+
+
+def _error(
+    path: str | Path,
+    line: int | None,
+    problem: str,
+    *,
+    field: str | None = None,
+    value: object = None,
+    unit: str = "line",
+) -> TraceError:
+    where = Path(path).name if line is None else f"{Path(path).name} {unit} {line}"
+    return TraceError(f"{where}: {problem}", path=path, line=line, field=field, value=value)
+
+
+def _field_error(
+    path: str | Path,
+    line: int,
+    field: str,
+    must_be: str,
+    value: object,
+    *,
+    hint: str = "",
+    unit: str = "line",
+) -> TraceError:
+    problem = f"{field} must be {must_be}, got {value!r}{hint}"
+    return _error(path, line, problem, field=field, value=value, unit=unit)
+
+
+def trace_path(name: str) -> Path:
+    """Path of a vendored trace by name.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`TRACES`: ``"azure_conv_2023"``, ``"azure_code_2023"``,
+        ``"arxiv_summarization"``, ``"mooncake_conversation"``.
+
+    Returns
+    -------
+    pathlib.Path
+        The file inside the installed package (``instances/data/traces``).
+    """
+    if name not in TRACES:
+        raise ValueError(f"unknown trace {name!r}; known: {', '.join(TRACES)}")
+    return _TRACE_DIR / TRACES[name]
+
+
+# -- validation of one chunk ------------------------------------------------------------------
+
+
+class _Chunk:
+    """Checks on one chunk of rows; the first problem in file order wins.
+
+    ``lines`` gives the file line (or Parquet row) of every row of the chunk.
+    """
+
+    def __init__(
+        self, path: str | Path, lines: np.ndarray, unit: str = "line", text: bool = True
+    ) -> None:
+        self.path = path
+        self.lines = lines
+        self.unit = unit
+        self.text = text
+        self.problems: list[tuple[int, TraceError]] = []
+
+    def line(self, row: int) -> int:
+        return int(self.lines[row])
+
+    def shown(self, values: pd.Series, row: int) -> object:
+        """The value of ``row`` as the file has it: text for CSV, a Python scalar otherwise."""
+        value = values.iloc[row]
+        if isinstance(value, np.generic):
+            value = value.item()
+        if self.text and not isinstance(value, str):
+            value = str(value)
+        return value
+
+    def flag(self, bad: np.ndarray, make: Callable[[int], TraceError]) -> None:
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            self.problems.append((row, make(row)))
+
+    def raise_first(self) -> None:
+        if self.problems:
+            raise min(self.problems, key=lambda p: p[0])[1]
+
+    def lengths(
+        self, raw: pd.Series, field: str, zero_output: str | None, shown: pd.Series | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Integer lengths >= 1 and the mask of zeros that ``zero_output`` lets through.
+
+        ``zero_output`` is None for a length that must be >= 1 whatever the policy (prompts).
+        ``shown`` is what error messages quote (default ``raw``).
+        """
+        shown = raw if shown is None else shown
+        values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+        with np.errstate(invalid="ignore"):
+            integral = np.isfinite(values) & (values == np.floor(values))
+            zero = integral & (values == 0)
+            allowed_zero = zero if zero_output in ("drop", "clamp") else np.zeros_like(zero)
+            bad = ~integral | ((values < 1) & ~allowed_zero)
+        hint = ""
+        if zero_output == "error":
+            hint = " (zero-length outputs: pass zero_output='drop' or 'clamp')"
+
+        def make(row: int) -> TraceError:
+            value = self.shown(shown, row)
+            extra = hint if zero[row] else ""
+            return _field_error(
+                self.path,
+                self.line(row),
+                field,
+                "an integer >= 1",
+                value,
+                hint=extra,
+                unit=self.unit,
+            )
+
+        self.flag(bad, make)
+        return np.where(integral, values, 0.0).astype("int64"), allowed_zero
+
+    def datetimes(self, raw: pd.Series, field: str) -> np.ndarray:
+        """Date-time strings to int64 nanoseconds (UTC)."""
+        parsed = pd.to_datetime(raw, format="ISO8601", errors="coerce", utc=True)
+        bad = parsed.isna().to_numpy()
+        self.flag(
+            bad,
+            lambda row: _field_error(
+                self.path,
+                self.line(row),
+                field,
+                f"a date-time like {_DATETIME_EXAMPLE!r}",
+                self.shown(raw, row),
+                unit=self.unit,
+            ),
+        )
+        ns = pd.DatetimeIndex(parsed).as_unit("ns").asi8
+        return np.where(bad, 0, ns)
+
+    def numbers(self, raw: pd.Series, field: str, shown: pd.Series | None = None) -> np.ndarray:
+        """Finite numbers (int64 when every value is an integer, else float64)."""
+        shown = raw if shown is None else shown
+        values = pd.to_numeric(raw, errors="coerce")
+        as_float = values.to_numpy(dtype="float64", na_value=np.nan)
+        bad = ~np.isfinite(as_float)
+        self.flag(
+            bad,
+            lambda row: _field_error(
+                self.path,
+                self.line(row),
+                field,
+                "a finite number",
+                self.shown(shown, row),
+                unit=self.unit,
+            ),
+        )
+        if values.dtype.kind in "iu":
+            return values.to_numpy(dtype="int64")
+        return as_float
+
+    def standard(self, raw: pd.Series, field: str) -> np.ndarray:
+        """An optional standard column (SLOs, priority, tier, value) with its record rule."""
+        values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+        blank = raw.astype(str).str.strip().isin(["", "nan", "NaN", "None"]).to_numpy()
+        with np.errstate(invalid="ignore"):
+            if field.endswith("_slo_s"):
+                bad = ~blank & ~(np.isfinite(values) & (values >= 0))
+                must_be = "empty (no objective) or a finite number >= 0"
+            elif field == "priority":
+                bad = ~(np.isfinite(values) & (values > 0))
+                must_be = "a finite number > 0"
+            elif field == "tier":
+                bad = ~(np.isfinite(values) & (values >= 0) & (values == np.floor(values)))
+                must_be = "an integer >= 0"
+            else:
+                bad = ~(np.isfinite(values) & (values >= 0))
+                must_be = "a finite number >= 0"
+        self.flag(
+            bad,
+            lambda row: _field_error(
+                self.path, self.line(row), field, must_be, self.shown(raw, row), unit=self.unit
+            ),
+        )
+        if field == "tier":
+            return np.where(bad, 0, values).astype("int64")
+        return values
+
+
+# -- assembling the workload --------------------------------------------------------------------
+
+
+class _Columns:
+    """Per-chunk arrays, concatenated once at the end."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[np.ndarray]] = {}
+        self.line_parts: list[np.ndarray] = []
+        self.zero_rows = 0
+
+    def add_chunk(
+        self, lines: np.ndarray, zero: np.ndarray, zero_output: str, **arrays: np.ndarray
+    ) -> None:
+        """Add a validated chunk, applying the zero-output policy to ``output_tokens``."""
+        if zero.any():
+            self.zero_rows += int(zero.sum())
+            if zero_output == "clamp":
+                arrays["output_tokens"] = np.where(zero, 1, arrays["output_tokens"])
+            else:
+                keep = ~zero
+                arrays = {name: arr[keep] for name, arr in arrays.items()}
+                lines = lines[keep]
+        self.line_parts.append(lines)
+        for name, arr in arrays.items():
+            self.parts.setdefault(name, []).append(arr)
+
+    def log_zero(self, path: str | Path, zero_output: str, field: str) -> None:
+        if self.zero_rows:
+            action = "dropped" if zero_output == "drop" else "set to 1"
+            logger.info(
+                "%s: %d rows with %s = 0 %s", Path(path).name, self.zero_rows, field, action
+            )
+
+    def __len__(self) -> int:
+        return sum(len(x) for x in self.line_parts)
+
+    def get(self, name: str) -> np.ndarray:
+        parts = self.parts[name]
+        if any(p.dtype == object for p in parts):
+            out = np.empty(sum(len(p) for p in parts), dtype=object)
+            i = 0
+            for p in parts:
+                out[i : i + len(p)] = p
+                i += len(p)
+            return out
+        return np.concatenate(parts)
+
+    def lines(self) -> np.ndarray:
+        return np.concatenate(self.line_parts)
+
+
+def _check_policy(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+def _order(
+    times: np.ndarray, lines: np.ndarray, path: str | Path, field: str, unsorted: str, unit: str
+) -> np.ndarray | None:
+    """Stable sort permutation of ``times``, None when already sorted."""
+    if len(times) < 2:
+        return None
+    down = times[1:] < times[:-1]
+    if not down.any():
+        return None
+    i = int(np.flatnonzero(down)[0]) + 1
+    if unsorted == "error":
+        raise _error(
+            path,
+            int(lines[i]),
+            f"{field} must be non-decreasing (unsorted='error'), got a time earlier than "
+            f"line {int(lines[i - 1])}'s",
+            field=field,
+            value=times[i],
+            unit=unit,
+        )
+    logger.info(
+        "%s: %d out-of-order times, sorted by time (stable)", Path(path).name, int(down.sum())
+    )
+    return np.argsort(times, kind="stable")
+
+
+def _seconds_from_first(times: np.ndarray, divisor: float) -> np.ndarray:
+    """Times (int or float, in some unit) to float seconds from the earliest one."""
+    start = times.min()
+    return (times - start) / divisor
+
+
+def _build(
+    cols: _Columns,
+    path: str | Path,
+    *,
+    time_field: str,
+    divisor: float,
+    unsorted: str,
+    unit: str = "line",
+) -> Workload:
+    if len(cols) == 0:
+        raise _error(path, 1, "no requests in the file", unit="line")
+    times = cols.get("time")
+    lines = cols.lines()
+    perm = _order(times, lines, path, time_field, unsorted, unit)
+    arrays = {name: cols.get(name) for name in cols.parts if name != "time"}
+    arrival_s = _seconds_from_first(times, divisor)
+    if perm is not None:
+        arrival_s = arrival_s[perm]
+        arrays = {name: arr[perm] for name, arr in arrays.items()}
+    return Workload({"arrival_s": arrival_s, **arrays}, source=str(path))
+
+
+# -- CSV streaming ------------------------------------------------------------------------------
+
+
+def _csv_header(path: str | Path) -> list[str]:
+    try:
+        return list(pd.read_csv(path, nrows=0).columns)
+    except pd.errors.EmptyDataError:
+        raise _error(path, 1, "file is empty, expected a header line") from None
+
+
+def _require_columns(path: str | Path, header: list[str], required: tuple[str, ...]) -> None:
+    for name in required:
+        if name not in header:
+            raise _error(
+                path,
+                1,
+                f"missing column {name} (header has {', '.join(header) or 'nothing'})",
+                field=name,
+                value=",".join(header),
+            )
+
+
+_PARSER_LINE = re.compile(r"line (\d+)")
+
+
+class _TypedParseFailed(Exception):
+    """A typed (fast) CSV read met a length that is not a plain integer."""
+
+
+def _csv_chunks(
+    path: str | Path,
+    columns: tuple[str, ...],
+    limit: int | None,
+    chunk_rows: int,
+    int_columns: tuple[str, ...] = (),
+) -> Iterator[tuple[np.ndarray, pd.DataFrame]]:
+    """Chunks of the file with the line of each row (header = line 1).
+
+    ``int_columns`` are parsed as int64 by the C parser (fast); a value that is not a plain
+    integer raises :class:`_TypedParseFailed` so the caller can re-read everything as text and
+    report the exact line. Other columns are read as text.
+    """
+    dtype = {c: ("int64" if c in int_columns else object) for c in columns}
+    reader = pd.read_csv(
+        path,
+        usecols=list(columns),
+        dtype=dtype,  # type: ignore[arg-type]
+        na_filter=False,
+        skip_blank_lines=False,
+        chunksize=chunk_rows,
+        nrows=limit,
+    )
+    first_line = 2
+    try:
+        with reader:
+            for chunk in reader:
+                yield first_line + np.arange(len(chunk)), chunk
+                first_line += len(chunk)
+    except pd.errors.ParserError as exc:
+        found = _PARSER_LINE.search(str(exc))
+        line = int(found.group(1)) if found else None
+        raise _error(path, line, f"malformed CSV row ({exc})") from None
+    except (ValueError, OverflowError) as exc:
+        if int_columns:
+            raise _TypedParseFailed(str(exc)) from exc
+        raise
+
+
+def _read_csv(
+    path: str | Path,
+    columns: tuple[str, ...],
+    int_columns: tuple[str, ...],
+    limit: int | None,
+    chunk_rows: int,
+    on_chunk: Callable[[np.ndarray, pd.DataFrame, _Columns], None],
+) -> _Columns:
+    """Stream a CSV through ``on_chunk``: typed fast pass, text pass if that one fails."""
+    cols = _Columns()
+    try:
+        for lines, chunk in _csv_chunks(path, columns, limit, chunk_rows, int_columns):
+            on_chunk(lines, chunk, cols)
+        return cols
+    except _TypedParseFailed as exc:
+        logger.debug("%s: re-reading as text to locate a bad length (%s)", Path(path).name, exc)
+    cols = _Columns()
+    for lines, chunk in _csv_chunks(path, columns, limit, chunk_rows):
+        on_chunk(lines, chunk, cols)
+    return cols
+
+
+def _check_limit(limit: int | None) -> None:
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
+
+
+def _check_chunk_rows(chunk_rows: int) -> None:
+    if not isinstance(chunk_rows, int) or chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
+
+
+# -- readers ------------------------------------------------------------------------------------
+
+
+def read_azure(
+    path: str | Path,
+    *,
+    limit: int | None = None,
+    zero_output: str = "error",
+    unsorted: str = "sort",
+    chunk_rows: int = _DEFAULT_CHUNK_ROWS,
+) -> Workload:
+    """Read an Azure LLM inference trace (2023 or 2024 week-long release).
+
+    Parameters
+    ----------
+    path : str or Path
+        CSV with columns ``TIMESTAMP``, ``ContextTokens``, ``GeneratedTokens`` (others ignored).
+        Timestamps are ISO date-times such as ``2023-11-16 18:17:03.9799600`` (2023) or
+        ``2024-05-10 00:00:00.009930+00:00`` (2024); they are parsed to integer nanoseconds,
+        so arrivals are exact to the trace's resolution.
+    limit : int, optional
+        Read only the first ``limit`` data rows.
+    zero_output : {"error", "drop", "clamp"}
+        What to do with rows whose ``GeneratedTokens`` is 0 (a request needs at least one
+        output token): raise (default), drop the row, or set it to 1.
+    unsorted : {"sort", "error"}
+        Rows out of time order are sorted by time (stable, default) or raise.
+    chunk_rows : int
+        Rows parsed per chunk; memory holds one chunk of raw strings at a time.
+
+    Returns
+    -------
+    Workload
+        ``arrival_s`` (s from the earliest row), ``prompt_tokens`` (``ContextTokens``),
+        ``output_tokens`` (``GeneratedTokens``).
+
+    References
+    ----------
+    Patel et al., "Splitwise", ISCA 2024 (2023 traces); Stojkovic et al., "DynamoLLM",
+    HPCA 2025 (2024 traces). Azure/AzurePublicDataset, CC-BY 4.0.
+    """
+    _check_limit(limit)
+    _check_chunk_rows(chunk_rows)
+    _check_policy("zero_output", zero_output, ZERO_OUTPUT_POLICIES)
+    _check_policy("unsorted", unsorted, UNSORTED_POLICIES)
+    _require_columns(path, _csv_header(path), AZURE_COLUMNS)
+    time_col, prompt_col, output_col = AZURE_COLUMNS
+
+    def on_chunk(lines: np.ndarray, chunk: pd.DataFrame, cols: _Columns) -> None:
+        check = _Chunk(path, lines)
+        ns = check.datetimes(chunk[time_col], time_col)
+        prompt, _ = check.lengths(chunk[prompt_col], prompt_col, None)
+        output, zero = check.lengths(chunk[output_col], output_col, zero_output)
+        check.raise_first()
+        cols.add_chunk(
+            lines, zero, zero_output, time=ns, prompt_tokens=prompt, output_tokens=output
+        )
+
+    cols = _read_csv(path, AZURE_COLUMNS, (prompt_col, output_col), limit, chunk_rows, on_chunk)
+    cols.log_zero(path, zero_output, output_col)
+    return _build(cols, path, time_field=time_col, divisor=1e9, unsorted=unsorted)
+
+
+def read_mooncake(
+    path: str | Path,
+    *,
+    limit: int | None = None,
+    keep_hash_ids: bool = False,
+    zero_output: str = "error",
+    unsorted: str = "sort",
+) -> Workload:
+    """Read a Mooncake JSONL trace.
+
+    Parameters
+    ----------
+    path : str or Path
+        One JSON object per line with ``timestamp`` (ms from the start of the trace),
+        ``input_length``, ``output_length`` and ``hash_ids``. Blank lines are skipped.
+    limit : int, optional
+        Read only the first ``limit`` records.
+    keep_hash_ids : bool
+        Keep ``hash_ids`` (the prompt's 512-token prefix-block ids) as an object column of
+        lists.
+    zero_output, unsorted
+        As in :func:`read_azure`.
+
+    Returns
+    -------
+    Workload
+
+    References
+    ----------
+    Qin et al., "Mooncake: A KVCache-centric Architecture for Serving LLM Chatbot", FAST 2025;
+    kvcache-ai/Mooncake, Apache-2.0.
+    """
+    _check_limit(limit)
+    _check_policy("zero_output", zero_output, ZERO_OUTPUT_POLICIES)
+    _check_policy("unsorted", unsorted, UNSORTED_POLICIES)
+    times: list[Any] = []
+    prompts: list[Any] = []
+    outputs: list[Any] = []
+    hashes: list[Any] = []
+    line_numbers: list[int] = []
+    with open(path, encoding="utf-8") as handle:
+        for number, text in enumerate(handle, start=1):
+            if limit is not None and len(times) >= limit:
+                break
+            if not text.strip():
+                continue
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise _error(
+                    path, number, f"not a JSON object ({exc.msg})", value=text.strip()[:80]
+                ) from None
+            if not isinstance(record, dict):
+                raise _error(path, number, "not a JSON object", value=text.strip()[:80])
+            for name in MOONCAKE_FIELDS + (("hash_ids",) if keep_hash_ids else ()):
+                if name not in record:
+                    raise _error(path, number, f"missing field {name}", field=name)
+            times.append(record["timestamp"])
+            prompts.append(record["input_length"])
+            outputs.append(record["output_length"])
+            line_numbers.append(number)
+            if keep_hash_ids:
+                ids = record["hash_ids"]
+                if not isinstance(ids, list) or not all(
+                    isinstance(x, int) and not isinstance(x, bool) for x in ids
+                ):
+                    raise _field_error(path, number, "hash_ids", "a list of integers", ids)
+                hashes.append(ids)
+    if not times:
+        raise _error(path, 1, "no requests in the file")
+    lines = np.asarray(line_numbers)
+    check = _Chunk(path, lines, text=False)
+    time_field, prompt_field, output_field = MOONCAKE_FIELDS
+    stamp_raw, stamp_shown = _json_numbers(times)
+    stamp = check.numbers(stamp_raw, time_field, stamp_shown)
+    prompt_raw, prompt_shown = _json_numbers(prompts)
+    prompt, _ = check.lengths(prompt_raw, prompt_field, None, prompt_shown)
+    output_raw, output_shown = _json_numbers(outputs)
+    output, zero = check.lengths(output_raw, output_field, zero_output, output_shown)
+    check.raise_first()
+    arrays: dict[str, np.ndarray] = {
+        "time": stamp,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+    }
+    if keep_hash_ids:
+        ids = np.empty(len(hashes), dtype=object)
+        for i, h in enumerate(hashes):
+            ids[i] = h
+        arrays["hash_ids"] = ids
+    cols = _Columns()
+    cols.add_chunk(lines, zero, zero_output, **arrays)
+    cols.log_zero(path, zero_output, output_field)
+    return _build(cols, path, time_field=time_field, divisor=1e3, unsorted=unsorted)
+
+
+def _json_numbers(values: list[Any]) -> tuple[pd.Series, pd.Series]:
+    """JSON values as numbers (NaN for anything but an int or float) and as read."""
+    numbers = [
+        v if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan for v in values
+    ]
+    return pd.Series(numbers, dtype=object), _shown(values)
+
+
+def _shown(values: list[Any]) -> pd.Series:
+    return pd.Series(values, dtype=object)
+
+
+def read_lengths(
+    path: str | Path,
+    *,
+    arrivals: str,
+    rate: float,
+    seed: int | None = None,
+    cv: float | None = None,
+    limit: int | None = None,
+    zero_output: str = "error",
+    chunk_rows: int = _DEFAULT_CHUNK_ROWS,
+) -> Workload:
+    """Read a length-only CSV and draw arrivals from a named process.
+
+    Parameters
+    ----------
+    path : str or Path
+        CSV with ``num_prefill_tokens`` and ``num_decode_tokens`` (others ignored). Requests
+        arrive in file order.
+    arrivals : {"poisson", "gamma", "uniform"}
+        Arrival process (see :func:`slolab.instances.transform.draw_arrivals`).
+    rate : float
+        Mean arrival rate in requests per second.
+    seed : int
+        Required for ``"poisson"`` and ``"gamma"``.
+    cv : float
+        Coefficient of variation of the inter-arrival gaps, required for ``"gamma"``
+        (``cv = 1`` is Poisson; larger is burstier).
+    limit, zero_output, chunk_rows
+        As in :func:`read_azure`.
+
+    Returns
+    -------
+    Workload
+        The first request arrives at 0.
+    """
+    _check_limit(limit)
+    _check_chunk_rows(chunk_rows)
+    _check_policy("zero_output", zero_output, ZERO_OUTPUT_POLICIES)
+    _check_policy("arrivals", arrivals, ARRIVAL_PROCESSES)
+    _require_columns(path, _csv_header(path), LENGTHS_COLUMNS)
+    prompt_col, output_col = LENGTHS_COLUMNS
+
+    def on_chunk(lines: np.ndarray, chunk: pd.DataFrame, cols: _Columns) -> None:
+        check = _Chunk(path, lines)
+        prompt, _ = check.lengths(chunk[prompt_col], prompt_col, None)
+        output, zero = check.lengths(chunk[output_col], output_col, zero_output)
+        check.raise_first()
+        cols.add_chunk(lines, zero, zero_output, prompt_tokens=prompt, output_tokens=output)
+
+    cols = _read_csv(path, LENGTHS_COLUMNS, LENGTHS_COLUMNS, limit, chunk_rows, on_chunk)
+    cols.log_zero(path, zero_output, output_col)
+    if len(cols) == 0:
+        raise _error(path, 1, "no requests in the file")
+    arrival_s = draw_arrivals(len(cols), arrivals, rate, seed=seed, cv=cv)
+    return Workload(
+        {
+            "arrival_s": arrival_s,
+            "prompt_tokens": cols.get("prompt_tokens"),
+            "output_tokens": cols.get("output_tokens"),
+        },
+        source=str(path),
+    )
+
+
+def read_generic(
+    path: str | Path,
+    *,
+    columns: Mapping[str, str],
+    time_unit: str = "s",
+    limit: int | None = None,
+    zero_output: str = "error",
+    unsorted: str = "sort",
+    chunk_rows: int = _DEFAULT_CHUNK_ROWS,
+) -> Workload:
+    """Read any CSV or Parquet file through a column mapping.
+
+    Parameters
+    ----------
+    path : str or Path
+        ``.parquet`` files are read as Parquet (row numbers in errors are 1-based data rows),
+        anything else as CSV.
+    columns : mapping of workload column to file column
+        Must map ``arrival_s``, ``prompt_tokens`` and ``output_tokens``. Other standard columns
+        (``ttft_slo_s``, ``tpot_slo_s``, ``e2e_slo_s`` in seconds, empty for none;
+        ``priority``, ``tier``, ``value``) are validated as in the records; any other name is
+        kept as an extra column (numeric when every value is a number, else strings).
+    time_unit : {"s", "ms", "us", "ns", "datetime"}
+        Unit of the arrival column; ``"datetime"`` parses ISO date-time strings.
+    limit, zero_output, unsorted, chunk_rows
+        As in :func:`read_azure`.
+
+    Returns
+    -------
+    Workload
+    """
+    _check_limit(limit)
+    _check_chunk_rows(chunk_rows)
+    _check_policy("zero_output", zero_output, ZERO_OUTPUT_POLICIES)
+    _check_policy("unsorted", unsorted, UNSORTED_POLICIES)
+    if time_unit != "datetime" and time_unit not in TIME_UNITS:
+        raise ValueError(
+            f"time_unit must be one of {', '.join([*TIME_UNITS, 'datetime'])}, got {time_unit!r}"
+        )
+    missing = [c for c in ("arrival_s", "prompt_tokens", "output_tokens") if c not in columns]
+    if missing:
+        raise ValueError(f"columns must map {', '.join(missing)} to a file column")
+    is_parquet = Path(path).suffix.lower() == ".parquet"
+    unit = "row" if is_parquet else "line"
+    source_cols = tuple(dict.fromkeys(columns.values()))
+
+    def on_chunk(lines: np.ndarray, chunk: pd.DataFrame, cols: _Columns) -> None:
+        check = _Chunk(path, lines, unit, text=not is_parquet)
+        arrays: dict[str, np.ndarray] = {}
+        output_zero = np.zeros(len(chunk), dtype=bool)
+        for target, source in columns.items():
+            raw = chunk[source]
+            if target == "arrival_s":
+                if time_unit == "datetime":
+                    arrays["time"] = check.datetimes(raw, source)
+                else:
+                    arrays["time"] = check.numbers(raw, source)
+            elif target == "prompt_tokens":
+                arrays[target], _ = check.lengths(raw, source, None)
+            elif target == "output_tokens":
+                arrays[target], output_zero = check.lengths(raw, source, zero_output)
+            elif target in STANDARD_COLUMNS:
+                arrays[target] = check.standard(raw, source)
+            else:
+                arrays[target] = _extra_column(raw)
+        check.raise_first()
+        cols.add_chunk(lines, output_zero, zero_output, **arrays)
+
+    if is_parquet:
+        cols = _Columns()
+        for lines, chunk in _parquet_chunks(path, source_cols, limit, chunk_rows):
+            on_chunk(lines, chunk, cols)
+    else:
+        _require_columns(path, _csv_header(path), source_cols)
+        lengths = tuple(dict.fromkeys((columns["prompt_tokens"], columns["output_tokens"])))
+        cols = _read_csv(path, source_cols, lengths, limit, chunk_rows, on_chunk)
+    cols.log_zero(path, zero_output, columns["output_tokens"])
+    _unify_time_parts(cols)
+    divisor = 1e9 if time_unit == "datetime" else TIME_UNITS[time_unit]
+    return _build(
+        cols, path, time_field=columns["arrival_s"], divisor=divisor, unsorted=unsorted, unit=unit
+    )
+
+
+def _unify_time_parts(cols: _Columns) -> None:
+    """Chunks of a numeric time column may parse as int in one chunk and float in another."""
+    parts = cols.parts.get("time", [])
+    if len({p.dtype.kind for p in parts}) > 1:
+        cols.parts["time"] = [p.astype("float64") for p in parts]
+
+
+def _extra_column(raw: pd.Series) -> np.ndarray:
+    numeric = pd.to_numeric(raw, errors="coerce")
+    if not numeric.isna().any():
+        return numeric.to_numpy()
+    return raw.astype(str).to_numpy(dtype=str)
+
+
+def _parquet_chunks(
+    path: str | Path, columns: tuple[str, ...], limit: int | None, chunk_rows: int
+) -> Iterator[tuple[np.ndarray, pd.DataFrame]]:
+    """Record batches as frames with the 1-based row number of each row."""
+    import pyarrow.parquet as pq
+
+    try:
+        handle = pq.ParquetFile(path)
+    except Exception as exc:
+        raise _error(path, None, f"not a readable Parquet file ({exc})") from None
+    names = handle.schema_arrow.names
+    for name in columns:
+        if name not in names:
+            raise _error(
+                path, None, f"missing column {name} (file has {', '.join(names)})", field=name
+            )
+    first_row = 1
+    for batch in handle.iter_batches(batch_size=chunk_rows, columns=list(columns)):
+        frame = batch.to_pandas()
+        if limit is not None:
+            frame = frame.iloc[: max(limit - first_row + 1, 0)]
+        if len(frame) == 0:
+            break
+        yield first_row + np.arange(len(frame)), frame.reset_index(drop=True)
+        first_row += len(frame)
+
+
+# -- dispatcher -------------------------------------------------------------------------------
+
+_READERS: dict[str, Callable[..., Workload]] = {
+    "azure": read_azure,
+    "mooncake": read_mooncake,
+    "lengths": read_lengths,
+    "generic": read_generic,
+}
+
+
+def detect_format(path: str | Path) -> str:
+    """Name of the trace format of ``path``, from its extension and header.
+
+    ``.jsonl`` files whose first record has ``timestamp``, ``input_length`` and
+    ``output_length`` are ``"mooncake"``; CSV files with the Azure columns are ``"azure"``,
+    with ``num_prefill_tokens``/``num_decode_tokens`` ``"lengths"``; ``.parquet`` files are
+    ``"generic"``. Anything else raises a :class:`TraceError` that lists the known formats.
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix == ".parquet":
+        return "generic"
+    if suffix in (".jsonl", ".json"):
+        with open(path, encoding="utf-8") as handle:
+            first = next((line for line in handle if line.strip()), "")
+        try:
+            record = json.loads(first) if first else None
+        except json.JSONDecodeError:
+            record = None
+        if isinstance(record, dict) and all(k in record for k in MOONCAKE_FIELDS):
+            return "mooncake"
+        raise _error(
+            path,
+            None,
+            f"cannot tell the trace format from the first record; pass format= one of "
+            f"{', '.join(FORMATS)}",
+        )
+    header = _csv_header(path)
+    if all(c in header for c in AZURE_COLUMNS):
+        return "azure"
+    if all(c in header for c in LENGTHS_COLUMNS):
+        return "lengths"
+    raise _error(
+        path,
+        1,
+        f"cannot tell the trace format from the header ({', '.join(header)}); pass format= one "
+        f"of {', '.join(FORMATS)} (generic needs columns=)",
+        value=",".join(header),
+    )
+
+
+def read_trace(path: str | Path, format: str | None = None, **opts: Any) -> Workload:
+    """Read a request trace into a :class:`Workload`.
+
+    Parameters
+    ----------
+    path : str or Path
+        The trace file.
+    format : {"azure", "mooncake", "lengths", "generic"}, optional
+        The format by name; detected from the extension and header when omitted (a
+        ``columns=`` mapping implies ``"generic"``).
+    **opts
+        Options of the format's reader: :func:`read_azure`, :func:`read_mooncake`,
+        :func:`read_lengths`, :func:`read_generic`.
+
+    Returns
+    -------
+    Workload
+
+    Raises
+    ------
+    TraceError
+        Bad input (names file, line, field and value).
+    ValueError
+        Unknown format name or option.
+    """
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no trace file at {path}")
+    if format is None:
+        format = "generic" if "columns" in opts else detect_format(path)
+    if format not in _READERS:
+        raise ValueError(f"unknown trace format {format!r}; known: {', '.join(FORMATS)}")
+    return _READERS[format](path, **opts)

@@ -1,0 +1,1012 @@
+"""SLOs-Serve admission at one scheduler call: the problem record and the exact models B1, B2.
+
+At a scheduler call (time 0 below; ``call_time_s`` on the instance clock) the scheduler holds
+*running* requests, which must keep their SLOs, and *new* requests, which it may admit or
+decline. Each request has a prefill still to run (``remaining_prefill_tokens``, 0 when it is
+decoding) that must be complete by its prefill deadline, a decode TPOT tier, a KV memory need
+and (new requests) a value. The models choose the admitted set of largest total value such
+that a batch process on one server keeps every admitted and running request within its SLOs.
+
+- **B1** (:class:`AdmissionB1`, ``"slos-b1"``): the paper's batch process. Batches of fixed
+  duration ``t0`` (the tightest TPOT in play) each carry ``C = time2bs(t0)`` tokens; decode
+  tokens follow Algorithm 2's cadence; prefill budget is allocated earliest deadline first. A
+  0-1 MILP with one cumulative token-budget constraint per distinct deadline and one
+  per-batch decode-load constraint per (segment, slot pattern); plus brute force.
+- **B2** (:class:`AdmissionB2`, ``"slos-b2"``): dynamic batch sizing. Batches are arcs on a
+  time grid of step ``t0 / cells_per_batch``, each with its own duration (bounded by the
+  tightest TPOT of the requests decoding during it) and token capacity ``time2bs(duration)``;
+  B1's batches are one feasible choice, so B2 >= B1.
+
+The math, the reading of Algorithm 2 and the proofs are in ``docs/slos_serve.md``.
+
+Instance encoding (``instance.problem == "slos-admission"``): one workload row per request.
+Standard columns used: ``arrival_s``, ``prompt_tokens``, ``output_tokens``, ``ttft_slo_s``,
+``tpot_slo_s`` (the decode tier), ``value``. Extra columns: ``running`` (bool),
+``remaining_prefill_tokens`` (int; a new request's is its prompt), ``kv_tokens`` (int, KV
+memory reserved for the request's whole life, prompt plus expected output), optional
+``prefill_deadline_s`` (absolute; default ``arrival_s + ttft_slo_s``) and optional
+``generated_tokens`` (output tokens already emitted; default 1 for decoding running requests,
+0 otherwise). Settings: ``call_time_s`` (default the latest arrival), optional
+``kv_capacity_tokens`` (default ``cluster.kv_capacity_tokens``), ``batch_duration_s`` (``t0``),
+``horizon_s`` (relative to the call) and ``b2_cells_per_batch``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from slolab.instances.records import Cluster, Instance, Workload
+from slolab.sim.schedule import PlannedIteration, Schedule
+from slolab.solvers.base import ExactModel, MilpFormulation
+from slolab.solvers.registry import register_model
+from slolab.timing.base import TimingModel
+from slolab.timing.inverse import time2bs
+
+__all__ = [
+    "PROBLEM",
+    "AdmissionB1",
+    "AdmissionB2",
+    "AdmissionPlan",
+    "AdmissionProblem",
+    "BatchProcess",
+    "batch_process",
+    "plan_b1",
+    "plan_schedule",
+    "plan_violations",
+    "snapshot_instance",
+    "tier_releases_before",
+]
+
+logger = logging.getLogger("slolab")
+
+#: ``Instance.problem`` of an admission instance.
+PROBLEM = "slos-admission"
+#: Tolerance (s, or batch units) when times are compared or snapped to a grid.
+TIME_TOL = 1e-9
+#: Default grid cells per ``t0`` in B2.
+DEFAULT_CELLS_PER_BATCH = 2
+
+
+def _frozen(values: Any, dtype: str, name: str, n: int | None) -> np.ndarray:
+    arr = np.array(values, dtype=dtype)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if n is not None and len(arr) != n:
+        raise ValueError(f"{name} has length {len(arr)}, expected {n}")
+    arr.setflags(write=False)
+    return arr
+
+
+def _first(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionProblem:
+    """Data of one SLOs-Serve scheduler call (all times relative to the call, in seconds).
+
+    Rows are requests; the same row index is the request id in schedules. Build one directly,
+    from an instance (:meth:`from_instance`), or build an instance from arrays with
+    :func:`snapshot_instance`.
+
+    Parameters
+    ----------
+    running : bool array (n,)
+        True for requests already admitted (forced: they must keep their SLOs).
+    remaining_prefill_tokens : int array (n,)
+        Prompt tokens still to prefill; 0 for a decoding request, >= 1 for a new one.
+    prefill_deadline_s : float array (n,)
+        Time by which the prefill must be complete (the first token emitted); ignored (may be
+        nan) for decoding requests. A deadline before ``t0`` cannot be met.
+    tpot_s : float array (n,)
+        Decode TPOT tier of each request (> 0).
+    kv_tokens : int array (n,)
+        KV memory the request holds for its whole life (prompt plus expected output).
+    value : float array (n,)
+        Value of admitting a new request (ignored for running ones).
+    output_tokens : int array (n,)
+        Output tokens of the request (used to end its decode entries in schedules).
+    kv_capacity_tokens : int
+        KV memory of the server (tokens).
+    timing : TimingModel
+        Iteration-time model; batches carry ``time2bs(duration)`` tokens.
+    generated_tokens : int array (n,), optional
+        Output tokens already emitted (default 1 for decoding requests, 0 otherwise).
+    call_time_s : float
+        Time of the call on the instance clock (added to schedule times).
+    batch_duration_s : float, optional
+        ``t0``; default the tightest TPOT over all rows. Must not exceed any row's TPOT.
+    horizon_s : float, optional
+        Planning horizon; default the latest prefill deadline plus the loosest TPOT. Must be
+        at least every prefill deadline.
+
+    References
+    ----------
+    SLOs-Serve, Sec. 3.2.1 (notation: ``p_i``, ``m_i``, ``pDDL_i``, ``TPOT_1..L``, ``v_i``).
+    """
+
+    running: np.ndarray
+    remaining_prefill_tokens: np.ndarray
+    prefill_deadline_s: np.ndarray
+    tpot_s: np.ndarray
+    kv_tokens: np.ndarray
+    value: np.ndarray
+    output_tokens: np.ndarray
+    kv_capacity_tokens: int
+    timing: TimingModel
+    generated_tokens: np.ndarray | None = None
+    call_time_s: float = 0.0
+    batch_duration_s: float | None = None
+    horizon_s: float | None = None
+
+    def __post_init__(self) -> None:
+        running = _frozen(self.running, "bool", "running", None)
+        n = len(running)
+        if n == 0:
+            raise ValueError("an admission problem needs at least one request")
+        object.__setattr__(self, "running", running)
+        for name, dtype in (
+            ("remaining_prefill_tokens", "float64"),
+            ("prefill_deadline_s", "float64"),
+            ("tpot_s", "float64"),
+            ("kv_tokens", "float64"),
+            ("value", "float64"),
+            ("output_tokens", "float64"),
+        ):
+            object.__setattr__(self, name, _frozen(getattr(self, name), dtype, name, n))
+        for name in ("remaining_prefill_tokens", "kv_tokens", "output_tokens"):
+            arr = getattr(self, name)
+            bad = ~np.isfinite(arr) | (arr != np.round(arr)) | (arr < 0)
+            if bad.any():
+                i = _first(bad)
+                raise ValueError(f"{name} must be an integer >= 0, got {arr[i]} (row {i})")
+            object.__setattr__(self, name, _frozen(arr, "int64", name, n))
+        prefill, new = self.remaining_prefill_tokens, ~running
+        if (new & (prefill < 1)).any():
+            i = _first(new & (prefill < 1))
+            raise ValueError(f"remaining_prefill_tokens of a new request must be >= 1, got 0 (row {i})")
+        if (self.output_tokens < 1).any():
+            i = _first(self.output_tokens < 1)
+            raise ValueError(f"output_tokens must be >= 1, got {self.output_tokens[i]} (row {i})")
+        deadline = self.prefill_deadline_s
+        bad = (prefill > 0) & ~np.isfinite(deadline)
+        if bad.any():
+            i = _first(bad)
+            raise ValueError(f"prefill_deadline_s must be finite for a prefilling request, got {deadline[i]} (row {i})")
+        tpot = self.tpot_s
+        if (~np.isfinite(tpot) | (tpot <= 0)).any():
+            i = _first(~np.isfinite(tpot) | (tpot <= 0))
+            raise ValueError(f"tpot_s must be a finite number > 0, got {tpot[i]} (row {i})")
+        val = self.value
+        if (~np.isfinite(val) | (val < 0)).any():
+            i = _first(~np.isfinite(val) | (val < 0))
+            raise ValueError(f"value must be a finite number >= 0, got {val[i]} (row {i})")
+        decoding = running & (prefill == 0)
+        if self.generated_tokens is None:
+            generated = decoding.astype("int64")
+        else:
+            generated = np.array(self.generated_tokens, dtype="float64")
+            if generated.shape != (n,):
+                raise ValueError(f"generated_tokens has shape {generated.shape}, expected ({n},)")
+            bad = ~np.isfinite(generated) | (generated != np.round(generated)) | (generated < 0)
+            if bad.any():
+                i = _first(bad)
+                raise ValueError(f"generated_tokens must be an integer >= 0, got {generated[i]} (row {i})")
+            generated = generated.astype("int64")
+        if (generated > self.output_tokens).any():
+            i = _first(generated > self.output_tokens)
+            raise ValueError(
+                f"generated_tokens must be <= output_tokens, got {generated[i]} > "
+                f"{self.output_tokens[i]} (row {i})"
+            )
+        object.__setattr__(self, "generated_tokens", _frozen(generated, "int64", "generated_tokens", n))
+        if int(self.kv_capacity_tokens) != self.kv_capacity_tokens or self.kv_capacity_tokens < 1:
+            raise ValueError(f"kv_capacity_tokens must be an integer >= 1, got {self.kv_capacity_tokens}")
+        object.__setattr__(self, "kv_capacity_tokens", int(self.kv_capacity_tokens))
+        if not isinstance(self.timing, TimingModel):
+            raise TypeError(f"timing must be a TimingModel, got {type(self.timing).__name__}")
+        if not math.isfinite(self.call_time_s):
+            raise ValueError(f"call_time_s must be finite, got {self.call_time_s}")
+        tightest = float(tpot.min())
+        t0 = tightest if self.batch_duration_s is None else float(self.batch_duration_s)
+        if not 0 < t0 <= tightest * (1 + TIME_TOL):
+            raise ValueError(f"batch_duration_s must be in (0, {tightest}] (the tightest TPOT), got {t0}")
+        object.__setattr__(self, "batch_duration_s", t0)
+        finite_deadlines = deadline[prefill > 0]
+        latest = float(finite_deadlines.max()) if finite_deadlines.size else 0.0
+        horizon = max(latest, 0.0) + float(tpot.max()) if self.horizon_s is None else float(self.horizon_s)
+        if not (math.isfinite(horizon) and horizon >= latest and horizon > 0):
+            raise ValueError(f"horizon_s must be > 0 and >= the latest prefill deadline {latest}, got {horizon}")
+        object.__setattr__(self, "horizon_s", horizon)
+
+    # -- views ----------------------------------------------------------------------------
+    @property
+    def n_requests(self) -> int:
+        return len(self.running)
+
+    @property
+    def new_rows(self) -> np.ndarray:
+        """Rows of the new requests (the decisions)."""
+        return np.flatnonzero(~self.running)
+
+    @property
+    def running_rows(self) -> np.ndarray:
+        """Rows of the running requests (forced)."""
+        return np.flatnonzero(self.running)
+
+    @property
+    def decoding(self) -> np.ndarray:
+        """Bool mask of running requests already decoding (no prefill left)."""
+        return self.running & (self.remaining_prefill_tokens == 0)
+
+    @property
+    def tier_tpot_s(self) -> np.ndarray:
+        """Distinct TPOT tiers, tightest first."""
+        return np.unique(self.tpot_s)
+
+    @property
+    def tier(self) -> np.ndarray:
+        """Tier index of each row (into :attr:`tier_tpot_s`)."""
+        return np.searchsorted(self.tier_tpot_s, self.tpot_s)
+
+    @property
+    def decode_tokens_left(self) -> np.ndarray:
+        """Decode iterations each request still needs (its first token comes from the prefill)."""
+        first_from_prefill = (self.remaining_prefill_tokens > 0).astype("int64")
+        return np.maximum(self.output_tokens - self.generated_tokens - first_from_prefill, 0)
+
+    # -- instance encoding ----------------------------------------------------------------
+    @classmethod
+    def from_instance(cls, instance: Instance) -> AdmissionProblem:
+        """The problem encoded by an ``"slos-admission"`` instance (see the module docstring).
+
+        Raises
+        ------
+        ValueError
+            The instance is for another problem or misses a column.
+        """
+        if instance.problem != PROBLEM:
+            raise ValueError(f"instance {instance.name!r} is for problem {instance.problem!r}, expected {PROBLEM!r}")
+        w = instance.workload
+        missing = [c for c in ("running", "remaining_prefill_tokens", "kv_tokens") if c not in w]
+        if missing:
+            raise ValueError(f"instance {instance.name!r} misses column(s) {', '.join(missing)}")
+        settings = instance.settings
+        call = float(settings.get("call_time_s", float(w.arrival_s.max())))
+        if "prefill_deadline_s" in w:
+            deadline = np.asarray(w["prefill_deadline_s"], dtype=float)
+        else:
+            deadline = w.arrival_s + w["ttft_slo_s"]
+        return cls(
+            running=np.asarray(w["running"], dtype=bool),
+            remaining_prefill_tokens=w["remaining_prefill_tokens"],
+            prefill_deadline_s=deadline - call,
+            tpot_s=w["tpot_slo_s"],
+            kv_tokens=w["kv_tokens"],
+            value=w["value"],
+            output_tokens=w.output_tokens,
+            kv_capacity_tokens=int(settings.get("kv_capacity_tokens", instance.cluster.kv_capacity_tokens)),
+            timing=instance.timing,
+            generated_tokens=w["generated_tokens"] if "generated_tokens" in w else None,
+            call_time_s=call,
+            batch_duration_s=settings.get("batch_duration_s"),
+            horizon_s=settings.get("horizon_s"),
+        )
+
+
+def snapshot_instance(
+    name: str,
+    call_time_s: float,
+    arrival_s: Sequence[float] | np.ndarray,
+    prompt_tokens: Sequence[int] | np.ndarray,
+    output_tokens: Sequence[int] | np.ndarray,
+    ttft_slo_s: Sequence[float] | np.ndarray,
+    tpot_slo_s: Sequence[float] | np.ndarray,
+    running: Sequence[bool] | np.ndarray,
+    remaining_prefill_tokens: Sequence[int] | np.ndarray,
+    timing: TimingModel,
+    cluster: Cluster | None = None,
+    kv_tokens: Sequence[int] | np.ndarray | None = None,
+    value: Sequence[float] | np.ndarray | None = None,
+    generated_tokens: Sequence[int] | np.ndarray | None = None,
+    prefill_deadline_s: Sequence[float] | np.ndarray | None = None,
+    **settings: Any,
+) -> Instance:
+    """An ``"slos-admission"`` instance from per-request arrays (a trace snapshot).
+
+    Rows are sorted by arrival (stable); the column ``snapshot_row`` keeps each row's position
+    in the given arrays. ``kv_tokens`` defaults to ``prompt_tokens + output_tokens``, ``value``
+    to 1, ``prefill_deadline_s`` to ``arrival_s + ttft_slo_s``. ``settings`` are stored on the
+    instance (``kv_capacity_tokens``, ``batch_duration_s``, ``horizon_s``,
+    ``b2_cells_per_batch``); ``call_time_s`` is stored too. The result is checked by building
+    its :class:`AdmissionProblem`.
+    """
+    arrival = np.asarray(arrival_s, dtype=float)
+    n = len(arrival)
+    order = np.argsort(arrival, kind="stable")
+    prompt = np.asarray(prompt_tokens)
+    output = np.asarray(output_tokens)
+    columns: dict[str, Any] = {
+        "arrival_s": arrival,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "ttft_slo_s": np.asarray(ttft_slo_s, dtype=float),
+        "tpot_slo_s": np.asarray(tpot_slo_s, dtype=float),
+        "value": np.ones(n) if value is None else np.asarray(value, dtype=float),
+        "running": np.asarray(running, dtype=bool),
+        "remaining_prefill_tokens": np.asarray(remaining_prefill_tokens),
+        "kv_tokens": prompt + output if kv_tokens is None else np.asarray(kv_tokens),
+        "snapshot_row": np.arange(n),
+    }
+    if generated_tokens is not None:
+        columns["generated_tokens"] = np.asarray(generated_tokens)
+    if prefill_deadline_s is not None:
+        columns["prefill_deadline_s"] = np.asarray(prefill_deadline_s, dtype=float)
+    for key, col in columns.items():
+        if len(col) != n:
+            raise ValueError(f"{key} has length {len(col)}, expected {n}")
+    workload = Workload({k: v[order] for k, v in columns.items()}, source=f"snapshot {name}")
+    instance = Instance(
+        name=name,
+        workload=workload,
+        cluster=cluster if cluster is not None else Cluster(),
+        timing=timing,
+        problem=PROBLEM,
+        settings={"call_time_s": float(call_time_s), **settings},
+    )
+    AdmissionProblem.from_instance(instance)
+    return instance
+
+
+# -- the batch process of B1 ------------------------------------------------------------------
+def tier_releases_before(tpot_s: float, batch_duration_s: float, units: np.ndarray, per_batch: int = 1) -> np.ndarray:
+    """Decode-token releases ``k * tpot_s`` (``k >= 0``) strictly before ``units * t0 / per_batch``.
+
+    Algorithm 2 releases a tier's ``k``-th decode token at ``k * TPOT`` (``schDDL`` starts at
+    0 and grows by TPOT); a token released during a batch is served by that batch. The count
+    of releases before time ``x`` is ``ceil(x / TPOT)`` for ``x > 0`` (0 at ``x = 0``).
+    """
+    x = np.asarray(units, dtype=float) * (batch_duration_s / per_batch) / tpot_s
+    return np.maximum(np.ceil(x - TIME_TOL), 0).astype("int64")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchProcess:
+    """B1's batch process for one problem: batches ``[i t0, (i + 1) t0)``, ``i < n_batches``.
+
+    Attributes
+    ----------
+    batch_duration_s : float
+        ``t0``.
+    batch_tokens : int
+        ``C = time2bs(t0)``, tokens per batch.
+    n_batches : int
+        ``K = ceil(horizon / t0)``.
+    deadline_batch : int array (n,)
+        ``b_r = floor(d_r / t0)`` (clipped to ``[0, K]``): batches complete by the prefill
+        deadline; the prefill runs in batches ``< b_r`` and decoding starts at batch ``b_r``.
+        0 for decoding requests.
+    tier_slots : int array (L, K + 1)
+        ``G_l(J)``: decode tokens a tier-``l`` request decoding since time 0 receives in
+        batches ``< J`` (Algorithm 2 cadence).
+    slot : bool array (L, K)
+        ``g_l(i) = G_l(i + 1) - G_l(i)``: whether tier ``l`` has a decode token in batch ``i``.
+    """
+
+    batch_duration_s: float
+    batch_tokens: int
+    n_batches: int
+    deadline_batch: np.ndarray
+    tier_slots: np.ndarray
+    slot: np.ndarray
+
+    def decode_demand(self, tier: int, start_batch: int, end_batch: int) -> int:
+        """Decode tokens of a tier-``tier`` request decoding from ``start_batch``, in batches ``< end_batch``."""
+        if end_batch <= start_batch:
+            return 0
+        return int(self.tier_slots[tier, end_batch] - self.tier_slots[tier, start_batch])
+
+
+def batch_process(problem: AdmissionProblem) -> BatchProcess:
+    """The B1 batch process of ``problem`` (``t0``, ``C``, ``K``, deadline batches, cadence)."""
+    t0 = float(problem.batch_duration_s)  # type: ignore[arg-type]
+    capacity = time2bs(problem.timing, t0)
+    n_batches = max(1, int(math.ceil(float(problem.horizon_s) / t0 - TIME_TOL)))  # type: ignore[arg-type]
+    deadline = np.where(problem.remaining_prefill_tokens > 0, problem.prefill_deadline_s, 0.0)
+    b = np.clip(np.floor(deadline / t0 + TIME_TOL), 0, n_batches).astype("int64")
+    b[problem.remaining_prefill_tokens == 0] = 0
+    units = np.arange(n_batches + 1)
+    tiers = problem.tier_tpot_s
+    slots = np.stack([tier_releases_before(float(t), t0, units) for t in tiers])
+    g = np.diff(slots, axis=1)
+    if (g > 1).any():
+        raise ValueError("a TPOT tier is tighter than batch_duration_s")
+    for arr in (b, slots, g):
+        arr.setflags(write=False)
+    return BatchProcess(t0, int(capacity), n_batches, b, slots, g.astype(bool))
+
+
+# -- plans ------------------------------------------------------------------------------------
+Entry = tuple[int, str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionPlan:
+    """Admitted set and batches of one call, in the model's view (through the horizon).
+
+    Attributes
+    ----------
+    admitted : tuple of int
+        New rows admitted (sorted).
+    batch_start_s, batch_end_s : float arrays (B,)
+        Planned start and end of each batch, relative to the call (batches tile
+        ``[0, horizon]``; a batch may be empty).
+    batches : tuple of tuple of (row, phase, tokens)
+        Entries of each batch: ``(r, "prefill", tokens)`` chunks and ``(r, "decode", 1)``.
+    """
+
+    admitted: tuple[int, ...]
+    batch_start_s: np.ndarray
+    batch_end_s: np.ndarray
+    batches: tuple[tuple[Entry, ...], ...]
+
+    def __post_init__(self) -> None:
+        if not len(self.batch_start_s) == len(self.batch_end_s) == len(self.batches):
+            raise ValueError(
+                f"batch_start_s, batch_end_s and batches must have one entry per batch, got "
+                f"{len(self.batch_start_s)}, {len(self.batch_end_s)}, {len(self.batches)}"
+            )
+
+    @property
+    def n_batches(self) -> int:
+        return len(self.batches)
+
+
+def _edf_fill(
+    pending: list[int], left: dict[int, int], budget: int, entries: list[Entry]
+) -> None:
+    """Give ``budget`` prefill tokens to ``pending`` rows in order (earliest deadline first)."""
+    while budget > 0 and pending:
+        r = pending[0]
+        take = min(budget, left[r])
+        entries.append((r, "prefill", take))
+        left[r] -= take
+        budget -= take
+        if left[r] == 0:
+            pending.pop(0)
+
+
+def _served_rows(problem: AdmissionProblem, admitted: Sequence[int]) -> np.ndarray:
+    rows = np.union1d(problem.running_rows, np.asarray(admitted, dtype="int64"))
+    return rows.astype("int64")
+
+
+def plan_b1(
+    problem: AdmissionProblem, admitted: Sequence[int], process: BatchProcess | None = None
+) -> AdmissionPlan | None:
+    """Run B1's batch process for ``admitted`` (plus the running rows); None if it fails.
+
+    Batch ``i`` serves the decode token of every served request ``r`` with ``b_r <= i`` and a
+    slot of its tier in batch ``i`` (Algorithm 2's cadence); the rest of its ``C`` tokens go to
+    prefills, earliest deadline batch first (ties by row). The plan fails when a batch's decode
+    tokens exceed ``C``, a prefill is not complete by its deadline batch, or memory exceeds
+    the capacity.
+    """
+    proc = process if process is not None else batch_process(problem)
+    rows = _served_rows(problem, admitted)
+    if int(problem.kv_tokens[rows].sum()) > problem.kv_capacity_tokens:
+        return None
+    b = proc.deadline_batch
+    tier = problem.tier
+    prefill = problem.remaining_prefill_tokens
+    pending = sorted((int(r) for r in rows if prefill[r] > 0), key=lambda r: (int(b[r]), r))
+    left = {r: int(prefill[r]) for r in pending}
+    t0, cap = proc.batch_duration_s, proc.batch_tokens
+    row_b, row_tier = b[rows], tier[rows]
+    batches: list[tuple[Entry, ...]] = []
+    for i in range(proc.n_batches):
+        if pending and b[pending[0]] <= i:
+            return None
+        decoders = rows[(row_b <= i) & proc.slot[row_tier, i]]
+        if len(decoders) > cap:
+            return None
+        entries: list[Entry] = []
+        _edf_fill(pending, left, cap - len(decoders), entries)
+        entries.extend((int(r), "decode", 1) for r in decoders)
+        batches.append(tuple(entries))
+    if pending:
+        return None
+    starts = np.arange(proc.n_batches) * t0
+    return AdmissionPlan(tuple(sorted(int(r) for r in admitted)), starts, starts + t0, tuple(batches))
+
+
+def plan_violations(problem: AdmissionProblem, plan: AdmissionPlan) -> list[str]:
+    """Check a plan against the admission rules, independently of how it was built.
+
+    Rules: batches are ordered and tile ``[0, end]`` without gaps; each batch carries at most
+    ``time2bs(duration)`` tokens and each request at most one entry; every served prefill
+    totals its remaining tokens and ends by its deadline; no decode entry precedes the
+    request's prefill completion; every decode release ``k * TPOT_r`` at or after the
+    request's decode start (its prefill deadline, 0 when decoding) and before the plan's end
+    falls in a batch that gives the request a decode token; a batch is no longer than the TPOT
+    of any request it gives a decode token; memory within capacity. Returns the violations
+    (empty when clean).
+    """
+    out: list[str] = []
+    rows = _served_rows(problem, plan.admitted)
+    if int(problem.kv_tokens[rows].sum()) > problem.kv_capacity_tokens:
+        out.append(f"memory {int(problem.kv_tokens[rows].sum())} exceeds {problem.kv_capacity_tokens}")
+    start, end = np.asarray(plan.batch_start_s), np.asarray(plan.batch_end_s)
+    if plan.n_batches == 0:
+        return out + ["the plan has no batches"]
+    if abs(start[0]) > TIME_TOL or (np.abs(start[1:] - end[:-1]) > TIME_TOL).any() or (end <= start).any():
+        out.append("batches do not tile the time line from 0 without gaps")
+    served = set(int(r) for r in rows)
+    prefill_left = {r: int(problem.remaining_prefill_tokens[r]) for r in served}
+    prefill_done = {r: 0.0 for r in served if prefill_left[r] == 0}
+    decode_batches: dict[int, list[int]] = {r: [] for r in served}
+    capacity_of: dict[float, int] = {}
+    for k, entries in enumerate(plan.batches):
+        duration = round(float(end[k] - start[k]), 12)
+        if duration not in capacity_of:
+            capacity_of[duration] = time2bs(problem.timing, duration)
+        tokens = sum(t for _, _, t in entries)
+        if tokens > capacity_of[duration]:
+            out.append(f"batch {k} carries {tokens} tokens, more than {capacity_of[duration]}")
+        seen: set[int] = set()
+        for r, phase, t in entries:
+            if r not in served:
+                out.append(f"batch {k} serves request {r}, which is neither running nor admitted")
+                continue
+            if r in seen:
+                out.append(f"request {r} appears twice in batch {k}")
+            seen.add(r)
+            if phase == "prefill":
+                prefill_left[r] -= t
+                if prefill_left[r] < 0:
+                    out.append(f"request {r} gets more prefill tokens than it needs")
+                if prefill_left[r] == 0:
+                    prefill_done[r] = float(end[k])
+            else:
+                if r not in prefill_done or prefill_done[r] > start[k] + TIME_TOL:
+                    out.append(f"request {r} decodes in batch {k} before its prefill is complete")
+                if end[k] - start[k] > problem.tpot_s[r] + TIME_TOL:
+                    out.append(f"batch {k} is longer than the TPOT of request {r} it serves")
+                decode_batches[r].append(k)
+    horizon_end = float(end[-1])
+    for r in sorted(served):
+        if prefill_left[r] > 0:
+            out.append(f"request {r} has {prefill_left[r]} prefill tokens never scheduled")
+            continue
+        if problem.remaining_prefill_tokens[r] > 0:
+            if prefill_done[r] > problem.prefill_deadline_s[r] + TIME_TOL:
+                out.append(
+                    f"request {r} completes its prefill at {prefill_done[r]:.6g} s, after its "
+                    f"deadline {problem.prefill_deadline_s[r]:.6g} s"
+                )
+            decode_start = float(problem.prefill_deadline_s[r])
+        else:
+            decode_start = 0.0
+        tpot = float(problem.tpot_s[r])
+        first = max(0, math.ceil(decode_start / tpot - TIME_TOL))
+        releases = np.arange(first, int(horizon_end / tpot) + 2) * tpot
+        releases = releases[releases < horizon_end - TIME_TOL]
+        holder = np.searchsorted(end, releases + TIME_TOL, side="right")
+        holder = np.minimum(holder, plan.n_batches - 1)
+        missing = sorted(set(holder.tolist()) - set(decode_batches[r]))
+        if missing:
+            out.append(f"request {r} misses decode tokens released during batches {missing[:5]}")
+    return out
+
+
+def plan_schedule(problem: AdmissionProblem, plan: AdmissionPlan, complete: bool = True) -> Schedule:
+    """The engine-replayable schedule of a plan (one server).
+
+    Empty batches are dropped; each iteration has ``not_before_s = call_time_s + planned start``
+    so that no iteration runs before its planned start. Decode entries stop once the request
+    has all its output tokens. With ``complete``, batches of ``t0`` continue after the plan on
+    Algorithm 2's cadence until every served request has finished (no SLO guarantee past the
+    horizon: a later scheduler call re-plans). Declined new requests are ``rejected``.
+    """
+    proc = batch_process(problem)
+    left = problem.decode_tokens_left.copy()
+    rows = _served_rows(problem, plan.admitted)
+    its: list[PlannedIteration] = []
+    call = problem.call_time_s
+
+    def emit(entries: Sequence[Entry], start_s: float) -> None:
+        kept: list[Entry] = []
+        for r, phase, t in entries:
+            if phase == "decode":
+                if left[r] == 0:
+                    continue
+                left[r] -= 1
+            kept.append((int(r), phase, int(t)))
+        if kept:
+            its.append(PlannedIteration(tuple(kept), not_before_s=max(0.0, call + start_s)))
+
+    for entries, start_s in zip(plan.batches, plan.batch_start_s, strict=True):
+        emit(entries, float(start_s))
+    if complete:
+        t0 = proc.batch_duration_s
+        i = int(round(float(plan.batch_end_s[-1]) / t0))
+        tiers = problem.tier[rows]
+        tier_tpot = problem.tier_tpot_s
+        while left[rows].sum() > 0:
+            due = np.array(
+                [tier_releases_before(float(t), t0, np.array([i, i + 1])) for t in tier_tpot]
+            )
+            has_slot = (due[:, 1] - due[:, 0]) > 0
+            emit([(int(r), "decode", 1) for r in rows[has_slot[tiers]]], i * t0)
+            i += 1
+    rejected = frozenset(int(r) for r in problem.new_rows if int(r) not in set(plan.admitted))
+    return Schedule((tuple(its),), rejected=rejected)
+
+
+# -- exact models -----------------------------------------------------------------------------
+def _as_problem(instance: Instance | AdmissionProblem) -> AdmissionProblem:
+    if isinstance(instance, AdmissionProblem):
+        return instance
+    if isinstance(instance, Instance):
+        return AdmissionProblem.from_instance(instance)
+    raise TypeError(f"expected an Instance or AdmissionProblem, got {type(instance).__name__}")
+
+
+class _AdmissionModel(ExactModel):
+    """Shared parts of B1 and B2: the problem, admission variables, memory, objective."""
+
+    sense = "max"
+
+    def __init__(self, instance: Instance | AdmissionProblem) -> None:
+        super().__init__(instance)
+        self.problem = _as_problem(instance)
+        self.process = batch_process(self.problem)
+        #: PuLP variables of the last :meth:`milp` (power users): ``x[row]`` and model extras.
+        self.variables: dict[str, Any] = {}
+
+    def _admission_variables(self, pulp: Any) -> tuple[dict[int, Any], Any]:
+        """``x_i`` in {0, 1} per new row, and ``keep`` fixed to 1 that carries running terms."""
+        x = {int(r): pulp.LpVariable(f"x_{int(r)}", cat="Binary") for r in self.problem.new_rows}
+        keep = pulp.LpVariable("keep_running", lowBound=1, upBound=1)
+        return x, keep
+
+    def _coef(self, r: int, x: Mapping[int, Any], keep: Any) -> Any:
+        """The decision of row ``r``: ``x_r`` when new, the constant-1 variable when running."""
+        return keep if self.problem.running[r] else x[r]
+
+    def _memory(self, prob: Any, x: Mapping[int, Any], keep: Any, pulp: Any) -> None:
+        """``sum_r m_r x_r <= M`` over running (x = 1) and new rows."""
+        p = self.problem
+        prob += (
+            pulp.lpSum(int(p.kv_tokens[r]) * self._coef(r, x, keep) for r in range(p.n_requests))
+            <= p.kv_capacity_tokens,
+            "memory",
+        )
+
+    def _objective(self, prob: Any, x: Mapping[int, Any], pulp: Any) -> None:
+        """Maximize ``sum_i v_i x_i`` over new rows."""
+        prob += pulp.lpSum(float(self.problem.value[i]) * xi for i, xi in x.items())
+
+    def _admitted(self, x: Mapping[int, Any]) -> list[int]:
+        return sorted(i for i, xi in x.items() if (xi.value() or 0.0) > 0.5)
+
+
+@register_model("slos-b1")
+class AdmissionB1(_AdmissionModel):
+    """B1: admission under SLOs-Serve's fixed-duration batch process (exact 0-1 MILP).
+
+    Variables ``x_i`` (admit new request ``i``); running requests have ``x = 1``. With
+    ``b_r = floor(d_r / t0)``, ``G_l`` the tier cadence and ``C = time2bs(t0)``:
+
+    - cumulative budget at every distinct deadline batch ``B``:
+      ``sum_{r: b_r <= B} p_r x_r + sum_r x_r (G_{l_r}(B) - G_{l_r}(b_r))^+ <= B C``;
+    - decode load of every batch ``i < K``: ``sum_{r: b_r <= i} g_{l_r}(i) x_r <= C``;
+    - memory ``sum_r m_r x_r <= M``.
+
+    The constraints are necessary and sufficient for the batch process with earliest-deadline
+    prefill allocation (docs/slos_serve.md, "B1").
+
+    Parameters
+    ----------
+    instance : Instance or AdmissionProblem
+        An ``"slos-admission"`` instance, or the problem itself.
+
+    References
+    ----------
+    SLOs-Serve, Sec. 3.2 (the token-budget view of Fig. 5), Sec. 3.2.2 and Algorithm 2.
+    """
+
+    def milp(self) -> MilpFormulation:
+        import pulp
+
+        prob = pulp.LpProblem("slos_b1", pulp.LpMaximize)
+        x, keep = self._admission_variables(pulp)
+        self._objective(prob, x, pulp)
+        self._memory(prob, x, keep, pulp)
+        self._cumulative_budget(prob, x, keep, pulp)
+        self._decode_load(prob, x, keep, pulp)
+        self.variables = {"x": x, "keep_running": keep}
+        return MilpFormulation(prob, to_schedule=lambda: self._to_schedule(self._admitted(x)))
+
+    def _cumulative_budget(self, prob: Any, x: Mapping[int, Any], keep: Any, pulp: Any) -> None:
+        """At each distinct deadline batch ``B`` of a prefilling row:
+        ``sum_{b_r <= B} p_r x_r + sum_r x_r (G_{l_r}(B) - G_{l_r}(b_r))^+ <= B C``."""
+        p, proc = self.problem, self.process
+        tier = p.tier
+        b = proc.deadline_batch
+        prefilling = np.flatnonzero(p.remaining_prefill_tokens > 0)
+        for B in np.unique(b[prefilling]):
+            terms = []
+            for r in range(p.n_requests):
+                if b[r] > B:
+                    continue
+                tokens = proc.decode_demand(int(tier[r]), int(b[r]), int(B))
+                if p.remaining_prefill_tokens[r] > 0:
+                    tokens += int(p.remaining_prefill_tokens[r])
+                if tokens:
+                    terms.append(tokens * self._coef(r, x, keep))
+            prob += pulp.lpSum(terms) <= int(B) * proc.batch_tokens, f"budget_b{int(B)}"
+
+    def _decode_load(self, prob: Any, x: Mapping[int, Any], keep: Any, pulp: Any) -> None:
+        """Per batch ``i``: ``sum_{r: b_r <= i} g_{l_r}(i) x_r <= C``, one constraint per
+        segment between consecutive deadline batches and maximal slot pattern in it."""
+        p, proc = self.problem, self.process
+        tier, b = p.tier, proc.deadline_batch
+        for seg_start, seg_end, pattern in _segment_patterns(proc, np.unique(b)):
+            active = np.flatnonzero((b <= seg_start) & pattern[tier])
+            if active.size == 0:
+                continue
+            prob += (
+                pulp.lpSum(self._coef(int(r), x, keep) for r in active) <= proc.batch_tokens,
+                f"decode_b{seg_start}_{seg_end}_{_mask_label(pattern)}",
+            )
+
+    def _to_schedule(self, admitted: Sequence[int]) -> Schedule:
+        plan = plan_b1(self.problem, admitted, self.process)
+        if plan is None:
+            raise RuntimeError(f"the B1 solution admitting {list(admitted)} fails the batch process")
+        return plan_schedule(self.problem, plan)
+
+    def brute_force(self, time_limit: float) -> tuple[float, Schedule] | None:
+        """Every subset of new requests, by decreasing value; the first whose batch process
+        succeeds (:func:`plan_b1`) is optimal."""
+        deadline = time.perf_counter() + time_limit
+        p = self.problem
+        new = [int(r) for r in p.new_rows]
+        values = p.value[new] if new else np.zeros(0)
+        subsets = list(itertools.product((0, 1), repeat=len(new)))
+        totals = np.array([float(np.dot(s, values)) for s in subsets]) if new else np.zeros(1)
+        for count, k in enumerate(np.argsort(-totals, kind="stable")):
+            if count % 256 == 0 and time.perf_counter() > deadline:
+                raise TimeoutError(f"brute force over 2^{len(new)} subsets passed {time_limit} s")
+            chosen = [r for r, pick in zip(new, subsets[k], strict=True) if pick]
+            plan = plan_b1(p, chosen, self.process)
+            if plan is not None:
+                return float(totals[k]), plan_schedule(p, plan)
+        return None
+
+
+def _mask_label(pattern: np.ndarray) -> str:
+    return "".join("1" if v else "0" for v in pattern)
+
+
+def _segment_patterns(proc: BatchProcess, boundaries: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
+    """Per segment ``[B_k, B_{k+1})`` of batches between deadline batches, the maximal tier
+    slot patterns occurring in it (a pattern contained in another adds no constraint)."""
+    cuts = sorted({int(v) for v in boundaries if 0 <= v < proc.n_batches} | {0, proc.n_batches})
+    out = []
+    for lo, hi in itertools.pairwise(cuts):
+        patterns = {tuple(proc.slot[:, i]) for i in range(lo, hi)}
+        for pat in patterns:
+            dominated = any(
+                other != pat and all(o >= q for o, q in zip(other, pat, strict=True)) for other in patterns
+            )
+            if any(pat) and not dominated:
+                out.append((lo, hi, np.array(pat, dtype=bool)))
+    return out
+
+
+@register_model("slos-b2")
+class AdmissionB2(_AdmissionModel):
+    """B2: admission with dynamic batch sizing (time-indexed 0-1 MILP over batch arcs).
+
+    Time is cut into cells of ``delta = t0 / cells_per_batch``; a batch is an arc ``(s, e)``
+    of cells with capacity ``time2bs((e - s) delta)``, and the chosen arcs form a path from 0
+    to the horizon (``z_a``). Decode releases of Algorithm 2's cadence falling in an arc are
+    served by it; an arc may not be longer than the TPOT of a request decoding during it;
+    prefill tokens ``P_a`` meet cumulative deadlines. B1's batches are the path of arcs of
+    ``cells_per_batch`` cells, so the optimum is at least B1's.
+
+    Parameters
+    ----------
+    instance : Instance or AdmissionProblem
+        An ``"slos-admission"`` instance, or the problem itself.
+    cells_per_batch : int, optional
+        Grid cells per ``t0`` (default: setting ``b2_cells_per_batch`` of the instance, else 2).
+
+    References
+    ----------
+    SLOs-Serve, Sec. 3.2.2 (batch formation with dynamic size tuning) and Fig. 5c.
+    """
+
+    def __init__(self, instance: Instance | AdmissionProblem, cells_per_batch: int | None = None) -> None:
+        super().__init__(instance)
+        if cells_per_batch is None:
+            settings = instance.settings if isinstance(instance, Instance) else {}
+            cells_per_batch = int(settings.get("b2_cells_per_batch", DEFAULT_CELLS_PER_BATCH))
+        if isinstance(cells_per_batch, bool) or int(cells_per_batch) != cells_per_batch or cells_per_batch < 1:
+            raise ValueError(f"cells_per_batch must be an integer >= 1, got {cells_per_batch!r}")
+        self.cells_per_batch = int(cells_per_batch)
+        self.grid = _b2_grid(self.problem, self.process, self.cells_per_batch)
+
+    def milp(self) -> MilpFormulation:
+        import pulp
+
+        g = self.grid
+        prob = pulp.LpProblem("slos_b2", pulp.LpMaximize)
+        x, keep = self._admission_variables(pulp)
+        z = {a: pulp.LpVariable(f"z_{a[0]}_{a[1]}", cat="Binary") for a in g.arcs}
+        tokens = {a: pulp.LpVariable(f"P_{a[0]}_{a[1]}", lowBound=0) for a in g.arcs}
+        self._objective(prob, x, pulp)
+        self._memory(prob, x, keep, pulp)
+        self._path(prob, z, pulp)
+        self._arc_capacity(prob, x, keep, z, tokens, pulp)
+        self._arc_tpot(prob, x, keep, z, pulp)
+        self._prefill_deadlines(prob, x, keep, tokens, pulp)
+        self.variables = {"x": x, "keep_running": keep, "z": z, "P": tokens}
+        return MilpFormulation(prob, to_schedule=lambda: self._to_schedule(self._admitted(x), z))
+
+    def _path(self, prob: Any, z: Mapping[tuple[int, int], Any], pulp: Any) -> None:
+        """Arcs form one path from cell 0 to cell ``H``: out(0) = 1, in(g) = out(g), in(H) = 1."""
+        out_of: dict[int, list[Any]] = {}
+        into: dict[int, list[Any]] = {}
+        for (s, e), var in z.items():
+            out_of.setdefault(s, []).append(var)
+            into.setdefault(e, []).append(var)
+        end = self.grid.n_cells
+        prob += pulp.lpSum(out_of.get(0, [])) == 1, "path_start"
+        prob += pulp.lpSum(into.get(end, [])) == 1, "path_end"
+        for c in range(1, end):
+            prob += pulp.lpSum(into.get(c, [])) == pulp.lpSum(out_of.get(c, [])), f"path_{c}"
+
+    def _arc_capacity(
+        self, prob: Any, x: Mapping[int, Any], keep: Any, z: Mapping[Any, Any], tokens: Mapping[Any, Any], pulp: Any
+    ) -> None:
+        """``P_a <= cap_a z_a`` and ``P_a + sum_r rho_r(a) x_r <= cap_a + U_a (1 - z_a)``, with
+        ``rho_r(a)`` the decode releases of ``r`` in the arc and ``U_a = sum_r rho_r(a)``."""
+        g = self.grid
+        for a in g.arcs:
+            cap = g.capacity[a[1] - a[0]]
+            prob += tokens[a] <= cap * z[a], f"cap_{a[0]}_{a[1]}"
+            load = g.releases(a)
+            terms = [int(k) * self._coef(int(r), x, keep) for r, k in load.items()]
+            if not terms:
+                continue
+            big = int(sum(load.values()))
+            prob += tokens[a] + pulp.lpSum(terms) <= cap + big * (1 - z[a]), f"load_{a[0]}_{a[1]}"
+
+    def _arc_tpot(self, prob: Any, x: Mapping[int, Any], keep: Any, z: Mapping[Any, Any], pulp: Any) -> None:
+        """For an arc longer than tier ``l``'s TPOT: ``sum_{r in l, sigma_r < e} x_r <= n (1 - z_a)``."""
+        g = self.grid
+        for a in g.arcs:
+            decoders = g.too_slow_for(a)
+            if decoders.size == 0:
+                continue
+            prob += (
+                pulp.lpSum(self._coef(int(r), x, keep) for r in decoders) <= int(decoders.size) * (1 - z[a]),
+                f"tpot_{a[0]}_{a[1]}",
+            )
+
+    def _prefill_deadlines(
+        self, prob: Any, x: Mapping[int, Any], keep: Any, tokens: Mapping[Any, Any], pulp: Any
+    ) -> None:
+        """At each distinct deadline cell ``g``: ``sum_{a: e_a <= g} P_a >= sum_{r: g_r <= g} p_r x_r``."""
+        g = self.grid
+        p = self.problem
+        prefilling = np.flatnonzero(p.remaining_prefill_tokens > 0)
+        for cell in np.unique(g.deadline_cell[prefilling]):
+            due = prefilling[g.deadline_cell[prefilling] <= cell]
+            prob += (
+                pulp.lpSum(tokens[a] for a in g.arcs if a[1] <= cell)
+                >= pulp.lpSum(int(p.remaining_prefill_tokens[r]) * self._coef(int(r), x, keep) for r in due),
+                f"prefill_c{int(cell)}",
+            )
+
+    def _to_schedule(self, admitted: Sequence[int], z: Mapping[tuple[int, int], Any]) -> Schedule:
+        path = sorted(a for a, var in z.items() if (var.value() or 0.0) > 0.5)
+        plan = self.plan(admitted, path)
+        if plan is None:
+            raise RuntimeError(f"the B2 solution admitting {list(admitted)} on arcs {path} is infeasible")
+        return plan_schedule(self.problem, plan)
+
+    def plan(self, admitted: Sequence[int], path: Sequence[tuple[int, int]]) -> AdmissionPlan | None:
+        """The plan of ``admitted`` on the batch arcs ``path`` (decode by release, prefill EDF)."""
+        g, p = self.grid, self.problem
+        rows = _served_rows(p, admitted)
+        if int(p.kv_tokens[rows].sum()) > p.kv_capacity_tokens:
+            return None
+        prefill = p.remaining_prefill_tokens
+        pending = sorted((int(r) for r in rows if prefill[r] > 0), key=lambda r: (int(g.deadline_cell[r]), r))
+        left = {r: int(prefill[r]) for r in pending}
+        served = set(int(r) for r in rows)
+        batches: list[tuple[Entry, ...]] = []
+        for s, e in path:
+            if pending and g.deadline_cell[pending[0]] < e:
+                return None
+            decoders = [r for r, k in g.releases((s, e)).items() if r in served and k > 0]
+            cap = g.capacity[e - s]
+            if len(decoders) > cap:
+                return None
+            entries: list[Entry] = []
+            _edf_fill(pending, left, cap - len(decoders), entries)
+            entries.extend((r, "decode", 1) for r in decoders)
+            batches.append(tuple(entries))
+        if pending:
+            return None
+        delta = g.cell_s
+        starts = np.array([s for s, _ in path], dtype=float) * delta
+        ends = np.array([e for _, e in path], dtype=float) * delta
+        return AdmissionPlan(tuple(sorted(int(r) for r in admitted)), starts, ends, tuple(batches))
+
+
+@dataclass(frozen=True)
+class _B2Grid:
+    """Cells, arcs and precomputed release counts of B2."""
+
+    cell_s: float
+    n_cells: int
+    capacity: np.ndarray
+    arcs: list[tuple[int, int]]
+    deadline_cell: np.ndarray
+    decode_start_cell: np.ndarray
+    tier: np.ndarray
+    tier_tpot_cells: np.ndarray
+    tier_releases: np.ndarray
+    _release_cache: dict[tuple[int, int], dict[int, int]] = field(default_factory=dict)
+
+    def releases(self, arc: tuple[int, int]) -> dict[int, int]:
+        """Rows with decode releases in ``arc`` (after their decode start): row -> count."""
+        if arc not in self._release_cache:
+            s, e = arc
+            sigma = self.decode_start_cell
+            rows = np.flatnonzero(sigma < e)
+            lo = np.maximum(sigma[rows], s)
+            counts = self.tier_releases[self.tier[rows], e] - self.tier_releases[self.tier[rows], lo]
+            self._release_cache[arc] = {int(r): int(k) for r, k in zip(rows, counts, strict=True) if k > 0}
+        return self._release_cache[arc]
+
+    def too_slow_for(self, arc: tuple[int, int]) -> np.ndarray:
+        """Rows decoding during ``arc`` whose TPOT is shorter than the arc."""
+        s, e = arc
+        rows = np.flatnonzero(self.decode_start_cell < e)
+        slow = self.tier_tpot_cells[self.tier[rows]] < (e - s) - TIME_TOL
+        return rows[slow]
+
+
+def _b2_grid(problem: AdmissionProblem, proc: BatchProcess, cells_per_batch: int) -> _B2Grid:
+    t0 = proc.batch_duration_s
+    delta = t0 / cells_per_batch
+    n_cells = proc.n_batches * cells_per_batch
+    tier_tpot = problem.tier_tpot_s
+    tier_tpot_cells = tier_tpot / delta
+    decoding = problem.remaining_prefill_tokens == 0
+    limit_s = float(problem.tpot_s[problem.running & decoding].min()) if (problem.running & decoding).any() else float(
+        tier_tpot.max()
+    )
+    longest = max(1, int(math.floor(limit_s / delta + TIME_TOL)))
+    capacity = np.array([0] + [time2bs(problem.timing, length * delta) for length in range(1, longest + 1)])
+    arcs = [(s, e) for s in range(n_cells) for e in range(s + 1, min(s + longest, n_cells) + 1)]
+    deadline = np.where(decoding, 0.0, problem.prefill_deadline_s)
+    cell = np.clip(np.floor(deadline / delta + TIME_TOL), 0, n_cells).astype("int64")
+    cell[decoding] = 0
+    units = np.arange(n_cells + 1)
+    releases = np.stack([tier_releases_before(float(t), t0, units, cells_per_batch) for t in tier_tpot])
+    return _B2Grid(delta, n_cells, capacity, arcs, cell, cell.copy(), problem.tier, tier_tpot_cells, releases)

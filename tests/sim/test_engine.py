@@ -1,0 +1,219 @@
+"""Hand-computed engine runs: every token time worked out in a comment and asserted."""
+
+import numpy as np
+import pytest
+from slolab.heuristics.baselines import LeastLoaded, PrefillFirstFCFS, SarathiFCFS, StaticFCFS
+from slolab.instances.records import Cluster, Instance, Workload
+from slolab.sim import Batch, PolicyError, Schedule, check, replay, run
+from slolab.timing.base import FEATURES, LinearTiming
+
+# T = 10 ms + 1 ms per prefill token + 2 ms per decode token
+ROUND = LinearTiming(0.010, {"prefill_tokens": 0.001, "decode_tokens": 0.002})
+
+
+def two_requests(**cluster):
+    wl = Workload(
+        {
+            "arrival_s": [0.0, 0.015],
+            "prompt_tokens": [10, 20],
+            "output_tokens": [3, 2],
+        }
+    )
+    return Instance("two", wl, Cluster(**cluster), ROUND)
+
+
+def test_colocated_chunked_prefill_token_times():
+    """Sarathi with a 16-token budget: chunks, decode-first and every token time."""
+    inst = two_requests(servers=1, max_batch_tokens=16)
+    out = run(inst, SarathiFCFS(), seed=0)
+    # t=0:     A prefills 10 tokens            -> 0.010 + 0.010 = 0.020; A token 1 at 0.020
+    # t=0.020: A decodes, B chunk of 15        -> 0.010 + 0.015 + 0.002 = 0.027; ends 0.047
+    # t=0.047: A decodes, B last chunk of 5    -> 0.010 + 0.005 + 0.002 = 0.017; ends 0.064
+    #          (A's token 3 and B's first token at 0.064)
+    # t=0.064: B decodes                       -> 0.010 + 0.002 = 0.012; ends 0.076
+    np.testing.assert_allclose(out.tokens_of(0), [0.020, 0.047, 0.064], rtol=1e-12)
+    np.testing.assert_allclose(out.tokens_of(1), [0.064, 0.076], rtol=1e-12)
+    assert check(inst, out) == []
+    # contexts read by decode attention: A at t=0.020 holds 10 prompt + 1 generated = 11
+    kv = FEATURES.index("decode_kv_tokens")
+    assert out.it_features[1, kv] == 11
+    # prefill attention work of B's 15-token chunk at prefix 0: 15 * (0 + 16/2) = 120
+    assert out.it_features[1, FEATURES.index("prefill_attention_work")] == 120
+    # KV resident during iteration 2: A 10 + 2 = 12, B 15 -> 27
+    assert out.it_kv_tokens[1] == 27
+
+
+def test_prefill_first_fcfs_token_times():
+    """vLLM-style prefill-first: B's prefill pauses A's decoding."""
+    inst = two_requests(servers=1)
+    out = run(inst, PrefillFirstFCFS(), seed=0)
+    # t=0:     A prefill 10 -> 0.020 (A token 1)
+    # t=0.020: B waiting since 0.015: prefill-only 20 -> 0.030; ends 0.050 (B token 1)
+    # t=0.050: decode A, B -> 0.010 + 0.004 = 0.014; ends 0.064 (A token 2, B token 2: B done)
+    # t=0.064: decode A    -> 0.012; ends 0.076 (A token 3)
+    np.testing.assert_allclose(out.tokens_of(0), [0.020, 0.064, 0.076], rtol=1e-12)
+    np.testing.assert_allclose(out.tokens_of(1), [0.050, 0.064], rtol=1e-12)
+    assert check(inst, out) == []
+
+
+def test_static_batch_timelines():
+    """Static batching: members follow their padded-batch timelines, batches run in order."""
+    inst = Instance(
+        "static",
+        Workload(
+            {
+                "arrival_s": [0.0, 0.0, 0.05],
+                "prompt_tokens": [100, 200, 50],
+                "output_tokens": [3, 2, 4],
+            }
+        ),
+        Cluster(mode="static", max_batch_size=2),
+        LinearTiming(0.01, {"prefill_tokens": 1e-4, "decode_tokens": 1e-3}),
+    )
+    out = replay(inst, Schedule.static_batches([[1], [0, 2]]))
+    # batch [1] (size 1) at 0: prefill 0.01 + 200e-4 = 0.03; decode step 0.01 + 1e-3 = 0.011
+    #   -> request 1 tokens at 0.030, 0.041; the batch ends at 0.041
+    # batch [0, 2] (size 2) waits for request 2's arrival at 0.05:
+    #   request 0: prefill of 2 x 100 tokens: 0.01 + 200e-4 = 0.03 -> 0.080; steps 0.012
+    #   -> 0.092, 0.104; request 2: prefill 2 x 50: 0.01 + 100e-4 = 0.02 -> 0.070, then 0.082,
+    #   0.094, 0.106
+    np.testing.assert_allclose(out.tokens_of(1), [0.030, 0.041], rtol=1e-12)
+    np.testing.assert_allclose(out.tokens_of(0), [0.080, 0.092, 0.104], rtol=1e-12)
+    np.testing.assert_allclose(out.tokens_of(2), [0.070, 0.082, 0.094, 0.106], rtol=1e-12)
+    assert out.end_s == pytest.approx(0.106, rel=1e-12)
+    assert check(inst, out) == []
+
+
+def test_static_fcfs_policy_runs_batches_in_arrival_order():
+    """StaticFCFS forms batches of at most max_batch_size from the queue."""
+    inst = Instance(
+        "static",
+        Workload(
+            {
+                "arrival_s": [0.0, 0.0, 0.0],
+                "prompt_tokens": [10, 10, 10],
+                "output_tokens": [1, 1, 1],
+            }
+        ),
+        Cluster(mode="static", max_batch_size=2),
+        ROUND,
+    )
+    out = run(inst, StaticFCFS(), seed=0)
+    # batch [0, 1]: prefill 2 x 10 = 20 tokens: 0.010 + 0.020 = 0.030 (one token each)
+    # batch [2]: 0.010 + 0.010 = 0.020 -> 0.050
+    np.testing.assert_allclose(out.first_token_s, [0.030, 0.030, 0.050], rtol=1e-12)
+    assert check(inst, out) == []
+
+
+def test_disaggregated_transfer_then_decode():
+    """Prefill server, KV transfer of prompt + 1 tokens, then the decode server."""
+    wl = Workload({"arrival_s": [0.0], "prompt_tokens": [9], "output_tokens": [3]})
+    cl = Cluster(
+        servers=2,
+        mode="disaggregated",
+        prefill_servers=1,
+        kv_bytes_per_token=1000.0,
+        kv_transfer_bandwidth_bytes_per_s=1e6,
+    )
+    inst = Instance("disagg", wl, cl, ROUND)
+    out = run(inst, SarathiFCFS(token_budget=64), seed=0)
+    # prefill 9 tokens: 0.010 + 0.009 = 0.019 (token 1 at 0.019)
+    # transfer (9 + 1) tokens * 1000 B / 1e6 B/s = 0.010 -> on the decode server at 0.029
+    # decode steps 0.012 each -> 0.041, 0.053
+    np.testing.assert_allclose(out.tokens_of(0), [0.019, 0.041, 0.053], rtol=1e-12)
+    assert out.prefill_server[0] == 0 and out.server[0] == 1
+    assert out.transfer_done_s[0] == pytest.approx(0.029, rel=1e-12)
+    assert check(inst, out) == []
+
+
+class _NoRepeat:
+    """Wraps a policy and drops its repeat flag, forcing one decision per iteration."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def start(self, instance, seed):
+        self.inner.start(instance, seed)
+
+    def next_batch(self, server):
+        b = self.inner.next_batch(server)
+        b.repeat = False
+        return b
+
+
+def _random_instance(seed, servers=2, n=40, kv=6000):
+    rng = np.random.default_rng(seed)
+    wl = Workload(
+        {
+            "arrival_s": np.sort(rng.uniform(0, 2.0, n)),
+            "prompt_tokens": rng.integers(1, 300, n),
+            "output_tokens": rng.integers(1, 60, n),
+            "ttft_slo_s": np.full(n, 0.5),
+            "tpot_slo_s": np.full(n, 0.05),
+        }
+    )
+    timing = LinearTiming(
+        0.005,
+        {
+            "prefill_tokens": 2e-5,
+            "decode_tokens": 1e-4,
+            "decode_kv_tokens": 1e-7,
+            "prefill_attention_work": 1e-9,
+        },
+    )
+    return Instance(
+        "random", wl, Cluster(servers=servers, kv_capacity_tokens=kv, max_batch_tokens=256), timing
+    )
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("policy", [SarathiFCFS, PrefillFirstFCFS])
+def test_fast_forward_equals_step_by_step(seed, policy):
+    """Fast-forwarded decode windows give the same tokens as deciding every iteration."""
+    inst = _random_instance(seed)
+    fast = run(inst, policy(), LeastLoaded(), seed=seed)
+    slow = run(inst, _NoRepeat(policy()), LeastLoaded(), seed=seed)
+    np.testing.assert_allclose(fast.token_times, slow.token_times, rtol=1e-9)
+    assert np.array_equal(fast.server, slow.server)
+    assert fast.n_iterations == slow.n_iterations
+    assert check(inst, fast) == []
+    assert check(inst, slow) == []
+
+
+def test_preemption_under_memory_pressure_recomputes():
+    """A small KV cache forces recompute preemptions; every request still finishes cleanly."""
+    inst = _random_instance(7, servers=1, n=30, kv=900)
+    out = run(inst, SarathiFCFS(), seed=0)
+    assert out.preemptions.sum() > 0
+    assert out.finished.all()
+    assert check(inst, out) == []
+    assert out.it_kv_tokens.max() <= 900
+
+
+def test_policy_breaking_memory_is_an_error():
+    """A batch that needs more KV than the server has raises PolicyError naming the server."""
+
+    class Greedy:
+        def start(self, instance, seed):
+            return None
+
+        def next_batch(self, server):
+            return Batch(prefill=[(r, server.remaining_prefill(r)) for r in server.waiting])
+
+    inst = Instance(
+        "small",
+        Workload({"arrival_s": [0.0], "prompt_tokens": [50], "output_tokens": [2]}),
+        Cluster(kv_capacity_tokens=40),
+        ROUND,
+    )
+    with pytest.raises(
+        PolicyError, match=r"server 0 t=0.0: batch needs 51 KV tokens but only 40 of 40"
+    ):
+        run(inst, Greedy(), seed=0)
+
+
+def test_seed_must_be_an_int():
+    """run() requires an integer seed."""
+    inst = two_requests()
+    with pytest.raises(TypeError, match="seed must be an int"):
+        run(inst, SarathiFCFS(token_budget=16), seed=None)

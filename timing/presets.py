@@ -1,0 +1,477 @@
+"""Named timing models with their sources.
+
+======================================  ===========================================================
+``"llama2-7b-h100"``                    fitted to Vidur's H100 profile of Llama-2-7B (token-
+                                        parallel operators) plus attention terms from the model
+                                        shape and the H100's bandwidth and peak FLOP/s
+``"llama3.1-8b-h200"``                  derived from PolyServe's statements about Llama-3.1-8B on
+                                        H200 (vLLM) plus the same physics
+``"opt-13b-a100-distserve"``            DistServe simulator's fit, OPT-13B on A100-80G
+``"opt-13b-h100-slos"``                 SLOs-Serve batch timer, OPT-13B on H100
+``"opt-6.7b-a100-slos"``                SLOs-Serve batch timer, OPT-6.7B on A100 (two lines)
+``"opt-30b-4gpu-slos"``                 SLOs-Serve batch timer, OPT-30B on 4 GPUs, speculative
+``"sa-qwen2.5-7b-v100"``                SA-ordering paper's predictor, Qwen2.5-7B on 2x V100
+======================================  ===========================================================
+
+:func:`preset_source` gives each one's origin; ``docs/timing.md`` gives every derivation and
+assumption. The fitted preset is stored in ``data/llama2-7b-h100.json`` and reproduced by
+:func:`refit_llama2_7b_h100`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slolab.timing.base import LinearTiming, TimingModel
+from slolab.timing.fit import FitReport, fit, load_vidur_mlp_profile
+from slolab.timing.forms import MeanLengthTiming, PhaseSumTiming, RooflineTiming, ThresholdTiming
+
+__all__ = [
+    "A100_80GB",
+    "H100_SXM",
+    "H200",
+    "LLAMA2_7B",
+    "LLAMA31_8B",
+    "Accelerator",
+    "TransformerShape",
+    "attention_terms",
+    "available_presets",
+    "preset",
+    "preset_source",
+    "preset_table",
+    "refit_llama2_7b_h100",
+]
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+VIDUR_H100_LLAMA2_7B_PROFILE = DATA_DIR / "vidur_h100_llama2-7b_mlp.csv"
+LLAMA2_7B_H100_JSON = DATA_DIR / "llama2-7b-h100.json"
+
+#: FlashAttention-2 reaches about 35 % of the H100's dense BF16 peak (FlashAttention-3 paper,
+#: Shah et al. 2024, abstract); used for prefill attention on H100-class GPUs.
+ATTENTION_FLOP_EFFICIENCY = 0.35
+
+
+@dataclass(frozen=True, slots=True)
+class TransformerShape:
+    """The dimensions of a decoder-only transformer that set its attention costs.
+
+    Attributes
+    ----------
+    name : str
+        Model name.
+    num_layers : int
+        Transformer layers.
+    hidden_size : int
+        Model width (query heads times head dimension).
+    num_kv_heads : int
+        Key/value heads (fewer than query heads under grouped-query attention).
+    head_dim : int
+        Dimension of one head.
+    non_embedding_params : float
+        Parameters of the layers (projections and MLP), which set the GEMM FLOPs per token.
+    kv_bytes_per_element : int
+        Bytes of one cached K or V element (2 for FP16/BF16).
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_kv_heads: int
+    head_dim: int
+    non_embedding_params: float
+    kv_bytes_per_element: int = 2
+
+    def __post_init__(self) -> None:
+        for field in (
+            "num_layers",
+            "hidden_size",
+            "num_kv_heads",
+            "head_dim",
+            "kv_bytes_per_element",
+        ):
+            value = getattr(self, field)
+            if not value >= 1:
+                raise ValueError(f"{field} must be >= 1, got {value} ({self.name})")
+        if not self.non_embedding_params > 0:
+            raise ValueError(
+                f"non_embedding_params must be > 0, got {self.non_embedding_params} ({self.name})"
+            )
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of K and V cached per token: ``2 * layers * kv_heads * head_dim * bytes``."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_bytes_per_element
+
+    @property
+    def prefill_attention_flops_per_work(self) -> float:
+        """FLOPs per (query, key) pair over all layers: ``4 * layers * hidden``.
+
+        ``Q K^T`` costs ``2 * head_dim`` FLOPs per pair and head, ``A V`` as much again, over
+        ``hidden / head_dim`` query heads.
+        """
+        return 4.0 * self.num_layers * self.hidden_size
+
+    @property
+    def gemm_flops_per_token(self) -> float:
+        """FLOPs of the layer GEMMs per token: ``2 * non_embedding_params``."""
+        return 2.0 * self.non_embedding_params
+
+
+@dataclass(frozen=True, slots=True)
+class Accelerator:
+    """Peak rates of one GPU.
+
+    Attributes
+    ----------
+    name : str
+        GPU name.
+    hbm_bytes_per_s : float
+        Peak HBM bandwidth (B/s).
+    peak_flops : float
+        Dense FP16/BF16 tensor-core peak (FLOP/s).
+    """
+
+    name: str
+    hbm_bytes_per_s: float
+    peak_flops: float
+
+    def __post_init__(self) -> None:
+        for field in ("hbm_bytes_per_s", "peak_flops"):
+            value = getattr(self, field)
+            if not value > 0:
+                raise ValueError(f"{field} must be > 0, got {value} ({self.name})")
+
+
+#: Llama-2-7B: 32 layers, width 4096, 32 KV heads of 128 (no GQA), MLP 11008; layer
+#: parameters ``32 * (4 * 4096^2 + 3 * 4096 * 11008)``.
+LLAMA2_7B = TransformerShape("Llama-2-7B", 32, 4096, 32, 128, 32 * (4 * 4096**2 + 3 * 4096 * 11008))
+#: Llama-3.1-8B: 32 layers, width 4096, 8 KV heads of 128 (GQA), MLP 14336; layer parameters
+#: ``32 * (2 * 4096^2 + 2 * 4096 * 1024 + 3 * 4096 * 14336)``.
+LLAMA31_8B = TransformerShape(
+    "Llama-3.1-8B", 32, 4096, 8, 128, 32 * (2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336)
+)
+#: NVIDIA H100 SXM5 80GB: 3.35 TB/s HBM3, 989 TFLOP/s dense BF16 (datasheet).
+H100_SXM = Accelerator("H100-SXM", 3.35e12, 989e12)
+#: NVIDIA H200 141GB: 4.8 TB/s HBM3e, 989 TFLOP/s dense BF16 (datasheet; same compute as H100).
+H200 = Accelerator("H200", 4.8e12, 989e12)
+#: NVIDIA A100 80GB SXM: 2.039 TB/s HBM2e, 312 TFLOP/s dense BF16 (datasheet).
+A100_80GB = Accelerator("A100-80GB", 2.039e12, 312e12)
+
+
+def attention_terms(
+    shape: TransformerShape,
+    gpu: Accelerator,
+    attention_flop_efficiency: float = ATTENTION_FLOP_EFFICIENCY,
+    hbm_efficiency: float = 1.0,
+) -> dict[str, float]:
+    """Attention coefficients from the model shape and the GPU's peak rates.
+
+    - Decode attention is bound by reading the KV cache: seconds per KV token
+      ``= kv_bytes_per_token / (hbm_bytes_per_s * hbm_efficiency)``.
+    - Prefill attention is bound by compute: seconds per unit of ``prefill_attention_work``
+      (one query-key pair in every layer) ``= 4 * layers * hidden / (peak_flops *
+      attention_flop_efficiency)``.
+
+    Parameters
+    ----------
+    shape : TransformerShape
+        Model dimensions.
+    gpu : Accelerator
+        Peak rates.
+    attention_flop_efficiency : float
+        Fraction of the peak FLOP/s the prefill attention kernel reaches (0.35 by default:
+        FlashAttention-2 on H100).
+    hbm_efficiency : float
+        Fraction of the peak bandwidth decode attention reaches (1.0 by default: the KV read
+        time is a lower bound).
+
+    Returns
+    -------
+    dict
+        ``{"decode_kv_tokens": s per KV token, "prefill_attention_work": s per pair}``.
+    """
+    for label, value in (
+        ("attention_flop_efficiency", attention_flop_efficiency),
+        ("hbm_efficiency", hbm_efficiency),
+    ):
+        if not 0 < value <= 1:
+            raise ValueError(f"{label} must be in (0, 1], got {value}")
+    return {
+        "decode_kv_tokens": shape.kv_bytes_per_token / (gpu.hbm_bytes_per_s * hbm_efficiency),
+        "prefill_attention_work": shape.prefill_attention_flops_per_work
+        / (gpu.peak_flops * attention_flop_efficiency),
+    }
+
+
+def _with_terms(line: LinearTiming, terms: dict[str, float], name: str) -> LinearTiming:
+    coefficients = line.coefficients
+    for feature, value in terms.items():
+        coefficients[feature] = coefficients.get(feature, 0.0) + value
+    return LinearTiming(line.intercept_s, coefficients, name=name)
+
+
+def refit_llama2_7b_h100(
+    out_path: str | Path | None = None,
+) -> tuple[RooflineTiming, dict[str, FitReport]]:
+    """Fit the ``"llama2-7b-h100"`` preset from the vendored Vidur profile.
+
+    1. Read ``data/vidur_h100_llama2-7b_mlp.csv`` (TP 1, 32 layers) with
+       :func:`~slolab.timing.fit.load_vidur_mlp_profile`: the token-parallel GPU time of one
+       iteration against the tokens in the batch.
+    2. Fit ``max(floor, a + b * tokens)`` (:func:`~slolab.timing.fit.fit`, form
+       ``"roofline"``, relative least squares, ``b >= 0``); fit a plain linear model too, for
+       comparison.
+    3. Add the attention terms of :func:`attention_terms` for :data:`LLAMA2_7B` on
+       :data:`H100_SXM` to both lines of the roofline (attention adds to the GEMM time
+       whichever GEMM regime binds).
+
+    Parameters
+    ----------
+    out_path : str or Path, optional
+        Where to write the JSON (model, fit reports, assumptions); nothing is written when
+        None. The shipped file is ``data/llama2-7b-h100.json``.
+
+    Returns
+    -------
+    (RooflineTiming, dict)
+        The model and the fit reports ``{"roofline": ..., "linear": ...}`` of the GEMM part.
+    """
+    profile = load_vidur_mlp_profile(VIDUR_H100_LLAMA2_7B_PROFILE, tp=1, num_layers=32)
+    gemm, roofline_report = fit(profile, "roofline", regressors=("tokens",), name="gemm")
+    _, linear_report = fit(profile, "linear", regressors=("tokens",), name="gemm-linear")
+    assert isinstance(gemm, RooflineTiming)
+    terms = attention_terms(LLAMA2_7B, H100_SXM)
+    name = "llama2-7b-h100"
+    model = RooflineTiming(
+        [
+            _with_terms(gemm.lines[0], terms, f"{name}[floor]"),
+            _with_terms(gemm.lines[1], terms, f"{name}[slope]"),
+        ],
+        name=name,
+    )
+    reports = {"roofline": roofline_report, "linear": linear_report}
+    if out_path is not None:
+        document = {
+            "preset": name,
+            "source": _SOURCES[name],
+            "model": model.to_dict(),
+            "gemm_fit": {form: report.to_record() for form, report in reports.items()},
+            "assumptions": {
+                "profile": VIDUR_H100_LLAMA2_7B_PROFILE.name,
+                "tensor_parallel": 1,
+                "num_layers": LLAMA2_7B.num_layers,
+                "kv_bytes_per_token": LLAMA2_7B.kv_bytes_per_token,
+                "hbm_bytes_per_s": H100_SXM.hbm_bytes_per_s,
+                "peak_flops": H100_SXM.peak_flops,
+                "attention_flop_efficiency": ATTENTION_FLOP_EFFICIENCY,
+                "hbm_efficiency": 1.0,
+            },
+        }
+        Path(out_path).write_text(json.dumps(document, indent=2) + "\n")
+    return model, reports
+
+
+def _llama2_7b_h100() -> TimingModel:
+    document = json.loads(LLAMA2_7B_H100_JSON.read_text())
+    return TimingModel.from_dict(document["model"])
+
+
+#: PolyServe Sec. 5.1: minimal per-token latency of vLLM on H200 (batch 1, context 1).
+POLYSERVE_MIN_ITERATION_S = 0.015
+#: PolyServe Sec. 3.6: decode batch of about 50 at a 20 ms TPOT and about 150 at 40 ms.
+POLYSERVE_TPOT_BATCH_POINTS = ((0.020, 50), (0.040, 150))
+
+
+def _llama31_8b_h200() -> TimingModel:
+    (t_small, b_small), (t_large, b_large) = POLYSERVE_TPOT_BATCH_POINTS
+    per_sequence_s = (t_large - t_small) / (b_large - b_small)
+    intercept_s = t_small - b_small * per_sequence_s
+    reference = _llama2_7b_h100()
+    assert isinstance(reference, RooflineTiming)
+    h100_gemm_s_per_token = reference.lines[1].coefficients["prefill_tokens"]
+    gemm_s_per_token = (
+        h100_gemm_s_per_token * LLAMA31_8B.gemm_flops_per_token / LLAMA2_7B.gemm_flops_per_token
+    )
+    terms = attention_terms(LLAMA31_8B, H200)
+    name = "llama3.1-8b-h200"
+    slope = LinearTiming(
+        intercept_s,
+        {"prefill_tokens": gemm_s_per_token, "decode_tokens": gemm_s_per_token, **terms},
+        name=f"{name}[slope]",
+    )
+    floor = LinearTiming(POLYSERVE_MIN_ITERATION_S, {}, name=f"{name}[floor]")
+    return RooflineTiming([floor, slope], name=name)
+
+
+def _opt_13b_a100_distserve() -> TimingModel:
+    ms = 1e-3
+    name = "opt-13b-a100-distserve"
+    sum_l_sq_ms = 7.122e-6 * ms
+    prefill = LinearTiming(
+        18.10 * ms,
+        {"prefill_tokens": 0.1019 * ms - sum_l_sq_ms, "prefill_attention_work": 2.0 * sum_l_sq_ms},
+        name=f"{name}[prefill]",
+    )
+    decode_small = LinearTiming(
+        19.93 * ms,
+        {"decode_kv_tokens": 0.000627 * ms, "num_decode_seqs": 0.0385 * ms},
+        name=f"{name}[decode<95]",
+    )
+    decode_large = LinearTiming(
+        7.166 * ms,
+        {"decode_kv_tokens": 0.000580 * ms, "num_decode_seqs": 0.1583 * ms},
+        name=f"{name}[decode>=95]",
+    )
+    decode = ThresholdTiming(
+        "num_decode_seqs", 95, decode_small, decode_large, name=f"{name}[decode]"
+    )
+    return PhaseSumTiming(prefill, decode, name=name)
+
+
+def _opt_13b_h100_slos() -> TimingModel:
+    return RooflineTiming.from_token_lines([(4.177e-5, 0.0, 0.02743)], name="opt-13b-h100-slos")
+
+
+def _opt_6_7b_a100_slos() -> TimingModel:
+    return RooflineTiming.from_token_lines(
+        [(6.878e-5, 0.0, 0.02480), (7.523e-5, 0.0, 0.003033)], name="opt-6.7b-a100-slos"
+    )
+
+
+def _opt_30b_4gpu_slos() -> TimingModel:
+    return RooflineTiming.from_token_lines(
+        [(9.314e-5, 0.002797, 0.03788)], name="opt-30b-4gpu-slos"
+    )
+
+
+#: SA paper, Table 2, prefill row (ms): coefficients of ``s * l``, ``s``, ``l``, 1.
+SA_PREFILL_MS = (0.1, 5.7, 0.01, 43.67)
+#: SA paper, Table 2, decode row (ms): coefficients of ``s * L``, ``s``, ``L``, 1.
+SA_DECODE_MS = (0.0002, 0.275, 0.00088, 15.85)
+
+
+def _sa_qwen25_7b_v100() -> TimingModel:
+    ms = 1e-3
+    name = "sa-qwen2.5-7b-v100"
+    p_sl, p_s, p_l, p_1 = (v * ms for v in SA_PREFILL_MS)
+    d_sl, d_s, d_l, d_1 = (v * ms for v in SA_DECODE_MS)
+    prefill = MeanLengthTiming(
+        LinearTiming(
+            p_1, {"prefill_tokens": p_sl, "num_prefill_seqs": p_s}, name=f"{name}[prefill]"
+        ),
+        prefill_length_coef_s=p_l,
+        name=f"{name}[prefill]",
+    )
+    decode = MeanLengthTiming(
+        LinearTiming(
+            d_1, {"decode_kv_tokens": d_sl, "num_decode_seqs": d_s}, name=f"{name}[decode]"
+        ),
+        decode_context_coef_s=d_l,
+        name=f"{name}[decode]",
+    )
+    return PhaseSumTiming(prefill, decode, name=name)
+
+
+_SOURCES: dict[str, str] = {
+    "llama2-7b-h100": (
+        "Fitted: microsoft/vidur data/profiling/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv "
+        "(MIT; TP 1, 32 layers) as max(floor, a + b * tokens), plus decode KV reads at the "
+        "H100 SXM's 3.35 TB/s and prefill attention at 35% of 989 TFLOP/s; see docs/timing.md"
+    ),
+    "llama3.1-8b-h200": (
+        "Derived: PolyServe Sec. 5.1 (15 ms per token at batch 1, context 1; 100 ms saturates "
+        "the engine) and Sec. 3.6 (decode batch ~50 at 20 ms TPOT, ~150 at 40 ms), GEMM slope "
+        "scaled from the llama2-7b-h100 fit by FLOPs per token, KV reads at the H200's "
+        "4.8 TB/s; see docs/timing.md"
+    ),
+    "opt-13b-a100-distserve": (
+        "DistServe simulator fit for OPT-13B on A100-80G, TP 1 (prefill 18.10 + 0.1019 sum(l) "
+        "+ 7.122e-6 sum(l^2) ms; decode 19.93 + 0.000627 sum(ctx) + 0.0385 batch ms below 95 "
+        "sequences, 7.166 + 0.000580 sum(ctx) + 0.1583 batch ms from 95); mixed iterations "
+        "pay both parts"
+    ),
+    "opt-13b-h100-slos": "SLOs-Serve batch timer, OPT-13B on H100: 4.177e-5 s/token + 0.02743 s",
+    "opt-6.7b-a100-slos": (
+        "SLOs-Serve batch timer, OPT-6.7B on A100: max(6.878e-5 tokens + 0.02480, "
+        "7.523e-5 tokens + 0.003033) s"
+    ),
+    "opt-30b-4gpu-slos": (
+        "SLOs-Serve batch timer, OPT-30B on 4 GPUs: 9.314e-5 s/token + 0.002797 s/spec step "
+        "+ 0.03788 s"
+    ),
+    "sa-qwen2.5-7b-v100": (
+        "SA-ordering paper Sec. 4.2 Eqs. (14)-(15) and Table 2, Qwen2.5-7B on 2x V100 (ms): "
+        "prefill 0.1 s*l + 5.7 s + 0.01 l + 43.67; per-token decode 0.0002 s*L + 0.275 s + "
+        "0.00088 L + 15.85 (column order derived in docs/timing.md)"
+    ),
+}
+
+_BUILDERS: dict[str, Callable[[], TimingModel]] = {
+    "llama2-7b-h100": _llama2_7b_h100,
+    "llama3.1-8b-h200": _llama31_8b_h200,
+    "opt-13b-a100-distserve": _opt_13b_a100_distserve,
+    "opt-13b-h100-slos": _opt_13b_h100_slos,
+    "opt-6.7b-a100-slos": _opt_6_7b_a100_slos,
+    "opt-30b-4gpu-slos": _opt_30b_4gpu_slos,
+    "sa-qwen2.5-7b-v100": _sa_qwen25_7b_v100,
+}
+
+
+def available_presets() -> list[str]:
+    """Names of the presets, sorted."""
+    return sorted(_BUILDERS)
+
+
+def _known(name: str) -> None:
+    if name not in _BUILDERS:
+        raise ValueError(f"unknown timing preset {name!r}; known: {', '.join(available_presets())}")
+
+
+def preset(name: str) -> TimingModel:
+    """A named timing model (a fresh object on every call).
+
+    Parameters
+    ----------
+    name : str
+        One of :func:`available_presets`.
+
+    Returns
+    -------
+    TimingModel
+        The model; its ``name`` is the preset's name.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, listing the known ones.
+    """
+    _known(name)
+    return _BUILDERS[name]()
+
+
+def preset_source(name: str) -> str:
+    """Where a preset's numbers come from (paper and section, or data file and method)."""
+    _known(name)
+    return _SOURCES[name]
+
+
+def preset_table() -> list[dict[str, Any]]:
+    """One record per preset: name, form, source, and time of a decode step at batch 1."""
+    records = []
+    for name in available_presets():
+        model = preset(name)
+        records.append(
+            {
+                "name": name,
+                "form": model.form,
+                "decode_step_s_batch1": float(
+                    model.time_of(decode_tokens=1, num_decode_seqs=1, decode_kv_tokens=1)
+                ),
+                "source": _SOURCES[name],
+            }
+        )
+    return records
