@@ -215,22 +215,28 @@ def _check_unit(name: str, unit: int) -> int:
 
 
 def _merge_equal_keys(layer: _Layer) -> _Layer:
-    """Keep, per key ``(m, pb, n)``, the state of largest value (first on ties)."""
+    """Keep, per key ``(m, pb, n)``, the state of largest value (the first one on ties)."""
     if len(layer) < 2:
         return layer
-    keys = np.column_stack([layer.mem, layer.pb, layer.cnt])
-    order = np.lexsort((-layer.val,) + tuple(keys[:, c] for c in range(keys.shape[1] - 1, -1, -1)))
-    sorted_keys = keys[order]
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = (sorted_keys[1:] != sorted_keys[:-1]).any(axis=1)
+    columns = [layer.mem, layer.pb, *layer.cnt.T]
+    spans = [int(c.max()) + 1 for c in columns]
+    if float(np.prod(np.array(spans, dtype=float))) < 2.0**62:
+        key = np.zeros(len(layer), dtype="int64")
+        for column, span in zip(columns, spans, strict=True):
+            key = key * span + column
+        order = np.lexsort((-layer.val, key))
+        sorted_key = key[order]
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = sorted_key[1:] != sorted_key[:-1]
+    else:
+        keys = np.column_stack(columns)
+        order = np.lexsort((-layer.val,) + tuple(keys[:, c] for c in range(keys.shape[1] - 1, -1, -1)))
+        sorted_keys = keys[order]
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = (sorted_keys[1:] != sorted_keys[:-1]).any(axis=1)
     keep = np.sort(order[first])
     return _Layer(
-        layer.mem[keep],
-        layer.pb[keep],
-        layer.cnt[keep],
-        layer.val[keep],
-        layer.pred_node[keep],
-        layer.pred_idx[keep],
+        layer.mem[keep], layer.pb[keep], layer.cnt[keep], layer.val[keep], layer.pred_node[keep], layer.pred_idx[keep]
     )
 
 
@@ -267,8 +273,9 @@ def slos_dp(problem: AdmissionProblem, memory_unit: int = 1, budget_unit: int = 
     tier = problem.tier
     deadline_batch = proc.deadline_batch
     prefill = problem.remaining_prefill_tokens
-    mem_units = -(-problem.kv_tokens // u_mem)
-    mem_cap = problem.kv_capacity_tokens // u_mem
+    mem_units = np.where(problem.running, 0, -(-problem.kv_tokens // u_mem))
+    running_kv = int(problem.kv_tokens[problem.running].sum())
+    mem_cap = (problem.kv_capacity_tokens - running_kv) // u_mem
 
     # Slot patterns: which tiers have a decode token in each batch, for the per-batch load check.
     pattern = (proc.slot.astype("int64") << np.arange(n_tiers)[:, None]).sum(axis=0)
@@ -281,6 +288,9 @@ def slos_dp(problem: AdmissionProblem, memory_unit: int = 1, budget_unit: int = 
             np.searchsorted(where, np.arange(n_batches + 1))
         ]
 
+    # No batch can carry more decode tokens than there are requests.
+    load_can_exceed = problem.n_requests > cap_tokens
+
     # Nodes in deadline order: start (forced), prefilling rows, sink (forced).
     decoding = problem.decoding
     rows = np.flatnonzero(prefill > 0)
@@ -291,11 +301,10 @@ def slos_dp(problem: AdmissionProblem, memory_unit: int = 1, budget_unit: int = 
     n_nodes = len(node_row)
 
     init_cnt = np.bincount(tier[decoding], minlength=n_tiers).astype("int64")[None, :]
-    init_mem = int(mem_units[decoding].sum())
     layers: list[_Layer | None] = [None] * n_nodes
-    if init_mem <= mem_cap:
+    if mem_cap >= 0:
         layers[0] = _Layer(
-            np.array([init_mem], dtype="int64"),
+            np.zeros(1, dtype="int64"),
             np.zeros(1, dtype="int64"),
             init_cnt,
             np.zeros(1),
@@ -325,7 +334,7 @@ def slos_dp(problem: AdmissionProblem, memory_unit: int = 1, budget_unit: int = 
             budget = pred.pb * u_pb + (c - a) * cap_tokens - decode - p_i
             ok = (budget >= 0) & (pred.mem + m_i <= mem_cap)
             occurring = next_occurrence[:, a] < c
-            if occurring.any():
+            if load_can_exceed and occurring.any():
                 ok &= (pred.cnt @ mask_bits[:, occurring] <= cap_tokens).all(axis=1)
             idx = np.flatnonzero(ok)
             if idx.size == 0:

@@ -252,18 +252,18 @@ class _Chunk:
             return values.to_numpy(dtype="int64")
         return as_float
 
-    def standard(self, raw: pd.Series, field: str) -> np.ndarray:
-        """An optional standard column (SLOs, priority, tier, value) with its record rule."""
+    def standard(self, raw: pd.Series, column: str, field: str) -> np.ndarray:
+        """A standard workload ``column`` (SLOs, priority, tier, value) read from ``field``."""
         values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
         blank = raw.astype(str).str.strip().isin(["", "nan", "NaN", "None"]).to_numpy()
         with np.errstate(invalid="ignore"):
-            if field.endswith("_slo_s"):
+            if column.endswith("_slo_s"):
                 bad = ~blank & ~(np.isfinite(values) & (values >= 0))
                 must_be = "empty (no objective) or a finite number >= 0"
-            elif field == "priority":
+            elif column == "priority":
                 bad = ~(np.isfinite(values) & (values > 0))
                 must_be = "a finite number > 0"
-            elif field == "tier":
+            elif column == "tier":
                 bad = ~(np.isfinite(values) & (values >= 0) & (values == np.floor(values)))
                 must_be = "an integer >= 0"
             else:
@@ -275,7 +275,7 @@ class _Chunk:
                 self.path, self.line(row), field, must_be, self.shown(raw, row), unit=self.unit
             ),
         )
-        if field == "tier":
+        if column == "tier":
             return np.where(bad, 0, values).astype("int64")
         return values
 
@@ -338,7 +338,13 @@ def _check_policy(name: str, value: str, allowed: tuple[str, ...]) -> None:
 
 
 def _order(
-    times: np.ndarray, lines: np.ndarray, path: str | Path, field: str, unsorted: str, unit: str
+    times: np.ndarray,
+    lines: np.ndarray,
+    path: str | Path,
+    field: str,
+    unsorted: str,
+    unit: str,
+    show: Callable[[Any], object],
 ) -> np.ndarray | None:
     """Stable sort permutation of ``times``, None when already sorted."""
     if len(times) < 2:
@@ -348,19 +354,29 @@ def _order(
         return None
     i = int(np.flatnonzero(down)[0]) + 1
     if unsorted == "error":
+        value = show(times[i])
         raise _error(
             path,
             int(lines[i]),
-            f"{field} must be non-decreasing (unsorted='error'), got a time earlier than "
-            f"line {int(lines[i - 1])}'s",
+            f"{field} must be non-decreasing (unsorted='error'), got {value!r} after "
+            f"{show(times[i - 1])!r} ({unit} {int(lines[i - 1])})",
             field=field,
-            value=times[i],
+            value=value,
             unit=unit,
         )
     logger.info(
         "%s: %d out-of-order times, sorted by time (stable)", Path(path).name, int(down.sum())
     )
     return np.argsort(times, kind="stable")
+
+
+def _show_ns(ns: Any) -> str:
+    """Integer UTC nanoseconds as a date-time string."""
+    return str(pd.Timestamp(int(ns)))
+
+
+def _show_number(x: Any) -> object:
+    return x.item() if isinstance(x, np.generic) else x
 
 
 def _seconds_from_first(times: np.ndarray, divisor: float) -> np.ndarray:
@@ -377,12 +393,15 @@ def _build(
     divisor: float,
     unsorted: str,
     unit: str = "line",
+    time_is_ns: bool = False,
 ) -> Workload:
+    """Sort by time (or refuse to), re-zero to the earliest time, build the workload."""
     if len(cols) == 0:
         raise _error(path, 1, "no requests in the file", unit="line")
     times = cols.get("time")
     lines = cols.lines()
-    perm = _order(times, lines, path, time_field, unsorted, unit)
+    show = _show_ns if time_is_ns else _show_number
+    perm = _order(times, lines, path, time_field, unsorted, unit, show)
     arrays = {name: cols.get(name) for name in cols.parts if name != "time"}
     arrival_s = _seconds_from_first(times, divisor)
     if perm is not None:
@@ -429,15 +448,15 @@ def _csv_chunks(
 ) -> Iterator[tuple[np.ndarray, pd.DataFrame]]:
     """Chunks of the file with the line of each row (header = line 1).
 
-    ``int_columns`` are parsed as int64 by the C parser (fast); a value that is not a plain
+    Every column is parsed (not only ``columns``) so that a row with more fields than the
+    header is an error rather than silently truncated. ``int_columns`` are parsed as int64 by the C parser (fast); a value that is not a plain
     integer raises :class:`_TypedParseFailed` so the caller can re-read everything as text and
     report the exact line. Other columns are read as text.
     """
     dtype = {c: ("int64" if c in int_columns else object) for c in columns}
     reader = pd.read_csv(
         path,
-        usecols=list(columns),
-        dtype=dtype,  # type: ignore[arg-type]
+        dtype=dtype,
         na_filter=False,
         skip_blank_lines=False,
         chunksize=chunk_rows,
@@ -447,12 +466,12 @@ def _csv_chunks(
     try:
         with reader:
             for chunk in reader:
-                yield first_line + np.arange(len(chunk)), chunk
+                yield first_line + np.arange(len(chunk)), chunk[list(columns)]
                 first_line += len(chunk)
     except pd.errors.ParserError as exc:
         found = _PARSER_LINE.search(str(exc))
         line = int(found.group(1)) if found else None
-        raise _error(path, line, f"malformed CSV row ({exc})") from None
+        raise _error(path, line, f"malformed CSV row ({str(exc).strip()})") from None
     except (ValueError, OverflowError) as exc:
         if int_columns:
             raise _TypedParseFailed(str(exc)) from exc
@@ -551,7 +570,7 @@ def read_azure(
 
     cols = _read_csv(path, AZURE_COLUMNS, (prompt_col, output_col), limit, chunk_rows, on_chunk)
     cols.log_zero(path, zero_output, output_col)
-    return _build(cols, path, time_field=time_col, divisor=1e9, unsorted=unsorted)
+    return _build(cols, path, time_field=time_col, divisor=1e9, unsorted=unsorted, time_is_ns=True)
 
 
 def read_mooncake(
@@ -788,7 +807,7 @@ def read_generic(
             elif target == "output_tokens":
                 arrays[target], output_zero = check.lengths(raw, source, zero_output)
             elif target in STANDARD_COLUMNS:
-                arrays[target] = check.standard(raw, source)
+                arrays[target] = check.standard(raw, target, source)
             else:
                 arrays[target] = _extra_column(raw)
         check.raise_first()
@@ -806,7 +825,13 @@ def read_generic(
     _unify_time_parts(cols)
     divisor = 1e9 if time_unit == "datetime" else TIME_UNITS[time_unit]
     return _build(
-        cols, path, time_field=columns["arrival_s"], divisor=divisor, unsorted=unsorted, unit=unit
+        cols,
+        path,
+        time_field=columns["arrival_s"],
+        divisor=divisor,
+        unsorted=unsorted,
+        unit=unit,
+        time_is_ns=time_unit == "datetime",
     )
 
 

@@ -449,44 +449,82 @@ class AdmissionPlan:
     batch_start_s, batch_end_s : float arrays (B,)
         Planned start and end of each batch, relative to the call (batches tile
         ``[0, horizon]``; a batch may be empty).
-    batches : tuple of tuple of (row, phase, tokens)
-        Entries of each batch: ``(r, "prefill", tokens)`` chunks and ``(r, "decode", 1)``.
+    prefill : tuple of tuple of (row, tokens)
+        Prefill chunks of each batch.
+    decode_rows : int array (D,)
+        Rows that receive decode tokens (running and admitted).
+    decode : bool array (D, B)
+        ``decode[k, i]``: row ``decode_rows[k]`` gets one decode token in batch ``i``.
     """
 
     admitted: tuple[int, ...]
     batch_start_s: np.ndarray
     batch_end_s: np.ndarray
-    batches: tuple[tuple[Entry, ...], ...]
+    prefill: tuple[tuple[tuple[int, int], ...], ...]
+    decode_rows: np.ndarray
+    decode: np.ndarray
 
     def __post_init__(self) -> None:
-        if not len(self.batch_start_s) == len(self.batch_end_s) == len(self.batches):
+        n = len(self.batch_start_s)
+        if not len(self.batch_end_s) == len(self.prefill) == n:
             raise ValueError(
-                f"batch_start_s, batch_end_s and batches must have one entry per batch, got "
-                f"{len(self.batch_start_s)}, {len(self.batch_end_s)}, {len(self.batches)}"
+                f"batch_start_s, batch_end_s and prefill must have one entry per batch, got "
+                f"{n}, {len(self.batch_end_s)}, {len(self.prefill)}"
             )
+        if self.decode.shape != (len(self.decode_rows), n):
+            raise ValueError(f"decode has shape {self.decode.shape}, expected ({len(self.decode_rows)}, {n})")
 
     @property
     def n_batches(self) -> int:
-        return len(self.batches)
+        return len(self.batch_start_s)
+
+    @property
+    def batches(self) -> tuple[tuple[Entry, ...], ...]:
+        """Entries of each batch: prefill chunks ``(r, "prefill", tokens)`` then ``(r, "decode", 1)``."""
+        rows = self.decode_rows.tolist()
+        out = []
+        for i, chunks in enumerate(self.prefill):
+            entries: list[Entry] = [(r, "prefill", t) for r, t in chunks]
+            entries.extend((rows[k], "decode", 1) for k in np.flatnonzero(self.decode[:, i]).tolist())
+            out.append(tuple(entries))
+        return tuple(out)
 
 
-def _edf_fill(
-    pending: list[int], left: dict[int, int], budget: int, entries: list[Entry]
-) -> None:
+def _edf_fill(pending: list[int], left: dict[int, int], budget: int) -> tuple[tuple[int, int], ...]:
     """Give ``budget`` prefill tokens to ``pending`` rows in order (earliest deadline first)."""
+    chunks = []
     while budget > 0 and pending:
         r = pending[0]
         take = min(budget, left[r])
-        entries.append((r, "prefill", take))
+        chunks.append((r, take))
         left[r] -= take
         budget -= take
         if left[r] == 0:
             pending.pop(0)
+    return tuple(chunks)
 
 
 def _served_rows(problem: AdmissionProblem, admitted: Sequence[int]) -> np.ndarray:
     rows = np.union1d(problem.running_rows, np.asarray(admitted, dtype="int64"))
     return rows.astype("int64")
+
+
+def _fill_prefill(
+    deadline: np.ndarray, rows: np.ndarray, problem: AdmissionProblem, budgets: np.ndarray, ends: np.ndarray
+) -> tuple[tuple[tuple[int, int], ...], ...] | None:
+    """Earliest-deadline-first prefill over batches with residual ``budgets``; a row must be
+    complete in batches ending at or before its ``deadline`` (same units as ``ends``)."""
+    prefill = problem.remaining_prefill_tokens
+    pending = sorted((int(r) for r in rows if prefill[r] > 0), key=lambda r: (int(deadline[r]), r))
+    left = {r: int(prefill[r]) for r in pending}
+    out = []
+    for budget, end in zip(budgets.tolist(), ends.tolist(), strict=True):
+        if pending and deadline[pending[0]] < end:
+            return None
+        out.append(_edf_fill(pending, left, int(budget)))
+    if pending:
+        return None
+    return tuple(out)
 
 
 def plan_b1(
@@ -505,27 +543,24 @@ def plan_b1(
     if int(problem.kv_tokens[rows].sum()) > problem.kv_capacity_tokens:
         return None
     b = proc.deadline_batch
-    tier = problem.tier
-    prefill = problem.remaining_prefill_tokens
-    pending = sorted((int(r) for r in rows if prefill[r] > 0), key=lambda r: (int(b[r]), r))
-    left = {r: int(prefill[r]) for r in pending}
-    t0, cap = proc.batch_duration_s, proc.batch_tokens
-    row_b, row_tier = b[rows], tier[rows]
-    batches: list[tuple[Entry, ...]] = []
-    for i in range(proc.n_batches):
-        if pending and b[pending[0]] <= i:
-            return None
-        decoders = rows[(row_b <= i) & proc.slot[row_tier, i]]
-        if len(decoders) > cap:
-            return None
-        entries: list[Entry] = []
-        _edf_fill(pending, left, cap - len(decoders), entries)
-        entries.extend((int(r), "decode", 1) for r in decoders)
-        batches.append(tuple(entries))
-    if pending:
+    n_batches = proc.n_batches
+    decode = (b[rows][:, None] <= np.arange(n_batches)[None, :]) & proc.slot[problem.tier[rows], :]
+    load = decode.sum(axis=0)
+    if (load > proc.batch_tokens).any():
         return None
-    starts = np.arange(proc.n_batches) * t0
-    return AdmissionPlan(tuple(sorted(int(r) for r in admitted)), starts, starts + t0, tuple(batches))
+    prefill = _fill_prefill(b, rows, problem, proc.batch_tokens - load, np.arange(1, n_batches + 1))
+    if prefill is None:
+        return None
+    starts = np.arange(n_batches) * proc.batch_duration_s
+    used = decode.any(axis=1)
+    return AdmissionPlan(
+        tuple(sorted(int(r) for r in admitted)),
+        starts,
+        starts + proc.batch_duration_s,
+        prefill,
+        rows[used],
+        decode[used],
+    )
 
 
 def plan_violations(problem: AdmissionProblem, plan: AdmissionPlan) -> list[str]:
@@ -635,18 +670,19 @@ def plan_schedule(problem: AdmissionProblem, plan: AdmissionPlan, complete: bool
 
     for entries, start_s in zip(plan.batches, plan.batch_start_s, strict=True):
         emit(entries, float(start_s))
-    if complete:
+    if complete and left[rows].sum() > 0:
         t0 = proc.batch_duration_s
-        i = int(round(float(plan.batch_end_s[-1]) / t0))
+        first = int(round(float(plan.batch_end_s[-1]) / t0))
+        ratio = problem.tier_tpot_s / t0
+        span = int(np.ceil(left[rows].max() * ratio.max())) + 2
+        units = np.arange(first, first + span + 1)
+        due = np.stack([tier_releases_before(float(t), t0, units) for t in problem.tier_tpot_s])
+        has_slot = np.diff(due, axis=1) > 0
         tiers = problem.tier[rows]
-        tier_tpot = problem.tier_tpot_s
-        while left[rows].sum() > 0:
-            due = np.array(
-                [tier_releases_before(float(t), t0, np.array([i, i + 1])) for t in tier_tpot]
-            )
-            has_slot = (due[:, 1] - due[:, 0]) > 0
-            emit([(int(r), "decode", 1) for r in rows[has_slot[tiers]]], i * t0)
-            i += 1
+        for k in range(span):
+            if left[rows].sum() == 0:
+                break
+            emit([(int(r), "decode", 1) for r in rows[has_slot[tiers, k]]], (first + k) * t0)
     rejected = frozenset(int(r) for r in problem.new_rows if int(r) not in set(plan.admitted))
     return Schedule((tuple(its),), rejected=rejected)
 
@@ -933,28 +969,26 @@ class AdmissionB2(_AdmissionModel):
         rows = _served_rows(p, admitted)
         if int(p.kv_tokens[rows].sum()) > p.kv_capacity_tokens:
             return None
-        prefill = p.remaining_prefill_tokens
-        pending = sorted((int(r) for r in rows if prefill[r] > 0), key=lambda r: (int(g.deadline_cell[r]), r))
-        left = {r: int(prefill[r]) for r in pending}
-        served = set(int(r) for r in rows)
-        batches: list[tuple[Entry, ...]] = []
-        for s, e in path:
-            if pending and g.deadline_cell[pending[0]] < e:
-                return None
-            decoders = [r for r, k in g.releases((s, e)).items() if r in served and k > 0]
-            cap = g.capacity[e - s]
-            if len(decoders) > cap:
-                return None
-            entries: list[Entry] = []
-            _edf_fill(pending, left, cap - len(decoders), entries)
-            entries.extend((r, "decode", 1) for r in decoders)
-            batches.append(tuple(entries))
-        if pending:
+        served = set(rows.tolist())
+        index = {r: k for k, r in enumerate(rows.tolist())}
+        decode = np.zeros((len(rows), len(path)), dtype=bool)
+        for i, arc in enumerate(path):
+            for r in g.releases(arc):
+                if r in served:
+                    decode[index[r], i] = True
+        load = decode.sum(axis=0)
+        capacity = g.capacity[[e - s for s, e in path]]
+        if (load > capacity).any():
             return None
-        delta = g.cell_s
-        starts = np.array([s for s, _ in path], dtype=float) * delta
-        ends = np.array([e for _, e in path], dtype=float) * delta
-        return AdmissionPlan(tuple(sorted(int(r) for r in admitted)), starts, ends, tuple(batches))
+        ends = np.array([e for _, e in path], dtype="int64")
+        prefill = _fill_prefill(g.deadline_cell, rows, p, capacity - load, ends)
+        if prefill is None:
+            return None
+        starts = np.array([s for s, _ in path], dtype=float) * g.cell_s
+        used = decode.any(axis=1)
+        return AdmissionPlan(
+            tuple(sorted(int(r) for r in admitted)), starts, ends * g.cell_s, prefill, rows[used], decode[used]
+        )
 
 
 @dataclass(frozen=True)

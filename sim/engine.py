@@ -245,6 +245,7 @@ class Engine:
         self.output = wl.output_tokens
         self.prefill_target = self.prompt.astype(np.int64).copy()
         self.prefilled = np.zeros(n, dtype=np.int64)
+        self.held = np.zeros(n, dtype=np.int64)
         self.generated = np.zeros(n, dtype=np.int64)
         self.offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(self.output, out=self.offsets[1:])
@@ -287,18 +288,14 @@ class Engine:
         """KV tokens request ``r`` holds: its processed prompt plus its generated tokens.
 
         After a recompute preemption the re-prefill covers the prompt and the tokens generated
-        before it (``prefill_target - prompt`` of them), which are not counted twice.
+        before it, which are not counted twice. Kept up to date in ``held`` as iterations
+        commit.
         """
-        return int(self.prefilled[r] + self.generated[r] - self.prefill_target[r] + self.prompt[r])
+        return int(self.held[r])
 
     def kv_held_sum(self, ids: np.ndarray) -> int:
         """Sum of :meth:`kv_held` over ``ids`` (the KV read by their decode attention)."""
-        return int(
-            self.prefilled[ids].sum()
-            + self.generated[ids].sum()
-            - self.prefill_target[ids].sum()
-            + self.prompt[ids].sum()
-        )
+        return int(self.held[ids].sum())
 
     # -- events --------------------------------------------------------------------------
     def _push(self, t: float, server: Server, kind: int) -> None:
@@ -455,6 +452,7 @@ class Engine:
         server._kv -= self.kv_held(r)
         self.prefill_target[r] = self.prompt[r] + self.generated[r]
         self.prefilled[r] = 0
+        self.held[r] = 0
         self.preemptions[r] += 1
         server.waiting.insert(0, r)
         self.preempt_log.append((r, server.id, self.now))
@@ -684,6 +682,7 @@ class Engine:
                 self.prefill_done[r] = p.start + offs[0]
                 self.prefilled[r] = self.prompt[r]
                 self.generated[r] = self.output[r]
+                self.held[r] = self.prompt[r] + self.output[r]
             server._kv -= int(sum(int(self.prompt[r] + self.output[r]) for r in p.static_ids))
             if self.record:
                 m = len(p.static_ids)
@@ -709,6 +708,7 @@ class Engine:
             pos = self.offsets[dids] + gen[dids]
             self.token_times[pos] = end
             gen[dids] += 1
+            self.held[dids] += 1
             done = dids[gen[dids] >= out[dids]]
             if len(done):
                 for r in done.tolist():
@@ -718,9 +718,11 @@ class Engine:
         # prefill chunks
         for r, c in zip(p.prefill_ids.tolist(), p.prefill_tokens.tolist(), strict=True):
             prefilled[r] += c
+            self.held[r] += c
             if prefilled[r] == self.prefill_target[r]:
                 self.token_times[self.offsets[r] + gen[r]] = end
                 gen[r] += 1
+                self.held[r] += 1
                 if self.prefill_done[r] == math.inf:
                     self.prefill_done[r] = end
                 server.prefilling.remove(r)
@@ -764,6 +766,7 @@ class Engine:
         pos = (self.offsets[ids] + gen[ids])[None, :] + np.arange(k)[:, None]
         self.token_times[pos] = w.ends[:k, None]
         gen[ids] += k
+        self.held[ids] += k
         server._kv += s * (k - 1)
         server.busy_s += float(w.ends[k - 1] - w.starts[0])
         if self.record:

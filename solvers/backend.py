@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import numbers
 import time
-from abc import ABC
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -106,7 +105,7 @@ class RawSolve:
         )
 
 
-class Backend(ABC):
+class Backend:
     """A solver backend, configured once with threads, seed, logging and its own options.
 
     Subclasses set ``name`` (the registry key), ``formulation`` (the kind of formulation they
@@ -172,9 +171,7 @@ class Backend(ABC):
             return self.solve_milp(form, time_limit)
         if isinstance(form, CpFormulation):
             return self.solve_cp(form, time_limit)
-        raise TypeError(
-            f"expected a MilpFormulation or CpFormulation, got {type(form).__name__}"
-        )
+        raise TypeError(f"expected a MilpFormulation or CpFormulation, got {type(form).__name__}")
 
     def build_formulation(self, model: ExactModel) -> MilpFormulation | CpFormulation:
         """The formulation of ``model`` this backend solves (``model.milp()`` or ``model.cpsat()``)."""

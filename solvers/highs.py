@@ -59,7 +59,9 @@ class HighsBackend(Backend):
     ``presolve="off"``, ``mip_feasibility_tolerance=1e-7``). slolab sets ``mip_rel_gap=0`` so
     that OPTIMAL means the gap is closed (HiGHS's default stops at a relative gap of 1e-4);
     pass ``mip_rel_gap`` to change it: a result whose bound then differs from the incumbent is
-    reported FEASIBLE, not OPTIMAL.
+    reported FEASIBLE, not OPTIMAL. A model HiGHS can only call "infeasible or unbounded" is
+    UNKNOWN (``details["solver_status"]`` says so; solving again with ``presolve="off"`` tells
+    the two apart).
     """
 
     name = "highs"
@@ -83,42 +85,24 @@ class HighsBackend(Backend):
                 raise ValueError(f"HiGHS does not accept option {option}={value!r}")
 
     def solve_milp(self, form: MilpFormulation, time_limit: float) -> RawSolve:
-        """Solve ``form.problem`` with HiGHS within ``time_limit`` seconds.
-
-        A model HiGHS can only call "infeasible or unbounded" is solved again with presolve
-        off (within the remaining time) to tell the two apart.
-        """
-        import highspy
-
-        models = highspy.HighsModelStatus
-        start = time.perf_counter()
-        with tempfile.TemporaryDirectory() as tmp:
-            log_path = os.path.join(tmp, "highs.log")
-            highs = self._run(form, time_limit, {}, log_path)
-            if highs.getModelStatus() == models.kUnboundedOrInfeasible:
-                remaining = time_limit - (time.perf_counter() - start)
-                if remaining > 0:
-                    highs = self._run(form, remaining, {"presolve": "off"}, log_path)
-            full_log = _read(log_path) if self.log else ""
-        runtime_s = time.perf_counter() - start
-        return self._outcome(form, highs, runtime_s, full_log)
-
-    def _run(
-        self, form: MilpFormulation, time_limit: float, extra: dict[str, Any], log_path: str
-    ) -> Any:
+        """Solve ``form.problem`` with HiGHS within ``time_limit`` seconds."""
         import pulp
 
         options: dict[str, Any] = {"mip_rel_gap": 0.0, "random_seed": self.seed}
         options.update(self.params)
-        options.update(extra)
-        if self.log:
-            options.update(output_flag=True, log_to_console=False, log_file=log_path)
-        solver = pulp.HiGHS(
-            msg=False, timeLimit=float(time_limit), threads=self.threads, **options
-        )
-        _use_threads(self.threads)
-        form.problem.solve(solver)
-        return form.problem.solverModel
+        with tempfile.TemporaryDirectory() as tmp:
+            log_path = os.path.join(tmp, "highs.log")
+            if self.log:
+                options.update(output_flag=True, log_to_console=False, log_file=log_path)
+            solver = pulp.HiGHS(
+                msg=False, timeLimit=float(time_limit), threads=self.threads, **options
+            )
+            _use_threads(self.threads)
+            start = time.perf_counter()
+            form.problem.solve(solver)
+            runtime_s = time.perf_counter() - start
+            full_log = _read(log_path) if self.log else ""
+        return self._outcome(form, form.problem.solverModel, runtime_s, full_log)
 
     def _outcome(
         self, form: MilpFormulation, highs: Any, runtime_s: float, full_log: str
@@ -132,9 +116,7 @@ class HighsBackend(Backend):
         info = highs.getInfo()
         feasible = highspy.SolutionStatus.kSolutionStatusFeasible
         has_solution = info.primal_solution_status == feasible
-        native_objective = None
-        if has_solution or code == models.kModelEmpty:
-            native_objective = milp_objective_value(problem)
+        native_objective = milp_objective_value(problem) if has_solution else None
         if native_objective is None:
             has_solution = False
         native_bound = None
@@ -150,10 +132,6 @@ class HighsBackend(Backend):
             raise ValueError(f"HiGHS rejected the model: {highs.modelStatusToString(code)}")
         if code == models.kOptimal:
             status = Status.OPTIMAL if proved(native_objective, native_bound) else Status.FEASIBLE
-        elif code == models.kModelEmpty:
-            status = Status.OPTIMAL if problem.valid() else Status.INFEASIBLE
-            native_bound = native_objective if status == Status.OPTIMAL else None
-            has_solution = status == Status.OPTIMAL
         elif code == models.kInfeasible:
             status = Status.INFEASIBLE
         elif code == models.kTimeLimit:
@@ -168,9 +146,7 @@ class HighsBackend(Backend):
         nodes = info.mip_node_count if info.mip_node_count >= 0 else None
         iterations = info.simplex_iteration_count
         solver_status = highs.modelStatusToString(code)
-        log = summary_line(
-            "highs", solver_status, nodes=nodes, iterations=iterations
-        )
+        log = summary_line("highs", solver_status, nodes=nodes, iterations=iterations)
         if full_log:
             log = f"{log}\n{full_log}"
         return RawSolve(

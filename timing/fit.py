@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from scipy.optimize import lsq_linear
-
 from slolab.timing.base import FEATURES, LinearTiming, TimingModel
 from slolab.timing.forms import RooflineTiming
 

@@ -25,7 +25,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-
 from slolab.timing.base import (
     F_DECODE_KV,
     F_DECODE_TOKENS,
@@ -236,9 +235,9 @@ class ProfiledTiming(TimingModel):
     def times(self, features: np.ndarray) -> np.ndarray:
         f = np.asarray(features, dtype=float)
         if f.shape[0] == 1:
-            row = f[0]
-            x = float(row[self._batch_columns[0]] + row[self._batch_columns[1]])
-            return np.array([self._scalar_time(x, float(row[F_DECODE_KV]))])
+            row = f[0].tolist()
+            x = row[self._batch_columns[0]] + row[self._batch_columns[1]]
+            return np.array([self._scalar_time(x, row[F_DECODE_KV])])
         x = f[:, self._batch_columns[0]] + f[:, self._batch_columns[1]]
         y = f[:, F_DECODE_KV]
         xs, ys, table = self.batch_sizes, self.kv_tokens, self.times_s
@@ -358,7 +357,7 @@ class ThresholdTiming(TimingModel):
     def times(self, features: np.ndarray) -> np.ndarray:
         f = np.asarray(features, dtype=float)
         if f.shape[0] == 1:
-            part = self.below if f[0, self._column] < self.threshold else self.above
+            part = self.below if float(f[0, self._column]) < self.threshold else self.above
             return part.times(f)
         return np.where(
             f[:, self._column] < self.threshold, self.below.times(f), self.above.times(f)
@@ -435,10 +434,11 @@ class PhaseSumTiming(TimingModel):
     def times(self, features: np.ndarray) -> np.ndarray:
         f = np.asarray(features, dtype=float)
         if f.shape[0] == 1:
+            row = f[0].tolist()
             total = 0.0
-            if f[0, F_PREFILL_TOKENS] > 0:
+            if row[F_PREFILL_TOKENS] > 0:
                 total += float(self.prefill.times(f)[0])
-            if f[0, F_DECODE_TOKENS] > 0:
+            if row[F_DECODE_TOKENS] > 0:
                 total += float(self.decode.times(f)[0])
             return np.array([total])
         has_prefill = f[:, F_PREFILL_TOKENS] > 0
@@ -531,7 +531,7 @@ class MeanLengthTiming(TimingModel):
         f = np.asarray(features, dtype=float)
         base = self.base.times(f)
         if f.shape[0] == 1:
-            row = f[0]
+            row = f[0].tolist()
             extra = 0.0
             if row[F_NUM_PREFILL] > 0:
                 extra += self.prefill_length_coef_s * row[F_PREFILL_TOKENS] / row[F_NUM_PREFILL]

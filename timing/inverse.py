@@ -14,8 +14,12 @@ exact for the model as evaluated in floating point:
   closed-form candidate ``n``: the root of ``A n^2 + B n + C = budget`` (prefill attention
   makes the time quadratic in the chunk), accepted when the model puts ``n`` within and
   ``n + 1`` over the budget (one ``times`` call on three rows);
-- other forms, and any candidate the check rejects, use a vectorised search: doubling until
-  the budget is exceeded, then 64-way bisection, each step one ``times`` call on many rows.
+- other forms get a candidate from the quadratic through ``T(1), T(2), T(3)`` (exact for
+  phase sums, decode-count thresholds and mean-length terms over affine parts), checked the
+  same way;
+- when no candidate passes the check (tables, non-monotone models), a vectorised search runs:
+  doubling until the budget is exceeded, then 64-way bisection, each step one ``times`` call
+  on many rows.
 
 The search keeps ``n = lo`` within budget and ``n = hi`` over it, so the answer ``n`` always
 satisfies ``T(n) <= budget < T(n + 1)``; it is the largest such ``n`` whenever the time is
@@ -28,7 +32,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 from slolab.timing.base import (
     F_DECODE_KV,
     F_DECODE_TOKENS,
@@ -211,9 +214,12 @@ def _largest_within(model: TimingModel, budget_s: float, ray: _Ray, max_tokens: 
     max_tokens = int(max_tokens)
     candidate = _closed_form(model, budget_s, ray, max_tokens)
     if candidate is None:
-        if model.times(np.array([ray.row(0)]))[0] > budget_s:
+        first = model.times(np.array([ray.row(n) for n in range(4)]))
+        if first[0] > budget_s:
             return 0
-        return _search(model, budget_s, ray, max_tokens)
+        candidate = _quadratic_root(first[1], first[2], first[3], budget_s, max_tokens)
+        if candidate is None:
+            return _search(model, budget_s, ray, max_tokens)
     probes = [0, candidate, candidate + 1] if candidate < max_tokens else [0, candidate]
     within = model.times(np.array([ray.row(n) for n in probes])) <= budget_s
     if not within[0]:
@@ -221,6 +227,23 @@ def _largest_within(model: TimingModel, budget_s: float, ray: _Ray, max_tokens: 
     if within[1] and (candidate == max_tokens or not within[2]):
         return candidate
     return _search(model, budget_s, ray, max_tokens)
+
+
+def _quadratic_root(
+    t1: float, t2: float, t3: float, budget_s: float, max_tokens: int
+) -> int | None:
+    """Candidate from the quadratic through ``T(1), T(2), T(3)``.
+
+    Exact for forms that are quadratic along the ray from ``n = 1`` on (phase sums, thresholds
+    on decode counts and mean-length terms over affine parts); for others the check rejects
+    it and the search runs.
+    """
+    a = (t3 - 2.0 * t2 + t1) / 2.0
+    if abs(a) <= 1e-12 * abs(t3):
+        a = 0.0
+    b = (t2 - t1) - 3.0 * a
+    c = t1 - a - b
+    return _root(a, b, c, budget_s, max_tokens)
 
 
 def _closed_form(model: TimingModel, budget_s: float, ray: _Ray, max_tokens: int) -> int | None:
@@ -238,6 +261,11 @@ def _closed_form(model: TimingModel, budget_s: float, ray: _Ray, max_tokens: int
     a = _dot(ray.quadratic, coef)
     b = _dot(ray.linear, coef)
     c = intercept + _dot(ray.base, coef) + _dot(ray.step, coef)
+    return _root(a, b, c, budget_s, max_tokens)
+
+
+def _root(a: float, b: float, c: float, budget_s: float, max_tokens: int) -> int | None:
+    """Largest integer ``n`` with ``a n^2 + b n + c <= budget`` for ``a, b >= 0``, else None."""
     if a < 0 or b < 0:
         return None
     room = budget_s - c

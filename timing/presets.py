@@ -21,6 +21,7 @@ assumption. The fitted preset is stored in ``data/llama2-7b-h100.json`` and repr
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,8 @@ __all__ = [
     "preset_table",
     "refit_llama2_7b_h100",
 ]
+
+logger = logging.getLogger("slolab")
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 VIDUR_H100_LLAMA2_7B_PROFILE = DATA_DIR / "vidur_h100_llama2-7b_mlp.csv"
@@ -272,6 +275,7 @@ def refit_llama2_7b_h100(
             },
         }
         Path(out_path).write_text(json.dumps(document, indent=2) + "\n")
+        logger.info("wrote the %s preset to %s", name, out_path)
     return model, reports
 
 

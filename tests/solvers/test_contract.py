@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import (
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from slolab.solvers import Status, available_solvers, solve
+from solver_models import (
     BestRatioSubset,
     JobsData,
     Knapsack,
@@ -15,10 +18,6 @@ from conftest import (
     hard_knapsack,
     schedule_items,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from slolab.solvers import Status, available_solvers, solve
 
 SOLVERS = available_solvers()
 RECORD_KEYS = {
@@ -96,6 +95,17 @@ def test_infeasible_is_a_status(solver):
     assert result.schedule is None
     assert result.gap is None
     assert result.optimum_interval == (-math.inf, math.inf)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_empty_model_optimum_is_its_constant(solver):
+    """A knapsack with no items is OPTIMAL at its objective's constant, with an empty schedule."""
+    result = solve(Knapsack(KnapsackData((), ((),), (0,), offset=5)), solver=solver, time_limit=10)
+    # No decision to make: the objective is the offset 5 and the schedule serves nothing.
+    assert result.status == Status.OPTIMAL
+    assert (result.objective, result.bound) == (5.0, 5.0)
+    assert result.schedule is not None
+    assert schedule_items(result.schedule) == []
 
 
 @pytest.mark.parametrize("solver", SOLVERS)

@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 import pytest
-
 from slolab.timing import (
     FEATURES,
     BatchShape,

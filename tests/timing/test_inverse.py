@@ -1,14 +1,15 @@
 """time_to_tokens and time2bs: hand-computed answers and exactness as a property."""
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from slolab.timing import (
     LinearTiming,
+    MeanLengthTiming,
     PhaseSumTiming,
     ProfiledTiming,
     RooflineTiming,
+    ThresholdTiming,
+    available_presets,
     preset,
     time2bs,
     time_to_tokens,
@@ -142,7 +143,27 @@ def _profiled():
     )
 
 
-MODELS = st.one_of(_linear_models(), _rooflines(), _profiled())
+def _composites():
+    return st.builds(
+        lambda prefill, small, large, threshold, mean_coef: PhaseSumTiming(
+            MeanLengthTiming(prefill, prefill_length_coef_s=mean_coef),
+            ThresholdTiming("num_decode_seqs", threshold, small, large),
+        ),
+        _linear_models(),
+        _linear_models(),
+        _linear_models(),
+        st.integers(1, 200),
+        st.floats(0.0, 1e-4),
+    )
+
+
+MODELS = st.one_of(
+    _linear_models(),
+    _rooflines(),
+    _profiled(),
+    _composites(),
+    st.sampled_from(available_presets()).map(preset),
+)
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from slolab.sim.static import member_times
 from slolab.timing import TimingModel, available_presets, preset, preset_source, time_to_tokens
 from slolab.timing.presets import (

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pulp
 from ortools.sat.python import cp_model
-
 from slolab.sim.schedule import Schedule
 from slolab.solvers import CpFormulation, ExactModel, MilpFormulation, Result, Status
 
@@ -65,7 +64,7 @@ class Knapsack(ExactModel):
         d = self.data
         n = len(d.values)
         problem = pulp.LpProblem("knapsack", pulp.LpMaximize)
-        x = [pulp.LpVariable(f"x{i}", cat="Binary") for i in range(n)]
+        x = [problem.add_variable(f"x{i}", cat="Binary") for i in range(n)]
         problem += pulp.lpSum(d.values[i] * x[i] for i in range(n)) + d.offset
         for k, row in enumerate(d.weights):
             problem += pulp.lpSum(row[i] * x[i] for i in range(n)) <= d.capacities[k], f"cap{k}"
@@ -165,9 +164,9 @@ class WeightedCompletion(ExactModel):
         p, w = self.data.processing, self.data.weights
         n, big_m = len(p), sum(p)
         problem = pulp.LpProblem("weighted_completion", pulp.LpMinimize)
-        c = [pulp.LpVariable(f"C{j}", lowBound=p[j]) for j in range(n)]
+        c = [problem.add_variable(f"C{j}", lowBound=p[j]) for j in range(n)]
         for i, j in itertools.combinations(range(n), 2):
-            y = pulp.LpVariable(f"y{i}_{j}", cat="Binary")
+            y = problem.add_variable(f"y{i}_{j}", cat="Binary")
             problem += c[j] >= c[i] + p[j] - big_m * (1 - y), f"after{i}_{j}"
             problem += c[i] >= c[j] + p[i] - big_m * y, f"before{i}_{j}"
         problem += pulp.lpSum(w[j] * c[j] for j in range(n))
@@ -240,10 +239,13 @@ class BestRatioSubset(ExactModel):
         d = self.data
         n = len(d.values)
         problem = pulp.LpProblem("ratio_step", pulp.LpMaximize)
-        x = [pulp.LpVariable(f"x{i}", cat="Binary") for i in range(n)]
-        problem += pulp.lpSum(
-            (denominator * d.values[i] - numerator * d.weights[i]) * x[i] for i in range(n)
-        ) - numerator * d.base
+        x = [problem.add_variable(f"x{i}", cat="Binary") for i in range(n)]
+        problem += (
+            pulp.lpSum(
+                (denominator * d.values[i] - numerator * d.weights[i]) * x[i] for i in range(n)
+            )
+            - numerator * d.base
+        )
         problem += pulp.lpSum(d.weights[i] * x[i] for i in range(n)) <= d.capacity
 
         def to_schedule() -> Schedule:

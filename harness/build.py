@@ -1,0 +1,161 @@
+"""Instance builders: real traces to the instances each problem needs.
+
+- :func:`serving_instance` — a stream of requests on a cluster (``problem="serving"``);
+- :func:`sa_snapshot` — N queued requests for SA ordering (``problem="sa-ordering"``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from slolab.instances import (
+    Cluster,
+    Instance,
+    Workload,
+    assign_slos,
+    first_n,
+    read_trace,
+    scale_rate,
+    trace_path,
+)
+from slolab.timing import TimingModel, preset
+
+
+def resolve_timing(timing: str | TimingModel) -> TimingModel:
+    """A timing model from a preset name (or the model itself)."""
+    return preset(timing) if isinstance(timing, str) else timing
+
+
+def resolve_trace(trace: str | Path) -> Path:
+    """A trace file from a path or the name of a vendored trace."""
+    p = Path(trace)
+    if p.exists():
+        return p
+    try:
+        return trace_path(str(trace))
+    except (KeyError, ValueError) as exc:
+        raise FileNotFoundError(f"no trace file {str(trace)!r} (and no vendored trace by that name: {exc})") from None
+
+
+def serving_instance(
+    trace: str | Path,
+    *,
+    seed: int,
+    format: str | None = None,
+    servers: int = 1,
+    timing: str | TimingModel = "llama2-7b-h100",
+    slos: str | None = "polyserve",
+    slo_params: dict[str, Any] | None = None,
+    rate: float | None = None,
+    limit: int | None = None,
+    mode: str = "colocated",
+    prefill_servers: int = 0,
+    kv_capacity_tokens: int = 200_000,
+    max_batch_size: int = 256,
+    max_batch_tokens: int = 2048,
+    name: str | None = None,
+) -> Instance:
+    """A serving instance: a (rescaled, cut) real trace with SLOs on a cluster.
+
+    Parameters
+    ----------
+    trace : path or vendored trace name
+        Request trace (see :func:`slolab.instances.read_trace`).
+    seed : int
+        Seed of the SLO assignment.
+    rate : float, optional
+        Target mean arrival rate (req/s), by time compression of the trace.
+    limit : int, optional
+        Keep the first ``limit`` requests.
+    """
+    path = resolve_trace(trace)
+    model = resolve_timing(timing)
+    wl = read_trace(path, format=format, limit=limit)
+    if limit is not None:
+        wl = first_n(wl, limit)
+    if rate is not None:
+        wl = scale_rate(wl, rate)
+    if slos:
+        wl = assign_slos(wl, slos, seed=seed, timing=model, **(slo_params or {}))
+    cluster = Cluster(
+        servers=servers,
+        kv_capacity_tokens=kv_capacity_tokens,
+        mode=mode,
+        prefill_servers=prefill_servers,
+        max_batch_size=max_batch_size,
+        max_batch_tokens=max_batch_tokens,
+    )
+    label = name or f"{path.stem}-{len(wl)}"
+    settings = {"seed": seed, "slos": slos or "none", "rate": rate if rate is not None else "trace"}
+    return Instance(label, wl, cluster, model, problem="serving", settings=settings)
+
+
+def _snapshot_rows(wl: Workload, n: int, rng: np.random.Generator, max_tokens: int) -> np.ndarray:
+    """``n`` consecutive requests (a real burst) whose lengths stay within ``max_tokens``."""
+    ok = np.flatnonzero((wl.prompt_tokens + wl.output_tokens) <= max_tokens)
+    if len(ok) < n:
+        raise ValueError(f"{wl.source}: only {len(ok)} requests have at most {max_tokens} tokens, need {n}")
+    start = int(rng.integers(0, len(ok) - n + 1))
+    return ok[start : start + n]
+
+
+def sa_snapshot(
+    n: int,
+    batch_size: int,
+    *,
+    seed: int,
+    chat_trace: str | Path | None = "azure_conv_2023",
+    code_trace: str | Path | None = "azure_code_2023",
+    timing: str | TimingModel = "sa-qwen2.5-7b-v100",
+    max_tokens: int = 2048,
+    name: str | None = None,
+) -> Instance:
+    """N queued requests (all at time 0) for the SA-ordering problem.
+
+    Chat requests come from ``chat_trace`` (SLO: TTFT 10 s, TPOT 50 ms) and code requests
+    from ``code_trace`` (SLO: e2e 30 s), half each when both are given (the paper's mixed
+    dataset, shuffled with ``seed``). Each part is a run of consecutive trace requests starting
+    at a seeded random position, restricted to ``prompt + output <= max_tokens`` (the paper
+    keeps lengths under 2k for its latency predictor).
+
+    References
+    ----------
+    SA-ordering paper, Sec. 5.1 (workloads, SLOs).
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if chat_trace is None and code_trace is None:
+        raise ValueError("give at least one of chat_trace and code_trace")
+    rng = np.random.default_rng(seed)
+    parts: list[tuple[Workload, np.ndarray, str]] = []
+    n_chat = n if code_trace is None else (0 if chat_trace is None else n - n // 2)
+    for trace, count, task in ((chat_trace, n_chat, "chat"), (code_trace, n - n_chat, "code")):
+        if trace is None or count == 0:
+            continue
+        wl = read_trace(resolve_trace(trace))
+        parts.append((wl, _snapshot_rows(wl, count, rng, max_tokens), task))
+    prompt = np.concatenate([wl.prompt_tokens[rows] for wl, rows, _ in parts])
+    output = np.concatenate([wl.output_tokens[rows] for wl, rows, _ in parts])
+    task = np.concatenate([np.full(len(rows), t) for _, rows, t in parts])
+    order = rng.permutation(n)
+    wl = Workload(
+        {
+            "arrival_s": np.zeros(n),
+            "prompt_tokens": prompt[order],
+            "output_tokens": output[order],
+            "task": task[order].astype(str),
+        },
+        source="sa-snapshot",
+    )
+    wl = assign_slos(wl, "sa", seed=seed)
+    model = resolve_timing(timing)
+    sources = ",".join(Path(str(t)).stem for t in (chat_trace, code_trace) if t is not None)
+    label = name or f"sa-{sources.replace('_', '-')}-n{n}-b{batch_size}-s{seed}"
+    cluster = Cluster(mode="static", max_batch_size=batch_size, kv_capacity_tokens=1 << 40)
+    settings = {"batch_size": batch_size, "seed": seed, "max_tokens": max_tokens}
+    return Instance(label, wl, cluster, model, problem="sa-ordering", settings=settings)
