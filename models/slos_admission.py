@@ -310,10 +310,10 @@ def snapshot_instance(
     output_tokens: Sequence[int] | np.ndarray,
     ttft_slo_s: Sequence[float] | np.ndarray,
     tpot_slo_s: Sequence[float] | np.ndarray,
-    running: Sequence[bool] | np.ndarray,
-    remaining_prefill_tokens: Sequence[int] | np.ndarray,
     timing: TimingModel,
     cluster: Cluster | None = None,
+    running: Sequence[bool] | np.ndarray | None = None,
+    remaining_prefill_tokens: Sequence[int] | np.ndarray | None = None,
     kv_tokens: Sequence[int] | np.ndarray | None = None,
     value: Sequence[float] | np.ndarray | None = None,
     generated_tokens: Sequence[int] | np.ndarray | None = None,
@@ -323,11 +323,12 @@ def snapshot_instance(
     """An ``"slos-admission"`` instance from per-request arrays (a trace snapshot).
 
     Rows are sorted by arrival (stable); the column ``snapshot_row`` keeps each row's position
-    in the given arrays. ``kv_tokens`` defaults to ``prompt_tokens + output_tokens``, ``value``
-    to 1, ``prefill_deadline_s`` to ``arrival_s + ttft_slo_s``. ``settings`` are stored on the
-    instance (``kv_capacity_tokens``, ``batch_duration_s``, ``horizon_s``,
-    ``b2_cells_per_batch``); ``call_time_s`` is stored too. The result is checked by building
-    its :class:`AdmissionProblem`.
+    in the given arrays. Defaults: ``running`` all False; ``remaining_prefill_tokens`` the
+    prompt (needed when a request is running); ``kv_tokens`` ``prompt_tokens +
+    output_tokens``; ``value`` 1; ``prefill_deadline_s`` ``arrival_s + ttft_slo_s``.
+    ``settings`` are stored on the instance (``kv_capacity_tokens``, ``batch_duration_s``,
+    ``horizon_s``, ``b2_cells_per_batch``), with ``call_time_s``. The result is checked by
+    building its :class:`AdmissionProblem`.
     """
     arrival = np.asarray(arrival_s, dtype=float)
     n = len(arrival)
@@ -341,8 +342,8 @@ def snapshot_instance(
         "ttft_slo_s": np.asarray(ttft_slo_s, dtype=float),
         "tpot_slo_s": np.asarray(tpot_slo_s, dtype=float),
         "value": np.ones(n) if value is None else np.asarray(value, dtype=float),
-        "running": np.asarray(running, dtype=bool),
-        "remaining_prefill_tokens": np.asarray(remaining_prefill_tokens),
+        "running": np.zeros(n, dtype=bool) if running is None else np.asarray(running, dtype=bool),
+        "remaining_prefill_tokens": prompt if remaining_prefill_tokens is None else np.asarray(remaining_prefill_tokens),
         "kv_tokens": prompt + output if kv_tokens is None else np.asarray(kv_tokens),
         "snapshot_row": np.arange(n),
     }
@@ -350,6 +351,8 @@ def snapshot_instance(
         columns["generated_tokens"] = np.asarray(generated_tokens)
     if prefill_deadline_s is not None:
         columns["prefill_deadline_s"] = np.asarray(prefill_deadline_s, dtype=float)
+    if remaining_prefill_tokens is None and columns["running"].any():
+        raise ValueError("remaining_prefill_tokens is needed when some request is running")
     for key, col in columns.items():
         if len(col) != n:
             raise ValueError(f"{key} has length {len(col)}, expected {n}")

@@ -9,6 +9,7 @@ returns; :meth:`RawSolve.to_result` turns the final one into a :class:`Result`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import time
@@ -19,7 +20,6 @@ from typing import Any, ClassVar
 from slolab.sim.schedule import Schedule
 from slolab.solvers.base import CpFormulation, ExactModel, MilpFormulation, Result, Status
 
-FORMULATION_KINDS = ("milp", "cpsat", "brute")
 FORMULATION_LABELS = {"milp": "MILP", "cpsat": "CP-SAT", "brute": "brute-force"}
 
 # Largest seed every backend accepts (CBC takes seed + 1, capped at 2**31 - 1).
@@ -129,12 +129,16 @@ class Backend:
     requires: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, threads: int = 1, seed: int = 0, log: bool = False, **params: Any) -> None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 1:
             raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        if (
+            isinstance(seed, bool)
+            or not isinstance(seed, numbers.Integral)
+            or not 0 <= seed <= MAX_SEED
+        ):
             raise ValueError(f"seed must be an integer in [0, {MAX_SEED}], got {seed!r}")
-        self.threads = threads
-        self.seed = seed
+        self.threads = int(threads)
+        self.seed = int(seed)
         self.log = bool(log)
         self.params: dict[str, Any] = dict(params)
         self._check_params()
@@ -194,17 +198,7 @@ class Backend:
         form = self.build_formulation(model)
         build_s = time.perf_counter() - start
         raw = self.solve_formulation(form, time_limit)
-        return RawSolve(
-            status=raw.status,
-            objective=raw.objective,
-            bound=raw.bound,
-            runtime_s=raw.runtime_s,
-            schedule=raw.schedule,
-            log=raw.log,
-            backend=raw.backend,
-            details={**raw.details, "build_s": build_s},
-            native=raw.native,
-        )
+        return dataclasses.replace(raw, details={**raw.details, "build_s": build_s})
 
 
 def check_time_limit(time_limit: float) -> None:

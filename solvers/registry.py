@@ -212,6 +212,13 @@ def solve(
         count, seed or option.
     RuntimeError
         The backend's packages do not import here.
+
+    Notes
+    -----
+    The backend is built first (with ``threads``, ``seed``, ``log`` and ``params``) and handed
+    to ``model.solve_with(backend, time_limit)``; a Result from it is returned with this
+    call's wall time and settings, None means one solve of the backend's formulation
+    (``Backend.solve_model``). See docs/solvers.md for the statuses and the Backend API.
     """
     if not isinstance(model, ExactModel):
         raise TypeError(
@@ -230,7 +237,7 @@ def solve(
         needs = ", ".join(backend_class.requires) or "its packages"
         raise RuntimeError(f"solver {solver!r} (needs {needs}) is not available here: {reason}")
     backend = backend_class(threads=threads, seed=seed, log=log, **params)
-    settings = {"time_limit_s": float(time_limit), "threads": threads, "seed": seed}
+    settings = {"time_limit_s": float(time_limit), "threads": backend.threads, "seed": backend.seed}
 
     logger.debug("solving %s with %s (time limit %.3g s)", model_label(model), solver, time_limit)
     start = time.perf_counter()
