@@ -485,7 +485,7 @@ def assign_slos(
 
     References
     ----------
-    PolyServe Sec. 6 ("SLO Tiers"); ProServe Sec. 2 and 5.1; SLOs-Serve Tables 1 and 3 and
+    PolyServe Sec. 5.1 ("SLO Tiers"); ProServe Sec. 2 and 5.1; SLOs-Serve Tables 1 and 3 and
     Sec. 6; SA-ordering Sec. 5.1 ("SLOs"); HyperFlexis Sec. 7.3, Table 1.
     """
     if scheme not in SCHEMES:

@@ -711,10 +711,10 @@ class _AdmissionModel(ExactModel):
         #: PuLP variables of the last :meth:`milp` (power users): ``x[row]`` and model extras.
         self.variables: dict[str, Any] = {}
 
-    def _admission_variables(self, pulp: Any) -> tuple[dict[int, Any], Any]:
+    def _admission_variables(self, prob: Any) -> tuple[dict[int, Any], Any]:
         """``x_i`` in {0, 1} per new row, and ``keep`` fixed to 1 that carries running terms."""
-        x = {int(r): pulp.LpVariable(f"x_{int(r)}", cat="Binary") for r in self.problem.new_rows}
-        keep = pulp.LpVariable("keep_running", lowBound=1, upBound=1)
+        x = {int(r): prob.add_variable(f"x_{int(r)}", cat="Binary") for r in self.problem.new_rows}
+        keep = prob.add_variable("keep_running", lowBound=1, upBound=1)
         return x, keep
 
     def _coef(self, r: int, x: Mapping[int, Any], keep: Any) -> Any:
@@ -767,7 +767,7 @@ class AdmissionB1(_AdmissionModel):
         import pulp
 
         prob = pulp.LpProblem("slos_b1", pulp.LpMaximize)
-        x, keep = self._admission_variables(pulp)
+        x, keep = self._admission_variables(prob)
         self._objective(prob, x, pulp)
         self._memory(prob, x, keep, pulp)
         self._cumulative_budget(prob, x, keep, pulp)
@@ -891,9 +891,9 @@ class AdmissionB2(_AdmissionModel):
 
         g = self.grid
         prob = pulp.LpProblem("slos_b2", pulp.LpMaximize)
-        x, keep = self._admission_variables(pulp)
-        z = {a: pulp.LpVariable(f"z_{a[0]}_{a[1]}", cat="Binary") for a in g.arcs}
-        tokens = {a: pulp.LpVariable(f"P_{a[0]}_{a[1]}", lowBound=0) for a in g.arcs}
+        x, keep = self._admission_variables(prob)
+        z = {a: prob.add_variable(f"z_{a[0]}_{a[1]}", cat="Binary") for a in g.arcs}
+        tokens = {a: prob.add_variable(f"P_{a[0]}_{a[1]}", lowBound=0) for a in g.arcs}
         self._objective(prob, x, pulp)
         self._memory(prob, x, keep, pulp)
         self._path(prob, z, pulp)

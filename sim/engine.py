@@ -424,6 +424,8 @@ class Engine:
             self.rejected[r] = True
         for r in batch.preempt:
             self._preempt(server, int(r))
+        for r, target in batch.forward:
+            self._forward(server, int(r), int(target))
         if batch.empty:
             if batch.wake_at_s < math.inf:
                 if not batch.wake_at_s > now:
@@ -438,6 +440,29 @@ class Engine:
             self._start_window(server, batch)
         else:
             self._start_iteration(server, batch)
+
+    def _forward(self, server: Server, r: int, target: int) -> None:
+        now = self.now
+        if not 0 <= target < len(self.servers) or target == server.id:
+            raise PolicyError(
+                f"server {server.id} t={now}: cannot forward request {r} to server {target}"
+            )
+        dest = self.servers[target]
+        if dest.role != server.role:
+            raise PolicyError(
+                f"server {server.id} t={now}: cannot forward request {r} to a {dest.role} server"
+            )
+        try:
+            server.waiting.remove(r)
+        except ValueError:
+            raise PolicyError(
+                f"server {server.id} t={now}: cannot forward request {r}: not waiting here"
+            ) from None
+        dest.waiting.append(r)
+        self.server_of[r] = target
+        if self.prefill_server_of[r] == server.id:
+            self.prefill_server_of[r] = target
+        self._wake(dest)
 
     def _preempt(self, server: Server, r: int) -> None:
         if r in server.decoding:

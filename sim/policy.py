@@ -40,6 +40,9 @@ class Batch:
         next token).
     reject : sequence of request ids
         Waiting requests declined for good.
+    forward : sequence of (request, server)
+        Waiting requests handed to another server of the same pool (multi-replica sequential
+        routing); they join the end of its queue at once.
     repeat : bool
         A decode-only batch the policy would choose again, unchanged, at every iteration until
         a request finishes, a request is routed to this server, or memory runs out. The
@@ -55,6 +58,7 @@ class Batch:
     static: Sequence[int] = ()
     preempt: Sequence[int] = ()
     reject: Sequence[int] = ()
+    forward: Sequence[tuple[int, int]] = ()
     repeat: bool = False
     wake_at_s: float = math.inf
     info: dict[str, Any] = field(default_factory=dict)

@@ -17,7 +17,6 @@ override :meth:`ExactModel.solve_with`.
 from __future__ import annotations
 
 import math
-from abc import ABC
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -141,7 +140,7 @@ class CpFormulation:
     objective_of: Callable[[float], float] = lambda v: v
 
 
-class ExactModel(ABC):
+class ExactModel:
     """An exact formulation of one paper problem, built from an Instance.
 
     Subclasses set ``name`` (the registry key, e.g. ``"sa-ordering"``) and ``sense`` and

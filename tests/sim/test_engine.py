@@ -217,3 +217,28 @@ def test_seed_must_be_an_int():
     inst = two_requests()
     with pytest.raises(TypeError, match="seed must be an int"):
         run(inst, SarathiFCFS(token_budget=16), seed=None)
+
+
+def test_forward_moves_a_waiting_request_to_another_server():
+    """A policy can hand a waiting request to another replica, which then serves it."""
+
+    class ForwardFromZero(SarathiFCFS):
+        def next_batch(self, server):
+            if server.id == 0 and server.waiting:
+                return Batch(forward=[(r, 1) for r in server.waiting])
+            return super().next_batch(server)
+
+    inst = two_requests(servers=2, max_batch_tokens=64)
+
+    class ToZero:
+        def start(self, instance, seed):
+            return None
+
+        def route(self, request, servers, now):
+            return 0
+
+    out = run(inst, ForwardFromZero(), ToZero(), seed=0)
+    # both requests end up on server 1; request 0 alone there: prefill 10 -> 0.020
+    assert out.server.tolist() == [1, 1]
+    assert out.tokens_of(0)[0] == pytest.approx(0.020, rel=1e-12)
+    assert check(inst, out) == []
