@@ -238,7 +238,8 @@ def instance_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Insta
     try:
         workload = Workload(columns, source=source)
     except ValueError as exc:
-        raise InstanceFileError(source, "requests", str(exc)) from None
+        problem = str(exc).removeprefix(f"{source}: ")
+        raise InstanceFileError(source, "requests", problem) from None
     try:
         return Instance(
             name=name,

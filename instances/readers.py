@@ -25,6 +25,7 @@ Formats (see ``docs/instances.md``):
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import re
@@ -189,7 +190,7 @@ class _Chunk:
         shown = raw if shown is None else shown
         values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
         with np.errstate(invalid="ignore"):
-            integral = np.isfinite(values) & (values == np.floor(values))
+            integral = (np.abs(values) < 2.0**53) & (values == np.floor(values))
             zero = integral & (values == 0)
             allowed_zero = zero if zero_output in ("drop", "clamp") else np.zeros_like(zero)
             bad = ~integral | ((values < 1) & ~allowed_zero)
@@ -317,8 +318,9 @@ class _Columns:
     def __len__(self) -> int:
         return sum(len(x) for x in self.line_parts)
 
-    def get(self, name: str) -> np.ndarray:
-        parts = self.parts[name]
+    def take(self, name: str) -> np.ndarray:
+        """The whole column, releasing its chunks."""
+        parts = self.parts.pop(name)
         if any(p.dtype == object for p in parts):
             out = np.empty(sum(len(p) for p in parts), dtype=object)
             i = 0
@@ -339,7 +341,7 @@ def _check_policy(name: str, value: str, allowed: tuple[str, ...]) -> None:
 
 def _order(
     times: np.ndarray,
-    lines: np.ndarray,
+    lines_of: Callable[[], np.ndarray],
     path: str | Path,
     field: str,
     unsorted: str,
@@ -354,6 +356,7 @@ def _order(
         return None
     i = int(np.flatnonzero(down)[0]) + 1
     if unsorted == "error":
+        lines = lines_of()
         value = show(times[i])
         raise _error(
             path,
@@ -397,17 +400,17 @@ def _build(
 ) -> Workload:
     """Sort by time (or refuse to), re-zero to the earliest time, build the workload."""
     if len(cols) == 0:
-        raise _error(path, 1, "no requests in the file", unit="line")
-    times = cols.get("time")
-    lines = cols.lines()
+        raise _error(path, 1, "no requests in the file")
+    times = cols.take("time")
     show = _show_ns if time_is_ns else _show_number
-    perm = _order(times, lines, path, time_field, unsorted, unit, show)
-    arrays = {name: cols.get(name) for name in cols.parts if name != "time"}
+    perm = _order(times, cols.lines, path, time_field, unsorted, unit, show)
     arrival_s = _seconds_from_first(times, divisor)
-    if perm is not None:
-        arrival_s = arrival_s[perm]
-        arrays = {name: arr[perm] for name, arr in arrays.items()}
-    return Workload({"arrival_s": arrival_s, **arrays}, source=str(path))
+    del times
+    arrays = {"arrival_s": arrival_s if perm is None else arrival_s[perm]}
+    for name in list(cols.parts):
+        column = cols.take(name)
+        arrays[name] = column if perm is None else column[perm]
+    return Workload(arrays, source=str(path))
 
 
 # -- CSV streaming ------------------------------------------------------------------------------
@@ -449,9 +452,10 @@ def _csv_chunks(
     """Chunks of the file with the line of each row (header = line 1).
 
     Every column is parsed (not only ``columns``) so that a row with more fields than the
-    header is an error rather than silently truncated. ``int_columns`` are parsed as int64 by the C parser (fast); a value that is not a plain
-    integer raises :class:`_TypedParseFailed` so the caller can re-read everything as text and
-    report the exact line. Other columns are read as text.
+    header is an error rather than silently truncated. ``int_columns`` are parsed as int64 by
+    the C parser (fast); a value that is not a plain integer raises :class:`_TypedParseFailed`
+    so the caller can re-read everything as text and report the exact line. The other
+    ``columns`` are read as text.
     """
     dtype = {c: ("int64" if c in int_columns else object) for c in columns}
     reader = pd.read_csv(
@@ -659,10 +663,10 @@ def read_mooncake(
         "output_tokens": output,
     }
     if keep_hash_ids:
-        ids = np.empty(len(hashes), dtype=object)
-        for i, h in enumerate(hashes):
-            ids[i] = h
-        arrays["hash_ids"] = ids
+        hash_column = np.empty(len(hashes), dtype=object)
+        for i, block_ids in enumerate(hashes):
+            hash_column[i] = block_ids
+        arrays["hash_ids"] = hash_column
     cols = _Columns()
     cols.add_chunk(lines, zero, zero_output, **arrays)
     cols.log_zero(path, zero_output, output_field)
@@ -738,8 +742,8 @@ def read_lengths(
     return Workload(
         {
             "arrival_s": arrival_s,
-            "prompt_tokens": cols.get("prompt_tokens"),
-            "output_tokens": cols.get("output_tokens"),
+            "prompt_tokens": cols.take("prompt_tokens"),
+            "output_tokens": cols.take("output_tokens"),
         },
         source=str(path),
     )
@@ -957,4 +961,16 @@ def read_trace(path: str | Path, format: str | None = None, **opts: Any) -> Work
         format = "generic" if "columns" in opts else detect_format(path)
     if format not in _READERS:
         raise ValueError(f"unknown trace format {format!r}; known: {', '.join(FORMATS)}")
-    return _READERS[format](path, **opts)
+    reader = _READERS[format]
+    accepted = [
+        name
+        for name, p in inspect.signature(reader).parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+    unknown = sorted(set(opts) - set(accepted))
+    if unknown:
+        raise ValueError(
+            f"unknown option(s) {', '.join(unknown)} for trace format {format!r}; "
+            f"accepted: {', '.join(accepted)}"
+        )
+    return reader(path, **opts)

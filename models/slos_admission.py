@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
 from slolab.instances.records import Cluster, Instance, Workload
 from slolab.sim.schedule import PlannedIteration, Schedule
 from slolab.solvers.base import ExactModel, MilpFormulation
@@ -172,7 +171,9 @@ class AdmissionProblem:
         prefill, new = self.remaining_prefill_tokens, ~running
         if (new & (prefill < 1)).any():
             i = _first(new & (prefill < 1))
-            raise ValueError(f"remaining_prefill_tokens of a new request must be >= 1, got 0 (row {i})")
+            raise ValueError(
+                f"remaining_prefill_tokens of a new request must be >= 1, got 0 (row {i})"
+            )
         if (self.output_tokens < 1).any():
             i = _first(self.output_tokens < 1)
             raise ValueError(f"output_tokens must be >= 1, got {self.output_tokens[i]} (row {i})")
@@ -180,7 +181,9 @@ class AdmissionProblem:
         bad = (prefill > 0) & ~np.isfinite(deadline)
         if bad.any():
             i = _first(bad)
-            raise ValueError(f"prefill_deadline_s must be finite for a prefilling request, got {deadline[i]} (row {i})")
+            raise ValueError(
+                f"prefill_deadline_s must be finite for a prefilling request, got {deadline[i]} (row {i})"
+            )
         tpot = self.tpot_s
         if (~np.isfinite(tpot) | (tpot <= 0)).any():
             i = _first(~np.isfinite(tpot) | (tpot <= 0))
@@ -199,7 +202,9 @@ class AdmissionProblem:
             bad = ~np.isfinite(generated) | (generated != np.round(generated)) | (generated < 0)
             if bad.any():
                 i = _first(bad)
-                raise ValueError(f"generated_tokens must be an integer >= 0, got {generated[i]} (row {i})")
+                raise ValueError(
+                    f"generated_tokens must be an integer >= 0, got {generated[i]} (row {i})"
+                )
             generated = generated.astype("int64")
         if (generated > self.output_tokens).any():
             i = _first(generated > self.output_tokens)
@@ -207,9 +212,13 @@ class AdmissionProblem:
                 f"generated_tokens must be <= output_tokens, got {generated[i]} > "
                 f"{self.output_tokens[i]} (row {i})"
             )
-        object.__setattr__(self, "generated_tokens", _frozen(generated, "int64", "generated_tokens", n))
+        object.__setattr__(
+            self, "generated_tokens", _frozen(generated, "int64", "generated_tokens", n)
+        )
         if int(self.kv_capacity_tokens) != self.kv_capacity_tokens or self.kv_capacity_tokens < 1:
-            raise ValueError(f"kv_capacity_tokens must be an integer >= 1, got {self.kv_capacity_tokens}")
+            raise ValueError(
+                f"kv_capacity_tokens must be an integer >= 1, got {self.kv_capacity_tokens}"
+            )
         object.__setattr__(self, "kv_capacity_tokens", int(self.kv_capacity_tokens))
         if not isinstance(self.timing, TimingModel):
             raise TypeError(f"timing must be a TimingModel, got {type(self.timing).__name__}")
@@ -218,13 +227,21 @@ class AdmissionProblem:
         tightest = float(tpot.min())
         t0 = tightest if self.batch_duration_s is None else float(self.batch_duration_s)
         if not 0 < t0 <= tightest * (1 + TIME_TOL):
-            raise ValueError(f"batch_duration_s must be in (0, {tightest}] (the tightest TPOT), got {t0}")
+            raise ValueError(
+                f"batch_duration_s must be in (0, {tightest}] (the tightest TPOT), got {t0}"
+            )
         object.__setattr__(self, "batch_duration_s", t0)
         finite_deadlines = deadline[prefill > 0]
         latest = float(finite_deadlines.max()) if finite_deadlines.size else 0.0
-        horizon = max(latest, 0.0) + float(tpot.max()) if self.horizon_s is None else float(self.horizon_s)
+        horizon = (
+            max(latest, 0.0) + float(tpot.max())
+            if self.horizon_s is None
+            else float(self.horizon_s)
+        )
         if not (math.isfinite(horizon) and horizon >= latest and horizon > 0):
-            raise ValueError(f"horizon_s must be > 0 and >= the latest prefill deadline {latest}, got {horizon}")
+            raise ValueError(
+                f"horizon_s must be > 0 and >= the latest prefill deadline {latest}, got {horizon}"
+            )
         object.__setattr__(self, "horizon_s", horizon)
 
     # -- views ----------------------------------------------------------------------------
@@ -274,7 +291,9 @@ class AdmissionProblem:
             The instance is for another problem or misses a column.
         """
         if instance.problem != PROBLEM:
-            raise ValueError(f"instance {instance.name!r} is for problem {instance.problem!r}, expected {PROBLEM!r}")
+            raise ValueError(
+                f"instance {instance.name!r} is for problem {instance.problem!r}, expected {PROBLEM!r}"
+            )
         w = instance.workload
         missing = [c for c in ("running", "remaining_prefill_tokens", "kv_tokens") if c not in w]
         if missing:
@@ -293,7 +312,9 @@ class AdmissionProblem:
             kv_tokens=w["kv_tokens"],
             value=w["value"],
             output_tokens=w.output_tokens,
-            kv_capacity_tokens=int(settings.get("kv_capacity_tokens", instance.cluster.kv_capacity_tokens)),
+            kv_capacity_tokens=int(
+                settings.get("kv_capacity_tokens", instance.cluster.kv_capacity_tokens)
+            ),
             timing=instance.timing,
             generated_tokens=w["generated_tokens"] if "generated_tokens" in w else None,
             call_time_s=call,
@@ -343,7 +364,9 @@ def snapshot_instance(
         "tpot_slo_s": np.asarray(tpot_slo_s, dtype=float),
         "value": np.ones(n) if value is None else np.asarray(value, dtype=float),
         "running": np.zeros(n, dtype=bool) if running is None else np.asarray(running, dtype=bool),
-        "remaining_prefill_tokens": prompt if remaining_prefill_tokens is None else np.asarray(remaining_prefill_tokens),
+        "remaining_prefill_tokens": prompt
+        if remaining_prefill_tokens is None
+        else np.asarray(remaining_prefill_tokens),
         "kv_tokens": prompt + output if kv_tokens is None else np.asarray(kv_tokens),
         "snapshot_row": np.arange(n),
     }
@@ -370,7 +393,9 @@ def snapshot_instance(
 
 
 # -- the batch process of B1 ------------------------------------------------------------------
-def tier_releases_before(tpot_s: float, batch_duration_s: float, units: np.ndarray, per_batch: int = 1) -> np.ndarray:
+def tier_releases_before(
+    tpot_s: float, batch_duration_s: float, units: np.ndarray, per_batch: int = 1
+) -> np.ndarray:
     """Decode-token releases ``k * tpot_s`` (``k >= 0``) strictly before ``units * t0 / per_batch``.
 
     Algorithm 2 releases a tier's ``k``-th decode token at ``k * TPOT`` (``schDDL`` starts at
@@ -475,7 +500,9 @@ class AdmissionPlan:
                 f"{n}, {len(self.batch_end_s)}, {len(self.prefill)}"
             )
         if self.decode.shape != (len(self.decode_rows), n):
-            raise ValueError(f"decode has shape {self.decode.shape}, expected ({len(self.decode_rows)}, {n})")
+            raise ValueError(
+                f"decode has shape {self.decode.shape}, expected ({len(self.decode_rows)}, {n})"
+            )
 
     @property
     def n_batches(self) -> int:
@@ -488,7 +515,9 @@ class AdmissionPlan:
         out = []
         for i, chunks in enumerate(self.prefill):
             entries: list[Entry] = [(r, "prefill", t) for r, t in chunks]
-            entries.extend((rows[k], "decode", 1) for k in np.flatnonzero(self.decode[:, i]).tolist())
+            entries.extend(
+                (rows[k], "decode", 1) for k in np.flatnonzero(self.decode[:, i]).tolist()
+            )
             out.append(tuple(entries))
         return tuple(out)
 
@@ -513,7 +542,11 @@ def _served_rows(problem: AdmissionProblem, admitted: Sequence[int]) -> np.ndarr
 
 
 def _fill_prefill(
-    deadline: np.ndarray, rows: np.ndarray, problem: AdmissionProblem, budgets: np.ndarray, ends: np.ndarray
+    deadline: np.ndarray,
+    rows: np.ndarray,
+    problem: AdmissionProblem,
+    budgets: np.ndarray,
+    ends: np.ndarray,
 ) -> tuple[tuple[tuple[int, int], ...], ...] | None:
     """Earliest-deadline-first prefill over batches with residual ``budgets``; a row must be
     complete in batches ending at or before its ``deadline`` (same units as ``ends``)."""
@@ -581,11 +614,17 @@ def plan_violations(problem: AdmissionProblem, plan: AdmissionPlan) -> list[str]
     out: list[str] = []
     rows = _served_rows(problem, plan.admitted)
     if int(problem.kv_tokens[rows].sum()) > problem.kv_capacity_tokens:
-        out.append(f"memory {int(problem.kv_tokens[rows].sum())} exceeds {problem.kv_capacity_tokens}")
+        out.append(
+            f"memory {int(problem.kv_tokens[rows].sum())} exceeds {problem.kv_capacity_tokens}"
+        )
     start, end = np.asarray(plan.batch_start_s), np.asarray(plan.batch_end_s)
     if plan.n_batches == 0:
         return out + ["the plan has no batches"]
-    if abs(start[0]) > TIME_TOL or (np.abs(start[1:] - end[:-1]) > TIME_TOL).any() or (end <= start).any():
+    if (
+        abs(start[0]) > TIME_TOL
+        or (np.abs(start[1:] - end[:-1]) > TIME_TOL).any()
+        or (end <= start).any()
+    ):
         out.append("batches do not tile the time line from 0 without gaps")
     served = set(int(r) for r in rows)
     prefill_left = {r: int(problem.remaining_prefill_tokens[r]) for r in served}
@@ -645,7 +684,9 @@ def plan_violations(problem: AdmissionProblem, plan: AdmissionPlan) -> list[str]
     return out
 
 
-def plan_schedule(problem: AdmissionProblem, plan: AdmissionPlan, complete: bool = True) -> Schedule:
+def plan_schedule(
+    problem: AdmissionProblem, plan: AdmissionPlan, complete: bool = True
+) -> Schedule:
     """The engine-replayable schedule of a plan (one server).
 
     Empty batches are dropped; each iteration has ``not_before_s = call_time_s + planned start``
@@ -811,7 +852,9 @@ class AdmissionB1(_AdmissionModel):
     def _to_schedule(self, admitted: Sequence[int]) -> Schedule:
         plan = plan_b1(self.problem, admitted, self.process)
         if plan is None:
-            raise RuntimeError(f"the B1 solution admitting {list(admitted)} fails the batch process")
+            raise RuntimeError(
+                f"the B1 solution admitting {list(admitted)} fails the batch process"
+            )
         return plan_schedule(self.problem, plan)
 
     def brute_force(self, time_limit: float) -> tuple[float, Schedule] | None:
@@ -837,7 +880,9 @@ def _mask_label(pattern: np.ndarray) -> str:
     return "".join("1" if v else "0" for v in pattern)
 
 
-def _segment_patterns(proc: BatchProcess, boundaries: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
+def _segment_patterns(
+    proc: BatchProcess, boundaries: np.ndarray
+) -> list[tuple[int, int, np.ndarray]]:
     """Per segment ``[B_k, B_{k+1})`` of batches between deadline batches, the maximal tier
     slot patterns occurring in it (a pattern contained in another adds no constraint)."""
     cuts = sorted({int(v) for v in boundaries if 0 <= v < proc.n_batches} | {0, proc.n_batches})
@@ -846,7 +891,8 @@ def _segment_patterns(proc: BatchProcess, boundaries: np.ndarray) -> list[tuple[
         patterns = {tuple(proc.slot[:, i]) for i in range(lo, hi)}
         for pat in patterns:
             dominated = any(
-                other != pat and all(o >= q for o, q in zip(other, pat, strict=True)) for other in patterns
+                other != pat and all(o >= q for o, q in zip(other, pat, strict=True))
+                for other in patterns
             )
             if any(pat) and not dominated:
                 out.append((lo, hi, np.array(pat, dtype=bool)))
@@ -876,12 +922,18 @@ class AdmissionB2(_AdmissionModel):
     SLOs-Serve, Sec. 3.2.2 (batch formation with dynamic size tuning) and Fig. 5c.
     """
 
-    def __init__(self, instance: Instance | AdmissionProblem, cells_per_batch: int | None = None) -> None:
+    def __init__(
+        self, instance: Instance | AdmissionProblem, cells_per_batch: int | None = None
+    ) -> None:
         super().__init__(instance)
         if cells_per_batch is None:
             settings = instance.settings if isinstance(instance, Instance) else {}
             cells_per_batch = int(settings.get("b2_cells_per_batch", DEFAULT_CELLS_PER_BATCH))
-        if isinstance(cells_per_batch, bool) or int(cells_per_batch) != cells_per_batch or cells_per_batch < 1:
+        if (
+            isinstance(cells_per_batch, bool)
+            or int(cells_per_batch) != cells_per_batch
+            or cells_per_batch < 1
+        ):
             raise ValueError(f"cells_per_batch must be an integer >= 1, got {cells_per_batch!r}")
         self.cells_per_batch = int(cells_per_batch)
         self.grid = _b2_grid(self.problem, self.process, self.cells_per_batch)
@@ -917,7 +969,13 @@ class AdmissionB2(_AdmissionModel):
             prob += pulp.lpSum(into.get(c, [])) == pulp.lpSum(out_of.get(c, [])), f"path_{c}"
 
     def _arc_capacity(
-        self, prob: Any, x: Mapping[int, Any], keep: Any, z: Mapping[Any, Any], tokens: Mapping[Any, Any], pulp: Any
+        self,
+        prob: Any,
+        x: Mapping[int, Any],
+        keep: Any,
+        z: Mapping[Any, Any],
+        tokens: Mapping[Any, Any],
+        pulp: Any,
     ) -> None:
         """``P_a <= cap_a z_a`` and ``P_a + sum_r rho_r(a) x_r <= cap_a + U_a (1 - z_a)``, with
         ``rho_r(a)`` the decode releases of ``r`` in the arc and ``U_a = sum_r rho_r(a)``."""
@@ -932,7 +990,9 @@ class AdmissionB2(_AdmissionModel):
             big = int(sum(load.values()))
             prob += tokens[a] + pulp.lpSum(terms) <= cap + big * (1 - z[a]), f"load_{a[0]}_{a[1]}"
 
-    def _arc_tpot(self, prob: Any, x: Mapping[int, Any], keep: Any, z: Mapping[Any, Any], pulp: Any) -> None:
+    def _arc_tpot(
+        self, prob: Any, x: Mapping[int, Any], keep: Any, z: Mapping[Any, Any], pulp: Any
+    ) -> None:
         """For an arc longer than tier ``l``'s TPOT: ``sum_{r in l, sigma_r < e} x_r <= n (1 - z_a)``."""
         g = self.grid
         for a in g.arcs:
@@ -940,7 +1000,8 @@ class AdmissionB2(_AdmissionModel):
             if decoders.size == 0:
                 continue
             prob += (
-                pulp.lpSum(self._coef(int(r), x, keep) for r in decoders) <= int(decoders.size) * (1 - z[a]),
+                pulp.lpSum(self._coef(int(r), x, keep) for r in decoders)
+                <= int(decoders.size) * (1 - z[a]),
                 f"tpot_{a[0]}_{a[1]}",
             )
 
@@ -955,7 +1016,9 @@ class AdmissionB2(_AdmissionModel):
             due = prefilling[g.deadline_cell[prefilling] <= cell]
             prob += (
                 pulp.lpSum(tokens[a] for a in g.arcs if a[1] <= cell)
-                >= pulp.lpSum(int(p.remaining_prefill_tokens[r]) * self._coef(int(r), x, keep) for r in due),
+                >= pulp.lpSum(
+                    int(p.remaining_prefill_tokens[r]) * self._coef(int(r), x, keep) for r in due
+                ),
                 f"prefill_c{int(cell)}",
             )
 
@@ -963,10 +1026,14 @@ class AdmissionB2(_AdmissionModel):
         path = sorted(a for a, var in z.items() if (var.value() or 0.0) > 0.5)
         plan = self.plan(admitted, path)
         if plan is None:
-            raise RuntimeError(f"the B2 solution admitting {list(admitted)} on arcs {path} is infeasible")
+            raise RuntimeError(
+                f"the B2 solution admitting {list(admitted)} on arcs {path} is infeasible"
+            )
         return plan_schedule(self.problem, plan)
 
-    def plan(self, admitted: Sequence[int], path: Sequence[tuple[int, int]]) -> AdmissionPlan | None:
+    def plan(
+        self, admitted: Sequence[int], path: Sequence[tuple[int, int]]
+    ) -> AdmissionPlan | None:
         """The plan of ``admitted`` on the batch arcs ``path`` (decode by release, prefill EDF)."""
         g, p = self.grid, self.problem
         rows = _served_rows(p, admitted)
@@ -990,7 +1057,12 @@ class AdmissionB2(_AdmissionModel):
         starts = np.array([s for s, _ in path], dtype=float) * g.cell_s
         used = decode.any(axis=1)
         return AdmissionPlan(
-            tuple(sorted(int(r) for r in admitted)), starts, ends * g.cell_s, prefill, rows[used], decode[used]
+            tuple(sorted(int(r) for r in admitted)),
+            starts,
+            ends * g.cell_s,
+            prefill,
+            rows[used],
+            decode[used],
         )
 
 
@@ -1016,8 +1088,12 @@ class _B2Grid:
             sigma = self.decode_start_cell
             rows = np.flatnonzero(sigma < e)
             lo = np.maximum(sigma[rows], s)
-            counts = self.tier_releases[self.tier[rows], e] - self.tier_releases[self.tier[rows], lo]
-            self._release_cache[arc] = {int(r): int(k) for r, k in zip(rows, counts, strict=True) if k > 0}
+            counts = (
+                self.tier_releases[self.tier[rows], e] - self.tier_releases[self.tier[rows], lo]
+            )
+            self._release_cache[arc] = {
+                int(r): int(k) for r, k in zip(rows, counts, strict=True) if k > 0
+            }
         return self._release_cache[arc]
 
     def too_slow_for(self, arc: tuple[int, int]) -> np.ndarray:
@@ -1035,15 +1111,23 @@ def _b2_grid(problem: AdmissionProblem, proc: BatchProcess, cells_per_batch: int
     tier_tpot = problem.tier_tpot_s
     tier_tpot_cells = tier_tpot / delta
     decoding = problem.remaining_prefill_tokens == 0
-    limit_s = float(problem.tpot_s[problem.running & decoding].min()) if (problem.running & decoding).any() else float(
-        tier_tpot.max()
+    limit_s = (
+        float(problem.tpot_s[problem.running & decoding].min())
+        if (problem.running & decoding).any()
+        else float(tier_tpot.max())
     )
     longest = max(1, int(math.floor(limit_s / delta + TIME_TOL)))
-    capacity = np.array([0] + [time2bs(problem.timing, length * delta) for length in range(1, longest + 1)])
+    capacity = np.array(
+        [0] + [time2bs(problem.timing, length * delta) for length in range(1, longest + 1)]
+    )
     arcs = [(s, e) for s in range(n_cells) for e in range(s + 1, min(s + longest, n_cells) + 1)]
     deadline = np.where(decoding, 0.0, problem.prefill_deadline_s)
     cell = np.clip(np.floor(deadline / delta + TIME_TOL), 0, n_cells).astype("int64")
     cell[decoding] = 0
     units = np.arange(n_cells + 1)
-    releases = np.stack([tier_releases_before(float(t), t0, units, cells_per_batch) for t in tier_tpot])
-    return _B2Grid(delta, n_cells, capacity, arcs, cell, cell.copy(), problem.tier, tier_tpot_cells, releases)
+    releases = np.stack(
+        [tier_releases_before(float(t), t0, units, cells_per_batch) for t in tier_tpot]
+    )
+    return _B2Grid(
+        delta, n_cells, capacity, arcs, cell, cell.copy(), problem.tier, tier_tpot_cells, releases
+    )

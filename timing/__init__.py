@@ -8,7 +8,6 @@ form directly (:class:`LinearTiming`, :class:`RooflineTiming`, :class:`ProfiledT
 """
 
 from slolab.timing.base import FEATURES, BatchShape, LinearTiming, TimingModel
-from slolab.timing.fit import FitReport, fit, fit_report, load_vidur_mlp_profile
 from slolab.timing.forms import (
     MeanLengthTiming,
     PhaseSumTiming,
@@ -24,6 +23,18 @@ from slolab.timing.presets import (
     preset_source,
     refit_llama2_7b_h100,
 )
+
+_LAZY = {"FitReport", "fit", "fit_report", "load_vidur_mlp_profile"}
+
+
+def __getattr__(name: str):
+    """The fitting tools (and scipy.optimize behind them) load on first use."""
+    if name in _LAZY:
+        from slolab.timing import fitting
+
+        return getattr(fitting, name)
+    raise AttributeError(f"module 'slolab.timing' has no attribute {name!r}")
+
 
 __all__ = [
     "FEATURES",

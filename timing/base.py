@@ -36,9 +36,15 @@ FEATURES: tuple[str, ...] = (
     "spec_steps",
 )
 N_FEATURES = len(FEATURES)
-F_PREFILL_TOKENS, F_DECODE_TOKENS, F_NUM_DECODE, F_DECODE_KV, F_PREFILL_ATTN, F_NUM_PREFILL, F_SPEC = range(
-    N_FEATURES
-)
+(
+    F_PREFILL_TOKENS,
+    F_DECODE_TOKENS,
+    F_NUM_DECODE,
+    F_DECODE_KV,
+    F_PREFILL_ATTN,
+    F_NUM_PREFILL,
+    F_SPEC,
+) = range(N_FEATURES)
 
 
 def prefill_attention_work(chunk: np.ndarray | int, prefix: np.ndarray | int) -> np.ndarray | float:
@@ -92,7 +98,9 @@ class BatchShape:
             decode_tokens=float(len(ctx)),
             num_decode_seqs=float(len(ctx)),
             decode_kv_tokens=float(ctx.sum()),
-            prefill_attention_work=float(np.sum(prefill_attention_work(chunks[:, 0], chunks[:, 1]))),
+            prefill_attention_work=float(
+                np.sum(prefill_attention_work(chunks[:, 0], chunks[:, 1]))
+            ),
             num_prefill_seqs=float(len(chunks)),
             spec_steps=float(spec_steps),
         )

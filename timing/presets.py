@@ -25,10 +25,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slolab.timing.base import LinearTiming, TimingModel
-from slolab.timing.fit import FitReport, fit, load_vidur_mlp_profile
+
+if TYPE_CHECKING:
+    from slolab.timing.fitting import FitReport
+
 from slolab.timing.forms import MeanLengthTiming, PhaseSumTiming, RooflineTiming, ThresholdTiming
 
 __all__ = [
@@ -223,9 +226,9 @@ def refit_llama2_7b_h100(
     """Fit the ``"llama2-7b-h100"`` preset from the vendored Vidur profile.
 
     1. Read ``data/vidur_h100_llama2-7b_mlp.csv`` (TP 1, 32 layers) with
-       :func:`~slolab.timing.fit.load_vidur_mlp_profile`: the token-parallel GPU time of one
+       :func:`~slolab.timing.fitting.load_vidur_mlp_profile`: the token-parallel GPU time of one
        iteration against the tokens in the batch.
-    2. Fit ``max(floor, a + b * tokens)`` (:func:`~slolab.timing.fit.fit`, form
+    2. Fit ``max(floor, a + b * tokens)`` (:func:`~slolab.timing.fitting.fit`, form
        ``"roofline"``, relative least squares, ``b >= 0``); fit a plain linear model too, for
        comparison.
     3. Add the attention terms of :func:`attention_terms` for :data:`LLAMA2_7B` on
@@ -243,6 +246,8 @@ def refit_llama2_7b_h100(
     (RooflineTiming, dict)
         The model and the fit reports ``{"roofline": ..., "linear": ...}`` of the GEMM part.
     """
+    from slolab.timing.fitting import fit, load_vidur_mlp_profile
+
     profile = load_vidur_mlp_profile(VIDUR_H100_LLAMA2_7B_PROFILE, tp=1, num_layers=32)
     gemm, roofline_report = fit(profile, "roofline", regressors=("tokens",), name="gemm")
     _, linear_report = fit(profile, "linear", regressors=("tokens",), name="gemm-linear")

@@ -160,19 +160,21 @@ def test_run_key_stable_across_processes():
         "from slolab.harness.store import run_key;"
         "print(run_key('inst', 'm', {'b': [0.1, 2], 'a': 'z', 'c': {'k': True}}, 5))"
     )
-    keys = set()
-    for hash_seed in ("1", "977"):
-        output = subprocess.run(
-            [sys.executable, "-c", code],
-            env={**os.environ, "PYTHONHASHSEED": hash_seed},
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        keys.add(output)
-    # Two processes and this one agree: one key in all.
-    keys.add(run_key("inst", "m", {"c": {"k": True}, "a": "z", "b": (0.1, 2)}, 5))
-    assert len(keys) == 1
+    other_process = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONHASHSEED": "977"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    this_process = run_key("inst", "m", {"c": {"k": True}, "a": "z", "b": (0.1, 2)}, 5)
+    # Canonical text: {"instance_id":"inst","method":"m",
+    # "params":{"a":"z","b":[0.1,2],"c":{"k":true}},"seed":5}
+    canonical = (
+        b'{"instance_id":"inst","method":"m",'
+        b'"params":{"a":"z","b":[0.1,2],"c":{"k":true}},"seed":5}'
+    )
+    assert other_process == this_process == hashlib.sha256(canonical).hexdigest()
 
 
 def test_run_key_rejects_unsupported_values():

@@ -9,7 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from slolab.heuristics.slos_serve_dp import algorithm2, pb_star, slos_dp
-from slolab.models.slos_admission import AdmissionB1, AdmissionProblem, batch_process, plan_violations
+from slolab.models.slos_admission import (
+    AdmissionB1,
+    AdmissionProblem,
+    batch_process,
+    plan_violations,
+)
 from slolab.solvers import Status, solve
 from slolab.timing import LinearTiming
 
@@ -68,9 +73,9 @@ def test_algorithm2_hand_example():
 def test_algorithm2_reports_tokens_that_do_not_fit():
     """101 requests of TPOT 0.05 s need 101 tokens per batch of 100: PB* is infeasible."""
     batches = algorithm2(0.1, [0.05] * 101, TIMING)
-    # 100 served, 1 late in each of the two batches (the late one is served first next batch)
+    # 100 served per batch: 101 due in batch 0 leaves 1 late, 101 + 1 due in batch 1 leaves 2
     assert [len(b.decode) for b in batches] == [100, 100]
-    assert [b.late for b in batches] == [1, 1]
+    assert [b.late for b in batches] == [1, 2]
     assert pb_star(0.1, [101], [0.05], TIMING, 0.05) is None
 
 
@@ -98,7 +103,7 @@ def test_pb_star_matches_the_cadence_counts(counts, start, length):
     proc = batch_process(problem)
     a, c = start, start + length
     closed = (c - a) * proc.batch_tokens - sum(
-        n * (proc.tier_slots[l, c] - proc.tier_slots[l, a]) for l, n in enumerate(counts)
+        n * (proc.tier_slots[k, c] - proc.tier_slots[k, a]) for k, n in enumerate(counts)
     )
     literal_c = pb_star(c * 0.05, counts, tiers, TIMING, 0.05)
     literal_a = pb_star(a * 0.05, counts, tiers, TIMING, 0.05)

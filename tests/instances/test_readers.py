@@ -408,6 +408,30 @@ def test_generic_csv_in_milliseconds_with_slos_and_extra(tmp_path):
     assert w["task"].tolist() == ["code", "chat", "chat"]
 
 
+def test_generic_datetime_and_epoch_nanoseconds(tmp_path):
+    """Date-time strings and integer epoch nanoseconds both give exact seconds."""
+    path = tmp_path / "times.csv"
+    path.write_text(
+        "when,ns,p,o\n"
+        "2024-05-10 00:00:01.5,1715299201500000123,3,1\n"
+        "2024-05-10 00:00:00,1715299200000000000,4,1\n"
+    )
+    by_text = read_generic(
+        path,
+        columns={"arrival_s": "when", "prompt_tokens": "p", "output_tokens": "o"},
+        time_unit="datetime",
+    )
+    by_ns = read_generic(
+        path,
+        columns={"arrival_s": "ns", "prompt_tokens": "p", "output_tokens": "o"},
+        time_unit="ns",
+    )
+    # 1.5 s apart; 1,500,000,123 ns apart, subtracted as integers before dividing by 1e9
+    assert by_text.arrival_s.tolist() == [0.0, 1.5]
+    assert by_ns.arrival_s.tolist() == [0.0, 1.500000123]
+    assert by_ns.prompt_tokens.tolist() == [4, 3]
+
+
 def test_generic_parquet_rows_and_errors(tmp_path):
     """Generic Parquet: seconds as given; a bad length names its 1-based row."""
     path = tmp_path / "mine.parquet"
@@ -443,6 +467,10 @@ def test_dispatcher_detects_and_rejects_formats(tmp_path):
     assert detect_format(trace_path("arxiv_summarization")) == "lengths"
     with pytest.raises(ValueError, match="unknown trace format 'vidur'; known: azure, mooncake"):
         read_trace(trace_path("azure_code_2023"), format="vidur")
+    with pytest.raises(
+        ValueError, match="unknown option.* seed for trace format 'azure'; accepted"
+    ):
+        read_trace(trace_path("azure_code_2023"), seed=1)
     odd = tmp_path / "odd.csv"
     odd.write_text("a,b\n1,2\n")
     with pytest.raises(TraceError, match="cannot tell the trace format .*generic needs columns"):

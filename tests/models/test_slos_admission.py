@@ -184,7 +184,9 @@ def test_plan_violations_reports_a_missing_decode_token():
         plan.admitted, plan.batch_start_s, plan.batch_end_s, plan.prefill, plan.decode_rows, decode
     )
     # release 1 * 0.05 s falls in batch 1 = [0.05, 0.1)
-    assert plan_violations(problem, broken) == ["request 0 misses decode tokens released during batches [1]"]
+    assert plan_violations(problem, broken) == [
+        "request 0 misses decode tokens released during batches [1]"
+    ]
 
 
 def test_schedule_ends_decode_at_the_output_length():
@@ -197,7 +199,9 @@ def test_schedule_ends_decode_at_the_output_length():
     assert decodes == {0: 4, 1: 3}
     assert schedule.rejected == frozenset({2})
     # iterations start on the t0 grid: 0, 0.05, 0.1, 0.15 (tail), ...
-    assert [it.not_before_s for it in schedule.iterations[0][:4]] == pytest.approx([0.0, 0.05, 0.1, 0.15])
+    assert [it.not_before_s for it in schedule.iterations[0][:4]] == pytest.approx(
+        [0.0, 0.05, 0.1, 0.15]
+    )
 
 
 def test_running_requests_that_cannot_keep_their_slos_make_b1_infeasible():
@@ -256,7 +260,9 @@ def test_problem_validation_names_field_and_row():
         kv_capacity_tokens=10,
         timing=TIMING,
     )
-    with pytest.raises(ValueError, match=r"remaining_prefill_tokens of a new request must be >= 1, got 0 \(row 0\)"):
+    with pytest.raises(
+        ValueError, match=r"remaining_prefill_tokens of a new request must be >= 1, got 0 \(row 0\)"
+    ):
         AdmissionProblem(remaining_prefill_tokens=[0], tpot_s=[0.05], **kwargs)
     with pytest.raises(ValueError, match=r"tpot_s must be a finite number > 0, got 0.0 \(row 0\)"):
         AdmissionProblem(remaining_prefill_tokens=[5], tpot_s=[0.0], **kwargs)
@@ -303,7 +309,9 @@ def test_b1_is_deterministic():
 def test_brute_force_highs_and_cbc_agree(seed):
     """On small random calls, brute force, HiGHS and CBC find the same B1 optimum."""
     problem = random_problem(seed)
-    results = [solve(AdmissionB1(problem), solver=s, time_limit=60) for s in ("brute", "highs", "cbc")]
+    results = [
+        solve(AdmissionB1(problem), solver=s, time_limit=60) for s in ("brute", "highs", "cbc")
+    ]
     statuses = {r.status for r in results}
     assert len(statuses) == 1
     if Status.OPTIMAL in statuses:
