@@ -18,9 +18,9 @@ with ``Delta^n_{j,i} = PB*(t_i, n) - PB*(t_j, n)`` the prefill budget Algorithm 
 the batches between the two deadlines. The math and how it maps onto the paper's Eqn. 2-5 is
 in ``docs/slos_serve.md``.
 
-With ``memory_unit`` dividing every memory and the capacity, and ``budget_unit = 1``, the DP
-is exact: its value equals the B1 MILP optimum. Coarser units round memory up and budget down
-(never admitting a set B1 rejects) and shrink the state space.
+With ``memory_unit`` dividing every new request's memory and the free memory, and
+``budget_unit = 1``, the DP is exact: its value equals the B1 MILP optimum. Coarser units
+round memory up and budget down (never admitting a set B1 rejects) and shrink the state space.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def pb_star(
     return int(sum(b.prefill_budget for b in batches))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class DPDecision:
     """The DP's decision at one call.
 
@@ -359,12 +359,17 @@ def slos_dp(problem: AdmissionProblem, memory_unit: int = 1, budget_unit: int = 
                 continue
             explored += len(pred)
             a, c = int(node_batch[j]), int(node_batch[i])
-            decode = pred.cnt @ (slots[:, c] - slots[:, a])
-            budget = pred.pb * u_pb + (c - a) * cap_tokens - decode - p_i
-            ok = (budget >= 0) & (pred.mem + m_i <= mem_cap)
-            occurring = next_occurrence[:, a] < c
-            if load_can_exceed and occurring.any():
-                ok &= (pred.cnt @ mask_bits[:, occurring] <= cap_tokens).all(axis=1)
+            pb_tokens = pred.pb if u_pb == 1 else pred.pb * u_pb
+            budget = (
+                pb_tokens + ((c - a) * cap_tokens - p_i) - pred.cnt @ (slots[:, c] - slots[:, a])
+            )
+            ok = budget >= 0
+            if m_i:
+                ok &= pred.mem <= mem_cap - m_i
+            if load_can_exceed:
+                occurring = next_occurrence[:, a] < c
+                if occurring.any():
+                    ok &= (pred.cnt @ mask_bits[:, occurring] <= cap_tokens).all(axis=1)
             idx = np.flatnonzero(ok)
             if idx.size == 0:
                 continue
@@ -372,13 +377,15 @@ def slos_dp(problem: AdmissionProblem, memory_unit: int = 1, budget_unit: int = 
                 mem, left, cnt, val = pred.mem, budget, pred.cnt, pred.val
             else:
                 mem, left, cnt, val = pred.mem[idx], budget[idx], pred.cnt[idx], pred.val[idx]
+            from_node = np.empty(idx.size, dtype="int64")
+            from_node.fill(j)
             parts.append(
                 _Layer(
                     mem + m_i,
                     left if u_pb == 1 else left // u_pb,
                     cnt + step if r >= 0 else cnt,
                     val + v_i,
-                    np.broadcast_to(np.int64(j), idx.shape),
+                    from_node,
                     idx,
                 )
             )

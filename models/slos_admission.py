@@ -454,21 +454,24 @@ def batch_process(problem: AdmissionProblem) -> BatchProcess:
     units = np.arange(n_batches + 1)
     tiers = problem.tier_tpot_s
     slots = np.stack([tier_releases_before(float(t), t0, units) for t in tiers])
-    g = np.diff(slots, axis=1)
-    if (g > 1).any():
+    per_batch = np.diff(slots, axis=1)
+    if (per_batch > 1).any():
         raise ValueError("a TPOT tier is tighter than batch_duration_s")
-    for arr in (b, slots, g):
+    slot = per_batch.astype(bool)
+    for arr in (b, slots, slot):
         arr.setflags(write=False)
-    return BatchProcess(t0, int(capacity), n_batches, b, slots, g.astype(bool))
+    return BatchProcess(t0, int(capacity), n_batches, b, slots, slot)
 
 
 # -- plans ------------------------------------------------------------------------------------
 Entry = tuple[int, str, int]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class AdmissionPlan:
     """Admitted set and batches of one call, in the model's view (through the horizon).
+
+    Compared by identity (it holds arrays); :func:`plan_violations` checks one.
 
     Attributes
     ----------
@@ -503,6 +506,8 @@ class AdmissionPlan:
             raise ValueError(
                 f"decode has shape {self.decode.shape}, expected ({len(self.decode_rows)}, {n})"
             )
+        for name in ("batch_start_s", "batch_end_s", "decode_rows", "decode"):
+            getattr(self, name).setflags(write=False)
 
     @property
     def n_batches(self) -> int:
@@ -814,6 +819,13 @@ class AdmissionB1(_AdmissionModel):
         self._cumulative_budget(prob, x, keep, pulp)
         self._decode_load(prob, x, keep, pulp)
         self.variables = {"x": x, "keep_running": keep}
+        logger.debug(
+            "slos-b1: %d new requests, %d batches of %.4g s, %d constraints",
+            len(x),
+            self.process.n_batches,
+            self.process.batch_duration_s,
+            prob.numConstraints(),
+        )
         return MilpFormulation(prob, to_schedule=lambda: self._to_schedule(self._admitted(x)))
 
     def _cumulative_budget(self, prob: Any, x: Mapping[int, Any], keep: Any, pulp: Any) -> None:
@@ -953,6 +965,14 @@ class AdmissionB2(_AdmissionModel):
         self._arc_tpot(prob, x, keep, z, pulp)
         self._prefill_deadlines(prob, x, keep, tokens, pulp)
         self.variables = {"x": x, "keep_running": keep, "z": z, "P": tokens}
+        logger.debug(
+            "slos-b2: %d new requests, %d cells of %.4g s, %d arcs, %d constraints",
+            len(x),
+            g.n_cells,
+            g.cell_s,
+            len(g.arcs),
+            prob.numConstraints(),
+        )
         return MilpFormulation(prob, to_schedule=lambda: self._to_schedule(self._admitted(x), z))
 
     def _path(self, prob: Any, z: Mapping[tuple[int, int], Any], pulp: Any) -> None:
