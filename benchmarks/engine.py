@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
 from slolab.heuristics.baselines import LeastLoaded, SarathiFCFS
 from slolab.instances import Cluster, Instance, Workload, assign_slos, read_trace, trace_path
 from slolab.sim import metrics, run
@@ -60,7 +59,9 @@ def measure(label: str, inst: Instance) -> dict:
     out = run(inst, SarathiFCFS(), LeastLoaded(), seed=0, record_iterations=False)
     wall = time.perf_counter() - t0
     s = metrics.summary(inst, out)
-    assert s["finished"] == s["requests"], f"{label}: {s['requests'] - s['finished']} requests unfinished"
+    assert s["finished"] == s["requests"], (
+        f"{label}: {s['requests'] - s['finished']} requests unfinished"
+    )
     return {
         "run": label,
         "requests": s["requests"],
@@ -75,23 +76,33 @@ def measure(label: str, inst: Instance) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="smaller scaling points, no 300k run")
     args = ap.parse_args()
     conv = conv_trace()
     rows = [measure("azure-conv-2023 x 4 servers", instance(conv, 4))]
     stream = repeated(conv, 16, 5.0)
-    stream = Workload({k: stream[k][:300_000] for k in ("arrival_s", "prompt_tokens", "output_tokens")}, source=stream.source)
+    stream = Workload(
+        {k: stream[k][:300_000] for k in ("arrival_s", "prompt_tokens", "output_tokens")},
+        source=stream.source,
+    )
     sizes = [10_000, 20_000, 40_000] if args.quick else [20_000, 40_000, 80_000, 160_000, 300_000]
     for n in sizes:
-        sub = Workload({k: stream[k][:n] for k in ("arrival_s", "prompt_tokens", "output_tokens")}, source=stream.source)
+        sub = Workload(
+            {k: stream[k][:n] for k in ("arrival_s", "prompt_tokens", "output_tokens")},
+            source=stream.source,
+        )
         rows.append(measure(f"stream {n} x 20 servers", instance(sub, 20)))
     frame = pd.DataFrame(rows)
     scal = frame[frame["run"].str.startswith("stream")]
     slope, _ = np.polyfit(np.log(scal["tokens_simulated"]), np.log(scal["wall_s"]), 1)
     pd.set_option("display.width", 160)
     print(frame.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    print(f"\nwall time ~ tokens^{slope:.3f} (least squares on log-log over {len(scal)} stream prefixes)")
+    print(
+        f"\nwall time ~ tokens^{slope:.3f} (least squares on log-log over {len(scal)} stream prefixes)"
+    )
     OUT.mkdir(exist_ok=True)
     frame.assign(exponent=slope).to_csv(OUT / "engine.csv", index=False)
     print(f"wrote {OUT / 'engine.csv'}")

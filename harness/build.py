@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from slolab.instances import (
     Cluster,
     Instance,
@@ -37,7 +36,9 @@ def resolve_trace(trace: str | Path) -> Path:
     try:
         return trace_path(str(trace))
     except (KeyError, ValueError) as exc:
-        raise FileNotFoundError(f"no trace file {str(trace)!r} (and no vendored trace by that name: {exc})") from None
+        raise FileNotFoundError(
+            f"no trace file {str(trace)!r} (and no vendored trace by that name: {exc})"
+        ) from None
 
 
 def serving_instance(
@@ -97,7 +98,9 @@ def _snapshot_rows(wl: Workload, n: int, rng: np.random.Generator, max_tokens: i
     """``n`` consecutive requests (a real burst) whose lengths stay within ``max_tokens``."""
     ok = np.flatnonzero((wl.prompt_tokens + wl.output_tokens) <= max_tokens)
     if len(ok) < n:
-        raise ValueError(f"{wl.source}: only {len(ok)} requests have at most {max_tokens} tokens, need {n}")
+        raise ValueError(
+            f"{wl.source}: only {len(ok)} requests have at most {max_tokens} tokens, need {n}"
+        )
     start = int(rng.integers(0, len(ok) - n + 1))
     return ok[start : start + n]
 
@@ -141,14 +144,14 @@ def sa_snapshot(
         parts.append((wl, _snapshot_rows(wl, count, rng, max_tokens), task))
     prompt = np.concatenate([wl.prompt_tokens[rows] for wl, rows, _ in parts])
     output = np.concatenate([wl.output_tokens[rows] for wl, rows, _ in parts])
-    task = np.concatenate([np.full(len(rows), t) for _, rows, t in parts])
+    tasks = np.concatenate([np.full(len(rows), t) for _, rows, t in parts])
     order = rng.permutation(n)
     wl = Workload(
         {
             "arrival_s": np.zeros(n),
             "prompt_tokens": prompt[order],
             "output_tokens": output[order],
-            "task": task[order].astype(str),
+            "task": tasks[order].astype(str),
         },
         source="sa-snapshot",
     )

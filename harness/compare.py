@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
 from slolab.harness.methods import MethodRun, get_method
 from slolab.instances.records import Instance
 from slolab.sim import Outcome, check, metrics
@@ -36,11 +35,15 @@ class ObjectiveMismatchError(AssertionError):
 
 
 def _attainment(instance: Instance, outcome: Outcome) -> float:
-    return metrics.attainment(instance, outcome, str(instance.settings.get("definition", "deadline")))
+    return metrics.attainment(
+        instance, outcome, str(instance.settings.get("definition", "deadline"))
+    )
 
 
 def _admitted_value(instance: Instance, outcome: Outcome) -> float:
-    return metrics.admitted_value(instance, outcome, str(instance.settings.get("definition", "deadline")))
+    return metrics.admitted_value(
+        instance, outcome, str(instance.settings.get("definition", "deadline"))
+    )
 
 
 #: Objective of each problem: (label, function of (instance, outcome)).
@@ -54,11 +57,15 @@ OBJECTIVES: dict[str, tuple[str, Callable[[Instance, Outcome], float]]] = {
 def objective(instance: Instance, outcome: Outcome) -> float:
     """The instance's objective recomputed from an Outcome."""
     if instance.problem not in OBJECTIVES:
-        raise ValueError(f"no objective for problem {instance.problem!r}; known: {', '.join(OBJECTIVES)}")
+        raise ValueError(
+            f"no objective for problem {instance.problem!r}; known: {', '.join(OBJECTIVES)}"
+        )
     return float(OBJECTIVES[instance.problem][1](instance, outcome))
 
 
-def _row(instance: Instance, name: str, kind: str, mr: MethodRun, run_checks: bool) -> dict[str, Any]:
+def _row(
+    instance: Instance, name: str, kind: str, mr: MethodRun, run_checks: bool
+) -> dict[str, Any]:
     res = mr.result
     row: dict[str, Any] = {
         "instance": instance.name,
@@ -84,12 +91,20 @@ def _row(instance: Instance, name: str, kind: str, mr: MethodRun, run_checks: bo
     row["attainment"] = metrics.attainment_from_table(table, "deadline")
     row["finished"] = int(table["finished"].sum())
     row["mean_latency_s"] = float(table["e2e_s"].mean())
-    row["ttft_p99_s"] = float(np.nanpercentile(table["ttft_s"], 99)) if table["finished"].any() else math.nan
+    row["ttft_p99_s"] = (
+        float(np.nanpercentile(table["ttft_s"], 99)) if table["finished"].any() else math.nan
+    )
     if run_checks:
         violations = check(instance, out)
         row["violations"] = len(violations)
         if violations:
-            log.warning("%s on %s: %d checker violations, first: %s", name, instance.name, len(violations), violations[0])
+            log.warning(
+                "%s on %s: %d checker violations, first: %s",
+                name,
+                instance.name,
+                len(violations),
+                violations[0],
+            )
     if res is not None and res.objective is not None:
         a, b = float(res.objective), row["objective"]
         if abs(a - b) > OBJECTIVE_TOLERANCE * max(1.0, abs(a), abs(b)):

@@ -60,7 +60,9 @@ def register_method(method: Method) -> Method:
     return method
 
 
-def _policy_method(name: str, factory: Callable[[], Any], router: Callable[[], Any] | None, description: str) -> Method:
+def _policy_method(
+    name: str, factory: Callable[[], Any], router: Callable[[], Any] | None, description: str
+) -> Method:
     def runner(instance: Instance, *, seed: int, **_: Any) -> MethodRun:
         t0 = time.perf_counter()
         out = run(instance, factory(), router() if router else None, seed=seed)
@@ -69,7 +71,9 @@ def _policy_method(name: str, factory: Callable[[], Any], router: Callable[[], A
     return Method(name, "heuristic", ("serving",), runner, description)
 
 
-def schedule_method(name: str, problems: tuple[str, ...], make_schedule: Callable[..., Schedule], description: str) -> Method:
+def schedule_method(
+    name: str, problems: tuple[str, ...], make_schedule: Callable[..., Schedule], description: str
+) -> Method:
     """A heuristic that outputs a Schedule; the engine replays it."""
 
     def runner(instance: Instance, *, seed: int, **_: Any) -> MethodRun:
@@ -83,7 +87,9 @@ def schedule_method(name: str, problems: tuple[str, ...], make_schedule: Callabl
 
 
 def _exact_runner(model_name: str, solver: str) -> Callable[..., MethodRun]:
-    def runner(instance: Instance, *, seed: int, time_limit: float = 60.0, threads: int = 1, **_: Any) -> MethodRun:
+    def runner(
+        instance: Instance, *, seed: int, time_limit: float = 60.0, threads: int = 1, **_: Any
+    ) -> MethodRun:
         model = build_model(model_name, instance)
         res = solve(model, solver=solver, time_limit=time_limit, threads=threads, seed=seed)
         out = replay(instance, res.schedule) if res.schedule is not None else None
@@ -119,9 +125,21 @@ def get_method(name: str, instance: Instance | None = None) -> Method:
         model, solver = DEFAULT_MODEL[problem], name
     if solver:
         if solver not in SOLVER_NAMES:
-            raise ValueError(f"unknown solver {solver!r} in method {name!r}; known: {', '.join(SOLVER_NAMES)}")
-        return Method(name, "exact", (problem or "",), _exact_runner(model, solver), f"{model} solved by {solver}")
-    known = sorted(k.split("/")[-1] for k in _METHODS if problem is None or k.startswith(f"{problem}/") or problem in _METHODS[k].problems)
+            raise ValueError(
+                f"unknown solver {solver!r} in method {name!r}; known: {', '.join(SOLVER_NAMES)}"
+            )
+        return Method(
+            name,
+            "exact",
+            (problem or "",),
+            _exact_runner(model, solver),
+            f"{model} solved by {solver}",
+        )
+    known = sorted(
+        k.split("/")[-1]
+        for k in _METHODS
+        if problem is None or k.startswith(f"{problem}/") or problem in _METHODS[k].problems
+    )
     raise ValueError(
         f"unknown method {name!r} for problem {problem!r}; known: {', '.join(known + list(SOLVER_NAMES))}"
     )

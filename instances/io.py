@@ -453,7 +453,7 @@ def add_shipped(
         "problem": instance.problem,
         "known": dict(known),
     }
-    save_instance(instance, manifest_path.parent / entry["file"])
+    save_instance(instance, manifest_path.parent / str(entry["file"]))
     entries = [e for e in entries if e["name"] != instance.name] + [entry]
     text = json.dumps({"instances": entries}, indent=2, allow_nan=False)
     _write_atomic(manifest_path, text + "\n")

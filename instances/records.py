@@ -90,7 +90,9 @@ class Request:
         for name in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s"):
             _check_finite_nonneg(name, getattr(self, name), row)
         if not self.priority > 0 or math.isinf(self.priority):
-            raise ValueError(f"priority must be a finite number > 0, got {self.priority} (row {row})")
+            raise ValueError(
+                f"priority must be a finite number > 0, got {self.priority} (row {row})"
+            )
         if self.tier < 0:
             raise ValueError(f"tier must be >= 0, got {self.tier} (row {row})")
         if not self.value >= 0 or math.isinf(self.value):
@@ -130,7 +132,9 @@ class Workload:
             if name in columns:
                 raw = np.asarray(columns[name])
                 if raw.shape != (n,):
-                    raise ValueError(f"{source}: column {name} has shape {raw.shape}, expected ({n},)")
+                    raise ValueError(
+                        f"{source}: column {name} has shape {raw.shape}, expected ({n},)"
+                    )
                 if dtype == "int64":
                     as_float = raw.astype("float64")
                     bad = ~np.isfinite(as_float) | (as_float != np.round(as_float))
@@ -160,7 +164,11 @@ class Workload:
         src = self.source
         c = self._cols
         checks = [
-            ("arrival_s", ~np.isfinite(c["arrival_s"]) | (c["arrival_s"] < 0), "a finite number >= 0"),
+            (
+                "arrival_s",
+                ~np.isfinite(c["arrival_s"]) | (c["arrival_s"] < 0),
+                "a finite number >= 0",
+            ),
             ("prompt_tokens", c["prompt_tokens"] < 1, "an integer >= 1"),
             ("output_tokens", c["output_tokens"] < 1, "an integer >= 1"),
             ("priority", ~(c["priority"] > 0) | ~np.isfinite(c["priority"]), "a finite number > 0"),
@@ -229,8 +237,12 @@ class Workload:
 
     def to_frame(self) -> pd.DataFrame:
         """The workload as a DataFrame (a copy)."""
-        return pd.DataFrame({k: (list(v) if v.ndim > 1 or v.dtype == object else v.copy())
-                             for k, v in self._cols.items()})
+        return pd.DataFrame(
+            {
+                k: (list(v) if v.ndim > 1 or v.dtype == object else v.copy())
+                for k, v in self._cols.items()
+            }
+        )
 
     @classmethod
     def from_frame(cls, frame: pd.DataFrame, source: str = "<frame>") -> Workload:
@@ -265,7 +277,9 @@ class Workload:
                 if not np.array_equal(a, b, equal_nan=True):
                     return False
             elif a.dtype == object or b.dtype == object:
-                if [list(x) if hasattr(x, "__len__") and not isinstance(x, str) else x for x in a] != [
+                if [
+                    list(x) if hasattr(x, "__len__") and not isinstance(x, str) else x for x in a
+                ] != [
                     list(x) if hasattr(x, "__len__") and not isinstance(x, str) else x for x in b
                 ]:
                     return False
@@ -328,7 +342,9 @@ class Cluster:
                     f"got {self.prefill_servers} of {self.servers}"
                 )
         elif self.prefill_servers != 0:
-            raise ValueError(f"prefill_servers must be 0 unless disaggregated, got {self.prefill_servers}")
+            raise ValueError(
+                f"prefill_servers must be 0 unless disaggregated, got {self.prefill_servers}"
+            )
         if self.max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
         if self.max_batch_tokens < 0:

@@ -99,8 +99,15 @@ class _Pending:
     )
 
     def __init__(self) -> None:
+        self.start = 0.0
+        self.end = 0.0
+        self.prefill_ids = _EMPTY_I
+        self.prefill_tokens = _EMPTY_I
+        self.decode_ids = _EMPTY_I
         self.static_ids: list[int] = []
         self.static_offsets: list[np.ndarray] = []
+        self.features = np.zeros(N_FEATURES)
+        self.kv = 0
 
 
 class Server:

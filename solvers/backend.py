@@ -137,9 +137,9 @@ class Backend:
             or not 0 <= seed <= MAX_SEED
         ):
             raise ValueError(f"seed must be an integer in [0, {MAX_SEED}], got {seed!r}")
-        self.threads = int(threads)
-        self.seed = int(seed)
-        self.log = bool(log)
+        self.threads: int = int(threads)
+        self.seed: int = int(seed)
+        self.log: bool = bool(log)
         self.params: dict[str, Any] = dict(params)
         self._check_params()
 

@@ -137,7 +137,9 @@ class CbcBackend(Backend):
             log = f"{log}\n{full_log.strip()}"
         return RawSolve(
             status=status,
-            objective=form.objective_of(native_objective) if has_solution else None,
+            objective=form.objective_of(native_objective)
+            if native_objective is not None and has_solution
+            else None,
             bound=form.objective_of(native_bound) if native_bound is not None else None,
             runtime_s=runtime_s,
             schedule=form.to_schedule() if has_solution else None,

@@ -32,7 +32,17 @@ def test_mypy_is_clean(tmp_path):
     cache = tmp_path / "mypy-cache"
     env = dict(os.environ, MYPYPATH=str(tmp_path))
     res = _run(
-        [sys.executable, "-m", "mypy", "-p", "slolab", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(cache)],
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "-p",
+            "slolab",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(cache),
+        ],
         cwd=tmp_path,
         env=env,
     )

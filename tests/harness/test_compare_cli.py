@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 import pytest
-
 from slolab.harness import methods as M
 from slolab.harness.build import serving_instance
 from slolab.harness.cli import main
@@ -32,7 +31,10 @@ def test_compare_recomputes_heuristic_objectives(small_serving):
     assert got == expected
     # no exact row: the optimum is only known to be at least the best heuristic
     assert frame["optimum_lo"].iloc[0] == frame["objective"].max()
-    assert np.isinf(frame["optimum_hi"].iloc[0]) or frame["optimum_hi"].iloc[0] >= frame["optimum_lo"].iloc[0]
+    assert (
+        np.isinf(frame["optimum_hi"].iloc[0])
+        or frame["optimum_hi"].iloc[0] >= frame["optimum_lo"].iloc[0]
+    )
 
 
 def test_solver_objective_mismatch_fails_loudly(small_serving):
@@ -45,22 +47,37 @@ def test_solver_objective_mismatch_fails_loudly(small_serving):
         return M.MethodRun(out, 0.0, "OPTIMAL", result=res)
 
     M.register_method(M.Method("lying-solver", "exact", ("serving",), lying))
-    with pytest.raises(ObjectiveMismatchError, match="solver objective 1.5 but its replayed schedule scores"):
+    with pytest.raises(
+        ObjectiveMismatchError, match="solver objective 1.5 but its replayed schedule scores"
+    ):
         compare(small_serving, ["lying-solver"], seed=0)
 
 
 def test_unknown_method_lists_known(small_serving):
     """An unknown method name raises and lists the known ones."""
-    with pytest.raises(ValueError, match=r"unknown method 'nope' for problem 'serving'; known: .*sarathi"):
+    with pytest.raises(
+        ValueError, match=r"unknown method 'nope' for problem 'serving'; known: .*sarathi"
+    ):
         compare(small_serving, ["nope"])
 
 
 def test_cli_simulate_json(capsys):
     """slolab simulate --json prints the documented keys with sane values."""
-    code = main(["simulate", "azure_conv_2023", "--servers", "2", "--limit", "300", "--json", "--seed", "1"])
+    code = main(
+        ["simulate", "azure_conv_2023", "--servers", "2", "--limit", "300", "--json", "--seed", "1"]
+    )
     assert code == 0
     rec = json.loads(capsys.readouterr().out)
-    for key in ("requests", "attainment", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "tokens_simulated", "wall_s"):
+    for key in (
+        "requests",
+        "attainment",
+        "ttft_p50",
+        "ttft_p99",
+        "tpot_p50",
+        "tpot_p99",
+        "tokens_simulated",
+        "wall_s",
+    ):
         assert key in rec
     assert rec["requests"] == 300
     assert 0.0 <= rec["attainment"] <= 1.0
@@ -76,13 +93,29 @@ def test_cli_bad_trace_is_one_line_error(capsys):
     code = main(["simulate", "/nonexistent/trace.csv"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
-    assert len(err) == 1 and err[0].startswith("slolab: error: no trace file '/nonexistent/trace.csv'")
+    assert len(err) == 1 and err[0].startswith(
+        "slolab: error: no trace file '/nonexistent/trace.csv'"
+    )
 
 
 def test_cli_instance_build_serving_roundtrip(tmp_path, capsys):
     """instance build writes a file that loads back with the same requests."""
     path = tmp_path / "serve.json"
-    code = main(["instance", "build", "--problem", "serving", "--trace", "azure_code_2023", "--n", "50", "-o", str(path), "--json"])
+    code = main(
+        [
+            "instance",
+            "build",
+            "--problem",
+            "serving",
+            "--trace",
+            "azure_code_2023",
+            "--n",
+            "50",
+            "-o",
+            str(path),
+            "--json",
+        ]
+    )
     assert code == 0
     rec = json.loads(capsys.readouterr().out)
     assert rec["requests"] == 50
@@ -92,7 +125,9 @@ def test_cli_instance_build_serving_roundtrip(tmp_path, capsys):
     assert inst.n_requests == 50 and inst.problem == "serving"
 
 
-@pytest.mark.parametrize("command", ["simulate", "instance", "solve", "compare", "capacity", "instances", "presets"])
+@pytest.mark.parametrize(
+    "command", ["simulate", "instance", "solve", "compare", "capacity", "instances", "presets"]
+)
 def test_every_command_has_help(command, capsys):
     """--help of every command exits 0 and explains its options."""
     with pytest.raises(SystemExit) as exc:
