@@ -118,7 +118,20 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
         help="router: round-robin, random, least-loaded (default: least-loaded)",
     )
     p.add_argument(
-        "--policy", default="sarathi", help="scheduler: vllm, sarathi, edf (default: sarathi)"
+        "--policy",
+        default="sarathi",
+        help="scheduler: vllm, sarathi, edf, slos-serve (default: sarathi)",
+    )
+    p.add_argument(
+        "--scenario",
+        default=None,
+        help="with --slos slos-serve: chatbot, coder, summarizer or mixed (its Table 1)",
+    )
+    p.add_argument(
+        "--slack",
+        default=None,
+        choices=["tight", "loose"],
+        help="with --slos slos-serve: tight (TTFT 3x zero-load, TPOT 50 ms) or loose (5x, 100 ms)",
     )
 
 
@@ -132,6 +145,9 @@ def _serving_instance(a: argparse.Namespace, rate: float | None):
         servers=a.servers,
         timing=a.timing,
         slos=None if a.slos == "none" else a.slos,
+        slo_params={
+            k: v for k, v in (("scenario", a.scenario), ("slack", a.slack)) if v is not None
+        },
         rate=rate,
         limit=a.limit,
         mode=a.mode,
@@ -143,7 +159,7 @@ def _serving_instance(a: argparse.Namespace, rate: float | None):
 
 
 def _policy_and_router(a: argparse.Namespace):
-    from slolab.heuristics.baselines import POLICIES, ROUTERS
+    from slolab.heuristics import POLICIES, ROUTERS
 
     if a.policy not in POLICIES:
         raise ValueError(f"unknown policy {a.policy!r}; known: {', '.join(sorted(POLICIES))}")

@@ -1,7 +1,9 @@
 """Online heuristics, one module per paper, and the baselines they are compared with."""
 
 from slolab.heuristics.baselines import (
-    POLICIES,
+    POLICIES as BASELINE_POLICIES,
+)
+from slolab.heuristics.baselines import (
     ROUTERS,
     EDFTokens,
     LeastLoaded,
@@ -11,7 +13,11 @@ from slolab.heuristics.baselines import (
     SarathiFCFS,
     StaticFCFS,
 )
+from slolab.heuristics.slos_serve import SLOsServeParams, SLOsServePolicy
 from slolab.heuristics.slos_serve_dp import DPDecision, algorithm2, pb_star, slos_dp
+
+#: Every online policy by name (baselines and the papers' schedulers).
+POLICIES: dict[str, type] = {**BASELINE_POLICIES, "slos-serve": SLOsServePolicy}
 
 __all__ = [
     "POLICIES",
@@ -22,6 +28,8 @@ __all__ = [
     "PrefillFirstFCFS",
     "RandomRouter",
     "RoundRobin",
+    "SLOsServeParams",
+    "SLOsServePolicy",
     "SarathiFCFS",
     "StaticFCFS",
     "algorithm2",

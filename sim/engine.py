@@ -289,6 +289,7 @@ class Engine:
         self.log_entry_tokens: list[np.ndarray] = []
         self.preempt_log: list[tuple[int, int, float]] = []
         self.max_end = 0.0
+        self.iterations = 0
 
     # -- KV accounting -------------------------------------------------------------------
     def kv_held(self, r: int) -> int:
@@ -707,6 +708,7 @@ class Engine:
         server._pending = None
         end = p.end
         self.max_end = max(self.max_end, end)
+        self.iterations += 1
         if p.static_ids:
             for r, offs in zip(p.static_ids, p.static_offsets, strict=True):
                 a = self.offsets[r]
@@ -794,6 +796,7 @@ class Engine:
         ids = w.ids
         s = len(ids)
         self.max_end = max(self.max_end, float(w.ends[k - 1]))
+        self.iterations += k
         gen = self.generated
         pos = (self.offsets[ids] + gen[ids])[None, :] + np.arange(k)[:, None]
         self.token_times[pos] = w.ends[:k, None]
@@ -907,6 +910,7 @@ class Engine:
             end_s=self.max_end,
             wall_s=wall_s,
             recorded_iterations=self.record,
+            info={"iterations": self.iterations},
         )
 
 

@@ -247,7 +247,7 @@ def summary(instance: Instance, outcome: Outcome) -> dict[str, Any]:
             "tdg_ratio": tdg_ratio(instance, outcome),
             "g": g_ratio_from_table(t),
             "tokens_simulated": outcome.tokens_emitted,
-            "iterations": outcome.n_iterations,
+            "iterations": int(outcome.info.get("iterations", outcome.n_iterations)),
             "preemptions": int(outcome.preemptions.sum()),
             "end_s": outcome.end_s,
             "utilization": float(
