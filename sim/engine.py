@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("slolab")
 
 _EV_END, _EV_DECIDE = 0, 1
-_WINDOW_CHUNK = 512
+_WINDOW_CHUNK = 128
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 
 
