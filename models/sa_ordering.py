@@ -49,11 +49,13 @@ from slolab.instances.records import Instance
 from slolab.sim.metrics import ON_TIME_TOLERANCE_S
 from slolab.sim.schedule import Schedule
 from slolab.sim.static import member_times
+from slolab.solvers.backend import PROOF_TOLERANCE
 from slolab.solvers.base import CpFormulation, ExactModel, MilpFormulation, Result, Status
 from slolab.solvers.registry import register_model
 
 __all__ = [
     "PROBLEM",
+    "Batches",
     "OrderingProblem",
     "PlanValue",
     "SAOrderingModel",
@@ -65,8 +67,9 @@ logger = logging.getLogger("slolab")
 
 #: ``Instance.problem`` of an SA-ordering instance.
 PROBLEM = "sa-ordering"
-#: Relative tolerance within which a bound on G* equal to the incumbent is a proof.
-RATIO_TOLERANCE = 1e-9
+#: Relative tolerance within which a bound on G* equal to the incumbent is a proof (the
+#: backends' own proof tolerance, :data:`slolab.solvers.backend.PROOF_TOLERANCE`).
+RATIO_TOLERANCE = PROOF_TOLERANCE
 #: The Dinkelbach subproblem's objective is written in microseconds (see docs/sa_ordering.md).
 MILP_OBJECTIVE_UNITS_PER_S = 1e6
 #: Largest CP-SAT time scale (ticks per second); the scale is a power of two (exact scaling).
@@ -426,7 +429,9 @@ class _PositionArcMilp:
     of the sequence (``q_a = p - s`` requests before it, ``N - p`` after it).
     """
 
-    def __init__(self, problem: OrderingProblem, ratio: float, pulp: Any) -> None:
+    def __init__(
+        self, problem: OrderingProblem, ratio: float | None, latency_floor_s: float, pulp: Any
+    ) -> None:
         self.problem = problem
         self.pulp = pulp
         data = problem
@@ -443,7 +448,10 @@ class _PositionArcMilp:
         self.lb = data.start_lower_bounds_s()
         self.ub = data.start_upper_bounds_s()
 
-        prob = pulp.LpProblem("sa_ordering_dinkelbach", pulp.LpMaximize)
+        if ratio is None:
+            prob = pulp.LpProblem("sa_ordering_min_latency", pulp.LpMinimize)
+        else:
+            prob = pulp.LpProblem("sa_ordering_dinkelbach", pulp.LpMaximize)
         self.prob = prob
         self.path = {a: prob.add_variable(f"b_{a[0]}_{a[1]}", cat="Binary") for a in self.arcs}
         self.x = {
@@ -473,9 +481,18 @@ class _PositionArcMilp:
         self._boundary_times()
         if not self.snapshot:
             self._arrivals()
-        self._met_deadlines()
         self._identical_requests()
-        self._objective(ratio)
+        if ratio is None:
+            if self.snapshot:
+                self._sorted_full_batches()
+            self.prob += self.total_latency()
+        else:
+            self._met_deadlines()
+            if self.snapshot:
+                self._sorted_full_batches()
+            if latency_floor_s > 0:
+                self.prob += self.total_latency() >= latency_floor_s, "latency_floor"
+            self._objective(ratio)
 
     def start(self, a: tuple[int, int]) -> Any:
         """Start time of arc ``a``: ``tau_{q_a} (+ g_a)``."""
@@ -558,7 +575,8 @@ class _PositionArcMilp:
 
     def _cover_rounding(self) -> None:
         """At least ``ceil((N - j) / B)`` batches hold a request of rank >= ``j``:
-        ``sum_a v_aj >= ceil((N - j) / B)`` (a Chvatal-Gomory rounding of the capacities)."""
+        ``sum_a v_aj >= ceil((N - j) / B)`` (a Chvatal-Gomory rounding: each of the ``N - j``
+        requests is in a batch, and a batch holds at most ``B``)."""
         for j in range(1, self.n):
             need = math.ceil((self.n - j) / self.b)
             self.prob += (
@@ -612,6 +630,58 @@ class _PositionArcMilp:
                 self.prob += (
                     self.start(a) <= latest + float(self.ub[q] - latest) * (1 - y),
                     f"metby_{r}_{p}_{s}",
+                )
+
+    def _sorted_full_batches(self) -> None:
+        """Dominance D1 on full batches (snapshot only; docs, Sec. 3): a full batch with no
+        met member holds no request longer (at size ``B``) than any request of a later full
+        batch. With ``h_qj`` = "a met-free full batch ending at or before position ``q`` holds
+        a request of rank >= ``j``": ``h_qj >= h_q-1,j``, ``h_qj >= v_(q,B),j - mu_(q,B)`` and,
+        for every full arc ``a'``, ``sum_{e_r(B) < e_(j)(B)} x_ra' <= B (1 - h_{q_a'},j)``;
+        ``mu_a <= sum_r y_ra`` flags a batch with a met member (0 without an SLO term)."""
+        n, b = self.n, self.b
+        data = self.problem
+        lp = self.pulp.lpSum
+        values = [float(data.exec_s[r, b]) for r in self.order]
+        # first[j]: number of requests strictly shorter than the rank-j request (at size B)
+        first = [0] * n
+        for j in range(1, n):
+            first[j] = j if values[j] > values[j - 1] else first[j - 1]
+        thresholds = [j for j in range(1, n) if first[j] == j]
+        full = [(p, b) for p in range(b, n + 1)]
+        has_met = {}
+        for a in full:
+            if self.met:
+                flag = self.prob.add_variable(f"mu_{a[0]}", lowBound=0, upBound=1)
+                self.prob += (
+                    flag <= lp(self.met[r, a] for r in range(n) if (r, a) in self.met),
+                    f"mu_{a[0]}",
+                )
+                has_met[a] = flag
+        mark = {
+            (q, j): self.prob.add_variable(f"h_{q}_{j}", lowBound=0, upBound=1)
+            for q in range(b, n + 1)
+            for j in thresholds
+        }
+        for q in range(b, n + 1):
+            for j in thresholds:
+                if q > b:
+                    self.prob += mark[q, j] >= mark[q - 1, j], f"hup_{q}_{j}"
+                a = (q, b)
+                rhs = self.cover[a, j] - has_met[a] if a in has_met else self.cover[a, j]
+                self.prob += mark[q, j] >= rhs, f"hset_{q}_{j}"
+        for a in full:
+            q = a[0] - b
+            if q < b:
+                continue
+            shorter: list[Any] = []
+            done = 0
+            for j in thresholds:
+                shorter.extend(self.x[self.order[t], a] for t in range(done, j))
+                done = j
+                self.prob += (
+                    lp(shorter) <= b * (1 - mark[q, j]),
+                    f"sorted_{a[0]}_{j}",
                 )
 
     def _identical_requests(self) -> None:
@@ -861,6 +931,13 @@ def _ticks_per_s(problem: OrderingProblem) -> float:
     return scale
 
 
+def _stopped(status: Status) -> Status:
+    """A loop's status when one of its subproblems ended with ``status`` (not OPTIMAL)."""
+    if status in (Status.TIME_LIMIT, Status.FEASIBLE):
+        return status
+    return Status.UNKNOWN
+
+
 # ---------------------------------------------------------------------------------------------
 # the model
 # ---------------------------------------------------------------------------------------------
@@ -911,7 +988,7 @@ class SAOrderingModel(ExactModel):
         return candidates[best], values[best]
 
     # -- formulations -----------------------------------------------------------------------
-    def milp(self, ratio: float | None = None) -> MilpFormulation:
+    def milp(self, ratio: float | None = None, latency_floor_s: float = 0.0) -> MilpFormulation:
         """The Dinkelbach subproblem ``max M - ratio * L`` as a PuLP MILP.
 
         Parameters
@@ -920,18 +997,30 @@ class SAOrderingModel(ExactModel):
             ``lambda`` (1/s); default the G of :meth:`starting_plan`. The objective is written
             ``1e6 * (M / lambda - L)`` (microseconds) and reported in seconds; with
             ``ratio = 0`` it is ``M``.
+        latency_floor_s : float
+            A known lower bound on every plan's total latency, added as ``L >= floor`` (a
+            valid cut; :meth:`latency_milp` proves one).
         """
         import pulp
 
         lam = self.starting_plan()[1].g if ratio is None else float(ratio)
         if not lam >= 0:
             raise ValueError(f"ratio must be >= 0, got {ratio}")
-        built = _PositionArcMilp(self.problem, lam, pulp)
+        built = _PositionArcMilp(self.problem, lam, float(latency_floor_s), pulp)
         scale = MILP_OBJECTIVE_UNITS_PER_S if lam > 0 else 1.0
         return MilpFormulation(
             problem=built.prob,
             to_schedule=lambda: self._to_schedule(built.batches()),
             objective_of=lambda v: v / scale,
+        )
+
+    def latency_milp(self) -> MilpFormulation:
+        """The MILP minimizing total latency (s) with no SLO term: ``L*_0 = min L``."""
+        import pulp
+
+        built = _PositionArcMilp(self.problem, None, 0.0, pulp)
+        return MilpFormulation(
+            problem=built.prob, to_schedule=lambda: self._to_schedule(built.batches())
         )
 
     def cpsat(self, min_met: int = 0) -> CpFormulation:
@@ -1043,60 +1132,81 @@ class SAOrderingModel(ExactModel):
         )
 
     def _dinkelbach(self, backend: Any, time_limit: float) -> Result:
-        """Dinkelbach iterations ``lambda_{k+1} = G(x_k)``, ``x_k`` maximizing
-        ``M - lambda_k L``, from the starting plan; stops when the subproblem's proved maximum
-        is 0 (``lambda_k`` optimal). Bound: ``G* <= lambda (1 + U / L_lb)`` from the
-        subproblem's bound ``U`` on ``M / lambda - L`` (s) and a lower bound ``L_lb`` on L."""
-        from slolab.solvers.base import Status as St
+        """Minimum latency first, then Dinkelbach iterations.
 
+        Step 0 solves ``L*_0 = min L`` (no SLO term): it gives a plan, a proved floor on every
+        plan's latency and ``G* <= (meetable requests) / L*_0``. Then, from the best plan so
+        far, ``lambda_{k+1} = G(x_k)`` with ``x_k`` maximizing ``M - lambda_k L`` subject to
+        ``L >= L*_0``, until the subproblem's proved maximum is 0. Bound after a step:
+        ``G* <= lambda (1 + U / L_lb)`` from the bound ``U`` on ``M / lambda - L`` (s).
+        """
         start = time.perf_counter()
         deadline = start + time_limit
         data = self.problem
         plan, value = self.starting_plan()
         latency_lb = data.latency_lower_bound_s()
-        upper_all = data.meetable_requests / latency_lb
-        iterations = 0
+        meetable = data.meetable_requests
+        steps = 0
+
+        def finish(status: Status, bound: float | None) -> Result:
+            return self._result(
+                status,
+                plan,
+                value,
+                bound,
+                backend,
+                start,
+                iterations=steps,
+                latency_floor_s=latency_lb,
+            )
+
+        def adopt(raw: Any) -> bool:
+            nonlocal plan, value
+            if raw.schedule is None:
+                return False
+            cand_plan = batches_of(raw.schedule)
+            cand = data.evaluate(cand_plan)
+            if cand.g > value.g * (1.0 + 1e-12) or (value.g == 0 and cand.g > 0):
+                plan, value = cand_plan, cand
+                return True
+            return False
+
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            return finish(Status.TIME_LIMIT, meetable / latency_lb)
+        raw = backend.solve_formulation(self.latency_milp(), remaining)
+        steps += 1
+        adopt(raw)
+        if raw.bound is not None:
+            latency_lb = max(latency_lb, raw.bound)
+        if raw.status != Status.OPTIMAL:
+            return finish(_stopped(raw.status), meetable / latency_lb)
+        if meetable / latency_lb <= value.g * (1.0 + RATIO_TOLERANCE):
+            return finish(Status.OPTIMAL, meetable / latency_lb)
         while True:
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                return self._result(
-                    St.TIME_LIMIT, plan, value, upper_all, backend, start, iterations=iterations
-                )
             lam = value.g
-            form = self.milp(lam)
+            # the cut sits a hair below the proved floor, inside solver tolerances
+            form = self.milp(lam, latency_floor_s=latency_lb * (1.0 - 1e-9) - 1e-9)
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
-                return self._result(
-                    St.TIME_LIMIT, plan, value, upper_all, backend, start, iterations=iterations
-                )
+                return finish(Status.TIME_LIMIT, meetable / latency_lb)
             raw = backend.solve_formulation(form, remaining)
-            iterations += 1
+            steps += 1
             logger.debug(
                 "sa-ordering dinkelbach step %d at lambda=%.12g: %s, %s, %s",
-                iterations,
+                steps,
                 lam,
                 raw.status.value,
                 raw.objective,
                 raw.bound,
             )
-            bound = self._dinkelbach_bound(lam, raw.bound, latency_lb, upper_all)
-            if raw.schedule is not None:
-                cand_plan = batches_of(raw.schedule)
-                cand = data.evaluate(cand_plan)
-                if cand.g > value.g * (1.0 + 1e-12) or (value.g == 0 and cand.g > 0):
-                    plan, value = cand_plan, cand
-                    if raw.status == St.OPTIMAL:
-                        continue
-            if raw.status != St.OPTIMAL:
-                status = St.TIME_LIMIT if raw.status == St.TIME_LIMIT else St.UNKNOWN
-                if raw.status == St.FEASIBLE:
-                    status = St.FEASIBLE
-                return self._result(
-                    status, plan, value, bound, backend, start, iterations=iterations
-                )
-            proved = bound is not None and bound <= value.g * (1.0 + RATIO_TOLERANCE)
-            status = St.OPTIMAL if proved else St.FEASIBLE
-            return self._result(status, plan, value, bound, backend, start, iterations=iterations)
+            bound = self._dinkelbach_bound(lam, raw.bound, latency_lb, meetable / latency_lb)
+            improved = adopt(raw)
+            if raw.status != Status.OPTIMAL:
+                return finish(_stopped(raw.status), bound)
+            if not improved:
+                proved = bound is not None and bound <= value.g * (1.0 + RATIO_TOLERANCE)
+                return finish(Status.OPTIMAL if proved else Status.FEASIBLE, bound)
 
     @staticmethod
     def _dinkelbach_bound(
@@ -1116,7 +1226,6 @@ class SAOrderingModel(ExactModel):
         start = time.perf_counter()
         deadline = start + time_limit
         data = self.problem
-        n = data.n_requests
         plan, value = self.starting_plan()
         latency_lb = data.latency_lower_bound_s()
         can_meet = data.meetable_requests
