@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
 from slolab.harness.build import sa_snapshot
 from slolab.heuristics.sa_ordering import sa_order
 from slolab.sim import check, metrics, replay
@@ -33,7 +32,13 @@ OUT = Path(__file__).parent / "out"
 
 def prove(inst, solver: str, time_limit: float) -> dict:
     res = solve(build_model("sa-ordering", inst), solver=solver, time_limit=time_limit)
-    row = {"solver": solver, "status": res.status.value, "runtime_s": res.runtime_s, "objective": res.objective, "bound": res.bound}
+    row = {
+        "solver": solver,
+        "status": res.status.value,
+        "runtime_s": res.runtime_s,
+        "objective": res.objective,
+        "bound": res.bound,
+    }
     if res.schedule is not None:
         out = replay(inst, res.schedule)
         assert check(inst, out) == [], f"{solver} schedule breaks a rule"
@@ -54,7 +59,9 @@ def part_exhaustive(sizes: list[int], brute_limit: float) -> pd.DataFrame:
             if r["status"] == "OPTIMAL":
                 found[solver] = r["objective"]
         vals = list(found.values())
-        assert all(abs(v - vals[0]) <= 1e-9 * abs(vals[0]) for v in vals), f"N={n}: optima differ {found}"
+        assert all(abs(v - vals[0]) <= 1e-9 * abs(vals[0]) for v in vals), (
+            f"N={n}: optima differ {found}"
+        )
     return pd.DataFrame(rows)
 
 
@@ -81,14 +88,33 @@ def part_latency(sizes: list[int], repeats: int) -> pd.DataFrame:
             t0 = time.perf_counter()
             sa_order(inst, seed=k)
             times.append(time.perf_counter() - t0)
-        rows.append({"part": "sa-latency", "n": n, "batch": 4, "solver": "sa", "runtime_s": float(np.median(times)), "max_s": float(np.max(times)), "repeats": repeats})
+        rows.append(
+            {
+                "part": "sa-latency",
+                "n": n,
+                "batch": 4,
+                "solver": "sa",
+                "runtime_s": float(np.median(times)),
+                "max_s": float(np.max(times)),
+                "repeats": repeats,
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="N = 6, 8 only; scaling up to N = 20; fewer repeats")
-    ap.add_argument("--brute-limit", type=float, default=1800.0, help="seconds for exhaustive search (default: 1800)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--quick", action="store_true", help="N = 6, 8 only; scaling up to N = 20; fewer repeats"
+    )
+    ap.add_argument(
+        "--brute-limit",
+        type=float,
+        default=1800.0,
+        help="seconds for exhaustive search (default: 1800)",
+    )
     args = ap.parse_args()
     pd.set_option("display.width", 200)
     prove_sizes = [6, 8] if args.quick else [6, 8, 10]
@@ -98,7 +124,15 @@ def main() -> None:
         brute = g[g.solver == "brute"].iloc[0]
         for _, r in g[g.solver != "brute"].iterrows():
             bound = "" if brute["status"] == "OPTIMAL" else ">= "
-            ratios.append({"n": n, "solver": r["solver"], "exact_s": r["runtime_s"], "exhaustive_s": brute["runtime_s"], "speedup": f"{bound}{brute['runtime_s'] / r['runtime_s']:.0f}x"})
+            ratios.append(
+                {
+                    "n": n,
+                    "solver": r["solver"],
+                    "exact_s": r["runtime_s"],
+                    "exhaustive_s": brute["runtime_s"],
+                    "speedup": f"{bound}{brute['runtime_s'] / r['runtime_s']:.0f}x",
+                }
+            )
     print("Time to prove optimality (B = 4):")
     print(proved[["n", "solver", "status", "runtime_s", "objective"]].to_string(index=False))
     print(pd.DataFrame(ratios).to_string(index=False))
@@ -110,7 +144,9 @@ def main() -> None:
     latency = part_latency([10, 40, 100], 5 if args.quick else 20)
     print(latency[["n", "runtime_s", "max_s", "repeats"]].to_string(index=False))
     OUT.mkdir(exist_ok=True)
-    pd.concat([proved, scaling, latency], ignore_index=True).to_csv(OUT / "sa_ordering.csv", index=False)
+    pd.concat([proved, scaling, latency], ignore_index=True).to_csv(
+        OUT / "sa_ordering.csv", index=False
+    )
     print(f"wrote {OUT / 'sa_ordering.csv'}")
 
 

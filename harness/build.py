@@ -162,3 +162,77 @@ def sa_snapshot(
     cluster = Cluster(mode="static", max_batch_size=batch_size, kv_capacity_tokens=1 << 40)
     settings = {"batch_size": batch_size, "seed": seed, "max_tokens": max_tokens}
     return Instance(label, wl, cluster, model, problem="sa-ordering", settings=settings)
+
+
+def slos_snapshot(
+    trace: str | Path = "azure_conv_2023",
+    *,
+    new: int,
+    running: int,
+    seed: int,
+    format: str | None = None,
+    timing: str | TimingModel = "opt-13b-h100-slos",
+    scenario: str = "chatbot",
+    slack: str = "tight",
+    kv_capacity_tokens: int | None = None,
+    name: str | None = None,
+) -> Instance:
+    """One SLOs-Serve scheduler call cut from a real trace (``problem="slos-admission"``).
+
+    A seeded run of ``running + new`` consecutive trace requests (lengths real, SLOs from the
+    ``"slos-serve"`` scheme for ``scenario`` and ``slack``): the first ``running`` are decoding
+    (each has emitted a seeded number of its tokens, at least one), the last ``new`` arrive at the
+    call, one second after the last running request's arrival. KV capacity defaults to the
+    running requests' needs plus 60% of the new ones' (prompt + output each), so memory binds.
+
+    References
+    ----------
+    SLOs-Serve, Sec. 3.2.1 (the scheduler call: running requests are forced, new ones admitted).
+    """
+    from slolab.models.slos_admission import snapshot_instance
+
+    if new < 1 or running < 0:
+        raise ValueError(f"need new >= 1 and running >= 0, got new={new}, running={running}")
+    model = resolve_timing(timing)
+    wl = read_trace(resolve_trace(trace), format=format)
+    wl = assign_slos(wl, "slos-serve", seed=seed, timing=model, scenario=scenario, slack=slack)
+    rng = np.random.default_rng(seed)
+    eligible = np.flatnonzero(wl.output_tokens >= 2)
+    total = running + new
+    if len(eligible) < total:
+        raise ValueError(
+            f"{wl.source}: only {len(eligible)} requests have >= 2 output tokens, need {total}"
+        )
+    start = int(rng.integers(0, len(eligible) - total + 1))
+    rows = eligible[start : start + total]
+    run_rows, new_rows = rows[:running], rows[running:]
+    t_run = wl.arrival_s[run_rows] - (wl.arrival_s[run_rows[0]] if running else 0.0)
+    call = (float(t_run[-1]) + 1.0) if running else 0.0
+    out = wl.output_tokens[rows]
+    generated = np.concatenate(
+        [rng.integers(1, wl.output_tokens[run_rows]), np.zeros(new, dtype=np.int64)]
+    )
+    kv = wl.prompt_tokens[rows] + out
+    capacity = kv_capacity_tokens
+    if capacity is None:
+        capacity = int(kv[:running].sum() + 0.6 * kv[running:].sum())
+    label = name or f"slos-{Path(str(trace)).stem.replace('_', '-')}-new{new}-run{running}-s{seed}"
+    return snapshot_instance(
+        label,
+        call,
+        np.concatenate([t_run, np.full(new, call)]),
+        wl.prompt_tokens[rows],
+        out,
+        wl["ttft_slo_s"][rows],
+        wl["tpot_slo_s"][rows],
+        model,
+        cluster=Cluster(
+            servers=1, kv_capacity_tokens=capacity, max_batch_size=max(total, 1), max_batch_tokens=0
+        ),
+        running=np.arange(total) < running,
+        remaining_prefill_tokens=np.concatenate(
+            [np.zeros(running, dtype=np.int64), wl.prompt_tokens[new_rows]]
+        ),
+        generated_tokens=generated,
+        kv_capacity_tokens=capacity,
+    )

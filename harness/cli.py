@@ -64,7 +64,12 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
         help="trace format: azure, mooncake, lengths, generic (default: detected)",
     )
     p.add_argument(
-        "--servers", type=int, default=1, help="number of servers (replicas) (default: 1)"
+        "--servers",
+        "--replicas",
+        dest="servers",
+        type=int,
+        default=1,
+        help="number of servers (model replicas) (default: 1)",
     )
     p.add_argument(
         "--timing",
@@ -228,7 +233,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
 
 
 def cmd_instance_build(a: argparse.Namespace) -> int:
-    from slolab.harness.build import sa_snapshot, serving_instance
+    from slolab.harness.build import sa_snapshot, serving_instance, slos_snapshot
     from slolab.instances import save_instance
 
     if a.problem == "sa-ordering":
@@ -253,6 +258,17 @@ def cmd_instance_build(a: argparse.Namespace) -> int:
             code_trace=code,
             timing=a.timing or "sa-qwen2.5-7b-v100",
         )
+    elif a.problem == "slos-admission":
+        inst = slos_snapshot(
+            a.trace or "azure_conv_2023",
+            new=a.new,
+            running=a.running,
+            seed=a.seed,
+            format=a.format,
+            timing=a.timing or "opt-13b-h100-slos",
+            scenario=a.scenario,
+            slack=a.slack,
+        )
     elif a.problem == "serving":
         if not a.trace:
             raise ValueError("--trace is required for --problem serving")
@@ -267,7 +283,9 @@ def cmd_instance_build(a: argparse.Namespace) -> int:
             rate=a.rate,
         )
     else:
-        raise ValueError(f"unknown problem {a.problem!r}; known: serving, sa-ordering")
+        raise ValueError(
+            f"unknown problem {a.problem!r}; known: serving, sa-ordering, slos-admission"
+        )
     path = save_instance(inst, a.output)
     if a.json:
         _print_json(
@@ -408,6 +426,7 @@ def cmd_capacity(a: argparse.Namespace) -> int:
         progress=not a.json and not a.quiet,
     )
     rec = res.to_dict()
+    rec["probes"] = [{"rate": rate, "attainment": att} for rate, att in res.probes]
     rec.update(
         {
             "policy": a.policy,
@@ -465,7 +484,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Cut an instance for one problem from a real trace and write it to one JSON file.",
     )
     b.add_argument(
-        "--problem", required=True, choices=["serving", "sa-ordering"], help="decision problem"
+        "--problem",
+        required=True,
+        choices=["serving", "sa-ordering", "slos-admission"],
+        help="decision problem",
     )
     b.add_argument(
         "--trace",
@@ -487,6 +509,26 @@ def build_parser() -> argparse.ArgumentParser:
         default="mixed",
         choices=["mixed", "chat", "code"],
         help="sa-ordering: request types (default: mixed)",
+    )
+    b.add_argument(
+        "--new", type=int, default=10, help="slos-admission: new requests at the call (default: 10)"
+    )
+    b.add_argument(
+        "--running",
+        type=int,
+        default=20,
+        help="slos-admission: running requests at the call (default: 20)",
+    )
+    b.add_argument(
+        "--scenario",
+        default="chatbot",
+        help="slos-admission: SLOs-Serve scenario (default: chatbot)",
+    )
+    b.add_argument(
+        "--slack",
+        default="tight",
+        choices=["tight", "loose"],
+        help="slos-admission: SLO slack (default: tight)",
     )
     b.add_argument("--servers", type=int, default=1, help="serving: servers (default: 1)")
     b.add_argument("--slos", default="polyserve", help="serving: SLO scheme (default: polyserve)")

@@ -41,9 +41,12 @@ def _attainment(instance: Instance, outcome: Outcome) -> float:
 
 
 def _admitted_value(instance: Instance, outcome: Outcome) -> float:
-    return metrics.admitted_value(
-        instance, outcome, str(instance.settings.get("definition", "deadline"))
-    )
+    """Value of the new (not running) requests served within their SLO at a scheduler call."""
+    wl = instance.workload
+    ok = metrics.met(instance, outcome, str(instance.settings.get("definition", "deadline")))
+    if "running" in wl:
+        ok = ok & ~np.asarray(wl["running"], dtype=bool)
+    return float(wl["value"][ok].sum())
 
 
 #: Objective of each problem: (label, function of (instance, outcome)).
@@ -91,9 +94,9 @@ def _row(
     row["attainment"] = metrics.attainment_from_table(table, "deadline")
     row["finished"] = int(table["finished"].sum())
     row["mean_latency_s"] = float(table["e2e_s"].mean())
-    row["ttft_p99_s"] = (
-        float(np.nanpercentile(table["ttft_s"], 99)) if table["finished"].any() else math.nan
-    )
+    ttft = table["ttft_s"].to_numpy()
+    ttft = ttft[np.isfinite(ttft)]
+    row["ttft_p99_s"] = float(np.percentile(ttft, 99)) if len(ttft) else math.nan
     if run_checks:
         violations = check(instance, out)
         row["violations"] = len(violations)

@@ -52,6 +52,10 @@ _METHODS: dict[str, Method] = {}
 #: Default exact model of each problem (for bare solver names).
 DEFAULT_MODEL: dict[str, str] = {"sa-ordering": "sa-ordering", "slos-admission": "slos-b1"}
 SOLVER_NAMES = ("highs", "cbc", "cpsat", "brute")
+#: Short names of exact methods per problem.
+ALIASES: dict[str, dict[str, str]] = {
+    "slos-admission": {"b1": "slos-b1:highs", "b2": "slos-b2:highs"},
+}
 
 
 def register_method(method: Method) -> Method:
@@ -120,7 +124,8 @@ def get_method(name: str, instance: Instance | None = None) -> Method:
         key = f"{problem}/{name}"
     if key in _METHODS:
         return _METHODS[key]
-    model, _, solver = name.partition(":")
+    target = ALIASES.get(problem or "", {}).get(name, name)
+    model, _, solver = target.partition(":")
     if not solver and name in SOLVER_NAMES and problem in DEFAULT_MODEL:
         model, solver = DEFAULT_MODEL[problem], name
     if solver:
@@ -155,6 +160,7 @@ def available_methods(problem: str | None = None) -> list[str]:
     )
     if problem is None or problem in DEFAULT_MODEL:
         names += [s for s in SOLVER_NAMES if s not in names]
+    names += sorted(ALIASES.get(problem or "", {}))
     return names
 
 

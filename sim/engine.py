@@ -264,6 +264,7 @@ class Engine:
         self.prefill_done = np.full(n, np.inf)
         self.transfer_done = np.full(n, np.inf)
         self.preemptions = np.zeros(n, dtype=np.int64)
+        self.warm = warm_start_state(instance)
         self.now = 0.0
         if self.mode == "colocated":
             roles = ["mixed"] * cl.servers
@@ -391,13 +392,42 @@ class Engine:
                     f"router chose server {k} for request {r}; servers are 0..{len(pool) - 1}"
                 )
         server = pool[k]
-        server.waiting.append(r)
+        if self.warm is not None and self.warm[0][r]:
+            self._place_warm(server, r)
+        else:
+            server.waiting.append(r)
         if server.role == "prefill":
             self.prefill_server_of[r] = server.id
         else:
             self.server_of[r] = server.id
             self.prefill_server_of[r] = server.id
         self._wake(server)
+
+    def _place_warm(self, server: Server, r: int) -> None:
+        """Admit a warm-started request as it was when the run began (see warm_start_state)."""
+        _, remaining, generated = self.warm  # type: ignore[misc]
+        if server.role != "mixed":
+            raise ValueError(
+                f"request {r} is warm-started (running); only colocated mode supports that"
+            )
+        g = int(generated[r])
+        self.prefilled[r] = self.prompt[r] - remaining[r]
+        self.generated[r] = g
+        self.held[r] = self.prefilled[r] + g
+        self.token_times[self.offsets[r] : self.offsets[r] + g] = np.nan
+        self.first_scheduled[r] = self.now
+        if server._kv + int(self.held[r]) > self.kv_capacity:
+            raise ValueError(
+                f"warm-started request {r} holds {int(self.held[r])} KV tokens; server {server.id} "
+                f"has {self.kv_capacity - server._kv} free"
+            )
+        server._kv += int(self.held[r])
+        if remaining[r] > 0:
+            server.prefilling.append(r)
+        else:
+            self.prefill_done[r] = np.nan
+            server.decoding.append(r)
+            server._decoding_arr = None
 
     def _arrive_decode(self, r: int) -> None:
         pool = self.decode_pool
@@ -912,6 +942,51 @@ class Engine:
             recorded_iterations=self.record,
             info={"iterations": self.iterations},
         )
+
+
+def warm_start_state(instance: Instance) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(running, remaining_prefill, generated)`` of warm-started requests, or None.
+
+    A workload with a boolean column ``running`` describes a snapshot: running requests were
+    admitted before the run began. On arrival each enters its server already admitted, holding
+    the KV of its processed prompt and generated tokens, with ``remaining_prefill_tokens`` of its
+    prompt left (0: decoding) and ``generated_tokens`` already emitted (default 1 when decoding,
+    else 0). Tokens emitted before the run have NaN times; the metrics count them as on time.
+    """
+    wl = instance.workload
+    if "running" not in wl or not np.asarray(wl["running"], dtype=bool).any():
+        return None
+    running = np.asarray(wl["running"], dtype=bool)
+    prompt = wl.prompt_tokens
+    if "remaining_prefill_tokens" in wl:
+        remaining = np.where(
+            running, np.asarray(wl["remaining_prefill_tokens"], dtype=np.int64), prompt
+        )
+    else:
+        remaining = np.where(running, 0, prompt)
+    if "generated_tokens" in wl:
+        generated = np.where(running, np.asarray(wl["generated_tokens"], dtype=np.int64), 0)
+    else:
+        generated = np.where(running & (remaining == 0), 1, 0)
+    bad = running & ((remaining < 0) | (remaining > prompt))
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"remaining_prefill_tokens must be in [0, prompt_tokens], got {remaining[r]} (row {r})"
+        )
+    bad = running & (
+        (generated < 0)
+        | (generated >= wl.output_tokens)
+        | ((remaining > 0) & (generated > 0))
+        | ((remaining == 0) & (generated < 1))
+    )
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"generated_tokens of a running request must be >= 1 and < output_tokens once its prompt is done, "
+            f"0 before, got {generated[r]} with {remaining[r]} prompt tokens left (row {r})"
+        )
+    return running, remaining.astype(np.int64), generated.astype(np.int64)
 
 
 def run(

@@ -242,3 +242,52 @@ def test_forward_moves_a_waiting_request_to_another_server():
     assert out.server.tolist() == [1, 1]
     assert out.tokens_of(0)[0] == pytest.approx(0.020, rel=1e-12)
     assert check(inst, out) == []
+
+
+def test_warm_started_request_resumes_decoding():
+    """A running request (prompt done, 2 of 4 tokens out) resumes beside a new one."""
+    wl = Workload(
+        {
+            "arrival_s": [0.0, 0.0],
+            "prompt_tokens": [10, 20],
+            "output_tokens": [4, 2],
+            "running": [True, False],
+            "remaining_prefill_tokens": [0, 20],
+            "generated_tokens": [2, 0],
+            "ttft_slo_s": [0.001, 1.0],
+            "tpot_slo_s": [0.05, 0.05],
+        }
+    )
+    inst = Instance("warm", wl, Cluster(max_batch_tokens=64), ROUND)
+    out = run(inst, SarathiFCFS(), seed=0)
+    # t=0: A decodes (token 3), B prefills 20 -> 0.010 + 0.020 + 0.002 = 0.032
+    # t=0.032: A token 4, B token 2 -> 0.010 + 0.004 = 0.014; ends 0.046
+    np.testing.assert_allclose(out.tokens_of(0)[2:], [0.032, 0.046], rtol=1e-12)
+    assert np.isnan(out.tokens_of(0)[:2]).all()
+    np.testing.assert_allclose(out.tokens_of(1), [0.032, 0.046], rtol=1e-12)
+    assert check(inst, out) == []
+    # KV at t=0: A holds 10 + 2 and allocates 1 more; B 20 + 1 for its first token -> 34
+    assert out.it_kv_tokens[0] == 34
+    # A's pre-run tokens count as on time; its TTFT SLO of 1 ms cannot be judged and is met
+    from slolab.sim import metrics
+
+    assert metrics.met(inst, out, "deadline").tolist() == [True, True]
+
+
+def test_warm_start_rejects_impossible_state():
+    """A running request claiming all its tokens already generated is a clear error."""
+    wl = Workload(
+        {
+            "arrival_s": [0.0],
+            "prompt_tokens": [10],
+            "output_tokens": [2],
+            "running": [True],
+            "remaining_prefill_tokens": [0],
+            "generated_tokens": [2],
+        }
+    )
+    inst = Instance("warm", wl, Cluster(max_batch_tokens=64), ROUND)
+    with pytest.raises(
+        ValueError, match=r"generated_tokens of a running request .* got 2 .*\(row 0\)"
+    ):
+        run(inst, SarathiFCFS(), seed=0)
