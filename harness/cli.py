@@ -78,8 +78,16 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--slos",
-        default="polyserve",
-        help="SLO scheme: polyserve, proserve, slos-serve, sa, hyperflexis (default: polyserve)",
+        default=None,
+        help="SLO scheme: polyserve, proserve, slos-serve, sa, hyperflexis, none "
+        "(default: slos-serve with --scenario, else polyserve)",
+    )
+    p.add_argument(
+        "--token-budget",
+        default="auto",
+        help="sarathi/edf tokens per iteration: an integer, or auto = the largest batch that "
+        "fits the tightest TPOT SLO under the timing model, as Sarathi-Serve configures it "
+        "(default: auto)",
     )
     p.add_argument(
         "--limit", type=int, default=None, help="use only the first N requests of the trace"
@@ -149,7 +157,7 @@ def _serving_instance(a: argparse.Namespace, rate: float | None):
         format=a.format,
         servers=a.servers,
         timing=a.timing,
-        slos=None if a.slos == "none" else a.slos,
+        slos=_slo_scheme(a),
         slo_params={
             k: v for k, v in (("scenario", a.scenario), ("slack", a.slack)) if v is not None
         },
@@ -163,13 +171,34 @@ def _serving_instance(a: argparse.Namespace, rate: float | None):
     )
 
 
-def _policy_and_router(a: argparse.Namespace):
+def _slo_scheme(a: argparse.Namespace) -> str | None:
+    scheme = a.slos or ("slos-serve" if a.scenario else "polyserve")
+    return None if scheme == "none" else scheme
+
+
+def _policy_and_router(a: argparse.Namespace, instance):
+    import numpy as np
     from slolab.heuristics import POLICIES, ROUTERS
+    from slolab.timing import time2bs
 
     if a.policy not in POLICIES:
         raise ValueError(f"unknown policy {a.policy!r}; known: {', '.join(sorted(POLICIES))}")
     if a.router not in ROUTERS:
         raise ValueError(f"unknown router {a.router!r}; known: {', '.join(sorted(ROUTERS))}")
+    if a.policy in ("sarathi", "edf"):
+        if a.token_budget == "auto":
+            tpot = instance.workload["tpot_slo_s"]
+            tpot = tpot[np.isfinite(tpot)]
+            budget = time2bs(instance.timing, float(tpot.min())) if len(tpot) else 0
+            budget = min(budget, a.max_batch_tokens) if budget > 0 else a.max_batch_tokens
+        else:
+            try:
+                budget = int(a.token_budget)
+            except ValueError:
+                raise ValueError(
+                    f"--token-budget must be an integer or auto, got {a.token_budget!r}"
+                ) from None
+        return POLICIES[a.policy](token_budget=budget), ROUTERS[a.router]()
     return POLICIES[a.policy](), ROUTERS[a.router]()
 
 
@@ -180,7 +209,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     inst = _serving_instance(a, a.rate)
-    policy, router = _policy_and_router(a)
+    policy, router = _policy_and_router(a, inst)
     out = run(
         inst,
         policy,
@@ -413,7 +442,7 @@ def cmd_capacity(a: argparse.Namespace) -> int:
 
     def probe(rate: float) -> float:
         inst = _serving_instance(a, rate)
-        policy, router = _policy_and_router(a)
+        policy, router = _policy_and_router(a, inst)
         out = run(inst, policy, router, seed=a.seed, record_iterations=False)
         return metrics.attainment(inst, out, a.definition)
 
@@ -440,7 +469,7 @@ def cmd_capacity(a: argparse.Namespace) -> int:
     else:
         print(
             f"capacity {rec['capacity']:.4g} req/s at {a.target:.0%} {a.definition} attainment "
-            f"({a.policy}, {a.servers} servers; {len(rec['probes'])} probes)"
+            f"({a.policy}, {a.servers} server{'s' if a.servers != 1 else ''}; {len(rec['probes'])} probes)"
         )
         for p in rec["probes"]:
             print(f"  rate {p['rate']:.4g} req/s -> attainment {p['attainment']:.4f}")

@@ -438,9 +438,8 @@ class _PositionArcMilp:
         n, b = data.n_requests, data.batch_size
         self.n, self.b = n, b
         self.arcs = [(p, s) for p in range(1, n + 1) for s in range(1, b + 1) if p >= s]
-        # global order: by execution time at full size, ties by index; rank[r] in 0..n-1
+        # global order: by execution time at full size, ties by index
         self.order = sorted(range(n), key=lambda r: (float(data.exec_s[r, b]), r))
-        self.rank = {r: j for j, r in enumerate(self.order)}
         self.snapshot = data.snapshot
         # times are measured from the earliest arrival
         self.arrival = data.relative_arrival_s()
@@ -1234,8 +1233,8 @@ class SAOrderingModel(ExactModel):
         solves = 0
         while True:
             tail_bound = can_meet / latency_lb
-            if m > can_meet or tail_bound <= value.g * (1.0 + RATIO_TOLERANCE) and m > 0:
-                bound = max(bound_done, value.g)
+            if m > can_meet or (m > 0 and tail_bound <= value.g * (1.0 + RATIO_TOLERANCE)):
+                bound = max(bound_done, value.g if m > can_meet else tail_bound)
                 proved = bound <= value.g * (1.0 + RATIO_TOLERANCE)
                 status = Status.OPTIMAL if proved else Status.FEASIBLE
                 return self._result(status, plan, value, bound, backend, start, solves=solves)
@@ -1269,13 +1268,13 @@ class SAOrderingModel(ExactModel):
                 cand = data.evaluate(cand_plan)
                 if cand.g > value.g:
                     plan, value = cand_plan, cand
-            sub_lb = raw.bound if raw.bound is not None else None
-            if sub_lb is not None:
-                latency_lb = max(latency_lb, sub_lb)
+            if raw.bound is not None:
+                latency_lb = max(latency_lb, raw.bound)
             if raw.status != Status.OPTIMAL:
                 bound = max(bound_done, can_meet / latency_lb)
-                status = Status.TIME_LIMIT if raw.status == Status.TIME_LIMIT else Status.UNKNOWN
-                return self._result(status, plan, value, bound, backend, start, solves=solves)
+                return self._result(
+                    _stopped(raw.status), plan, value, bound, backend, start, solves=solves
+                )
             reached = cand.met_requests if raw.schedule is not None else m
             top = max(m, reached)
             if m > 0 or reached > 0:
