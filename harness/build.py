@@ -236,3 +236,81 @@ def slos_snapshot(
         generated_tokens=generated,
         kv_capacity_tokens=capacity,
     )
+
+
+def slos_snapshots_from_simulation(
+    scenario: str = "chatbot",
+    *,
+    seed: int,
+    n: int = 300,
+    rate: float | None = None,
+    min_new: int = 1,
+    min_running: int = 0,
+    timing: str | TimingModel = "opt-13b-h100-slos",
+    slack: str = "tight",
+) -> list[Instance]:
+    """Scheduler calls captured from an online SLOs-Serve run, as admission instances.
+
+    Simulates ``n`` requests of a SLOs-Serve scenario (one replica, optionally rescaled to
+    ``rate`` req/s) under :class:`slolab.heuristics.slos_serve.SLOsServePolicy`, keeps every
+    scheduler call with at least ``min_new`` new and ``min_running`` admitted requests, and turns
+    each into an ``"slos-admission"`` instance: the admitted requests as running (their prompt
+    progress and generated tokens at the call), the undecided ones as new, and the server's KV
+    capacity. The instance keeps the paper's batch duration (the tightest TPOT in play), not
+    the shorter batch the online policy may have chosen: B1's decode cadence meets every token
+    deadline only when each TPOT is a multiple of the batch duration (docs/slos_serve.md), and
+    the harness checks every solver objective against its replay.
+
+    References
+    ----------
+    SLOs-Serve, Sec. 3.2.1 (the per-call admission problem).
+    """
+    from slolab.harness.scenarios import scenario_instance
+    from slolab.heuristics.baselines import LeastLoaded
+    from slolab.heuristics.slos_serve import SLOsServePolicy
+    from slolab.models.slos_admission import snapshot_instance
+    from slolab.sim import run
+
+    inst = scenario_instance(
+        scenario, seed=seed, replicas=1, n=n, slack=slack, rate=rate, timing=timing
+    )
+    policy = SLOsServePolicy(capture_calls=True)
+    run(inst, policy, LeastLoaded(), seed=seed, record_iterations=False)
+    wl = inst.workload
+    out: list[Instance] = []
+    for k, (rows, problem) in enumerate(policy.captured_calls):
+        running = np.asarray(problem.running, dtype=bool)
+        if (~running).sum() < min_new or running.sum() < min_running:
+            continue
+        idx = np.asarray(rows)
+        call = float(problem.call_time_s)
+        remaining = np.asarray(problem.remaining_prefill_tokens, dtype=np.int64)
+        deadline = np.where(
+            remaining > 0,
+            call + np.nan_to_num(np.asarray(problem.prefill_deadline_s, dtype=float)),
+            wl.arrival_s[idx] + wl["ttft_slo_s"][idx],
+        )
+        out.append(
+            snapshot_instance(
+                f"slos-sim-{scenario}-s{seed}-call{k}",
+                call,
+                wl.arrival_s[idx],
+                wl.prompt_tokens[idx],
+                wl.output_tokens[idx],
+                wl["ttft_slo_s"][idx],
+                wl["tpot_slo_s"][idx],
+                inst.timing,
+                cluster=Cluster(
+                    servers=1,
+                    kv_capacity_tokens=int(problem.kv_capacity_tokens),
+                    max_batch_size=max(len(idx), 1),
+                    max_batch_tokens=0,
+                ),
+                running=running,
+                remaining_prefill_tokens=remaining,
+                generated_tokens=np.asarray(problem.generated_tokens, dtype=np.int64),
+                prefill_deadline_s=deadline,
+                kv_capacity_tokens=int(problem.kv_capacity_tokens),
+            )
+        )
+    return out

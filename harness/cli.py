@@ -262,7 +262,13 @@ def cmd_simulate(a: argparse.Namespace) -> int:
 
 
 def cmd_instance_build(a: argparse.Namespace) -> int:
-    from slolab.harness.build import sa_snapshot, serving_instance, slos_snapshot
+    import numpy as np
+    from slolab.harness.build import (
+        sa_snapshot,
+        serving_instance,
+        slos_snapshot,
+        slos_snapshots_from_simulation,
+    )
     from slolab.instances import save_instance
 
     if a.problem == "sa-ordering":
@@ -287,6 +293,25 @@ def cmd_instance_build(a: argparse.Namespace) -> int:
             code_trace=code,
             timing=a.timing or "sa-qwen2.5-7b-v100",
         )
+    elif a.problem == "slos-admission" and a.from_simulation:
+        calls = slos_snapshots_from_simulation(
+            a.scenario,
+            seed=a.seed,
+            n=a.n,
+            rate=a.rate,
+            timing=a.timing or "opt-13b-h100-slos",
+            slack=a.slack,
+        )
+        if not calls:
+            raise ValueError(
+                "the simulation made no scheduler call with new requests; raise --n or --rate"
+            )
+
+        def distance(c):
+            running = int(np.asarray(c.workload["running"]).sum())
+            return abs(c.n_requests - running - a.new) + abs(running - a.running)
+
+        inst = min(calls, key=distance)
     elif a.problem == "slos-admission":
         inst = slos_snapshot(
             a.trace or "azure_conv_2023",
@@ -547,6 +572,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=20,
         help="slos-admission: running requests at the call (default: 20)",
+    )
+    b.add_argument(
+        "--from-simulation",
+        action="store_true",
+        help="slos-admission: capture the call from an online SLOs-Serve run of the scenario "
+        "(--n requests, --rate req/s) closest to --new/--running, instead of cutting the trace",
     )
     b.add_argument(
         "--scenario",

@@ -93,7 +93,9 @@ def _row(
     table = metrics.request_table(instance, out)
     row["attainment"] = metrics.attainment_from_table(table, "deadline")
     row["finished"] = int(table["finished"].sum())
-    row["mean_latency_s"] = float(table["e2e_s"].mean())
+    e2e = table["e2e_s"].to_numpy()
+    e2e = e2e[np.isfinite(e2e)]
+    row["mean_latency_s"] = float(e2e.mean()) if len(e2e) else math.nan
     ttft = table["ttft_s"].to_numpy()
     ttft = ttft[np.isfinite(ttft)]
     row["ttft_p99_s"] = float(np.percentile(ttft, 99)) if len(ttft) else math.nan

@@ -141,13 +141,16 @@ class SLOsServePolicy:
 
     name = "slos-serve"
 
-    def __init__(self, params: SLOsServeParams | None = None) -> None:
+    def __init__(self, params: SLOsServeParams | None = None, capture_calls: bool = False) -> None:
         self.params = params if params is not None else SLOsServeParams()
+        #: keep every scheduler call's (request rows, AdmissionProblem) in ``captured_calls``
+        self.capture_calls = capture_calls
         self._reset()
 
     def _reset(self) -> None:
         self.call_times_s: list[float] = []
         self.call_sizes: list[tuple[int, int]] = []
+        self.captured_calls: list[tuple[list[int], AdmissionProblem]] = []
         self.hops: dict[int, int] = {}
         self.tier: dict[int, str] = {}
         self._seen_s: dict[int, float] = {}
@@ -255,6 +258,8 @@ class SLOsServePolicy:
             decision = slos_dp(problem, self.params.memory_unit, self.params.budget_unit)
             self.call_times_s.append(decision.runtime_s)
             self.call_sizes.append((len(candidates), len(admitted)))
+            if self.capture_calls:
+                self.captured_calls.append((list(rows), problem))
             accepted = {rows[i] for i in decision.admitted}
         limit = self._hop_limit(server)
         n_servers = len(e.entry_pools)

@@ -32,3 +32,23 @@ def test_snapshot_objective_counts_new_requests_only():
     # 8 new requests of value 1 each: the served-on-time ones are exactly the admitted ones
     assert float(inst.workload["value"][new & met].sum()) == res.objective
     assert int((new & ~out.rejected).sum()) == res.objective
+
+
+def test_calls_captured_from_simulation_replay_cleanly():
+    """Scheduler calls cut from an online SLOs-Serve run: DP == B1 <= B2, replays clean."""
+    from slolab.harness.build import slos_snapshots_from_simulation
+
+    snaps = slos_snapshots_from_simulation(
+        "chatbot", seed=0, n=150, rate=7.0, min_new=2, min_running=5
+    )
+    assert len(snaps) >= 3
+    for inst in snaps[:3]:
+        running = np.asarray(inst.workload["running"], dtype=bool)
+        assert running.sum() >= 5 and (~running).sum() >= 2
+        frame = compare(inst, ["dp", "b1", "b2"], time_limit=60).set_index("method")
+        assert (frame["violations"] == 0).all()
+        assert (
+            frame.loc["dp", "objective"]
+            == frame.loc["b1", "objective"]
+            <= frame.loc["b2", "objective"]
+        )
