@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from slolab.instances.records import Instance
-from slolab.models.sa_ordering import Batches, OrderingProblem, sorted_full_batches
+from slolab.models.sa_ordering import Batches, OrderingProblem, as_problem, sorted_full_batches
 from slolab.sim.schedule import Schedule
 
 __all__ = [
@@ -143,14 +143,6 @@ class SAParams:
         return cls.from_dict(data)
 
 
-def _as_problem(problem: Instance | OrderingProblem) -> OrderingProblem:
-    if isinstance(problem, OrderingProblem):
-        return problem
-    if isinstance(problem, Instance):
-        return OrderingProblem.from_instance(problem)
-    raise TypeError(f"expected an Instance or OrderingProblem, got {type(problem).__name__}")
-
-
 # ---------------------------------------------------------------------------------------------
 # baselines: an ordering rule, then full batches
 # ---------------------------------------------------------------------------------------------
@@ -192,7 +184,7 @@ def exec_time_order(problem: OrderingProblem) -> list[int]:
 
 def batches_by_rule(problem: Instance | OrderingProblem, rule: OrderingRule) -> Batches:
     """Full batches of ``B`` along the order given by ``rule`` (the last may be smaller)."""
-    data = _as_problem(problem)
+    data = as_problem(problem)
     return sorted_full_batches(data, rule(data))
 
 
@@ -226,7 +218,7 @@ def plan_schedule(batches: Sequence[Sequence[int]]) -> Schedule:
 
 def plan_g(problem: Instance | OrderingProblem, batches: Sequence[Sequence[int]]) -> float:
     """G of a plan, evaluated exactly (as an engine replay would)."""
-    return _as_problem(problem).evaluate(batches).g
+    return as_problem(problem).evaluate(batches).g
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,7 +306,7 @@ def sa_order(
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an integer, got {seed!r}")
-    data = _as_problem(problem)
+    data = as_problem(problem)
     params = params or SAParams()
     n, b = data.n_requests, data.batch_size
     rng = random.Random(seed)

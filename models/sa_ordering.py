@@ -409,7 +409,8 @@ def sorted_full_batches(problem: OrderingProblem, order: Sequence[int]) -> Batch
     return tuple(tuple(seq[i : i + b]) for i in range(0, len(seq), b))
 
 
-def _as_problem(instance: Instance | OrderingProblem) -> OrderingProblem:
+def as_problem(instance: Instance | OrderingProblem) -> OrderingProblem:
+    """The problem data of an SA-ordering instance (or the data itself)."""
     if isinstance(instance, OrderingProblem):
         return instance
     if isinstance(instance, Instance):
@@ -968,7 +969,7 @@ class SAOrderingModel(ExactModel):
 
     def __init__(self, instance: Instance | OrderingProblem) -> None:
         super().__init__(instance)
-        self.problem = _as_problem(instance)
+        self.problem = as_problem(instance)
 
     # -- starting plan --------------------------------------------------------------------
     def starting_plan(self) -> tuple[Batches, PlanValue]:
