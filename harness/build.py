@@ -157,8 +157,12 @@ def sa_snapshot(
     )
     wl = assign_slos(wl, "sa", seed=seed)
     model = resolve_timing(timing)
-    sources = ",".join(Path(str(t)).stem for t in (chat_trace, code_trace) if t is not None)
-    label = name or f"sa-{sources.replace('_', '-')}-n{n}-b{batch_size}-s{seed}"
+    kind = (
+        "mixed"
+        if chat_trace is not None and code_trace is not None
+        else ("chat" if code_trace is None else "code")
+    )
+    label = name or f"sa-{kind}-n{n}-b{batch_size}-s{seed}"
     cluster = Cluster(mode="static", max_batch_size=batch_size, kv_capacity_tokens=1 << 40)
     settings = {"batch_size": batch_size, "seed": seed, "max_tokens": max_tokens}
     return Instance(label, wl, cluster, model, problem="sa-ordering", settings=settings)

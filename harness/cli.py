@@ -701,6 +701,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return int(args.func(args))
+    except BrokenPipeError:
+        # the reader of our output went away (e.g. `| head`): stop quietly
+        sys.stderr.close()
+        return 0
     except (
         ValueError,
         FileNotFoundError,
