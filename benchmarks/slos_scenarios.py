@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         seed=args.seed,
         slack=args.slack,
     )
-    print("\nCapacity (req/s) at 90% deadline attainment, tight SLOs")
+    print(f"\nCapacity (req/s) at 90% deadline attainment, {args.slack} SLOs")
     print(ratio_table(table).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out, index=False)
