@@ -3,11 +3,11 @@
 Capacity is the largest arrival rate (req/s) with >= 90% deadline attainment
 (:func:`slolab.harness.scenarios.capacity_of`), for SLOs-Serve, Sarathi-Serve and vLLM on the
 ChatBot, Coder, Summarizer and Mixed scenarios with tight SLOs (prefill 3x zero-load, decode
-per Table 1), on 1, 2 and 4 replicas. A replica count ``r`` simulates ``min(300 r, 1200)``
+per Table 1; ``--slack loose``: 5x), on 1, 2 and 4 replicas. A replica count ``r`` simulates ``min(300 r, 1200)``
 requests. Prints a table with the ratio SLOs-Serve / best baseline and writes
 ``benchmarks/out/slos_scenarios.csv``.
 
-Run ``python -m slolab.benchmarks.slos_scenarios`` or ``python benchmarks/slos_scenarios.py``;
+Run ``python benchmarks/slos_scenarios.py``;
 ``--quick`` runs ChatBot and Coder on one replica with 150 requests and ``rel_tol`` 0.1.
 """
 
