@@ -11,7 +11,7 @@ measurement, column ``part`` tells which):
    and vLLM on the ChatBot scenario (first requests of the Azure conversation trace), 1 and 2
    replicas.
 
-Run ``python -m slolab.benchmarks.slos_serve`` or ``python benchmarks/slos_serve.py``;
+Run ``python benchmarks/slos_serve.py``;
 ``--quick`` shrinks every part (for a smoke test).
 """
 
