@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from slolab.instances.records import Instance
+from slolab.instances.records import Cluster, Instance, Workload
 from slolab.sim.metrics import ON_TIME_TOLERANCE_S
 from slolab.sim.schedule import Schedule
 from slolab.sim.static import member_times
@@ -407,6 +407,44 @@ def sorted_full_batches(problem: OrderingProblem, order: Sequence[int]) -> Batch
     b = problem.batch_size
     seq = [int(r) for r in order]
     return tuple(tuple(seq[i : i + b]) for i in range(0, len(seq), b))
+
+
+def ordering_instance(
+    output_tokens: Sequence[int],
+    ttft: Sequence[float],
+    tpot: Sequence[float],
+    e2e: Sequence[float],
+    batch_size: int,
+    arrival: Sequence[float] | None = None,
+    prompt_tokens: Sequence[int] | None = None,
+    *,
+    timing: Any,
+    name: str = "sa-ordering",
+) -> Instance:
+    """An SA-ordering instance on one static server from per-request lists.
+
+    ``ttft``, ``tpot`` and ``e2e`` are the SLOs in seconds (nan: none); arrivals default to 0 (a
+    snapshot), prompts to 10 tokens.
+    """
+    n = len(output_tokens)
+    workload = Workload(
+        {
+            "arrival_s": np.zeros(n) if arrival is None else np.array(arrival, dtype=float),
+            "prompt_tokens": np.full(n, 10) if prompt_tokens is None else np.array(prompt_tokens),
+            "output_tokens": np.array(output_tokens),
+            "ttft_slo_s": np.array(ttft, dtype=float),
+            "tpot_slo_s": np.array(tpot, dtype=float),
+            "e2e_slo_s": np.array(e2e, dtype=float),
+        }
+    )
+    return Instance(
+        name=name,
+        workload=workload,
+        cluster=Cluster(mode="static", max_batch_size=batch_size),
+        timing=timing,
+        problem=PROBLEM,
+        settings={"batch_size": batch_size},
+    )
 
 
 def as_problem(instance: Instance | OrderingProblem) -> OrderingProblem:

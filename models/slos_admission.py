@@ -323,6 +323,40 @@ class AdmissionProblem:
         )
 
 
+def random_problem(
+    seed: int,
+    *,
+    timing: TimingModel,
+    new_range: tuple[int, int] = (1, 8),
+    running_range: tuple[int, int] = (0, 5),
+    tiers: tuple[float, ...] = (0.05, 0.1, 0.075),
+) -> AdmissionProblem:
+    """A small random scheduler call (seeded), memory in multiples of 64 tokens.
+
+    New and running counts are drawn from ``[lo, hi)`` of ``new_range`` / ``running_range``;
+    about 60% of running requests are decoding, the others still prefilling; TPOTs from
+    ``tiers``; deadlines on a millisecond grid.
+    """
+    rng = np.random.default_rng(seed)
+    n_new, n_run = int(rng.integers(*new_range)), int(rng.integers(*running_range))
+    n = n_new + n_run
+    running = np.arange(n) < n_run
+    decoding = running & (rng.random(n) < 0.6)
+    prefill = np.where(running, rng.integers(10, 80, n), rng.integers(20, 300, n))
+    deadline = np.where(running, rng.uniform(0.3, 0.8, n), rng.uniform(0.05, 0.6, n)).round(3)
+    return AdmissionProblem(
+        running=running,
+        remaining_prefill_tokens=np.where(decoding, 0, prefill),
+        prefill_deadline_s=np.where(decoding, np.nan, deadline),
+        tpot_s=rng.choice(tiers, n),
+        kv_tokens=64 * rng.integers(1, 8, n),
+        value=rng.integers(1, 10, n).astype(float),
+        output_tokens=rng.integers(1, 20, n),
+        kv_capacity_tokens=64 * int(rng.integers(n, 4 * n + 2)),
+        timing=timing,
+    )
+
+
 def snapshot_instance(
     name: str,
     call_time_s: float,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import slolab.models.sa_ordering as sa_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from slolab import sim
@@ -22,7 +23,7 @@ from slolab.heuristics.sa_ordering import (
     sa_order,
     shortest_first_batches,
 )
-from slolab.instances.records import Cluster, Instance, Workload
+from slolab.instances.records import Instance
 from slolab.models.sa_ordering import OrderingProblem, SAOrderingModel
 from slolab.solvers import solve
 from slolab.timing import LinearTiming
@@ -37,35 +38,9 @@ RANDOM_TIMING = LinearTiming(
 )
 
 
-def ordering_instance(
-    output_tokens: list[int],
-    ttft: list[float],
-    tpot: list[float],
-    e2e: list[float],
-    batch_size: int,
-    prompt_tokens: list[int] | None = None,
-    timing: LinearTiming = QUARTER,
-) -> Instance:
-    """An SA-ordering snapshot on one static server."""
-    n = len(output_tokens)
-    workload = Workload(
-        {
-            "arrival_s": np.zeros(n),
-            "prompt_tokens": np.full(n, 10) if prompt_tokens is None else np.array(prompt_tokens),
-            "output_tokens": np.array(output_tokens),
-            "ttft_slo_s": np.array(ttft),
-            "tpot_slo_s": np.array(tpot),
-            "e2e_slo_s": np.array(e2e),
-        }
-    )
-    return Instance(
-        name="sa-test",
-        workload=workload,
-        cluster=Cluster(mode="static", max_batch_size=batch_size),
-        timing=timing,
-        problem="sa-ordering",
-        settings={"batch_size": batch_size},
-    )
+def ordering_instance(*args, timing=QUARTER, **kwargs) -> Instance:
+    """An SA-ordering instance on one static server (QUARTER timing unless given)."""
+    return sa_model.ordering_instance(*args, timing=timing, name="sa-test", **kwargs)
 
 
 def split_or_batch() -> Instance:

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pulp
 import pytest
+import slolab.models.slos_admission as slos_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from slolab import sim
@@ -64,24 +65,9 @@ def long_batch_pair() -> AdmissionProblem:
 
 
 def random_problem(seed: int, tiers: tuple[float, ...] = (0.05, 0.1, 0.075)) -> AdmissionProblem:
-    """A small random call: 1-6 new and 0-3 running requests, memory in multiples of 64."""
-    rng = np.random.default_rng(seed)
-    n_new, n_run = int(rng.integers(1, 7)), int(rng.integers(0, 4))
-    n = n_new + n_run
-    running = np.arange(n) < n_run
-    decoding = running & (rng.random(n) < 0.6)
-    prefill = np.where(running, rng.integers(10, 80, n), rng.integers(20, 300, n))
-    deadline = np.where(running, rng.uniform(0.3, 0.8, n), rng.uniform(0.05, 0.6, n)).round(3)
-    return AdmissionProblem(
-        running=running,
-        remaining_prefill_tokens=np.where(decoding, 0, prefill),
-        prefill_deadline_s=np.where(decoding, np.nan, deadline),
-        tpot_s=rng.choice(tiers, n),
-        kv_tokens=64 * rng.integers(1, 8, n),
-        value=rng.integers(1, 10, n).astype(float),
-        output_tokens=rng.integers(1, 20, n),
-        kv_capacity_tokens=64 * int(rng.integers(n, 4 * n + 2)),
-        timing=TIMING,
+    """A small random call: 1-6 new and 0-3 running requests."""
+    return slos_model.random_problem(
+        seed, timing=TIMING, new_range=(1, 7), running_range=(0, 4), tiers=tiers
     )
 
 
