@@ -34,36 +34,44 @@ class ObjectiveMismatchError(AssertionError):
     """A solver's objective differs from the objective of its replayed schedule."""
 
 
-def _attainment(instance: Instance, outcome: Outcome) -> float:
-    return metrics.attainment(
-        instance, outcome, str(instance.settings.get("definition", "deadline"))
-    )
+def _definition(instance: Instance) -> str:
+    return str(instance.settings.get("definition", "deadline"))
 
 
-def _admitted_value(instance: Instance, outcome: Outcome) -> float:
+def _attainment(instance: Instance, table: pd.DataFrame) -> float:
+    return metrics.attainment_from_table(table, _definition(instance))
+
+
+def _g(instance: Instance, table: pd.DataFrame) -> float:
+    return metrics.g_ratio_from_table(table)
+
+
+def _admitted_value(instance: Instance, table: pd.DataFrame) -> float:
     """Value of the new (not running) requests served within their SLO at a scheduler call."""
     wl = instance.workload
-    ok = metrics.met(instance, outcome, str(instance.settings.get("definition", "deadline")))
+    ok = table[f"met_{_definition(instance)}"].to_numpy()
     if "running" in wl:
         ok = ok & ~np.asarray(wl["running"], dtype=bool)
     return float(wl["value"][ok].sum())
 
 
-#: Objective of each problem: (label, function of (instance, outcome)).
-OBJECTIVES: dict[str, tuple[str, Callable[[Instance, Outcome], float]]] = {
+#: Objective of each problem: (label, function of (instance, request table)).
+OBJECTIVES: dict[str, tuple[str, Callable[[Instance, pd.DataFrame], float]]] = {
     "serving": ("attainment", _attainment),
-    "sa-ordering": ("G", metrics.g_ratio),
+    "sa-ordering": ("G", _g),
     "slos-admission": ("admitted value", _admitted_value),
 }
 
 
-def objective(instance: Instance, outcome: Outcome) -> float:
-    """The instance's objective recomputed from an Outcome."""
+def objective(instance: Instance, outcome: Outcome, table: pd.DataFrame | None = None) -> float:
+    """The instance's objective recomputed from an Outcome (or its request table, if given)."""
     if instance.problem not in OBJECTIVES:
         raise ValueError(
             f"no objective for problem {instance.problem!r}; known: {', '.join(OBJECTIVES)}"
         )
-    return float(OBJECTIVES[instance.problem][1](instance, outcome))
+    if table is None:
+        table = metrics.request_table(instance, outcome)
+    return float(OBJECTIVES[instance.problem][1](instance, table))
 
 
 def _row(
@@ -89,8 +97,8 @@ def _row(
     if out is None:
         row["violations"] = math.nan
         return row
-    row["objective"] = objective(instance, out)
     table = metrics.request_table(instance, out)
+    row["objective"] = objective(instance, out, table)
     row["attainment"] = metrics.attainment_from_table(table, "deadline")
     row["finished"] = int(table["finished"].sum())
     e2e = table["e2e_s"].to_numpy()

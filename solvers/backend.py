@@ -233,6 +233,44 @@ def summary_line(backend: str, solver_status: str, **counters: Any) -> str:
     return f"{backend}: {solver_status}" + (f"; {known}" if known else "")
 
 
+def milp_raw_solve(
+    form: MilpFormulation,
+    *,
+    backend: str,
+    status: Status,
+    has_solution: bool,
+    native_objective: float | None,
+    native_bound: float | None,
+    runtime_s: float,
+    solver_status: str,
+    nodes: int | None,
+    iterations: int | None,
+    full_log: str = "",
+    native: Any = None,
+) -> RawSolve:
+    """The RawSolve of one MILP solve: objective and bound mapped through the formulation,
+    the schedule read off the solution, a one-line log summary (plus ``full_log`` if given).
+    An INFEASIBLE status carries no incumbent and no bound."""
+    if status == Status.INFEASIBLE:
+        has_solution, native_objective, native_bound = False, None, None
+    log = summary_line(backend, solver_status, nodes=nodes, iterations=iterations)
+    if full_log:
+        log = f"{log}\n{full_log}"
+    return RawSolve(
+        status=status,
+        objective=form.objective_of(native_objective)
+        if native_objective is not None and has_solution
+        else None,
+        bound=form.objective_of(native_bound) if native_bound is not None else None,
+        runtime_s=runtime_s,
+        schedule=form.to_schedule() if has_solution else None,
+        log=log,
+        backend=backend,
+        details={"solver_status": solver_status, "nodes": nodes, "iterations": iterations},
+        native=native,
+    )
+
+
 def model_label(model: ExactModel) -> str:
     """The model's registry name, or its class name when it is not registered."""
     return model.name or type(model).__name__

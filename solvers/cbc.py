@@ -24,7 +24,7 @@ from slolab.solvers.backend import (
     finite_or_none,
     milp_objective_constant,
     milp_objective_value,
-    summary_line,
+    milp_raw_solve,
 )
 from slolab.solvers.base import MilpFormulation, Status
 
@@ -126,26 +126,20 @@ class CbcBackend(Backend):
             status = Status.TIME_LIMIT
         else:
             status = Status.UNKNOWN
-        if status == Status.INFEASIBLE:
-            has_solution, native_objective, native_bound = False, None, None
-
         nodes = _last_int(_NODES_LINE, full_log)
         iterations = _last_int(_ITERATIONS_LINE, full_log)
-        solver_status = result_line or pulp.LpStatus.get(problem.status, "Undefined")
-        log = summary_line("cbc", solver_status, nodes=nodes, iterations=iterations)
-        if self.log:
-            log = f"{log}\n{full_log.strip()}"
-        return RawSolve(
-            status=status,
-            objective=form.objective_of(native_objective)
-            if native_objective is not None and has_solution
-            else None,
-            bound=form.objective_of(native_bound) if native_bound is not None else None,
-            runtime_s=runtime_s,
-            schedule=form.to_schedule() if has_solution else None,
-            log=log,
+        return milp_raw_solve(
+            form,
             backend=self.name,
-            details={"solver_status": solver_status, "nodes": nodes, "iterations": iterations},
+            status=status,
+            has_solution=has_solution,
+            native_objective=native_objective,
+            native_bound=native_bound,
+            runtime_s=runtime_s,
+            solver_status=result_line or pulp.LpStatus.get(problem.status, "Undefined"),
+            nodes=nodes,
+            iterations=iterations,
+            full_log=full_log.strip() if self.log else "",
         )
 
 

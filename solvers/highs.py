@@ -19,8 +19,8 @@ from slolab.solvers.backend import (
     finite_or_none,
     milp_objective_constant,
     milp_objective_value,
+    milp_raw_solve,
     proved,
-    summary_line,
 )
 from slolab.solvers.base import MilpFormulation, Status
 
@@ -140,26 +140,18 @@ class HighsBackend(Backend):
             status = Status.FEASIBLE if has_solution else Status.UNKNOWN
         else:
             status = Status.UNKNOWN
-        if status == Status.INFEASIBLE:
-            has_solution, native_objective, native_bound = False, None, None
-
-        nodes = info.mip_node_count if info.mip_node_count >= 0 else None
-        iterations = info.simplex_iteration_count
-        solver_status = highs.modelStatusToString(code)
-        log = summary_line("highs", solver_status, nodes=nodes, iterations=iterations)
-        if full_log:
-            log = f"{log}\n{full_log}"
-        return RawSolve(
-            status=status,
-            objective=form.objective_of(native_objective)
-            if native_objective is not None and has_solution
-            else None,
-            bound=form.objective_of(native_bound) if native_bound is not None else None,
-            runtime_s=runtime_s,
-            schedule=form.to_schedule() if has_solution else None,
-            log=log,
+        return milp_raw_solve(
+            form,
             backend=self.name,
-            details={"solver_status": solver_status, "nodes": nodes, "iterations": iterations},
+            status=status,
+            has_solution=has_solution,
+            native_objective=native_objective,
+            native_bound=native_bound,
+            runtime_s=runtime_s,
+            solver_status=highs.modelStatusToString(code),
+            nodes=info.mip_node_count if info.mip_node_count >= 0 else None,
+            iterations=info.simplex_iteration_count,
+            full_log=full_log,
             native=highs,
         )
 
