@@ -1,0 +1,699 @@
+"""SA ordering by batch columns: column generation, reduced-cost enumeration, restricted MILP.
+
+A third exact method for :mod:`slolab.models.sa_ordering`, for snapshots (every request queued at
+the same time, the paper's setting). A *column* is one batch placed in the sequence:
+``c = (S, p, T)`` holds the set ``S`` of ``s = |S|`` requests at positions ``p - s + 1 .. p`` and
+claims that the members ``T`` of ``S`` meet their SLO. Its cost in the Dinkelbach subproblem
+``min F = L - M / lambda`` (seconds) is
+
+    cost_c = d_S (N - p) + sum_{r in S} e_r(s) - |T| / lambda,      d_S = max_{r in S} e_r(s),
+
+because a batch's duration delays the ``N - p`` requests after it (total latency is linear in
+the batch durations once positions are fixed). The master problem picks one column per used
+arc ``(p, s)`` so that the arcs form a path ``0 -> N`` and every request is in one column;
+``tau_q`` is the end of the batches covering the first ``q`` positions, and a claim ``T`` needs
+``tau_q <= L_c = min_{r in T} L_r(s)`` (the latest start of docs/sa_ordering.md), written
+``tau_q + (UB_q - L_c) lambda_c <= UB_q`` summed over the columns of an arc.
+
+Exactness (docs/sa_ordering.md, Sec. 6):
+
+1. The LP over all columns is solved by column generation. Pricing is exact and cheap: for an
+   arc, fix the leader ``j`` (the longest member) and the deadline setter ``k`` (the member of
+   ``T`` with the smallest latest start); then the best column takes the ``s - 1`` (or ``s - 2``)
+   cheapest remaining members, each claimed met exactly when its latest start is at least
+   ``L_k``.
+2. Any dual vector ``y`` proves ``F(x) >= LB0 + sum_{c in x} rc_c`` for every plan ``x``
+   (``LB0 = y^T b`` plus the reduced-cost terms of the ``tau`` variables at their bounds). So a
+   plan with ``F < 0`` uses only columns with ``rc_c <= -LB0 - N min(0, rc_min)``; these are
+   enumerated exhaustively.
+3. A MILP over the enumerated columns (PuLP, run on HiGHS or CBC by the backend) finds the
+   best plan among them, hence ``min F`` over all plans. Dinkelbach moves ``lambda`` to the new
+   plan's G until ``min F = 0``.
+
+Every plan is represented with its exact met set (take ``k`` = the met member with the smallest
+latest start), and every feasible column combination is a plan that meets at least its claims,
+so the MILP's optimum is the true ``min F``; incumbents are re-evaluated exactly anyway.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from slolab.models.sa_ordering import (
+    PROBLEM,
+    RATIO_TOLERANCE,
+    Batches,
+    SAOrderingModel,
+    batches_of,
+    sorted_full_batches,
+)
+from slolab.solvers.base import MilpFormulation, Result, Status
+from slolab.solvers.registry import register_model
+
+__all__ = ["Column", "ColumnMaster", "SAOrderingColumns", "restricted_milp"]
+
+#: Reduced costs below ``-PRICING_TOLERANCE`` (s) enter the master.
+PRICING_TOLERANCE = 1e-7
+#: Slack added to the enumeration threshold against floating-point error (s, relative part
+#: multiplies the master's objective scale).
+ENUMERATION_SLACK = 1e-6
+#: Stop enumerating beyond this many columns (the gap is too wide to close this way).
+MAX_ENUMERATED = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One batch placed in the sequence: members ``S`` (sorted), last position ``p``, size
+    ``s = len(S)``, and the claimed-met members ``T`` (sorted, a subset of ``S``)."""
+
+    members: tuple[int, ...]
+    end: int
+    met: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    @property
+    def start(self) -> int:
+        return self.end - len(self.members)
+
+
+def _column(members: Any, end: int, met: Any) -> Column:
+    return Column(
+        tuple(sorted(int(r) for r in members)), int(end), tuple(sorted(int(r) for r in met))
+    )
+
+
+def _smallest_prefix_sums(values: np.ndarray, need: int) -> np.ndarray:
+    """``out[k, j]`` = sum of the ``need`` smallest of ``values[k, :j]`` (inf if fewer)."""
+    rows, n = values.shape
+    out = np.empty((rows, n))
+    if need == 0:
+        out[:] = 0.0
+        return out
+    top = np.full((rows, need), np.inf)
+    for j in range(n):
+        out[:, j] = top.sum(axis=1)
+        top = np.sort(np.concatenate([top, values[:, j : j + 1]], axis=1), axis=1)[:, :need]
+    return out
+
+
+class ColumnMaster:
+    """The LP master of the column formulation at one ``lambda`` (``None``: latency only,
+    no claims and no deadline rows), held in a ``highspy.Highs`` object.
+
+    Rows: ``assign_r`` (= 1), ``flow_q`` for q = 0..N-1 (out minus in = [q = 0]),
+    ``time_q`` for q = 1..N-1 (``tau_q - tau_{q-1} - sum_{p_c = q} d_c lambda_c = 0``) and,
+    with a ratio, ``deadline_a`` for each arc starting after position 0.
+    """
+
+    def __init__(self, problem: Any, ratio: float | None) -> None:
+        import highspy
+
+        if not problem.snapshot:
+            raise ValueError("the column formulation needs a snapshot (all arrivals equal)")
+        if ratio is not None and not ratio > 0:
+            raise ValueError(f"ratio must be > 0, got {ratio}")
+        self.problem = problem
+        self.ratio = ratio
+        n, b = problem.n_requests, problem.batch_size
+        self.n, self.b = n, b
+        self.exec = np.asarray(problem.exec_s, dtype=float)
+        self.latest = np.asarray(problem.latest_start_s, dtype=float) - float(
+            problem.arrival_s.min()
+        )
+        self.lb = problem.start_lower_bounds_s()
+        self.ub = problem.start_upper_bounds_s()
+        self.reward = 0.0 if ratio is None else 1.0 / ratio
+        self.highs = highspy.Highs()
+        self.highs.setOptionValue("output_flag", False)
+        self.highs.setOptionValue("threads", 1)
+        self._inf = highspy.kHighsInf
+        h = self.highs
+        self.row_assign = 0
+        self.row_flow = n
+        self.row_time = 2 * n  # with a ratio: time_q is row 2N + q - 1, q = 1..N-1
+        empty = (0, np.array([], dtype=np.int32), np.array([]))
+        for _ in range(n):
+            h.addRow(1.0, 1.0, *empty)
+        for q in range(n):
+            rhs = 1.0 if q == 0 else 0.0
+            h.addRow(rhs, rhs, *empty)
+        self.arcs = [(p, s) for p in range(1, n + 1) for s in range(1, min(b, p) + 1) if p > s]
+        self.claim_row: dict[tuple[int, int], int] = {}
+        self.floor_row: dict[tuple[int, int], int] = {}
+        self.sigma_col: dict[tuple[int, int], int] = {}
+        if ratio is not None:
+            for _ in range(1, n):
+                h.addRow(0.0, 0.0, *empty)
+            for a in self.arcs:
+                self.claim_row[a] = h.getNumRow()
+                h.addRow(-self._inf, 0.0, *empty)
+                self.floor_row[a] = h.getNumRow()
+                h.addRow(0.0, self._inf, *empty)
+            # sigma_a: start time of arc a times its flow (0 when unused)
+            for a in self.arcs:
+                p, s = a
+                q = p - s
+                idx = [self.row_time + q - 1, self.claim_row[a], self.floor_row[a]]
+                val = [1.0, 1.0, 1.0]
+                if p < n:
+                    idx.append(self.row_time + p - 1)
+                    val.append(-1.0)
+                self.sigma_col[a] = h.getNumCol()
+                h.addCol(
+                    0.0,
+                    0.0,
+                    float(self.ub[q]),
+                    len(idx),
+                    np.array(idx, dtype=np.int32),
+                    np.array(val),
+                )
+        self.n_rows = h.getNumRow()
+        self.n_aux = h.getNumCol()
+        self.columns: list[Column] = []
+        self._index: dict[Column, int] = {}
+
+    # -- columns ----------------------------------------------------------------------------
+    def duration(self, col: Column) -> float:
+        return float(max(self.exec[r, col.size] for r in col.members))
+
+    def deadline(self, col: Column) -> float:
+        """``L_c``: the latest start at which every claimed member meets (inf without claims)."""
+        if not col.met:
+            return math.inf
+        return float(min(self.latest[r, col.size] for r in col.met))
+
+    def cost(self, col: Column) -> float:
+        """``d_S (N - p) + sum e_r(s) - |T| / lambda`` (s)."""
+        s = col.size
+        return (
+            self.duration(col) * (self.n - col.end)
+            + float(sum(self.exec[r, s] for r in col.members))
+            - self.reward * len(col.met)
+        )
+
+    def valid(self, col: Column) -> bool:
+        """A column is allowed when its claim can hold: ``L_c >= LB_q`` (and no claims in the
+        latency-only master)."""
+        if not col.met:
+            return True
+        if self.ratio is None:
+            return False
+        return self.deadline(col) >= self.lb[col.start]
+
+    def add(self, col: Column) -> bool:
+        """Add ``col`` to the master (False when it is already there)."""
+        if col in self._index:
+            return False
+        if not self.valid(col):
+            raise ValueError(f"column {col} claims a deadline it cannot meet")
+        n = self.n
+        idx = [self.row_assign + r for r in col.members]
+        val = [1.0] * col.size
+        idx.append(self.row_flow + col.start)
+        val.append(1.0)
+        if col.end < n:
+            idx.append(self.row_flow + col.end)
+            val.append(-1.0)
+        idx_t, val_t = self._time_entries(col)
+        self.highs.addCol(
+            self.cost(col),
+            0.0,
+            self._inf,
+            len(idx) + len(idx_t),
+            np.array(idx + idx_t, dtype=np.int32),
+            np.array(val + val_t),
+        )
+        self._index[col] = len(self.columns)
+        self.columns.append(col)
+        return True
+
+    def _time_entries(self, col: Column) -> tuple[list[int], list[float]]:
+        """Entries of ``col`` in the time rows: ``-d_c`` in ``time_p``, ``-min(L_c, UB_q)`` in
+        its arc's claim row and ``-LB_q`` in its floor row (none without a ratio)."""
+        if self.ratio is None:
+            return [], []
+        idx: list[int] = []
+        val: list[float] = []
+        if col.end < self.n:
+            idx.append(self.row_time + col.end - 1)
+            val.append(-self.duration(col))
+        if col.start >= 1:
+            a = (col.end, col.size)
+            idx += [self.claim_row[a], self.floor_row[a]]
+            val += [-self.claim_limit(col), -float(self.lb[col.start])]
+        return idx, val
+
+    def claim_limit(self, col: Column) -> float:
+        """``min(L_c, UB_q)``: the latest start the column allows (``UB_q`` without claims)."""
+        return min(self.deadline(col), float(self.ub[col.start]))
+
+    def add_plan(self, plan: Any) -> None:
+        """Add the columns of a plan (ordered batches), each claiming its truly met members."""
+        position = 0
+        start_s = 0.0
+        for batch in plan:
+            s = len(batch)
+            position += s
+            met = []
+            if self.ratio is not None:
+                met = [r for r in batch if self.latest[r, s] >= start_s]
+                # keep claims that the master accepts (L_c >= LB_q holds for a real plan)
+            col = _column(batch, position, met)
+            if col.met and self.deadline(col) < self.lb[col.start]:
+                col = _column(batch, position, ())
+            self.add(col)
+            start_s += max(float(self.exec[r, s]) for r in batch)
+
+    # -- LP -------------------------------------------------------------------------------
+    def _duals(self) -> tuple[np.ndarray, float]:
+        import highspy
+
+        h = self.highs
+        h.run()
+        status = h.getModelStatus()
+        if status != highspy.HighsModelStatus.kOptimal:
+            raise RuntimeError(f"column master LP ended {h.modelStatusToString(status)}")
+        return np.array(h.getSolution().row_dual), float(h.getInfo().objective_function_value)
+
+    def _pricing_tables(self, duals: np.ndarray) -> list[dict[str, Any]]:
+        """Per batch size: members sorted by ``(e_r(s), r)``, their dual-adjusted values and
+        the member-selection tables of every deadline setter (independent of the position)."""
+        n = self.n
+        pi = duals[self.row_assign : self.row_assign + n]
+        tables = []
+        for s in range(1, self.b + 1):
+            keys = np.array(sorted(range(n), key=lambda r: (self.exec[r, s], r)))
+            e = self.exec[keys, s]
+            value = e - pi[keys]
+            late = self.latest[keys, s]
+            idx = np.arange(n)
+            # eligible[k, i]: member i may be claimed when k sets the deadline (key order on ties)
+            eligible = (late[None, :] > late[:, None]) | (
+                (late[None, :] == late[:, None]) & (idx[None, :] >= idx[:, None])
+            )
+            eligible &= late[None, :] > -np.inf
+            with_claims = value[None, :] - eligible * self.reward
+            excluded = with_claims.copy()
+            excluded[idx, idx] = np.inf
+            base = np.full((n, n), np.inf)
+            if s >= 2:
+                pair = _smallest_prefix_sums(excluded, s - 2)
+                base = with_claims + np.diag(with_claims)[:, None] + pair
+                base[idx[:, None] >= idx[None, :]] = np.inf
+            own = _smallest_prefix_sums(with_claims, s - 1)
+            base[idx, idx] = np.diag(with_claims) + np.diag(own)
+            none = value + _smallest_prefix_sums(value[None, :], s - 1)[0]
+            tables.append(
+                {
+                    "s": s,
+                    "keys": keys,
+                    "e": e,
+                    "value": value,
+                    "late": late,
+                    "eligible": eligible,
+                    "with_claims": with_claims,
+                    "base": base,
+                    "none": none,
+                }
+            )
+        return tables
+
+    def _arc_terms(self, duals: np.ndarray, p: int, s: int) -> tuple[float, float, float]:
+        """Leader coefficient ``N - p + eta_p``, the constant ``-phi_q + phi_p + kappa_a UB_q
+        + nu_a LB_q`` and ``-kappa_a`` of arc ``(p, s)`` (``eta``: time rows, ``kappa``: claim
+        rows, ``nu``: floor rows)."""
+        n = self.n
+        q = p - s
+        lead = float(n - p)
+        const = -float(duals[self.row_flow + q])
+        if p < n:
+            const += float(duals[self.row_flow + p])
+            if self.ratio is not None:
+                lead += float(duals[self.row_time + p - 1])
+        neg_kappa = 0.0
+        a = (p, s)
+        if a in self.claim_row:
+            kappa = float(duals[self.claim_row[a]])
+            const += kappa * float(self.ub[q]) + float(duals[self.floor_row[a]]) * float(self.lb[q])
+            neg_kappa = -kappa
+        return lead, const, neg_kappa
+
+    def _arc_matrix(
+        self, table: dict[str, Any], duals: np.ndarray, p: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Reduced costs at arc ``(p, s)``: ``(none[j], claims[k, j])`` for leader ``j`` and
+        deadline setter ``k`` (inf where not allowed)."""
+        s = table["s"]
+        q = p - s
+        lead, const, neg_kappa = self._arc_terms(duals, p, s)
+        leader = table["e"] * lead
+        none = leader + table["none"] + const
+        if self.ratio is None:
+            return none, np.full((self.n, self.n), np.inf)
+        late = table["late"]
+        allowed = (late >= self.lb[q]) & (late > -np.inf)
+        room = np.where(allowed, np.maximum(0.0, float(self.ub[q]) - late), 0.0)
+        extra = neg_kappa * room
+        claims = table["base"] + leader[None, :] + extra[:, None] + const
+        claims[~allowed, :] = np.inf
+        return none, claims
+
+    def _build(
+        self, table: dict[str, Any], p: int, k: int | None, j: int, others: list[int]
+    ) -> Column:
+        keys = table["keys"]
+        chosen = [j, *others] + ([k] if k is not None and k != j else [])
+        members = [int(keys[i]) for i in chosen]
+        met = [] if k is None else [int(keys[i]) for i in chosen if table["eligible"][k, i]]
+        return _column(members, p, met)
+
+    def price(self, duals: np.ndarray) -> tuple[list[Column], float]:
+        """The most negative column of every arc (when below the tolerance) and the smallest
+        reduced cost over all columns (exact: every column is dominated by one examined)."""
+        found = []
+        rc_min = math.inf
+        for table in self._pricing_tables(duals):
+            s = table["s"]
+            for p in range(s, self.n + 1):
+                none, claims = self._arc_matrix(table, duals, p)
+                j0 = int(np.argmin(none))
+                flat = int(np.argmin(claims))
+                k, j = divmod(flat, self.n)
+                best = min(float(none[j0]), float(claims[k, j]))
+                rc_min = min(rc_min, best)
+                if best >= -PRICING_TOLERANCE:
+                    continue
+                if none[j0] <= claims[k, j]:
+                    order = sorted(range(j0), key=lambda i: table["value"][i])
+                    found.append(self._build(table, p, None, j0, order[: s - 1]))
+                else:
+                    w = table["with_claims"][k]
+                    pool = sorted((i for i in range(j) if i != k), key=lambda i: w[i])
+                    need = s - 1 if k == j else s - 2
+                    found.append(self._build(table, p, k, j, pool[:need]))
+        return found, rc_min
+
+    def solve_lp(self, deadline: float) -> tuple[float, float, np.ndarray, bool]:
+        """Column generation until no column prices out (or ``deadline``, a perf_counter time).
+
+        Returns ``(lp_value, lower_bound, duals, converged)``: ``lower_bound`` is valid for
+        every plan whatever the convergence, ``LB0 + N min(0, rc_min)``.
+        """
+        while True:
+            duals, value = self._duals()
+            found, rc_min = self.price(duals)
+            added = sum(self.add(c) for c in found)
+            if not added or time.perf_counter() > deadline:
+                lb0 = self.dual_value(duals)
+                return value, lb0 + self.n * min(0.0, rc_min), duals, not added
+
+    def dual_value(self, duals: np.ndarray) -> float:
+        """``LB0 = y^T b + sum_a min(0, rc_sigma_a UB_q)``: with the reduced costs ``rc_c`` of
+        the same duals, ``F(x) >= LB0 + sum_{c in x} rc_c`` for every plan ``x``."""
+        n = self.n
+        value = float(duals[self.row_assign : self.row_assign + n].sum())
+        value += float(duals[self.row_flow])
+        for p, s in self.sigma_col:
+            q = p - s
+            used = duals[self.row_time + q - 1] + duals[self.claim_row[p, s]]
+            used += duals[self.floor_row[p, s]]
+            if p < n:
+                used -= duals[self.row_time + p - 1]
+            value += min(0.0, -float(used) * float(self.ub[q]))
+        return value
+
+    def reduced_cost(self, col: Column, duals: np.ndarray) -> float:
+        """``rc_c = cost_c - y^T A_c`` computed from the column itself (a cross-check of
+        pricing)."""
+        rc = self.cost(col)
+        rc -= float(sum(duals[self.row_assign + r] for r in col.members))
+        rc -= float(duals[self.row_flow + col.start])
+        if col.end < self.n:
+            rc += float(duals[self.row_flow + col.end])
+        idx, val = self._time_entries(col)
+        rc -= float(sum(v * duals[i] for i, v in zip(idx, val, strict=True)))
+        return rc
+
+    # -- enumeration ---------------------------------------------------------------------
+    def enumerate(
+        self, duals: np.ndarray, threshold: float, deadline: float
+    ) -> list[Column] | None:
+        """Every column with reduced cost ``<= threshold`` (each plan-relevant claim set: empty
+        or maximal for its deadline setter). None when more than :data:`MAX_ENUMERATED` are
+        found or ``deadline`` passes."""
+        out: set[Column] = set()
+        for table in self._pricing_tables(duals):
+            s = table["s"]
+            for p in range(s, self.n + 1):
+                none, claims = self._arc_matrix(table, duals, p)
+                for j in np.nonzero(none <= threshold)[0].tolist():
+                    base = float(none[j]) - float(table["none"][j] - table["value"][j])
+                    w = table["value"]
+                    pool = sorted(range(j), key=lambda i: w[i])
+                    for sub in _subsets_below(pool, w, s - 1, threshold - base):
+                        out.add(self._build(table, p, None, j, list(sub)))
+                        if len(out) > MAX_ENUMERATED:
+                            return None
+                ks, js = np.nonzero(claims <= threshold)
+                for k, j in zip(ks.tolist(), js.tolist(), strict=True):
+                    w = table["with_claims"][k]
+                    need = s - 1 if k == j else s - 2
+                    # claims[k, j] = fixed part + best selection; recover the fixed part
+                    pool = sorted((i for i in range(j) if i != k), key=lambda i: w[i])
+                    best = float(sum(w[i] for i in pool[:need]))
+                    fixed = float(claims[k, j]) - best
+                    for sub in _subsets_below(pool, w, need, threshold - fixed):
+                        out.add(self._build(table, p, k, j, list(sub)))
+                        if len(out) > MAX_ENUMERATED:
+                            return None
+                if time.perf_counter() > deadline:
+                    return None
+        return sorted(out, key=lambda c: (c.end, c.size, c.members, c.met))
+
+
+def _subsets_below(
+    pool: list[int], weight: np.ndarray, m: int, budget: float
+) -> list[tuple[int, ...]]:
+    """Every ``m``-subset of ``pool`` (sorted by ascending ``weight``) whose weights sum to at
+    most ``budget``, by depth-first search with the cheapest completion as the bound."""
+    found: list[tuple[int, ...]] = []
+    w = [float(weight[i]) for i in pool]
+    size = len(pool)
+    if m == 0:
+        if budget >= 0:
+            found.append(())
+        return found
+    acc: list[int] = []
+
+    def dfs(first: int, left: int, room: float) -> None:
+        if left == 0:
+            found.append(tuple(acc))
+            return
+        for i in range(first, size - left + 1):
+            if w[i] + sum(w[i + 1 : i + left]) > room:
+                break
+            acc.append(pool[i])
+            dfs(i + 1, left - 1, room - w[i])
+            acc.pop()
+
+    dfs(0, m, budget)
+    return found
+
+
+def restricted_milp(master: ColumnMaster, columns: list[Column], pulp: Any) -> tuple[Any, Any]:
+    """The master as a 0-1 MILP over ``columns`` (PuLP): ``min sum cost_c z_c`` (s) with one
+    column per request, a path of arcs, flow-weighted start times ``sigma_a`` and the claims'
+    deadlines (the same rows as the LP). Returns ``(problem, read_plan)``."""
+    n = master.n
+    prob = pulp.LpProblem("sa_ordering_columns", pulp.LpMinimize)
+    z = [prob.add_variable(f"z_{i}", cat="Binary") for i in range(len(columns))]
+    by_request: dict[int, list[Any]] = {r: [] for r in range(n)}
+    out: dict[int, list[Any]] = {q: [] for q in range(n + 1)}
+    into: dict[int, list[Any]] = {q: [] for q in range(n + 1)}
+    for var, col in zip(z, columns, strict=True):
+        for r in col.members:
+            by_request[r].append(var)
+        out[col.start].append(var)
+        into[col.end].append(var)
+    lp = pulp.lpSum
+    prob += lp(master.cost(c) * v for v, c in zip(z, columns, strict=True))
+    for r in range(n):
+        prob += lp(by_request[r]) == 1, f"assign_{r}"
+    prob += lp(out[0]) == 1, "path_start"
+    for q in range(1, n):
+        prob += lp(out[q]) == lp(into[q]), f"path_{q}"
+    if master.ratio is not None:
+        sigma = {
+            a: prob.add_variable(
+                f"sigma_{a[0]}_{a[1]}", lowBound=0, upBound=float(master.ub[a[0] - a[1]])
+            )
+            for a in master.arcs
+        }
+        arc_cols: dict[tuple[int, int], list[tuple[Any, Column]]] = {a: [] for a in master.arcs}
+        time_in: dict[int, list[Any]] = {q: [] for q in range(n + 1)}
+        for var, col in zip(z, columns, strict=True):
+            time_in[col.end].append(master.duration(col) * var)
+            if col.start >= 1:
+                arc_cols[col.end, col.size].append((var, col))
+        for q in range(1, n):
+            leaving = [sigma[a] for a in master.arcs if a[0] - a[1] == q]
+            entering = [sigma[a] for a in master.arcs if a[0] == q]
+            prob += lp(leaving) == lp(entering) + lp(time_in[q]), f"time_{q}"
+        for a, members in arc_cols.items():
+            q = a[0] - a[1]
+            prob += (
+                sigma[a] <= lp(master.claim_limit(c) * v for v, c in members),
+                f"claim_{a[0]}_{a[1]}",
+            )
+            prob += (
+                sigma[a] >= float(master.lb[q]) * lp(v for v, _ in members),
+                f"floor_{a[0]}_{a[1]}",
+            )
+
+    def read_plan() -> tuple[tuple[int, ...], ...]:
+        used = [c for v, c in zip(z, columns, strict=True) if (v.varValue or 0.0) > 0.5]
+        return tuple(c.members for c in sorted(used, key=lambda c: c.end))
+
+    return prob, read_plan
+
+
+#: Share of the remaining time a restricted MILP over the generated columns may use to improve
+#: the incumbent when the gap is too wide to enumerate.
+HEURISTIC_SHARE = 0.5
+
+
+@register_model(f"{PROBLEM}-columns")
+class SAOrderingColumns(SAOrderingModel):
+    """SA ordering solved by batch columns (snapshots; module docstring, docs Sec. 6).
+
+    ``solve(model, "highs" | "cbc")`` runs column generation (HiGHS LP through highspy),
+    enumerates every column that can still improve the incumbent and solves the restricted
+    MILP on the chosen backend, inside Dinkelbach iterations. When the LP gap is too wide to
+    enumerate (more than :data:`MAX_ENUMERATED` columns), a MILP over the generated columns only
+    improves the incumbent and the run ends at TIME_LIMIT with the LP's bound. Instances with
+    different arrivals fall back to the position-arc MILP; CP-SAT and brute force are the
+    parent's.
+    """
+
+    name = f"{PROBLEM}-columns"
+
+    def solve_with(self, backend: Any, time_limit: float, **params: Any) -> Result | None:
+        if backend.formulation == "milp" and self.problem.snapshot:
+            return self._columns(backend, time_limit)
+        return super().solve_with(backend, time_limit, **params)
+
+    def plan_meeting_one(self) -> Batches | None:
+        """A plan with G > 0 (a meetable request first, at a size where it meets), or None
+        when no request can meet its SLO."""
+        data = self.problem
+        n, b = data.n_requests, data.batch_size
+        for r in range(n):
+            for s in range(1, min(b, n) + 1):
+                if data.latest_start_s[r, s] >= data.arrival_s.min():
+                    rest = [i for i in range(n) if i != r]
+                    first = (r, *rest[: s - 1])
+                    return (first, *sorted_full_batches(data, rest[s - 1 :]))
+        return None
+
+    def _restricted(self, master: ColumnMaster, columns: list[Column]) -> MilpFormulation:
+        import pulp
+
+        prob, read_plan = restricted_milp(master, columns, pulp)
+        return MilpFormulation(problem=prob, to_schedule=lambda: self._to_schedule(read_plan()))
+
+    def _columns(self, backend: Any, time_limit: float) -> Result:
+        start = time.perf_counter()
+        deadline = start + time_limit
+        data = self.problem
+        plan, value = self.starting_plan()
+        counters = {"iterations": 0, "columns": 0, "enumerated": 0, "milp_solves": 0}
+
+        def finish(status: Status, bound: float | None) -> Result:
+            return self._result(status, plan, value, bound, backend, start, **counters)
+
+        def adopt(raw: Any) -> bool:
+            nonlocal plan, value
+            if raw.schedule is None:
+                return False
+            cand_plan = batches_of(raw.schedule)
+            cand = data.evaluate(cand_plan)
+            if cand.g > value.g * (1.0 + 1e-12):
+                plan, value = cand_plan, cand
+                return True
+            return False
+
+        if value.met_requests == 0:
+            other = self.plan_meeting_one()
+            if other is None:  # nobody can meet: every plan has G = 0
+                return finish(Status.OPTIMAL, 0.0)
+            plan, value = other, data.evaluate(other)
+        meetable = data.meetable_requests
+        # latency floor: the latency-only master's LP bound (or the closed-form floor)
+        floor = ColumnMaster(data, None)
+        floor.add_plan(plan)
+        _, floor_lb, _, _ = floor.solve_lp(deadline)
+        latency_lb = max(data.latency_lower_bound_s(), floor_lb)
+        upper_all = meetable / latency_lb
+        if upper_all <= value.g * (1.0 + RATIO_TOLERANCE):
+            return finish(Status.OPTIMAL, upper_all)
+        tolerance = 0.5 * RATIO_TOLERANCE * latency_lb  # on F (s)
+        known: set[Column] = set()
+        bound = upper_all
+        while True:
+            counters["iterations"] += 1
+            lam = value.g
+            master = ColumnMaster(data, lam)
+            master.add_plan(plan)
+            for col in sorted(known, key=lambda c: (c.end, c.members, c.met)):
+                if master.valid(col):
+                    master.add(col)
+            _, lb, duals, converged = master.solve_lp(deadline)
+            known.update(master.columns)
+            counters["columns"] = max(counters["columns"], len(master.columns))
+            if converged:
+                bound = min(bound, lam * (1.0 + max(0.0, -lb) / latency_lb))
+            if converged and -lb <= tolerance:
+                return finish(Status.OPTIMAL, bound)
+            if time.perf_counter() >= deadline:
+                return finish(Status.TIME_LIMIT, bound)
+            threshold = -lb + ENUMERATION_SLACK * (1.0 + latency_lb)
+            extra = master.enumerate(duals, threshold, deadline) if converged else None
+            if extra is None:
+                # too wide to close: improve the incumbent from the generated columns
+                form = self._restricted(master, master.columns)
+                share = HEURISTIC_SHARE * (deadline - time.perf_counter())
+                if share <= 0:
+                    return finish(Status.TIME_LIMIT, bound)
+                raw = backend.solve_formulation(form, share)
+                counters["milp_solves"] += 1
+                if adopt(raw):
+                    continue
+                return finish(Status.TIME_LIMIT, bound)
+            counters["enumerated"] = max(counters["enumerated"], len(extra))
+            columns = sorted(
+                set(master.columns) | set(extra), key=lambda c: (c.end, c.members, c.met)
+            )
+            form = self._restricted(master, columns)
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                return finish(Status.TIME_LIMIT, bound)
+            raw = backend.solve_formulation(form, remaining)
+            counters["milp_solves"] += 1
+            improved = adopt(raw)
+            if raw.status != Status.OPTIMAL or raw.bound is None:
+                return finish(
+                    Status.TIME_LIMIT if raw.status == Status.TIME_LIMIT else raw.status, bound
+                )
+            # min F over every plan >= raw.bound
+            bound = min(bound, lam * (1.0 + max(0.0, -raw.bound) / latency_lb))
+            if improved:
+                continue
+            proved = bound <= value.g * (1.0 + RATIO_TOLERANCE)
+            return finish(Status.OPTIMAL if proved else Status.FEASIBLE, bound)
