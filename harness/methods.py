@@ -55,7 +55,10 @@ SOLVER_NAMES = ("highs", "cbc", "cpsat", "brute")
 #: Short names of exact methods per problem.
 ALIASES: dict[str, dict[str, str]] = {
     "slos-admission": {"b1": "slos-b1:highs", "b2": "slos-b2:highs"},
-    "sa-ordering": {"columns": "sa-ordering-columns:highs", "columns-cbc": "sa-ordering-columns:cbc"},
+    "sa-ordering": {
+        "columns": "sa-ordering-columns:highs",
+        "columns-cbc": "sa-ordering-columns:cbc",
+    },
 }
 
 

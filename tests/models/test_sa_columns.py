@@ -17,7 +17,6 @@ from slolab.instances.records import Instance
 from slolab.models.sa_columns import Column, ColumnMaster, SAOrderingColumns
 from slolab.models.sa_ordering import OrderingProblem, SAOrderingModel, batches_of
 from slolab.solvers import Status, available_models, build_model, solve
-
 from test_sa_ordering import (
     NAN,
     RANDOM_TIMING,
@@ -97,7 +96,9 @@ def test_pricing_finds_the_most_negative_column(seed: int, ratio: float | None) 
         brute = min(master.reduced_cost(c, duals) for c in every)
         assert rc_min == pytest.approx(brute, abs=1e-9)
         if found:
-            assert min(master.reduced_cost(c, duals) for c in found) == pytest.approx(brute, abs=1e-9)
+            assert min(master.reduced_cost(c, duals) for c in found) == pytest.approx(
+                brute, abs=1e-9
+            )
         col_duals = master.highs.getSolution().col_dual[master.n_aux :]
         for col, rc in zip(master.columns, col_duals, strict=True):
             assert master.reduced_cost(col, duals) == pytest.approx(rc, abs=1e-9)
