@@ -11,9 +11,10 @@ claims that the members ``T`` of ``S`` meet their SLO. Its cost in the Dinkelbac
 because a batch's duration delays the ``N - p`` requests after it (total latency is linear in
 the batch durations once positions are fixed). The master problem picks one column per used
 arc ``(p, s)`` so that the arcs form a path ``0 -> N`` and every request is in one column;
-``tau_q`` is the end of the batches covering the first ``q`` positions, and a claim ``T`` needs
-``tau_q <= L_c = min_{r in T} L_r(s)`` (the latest start of docs/sa_ordering.md), written
-``tau_q + (UB_q - L_c) lambda_c <= UB_q`` summed over the columns of an arc.
+``sigma_a`` is the start time of arc ``a`` times its flow (time flows along the path: a node's
+outgoing ``sigma`` is its incoming ``sigma`` plus the durations ending there), and a claim ``T``
+needs ``sigma_a <= L_c lambda_c`` with ``L_c = min_{r in T} L_r(s)`` (the latest start of
+docs/sa_ordering.md).
 
 Exactness (docs/sa_ordering.md, Sec. 6):
 
@@ -23,7 +24,7 @@ Exactness (docs/sa_ordering.md, Sec. 6):
    cheapest remaining members, each claimed met exactly when its latest start is at least
    ``L_k``.
 2. Any dual vector ``y`` proves ``F(x) >= LB0 + sum_{c in x} rc_c`` for every plan ``x``
-   (``LB0 = y^T b`` plus the reduced-cost terms of the ``tau`` variables at their bounds). So a
+   (``LB0 = y^T b`` plus the reduced-cost terms of the ``sigma`` variables at their bounds). So a
    plan with ``F < 0`` uses only columns with ``rc_c <= -LB0 - N min(0, rc_min)``; these are
    enumerated exhaustively.
 3. A MILP over the enumerated columns (PuLP, run on HiGHS or CBC by the backend) finds the
@@ -107,9 +108,10 @@ class ColumnMaster:
     """The LP master of the column formulation at one ``lambda`` (``None``: latency only,
     no claims and no deadline rows), held in a ``highspy.Highs`` object.
 
-    Rows: ``assign_r`` (= 1), ``flow_q`` for q = 0..N-1 (out minus in = [q = 0]),
-    ``time_q`` for q = 1..N-1 (``tau_q - tau_{q-1} - sum_{p_c = q} d_c lambda_c = 0``) and,
-    with a ratio, ``deadline_a`` for each arc starting after position 0.
+    Rows: ``assign_r`` (= 1), ``flow_q`` for q = 0..N-1 (out minus in = [q = 0]) and, with a
+    ratio, ``time_q`` for q = 1..N-1 (``sigma`` out minus ``sigma`` in minus the durations
+    ending at ``q`` = 0), then a claim row (``sigma_a - sum min(L_c, UB_q) lambda_c <= 0``) and
+    a floor row (``sigma_a - LB_q sum lambda_c >= 0``) for each arc starting after position 0.
     """
 
     def __init__(self, problem: Any, ratio: float | None) -> None:
