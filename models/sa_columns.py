@@ -579,7 +579,8 @@ class SAOrderingColumns(SAOrderingModel):
     enumerates every column that can still improve the incumbent and solves the restricted
     MILP on the chosen backend, inside Dinkelbach iterations. When the LP gap is too wide to
     enumerate (more than :data:`MAX_ENUMERATED` columns), a MILP over the generated columns only
-    improves the incumbent and the run ends at TIME_LIMIT with the LP's bound. Instances with
+    tries to improve the incumbent; without an improvement the run ends with the LP's bound,
+    FEASIBLE (or TIME_LIMIT when the time is up). Instances with
     different arrivals fall back to the position-arc MILP; CP-SAT and brute force are the
     parent's.
     """
@@ -677,7 +678,9 @@ class SAOrderingColumns(SAOrderingModel):
                 counters["milp_solves"] += 1
                 if adopt(raw):
                     continue
-                return finish(Status.TIME_LIMIT, bound)
+                # gave up without a proof: FEASIBLE when time is left, else TIME_LIMIT
+                out_of_time = time.perf_counter() >= deadline
+                return finish(Status.TIME_LIMIT if out_of_time else Status.FEASIBLE, bound)
             counters["enumerated"] = max(counters["enumerated"], len(extra))
             columns = sorted(
                 set(master.columns) | set(extra), key=lambda c: (c.end, c.members, c.met)

@@ -205,14 +205,14 @@ def test_shipped_n20_is_proved_quickly() -> None:
 
 
 def test_time_limit_gives_an_interval_above_the_known_incumbent() -> None:
-    """On the shipped 40-request snapshot a short run stops at TIME_LIMIT with an incumbent at
-    least the starting plan's, and its bound is above the best G known for the instance (a plan
+    """On the shipped 40-request snapshot a short run stops unproved (TIME_LIMIT, or FEASIBLE
+    when it gives up early) with an incumbent at least the starting plan's, and its bound is above the best G known for the instance (a plan
     found by the position-arc MILP), and tighter than that MILP's own bound."""
     instance = load_shipped("sa-azure-n40-b4")
     record = known("sa-azure-n40-b4")
     model = SAOrderingColumns(instance)
     result = solve(model, "highs", time_limit=8)
-    assert result.status == Status.TIME_LIMIT
+    assert result.status in (Status.TIME_LIMIT, Status.FEASIBLE)
     lo, hi = result.optimum_interval
     assert lo >= model.starting_plan()[1].g
     assert record["incumbent"] <= hi < record["bound"]
