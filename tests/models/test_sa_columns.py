@@ -6,7 +6,6 @@ import itertools
 import math
 import time
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,9 +18,9 @@ from slolab.models.sa_ordering import OrderingProblem, SAOrderingModel, batches_
 from slolab.solvers import Status, available_models, build_model, solve
 from test_sa_ordering import (
     NAN,
-    RANDOM_TIMING,
     defer_the_strict,
     ordering_instance,
+    random_ordering_instance,
     split_or_batch,
 )
 
@@ -32,18 +31,8 @@ def known(name: str) -> dict:
 
 
 def random_snapshot(seed: int, n: int, b: int) -> Instance:
-    """``n`` queued requests, half chat (TTFT + TPOT), half code (e2e), B = ``b``."""
-    rng = np.random.default_rng(seed)
-    chat = rng.integers(0, 2, n) == 1
-    return ordering_instance(
-        rng.integers(1, 60, n).tolist(),
-        np.where(chat, rng.uniform(0.05, 2.0, n), NAN).tolist(),
-        np.where(chat, rng.uniform(0.015, 0.03, n), NAN).tolist(),
-        np.where(chat, NAN, rng.uniform(0.2, 3.0, n)).tolist(),
-        batch_size=b,
-        prompt_tokens=rng.integers(1, 400, n).tolist(),
-        timing=RANDOM_TIMING,
-    )
+    """``n`` queued requests, each chat (TTFT + TPOT) or code (e2e) at random, B = ``b``."""
+    return random_ordering_instance(seed, n, b)
 
 
 def all_columns(master: ColumnMaster) -> list[Column]:

@@ -194,25 +194,31 @@ def test_time_limit_reports_incumbent_and_bound() -> None:
     assert brute.status == Status.TIME_LIMIT and brute.objective is None
 
 
-@st.composite
-def random_instances(draw: st.DrawFn) -> Instance:
-    """3..6 requests, B in 1..3, chat (TTFT + TPOT) or code (e2e) SLOs; some with arrivals."""
-    n = draw(st.integers(3, 6))
-    b = draw(st.integers(1, 3))
-    seed = draw(st.integers(0, 2**31 - 1))
+def random_ordering_instance(seed: int, n: int, b: int, arrivals: bool = False) -> Instance:
+    """``n`` requests, B = ``b``, each chat (TTFT + TPOT) or code (e2e) at random; queued at 0
+    unless ``arrivals`` (sorted uniform arrivals in [0, 1) s)."""
     rng = np.random.default_rng(seed)
     chat = rng.integers(0, 2, n) == 1
-    arrivals = np.sort(rng.uniform(0, 1.0, n)) if draw(st.booleans()) else np.zeros(n)
+    times = np.sort(rng.uniform(0, 1.0, n)) if arrivals else np.zeros(n)
     return ordering_instance(
         rng.integers(1, 60, n).tolist(),
         np.where(chat, rng.uniform(0.05, 2.0, n), NAN).tolist(),
         np.where(chat, rng.uniform(0.015, 0.03, n), NAN).tolist(),
         np.where(chat, NAN, rng.uniform(0.2, 3.0, n)).tolist(),
         batch_size=b,
-        arrival=arrivals.tolist(),
+        arrival=times.tolist(),
         prompt_tokens=rng.integers(1, 400, n).tolist(),
         timing=RANDOM_TIMING,
     )
+
+
+@st.composite
+def random_instances(draw: st.DrawFn) -> Instance:
+    """3..6 requests, B in 1..3, chat (TTFT + TPOT) or code (e2e) SLOs; some with arrivals."""
+    n = draw(st.integers(3, 6))
+    b = draw(st.integers(1, 3))
+    seed = draw(st.integers(0, 2**31 - 1))
+    return random_ordering_instance(seed, n, b, arrivals=draw(st.booleans()))
 
 
 @settings(max_examples=25, deadline=None, derandomize=True)
