@@ -49,7 +49,6 @@ from slolab.models.sa_ordering import (
     RATIO_TOLERANCE,
     Batches,
     SAOrderingModel,
-    batches_of,
     sorted_full_batches,
 )
 from slolab.solvers.base import MilpFormulation, Result, Status
@@ -263,12 +262,9 @@ class ColumnMaster:
         for batch in plan:
             s = len(batch)
             position += s
-            met = []
-            if self.ratio is not None:
-                met = [r for r in batch if self.latest[r, s] >= start_s]
-                # keep claims that the master accepts (L_c >= LB_q holds for a real plan)
+            met = [] if self.ratio is None else [r for r in batch if self.latest[r, s] >= start_s]
             col = _column(batch, position, met)
-            if col.met and self.deadline(col) < self.lb[col.start]:
+            if not self.valid(col):  # rounding: a real start is never below LB_q
                 col = _column(batch, position, ())
             self.add(col)
             start_s += max(float(self.exec[r, s]) for r in batch)
@@ -295,37 +291,34 @@ class ColumnMaster:
             e = self.exec[keys, s]
             value = e - pi[keys]
             late = self.latest[keys, s]
-            idx = np.arange(n)
-            # eligible[k, i]: member i may be claimed when k sets the deadline (key order on ties)
-            eligible = (late[None, :] > late[:, None]) | (
-                (late[None, :] == late[:, None]) & (idx[None, :] >= idx[:, None])
-            )
-            eligible &= late[None, :] > -np.inf
-            with_claims = value[None, :] - eligible * self.reward
+            none = value + _smallest_prefix_sums(value[None, :], s - 1)[0]
+            table = {"s": s, "keys": keys, "e": e, "value": value, "late": late, "none": none}
+            if self.ratio is not None:
+                table.update(self._claim_tables(value, late, s))
+            tables.append(table)
+        return tables
+
+    def _claim_tables(self, value: np.ndarray, late: np.ndarray, s: int) -> dict[str, np.ndarray]:
+        """``eligible[k, i]`` (member ``i`` may be claimed when ``k`` sets the deadline; key
+        order on ties), the claim-adjusted values and ``base[k, j]``: the best members of a
+        column with leader ``j`` and setter ``k`` (inf where ``k`` is after ``j``)."""
+        n = self.n
+        idx = np.arange(n)
+        eligible = (late[None, :] > late[:, None]) | (
+            (late[None, :] == late[:, None]) & (idx[None, :] >= idx[:, None])
+        )
+        eligible &= late[None, :] > -np.inf
+        with_claims = value[None, :] - eligible * self.reward
+        base = np.full((n, n), np.inf)
+        if s >= 2:
             excluded = with_claims.copy()
             excluded[idx, idx] = np.inf
-            base = np.full((n, n), np.inf)
-            if s >= 2:
-                pair = _smallest_prefix_sums(excluded, s - 2)
-                base = with_claims + np.diag(with_claims)[:, None] + pair
-                base[idx[:, None] >= idx[None, :]] = np.inf
-            own = _smallest_prefix_sums(with_claims, s - 1)
-            base[idx, idx] = np.diag(with_claims) + np.diag(own)
-            none = value + _smallest_prefix_sums(value[None, :], s - 1)[0]
-            tables.append(
-                {
-                    "s": s,
-                    "keys": keys,
-                    "e": e,
-                    "value": value,
-                    "late": late,
-                    "eligible": eligible,
-                    "with_claims": with_claims,
-                    "base": base,
-                    "none": none,
-                }
-            )
-        return tables
+            pair = _smallest_prefix_sums(excluded, s - 2)
+            base = with_claims + np.diag(with_claims)[:, None] + pair
+            base[idx[:, None] >= idx[None, :]] = np.inf
+        own = _smallest_prefix_sums(with_claims, s - 1)
+        base[idx, idx] = np.diag(with_claims) + np.diag(own)
+        return {"eligible": eligible, "with_claims": with_claims, "base": base}
 
     def _arc_terms(self, duals: np.ndarray, p: int, s: int) -> tuple[float, float, float]:
         """Leader coefficient ``N - p + eta_p``, the constant ``-phi_q + phi_p + kappa_a UB_q
@@ -351,14 +344,14 @@ class ColumnMaster:
         self, table: dict[str, Any], duals: np.ndarray, p: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """Reduced costs at arc ``(p, s)``: ``(none[j], claims[k, j])`` for leader ``j`` and
-        deadline setter ``k`` (inf where not allowed)."""
+        deadline setter ``k`` (inf where not allowed; one inf row without a ratio)."""
         s = table["s"]
         q = p - s
         lead, const, neg_kappa = self._arc_terms(duals, p, s)
         leader = table["e"] * lead
         none = leader + table["none"] + const
         if self.ratio is None:
-            return none, np.full((self.n, self.n), np.inf)
+            return none, np.full((1, self.n), np.inf)
         late = table["late"]
         allowed = (late >= self.lb[q]) & (late > -np.inf)
         room = np.where(allowed, np.maximum(0.0, float(self.ub[q]) - late), 0.0)
@@ -623,14 +616,10 @@ class SAOrderingColumns(SAOrderingModel):
 
         def adopt(raw: Any) -> bool:
             nonlocal plan, value
-            if raw.schedule is None:
-                return False
-            cand_plan = batches_of(raw.schedule)
-            cand = data.evaluate(cand_plan)
-            if cand.g > value.g * (1.0 + 1e-12):
-                plan, value = cand_plan, cand
-                return True
-            return False
+            better = self.improvement(raw, value)
+            if better is not None:
+                plan, value = better
+            return better is not None
 
         if value.met_requests == 0:
             other = self.plan_meeting_one()

@@ -447,6 +447,34 @@ def ordering_instance(
     )
 
 
+def random_ordering_instance(
+    seed: int,
+    n: int,
+    batch_size: int,
+    *,
+    timing: Any,
+    arrivals: bool = False,
+    name: str = "sa-random",
+) -> Instance:
+    """A small random SA-ordering instance (seeded): each request chat (TTFT 0.05-2 s, TPOT
+    15-30 ms) or code (e2e 0.2-3 s) at random, 1-59 output and 1-399 prompt tokens; queued at 0
+    unless ``arrivals`` (sorted uniform arrivals in [0, 1) s)."""
+    rng = np.random.default_rng(seed)
+    chat = rng.integers(0, 2, n) == 1
+    times = np.sort(rng.uniform(0, 1.0, n)) if arrivals else np.zeros(n)
+    return ordering_instance(
+        rng.integers(1, 60, n).tolist(),
+        np.where(chat, rng.uniform(0.05, 2.0, n), np.nan).tolist(),
+        np.where(chat, rng.uniform(0.015, 0.03, n), np.nan).tolist(),
+        np.where(chat, np.nan, rng.uniform(0.2, 3.0, n)).tolist(),
+        batch_size,
+        arrival=times.tolist(),
+        prompt_tokens=rng.integers(1, 400, n).tolist(),
+        timing=timing,
+        name=name,
+    )
+
+
 def as_problem(instance: Instance | OrderingProblem) -> OrderingProblem:
     """The problem data of an SA-ordering instance (or the data itself)."""
     if isinstance(instance, OrderingProblem):
@@ -1133,6 +1161,17 @@ class SAOrderingModel(ExactModel):
         return value.g, self._to_schedule(best_plan)
 
     # -- solve loops ----------------------------------------------------------------------------
+    def improvement(self, raw: Any, value: PlanValue) -> tuple[Batches, PlanValue] | None:
+        """The plan of a backend's solution and its exact value, when its G beats ``value``'s
+        (by more than 1e-12 relative, or any G > 0 over G = 0); None otherwise."""
+        if raw.schedule is None:
+            return None
+        plan = batches_of(raw.schedule)
+        cand = self.problem.evaluate(plan)
+        if cand.g > value.g * (1.0 + 1e-12) or (value.g == 0 and cand.g > 0):
+            return plan, cand
+        return None
+
     def solve_with(self, backend: Any, time_limit: float, **params: Any) -> Result | None:
         """Dinkelbach on MILP backends, enumeration by met count on CP-SAT; brute force as is."""
         if backend.formulation == "milp":
@@ -1200,14 +1239,10 @@ class SAOrderingModel(ExactModel):
 
         def adopt(raw: Any) -> bool:
             nonlocal plan, value
-            if raw.schedule is None:
-                return False
-            cand_plan = batches_of(raw.schedule)
-            cand = data.evaluate(cand_plan)
-            if cand.g > value.g * (1.0 + 1e-12) or (value.g == 0 and cand.g > 0):
-                plan, value = cand_plan, cand
-                return True
-            return False
+            better = self.improvement(raw, value)
+            if better is not None:
+                plan, value = better
+            return better is not None
 
         remaining = deadline - time.perf_counter()
         if remaining <= 0:

@@ -144,17 +144,8 @@ def random_instances(draw: st.DrawFn) -> Instance:
     """3..6 requests, B in 1..3, chat (TTFT + TPOT) or code (e2e) SLOs."""
     n = draw(st.integers(3, 6))
     b = draw(st.integers(1, 3))
-    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
-    chat = rng.integers(0, 2, n) == 1
-    return ordering_instance(
-        rng.integers(1, 60, n).tolist(),
-        np.where(chat, rng.uniform(0.05, 2.0, n), NAN).tolist(),
-        np.where(chat, rng.uniform(0.015, 0.03, n), NAN).tolist(),
-        np.where(chat, NAN, rng.uniform(0.2, 3.0, n)).tolist(),
-        batch_size=b,
-        prompt_tokens=rng.integers(1, 400, n).tolist(),
-        timing=RANDOM_TIMING,
-    )
+    seed = draw(st.integers(0, 2**31 - 1))
+    return sa_model.random_ordering_instance(seed, n, b, timing=RANDOM_TIMING)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True)

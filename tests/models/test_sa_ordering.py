@@ -195,21 +195,8 @@ def test_time_limit_reports_incumbent_and_bound() -> None:
 
 
 def random_ordering_instance(seed: int, n: int, b: int, arrivals: bool = False) -> Instance:
-    """``n`` requests, B = ``b``, each chat (TTFT + TPOT) or code (e2e) at random; queued at 0
-    unless ``arrivals`` (sorted uniform arrivals in [0, 1) s)."""
-    rng = np.random.default_rng(seed)
-    chat = rng.integers(0, 2, n) == 1
-    times = np.sort(rng.uniform(0, 1.0, n)) if arrivals else np.zeros(n)
-    return ordering_instance(
-        rng.integers(1, 60, n).tolist(),
-        np.where(chat, rng.uniform(0.05, 2.0, n), NAN).tolist(),
-        np.where(chat, rng.uniform(0.015, 0.03, n), NAN).tolist(),
-        np.where(chat, NAN, rng.uniform(0.2, 3.0, n)).tolist(),
-        batch_size=b,
-        arrival=times.tolist(),
-        prompt_tokens=rng.integers(1, 400, n).tolist(),
-        timing=RANDOM_TIMING,
-    )
+    """The model module's seeded random instance with RANDOM_TIMING."""
+    return sa_model.random_ordering_instance(seed, n, b, timing=RANDOM_TIMING, arrivals=arrivals)
 
 
 @st.composite
