@@ -386,11 +386,7 @@ class Engine:
         if self.router is None:
             k = 0 if len(pool) == 1 else r % len(pool)
         else:
-            k = self.router.route(r, pool, self.now)
-            if not 0 <= k < len(pool):
-                raise PolicyError(
-                    f"router chose server {k} for request {r}; servers are 0..{len(pool) - 1}"
-                )
+            k = self._route(self.router, pool, r, "")
         server = pool[k]
         if self.warm is not None and self.warm[0][r]:
             self._place_warm(server, r)
@@ -402,6 +398,17 @@ class Engine:
             self.server_of[r] = server.id
             self.prefill_server_of[r] = server.id
         self._wake(server)
+
+    def _route(self, router: Router, pool: list[Server], r: int, kind: str) -> int:
+        """The index in ``pool`` that ``router`` picks for request ``r``; PolicyError when it is
+        out of range (``kind``: "" or "decode ", for the message)."""
+        k = router.route(r, pool, self.now)
+        if not 0 <= k < len(pool):
+            raise PolicyError(
+                f"{kind}router chose server {k} for request {r}; "
+                f"{kind}servers are 0..{len(pool) - 1}"
+            )
+        return k
 
     def _place_warm(self, server: Server, r: int) -> None:
         """Admit a warm-started request as it was when the run began (see warm_start_state)."""
@@ -434,11 +441,7 @@ class Engine:
         if self.decode_router is None:
             k = min(range(len(pool)), key=lambda j: (pool[j].load, j))
         else:
-            k = self.decode_router.route(r, pool, self.now)
-            if not 0 <= k < len(pool):
-                raise PolicyError(
-                    f"decode router chose server {k} for request {r}; decode servers are 0..{len(pool) - 1}"
-                )
+            k = self._route(self.decode_router, pool, r, "decode ")
         server = pool[k]
         self.transfer_done[r] = self.now
         self.server_of[r] = server.id
