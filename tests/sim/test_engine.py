@@ -291,3 +291,36 @@ def test_warm_start_rejects_impossible_state():
         ValueError, match=r"generated_tokens of a running request .* got 2 .*\(row 0\)"
     ):
         run(inst, SarathiFCFS(), seed=0)
+
+
+class _PickServer:
+    """A router that always picks server ``k`` (in range or not)."""
+
+    def __init__(self, k):
+        self.k = k
+
+    def start(self, instance, seed):
+        return None
+
+    def route(self, r, pool, now):
+        return self.k
+
+
+def test_router_choice_out_of_range_is_an_error():
+    """An entry router or a decode router naming a server outside its pool raises PolicyError."""
+    inst = two_requests(servers=2)
+    with pytest.raises(
+        PolicyError, match=r"^router chose server 2 for request 0; servers are 0..1"
+    ):
+        run(inst, SarathiFCFS(token_budget=64), _PickServer(2), seed=0)
+    wl = Workload({"arrival_s": [0.0], "prompt_tokens": [9], "output_tokens": [3]})
+    cl = Cluster(servers=2, mode="disaggregated", prefill_servers=1)
+    with pytest.raises(
+        PolicyError, match=r"^decode router chose server 1 for request 0; decode servers are 0..0"
+    ):
+        run(
+            Instance("d", wl, cl, ROUND),
+            SarathiFCFS(token_budget=64),
+            decode_router=_PickServer(1),
+            seed=0,
+        )
