@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,9 +112,13 @@ class ColumnMaster:
     ratio, ``time_q`` for q = 1..N-1 (``sigma`` out minus ``sigma`` in minus the durations
     ending at ``q`` = 0), then a claim row (``sigma_a - sum min(L_c, UB_q) lambda_c <= 0``) and
     a floor row (``sigma_a - LB_q sum lambda_c >= 0``) for each arc starting after position 0.
+
+    ``unclaimable`` requests are never claimed met: the master is then the relaxation of the
+    plans counted as if those requests missed their SLO (a diagnostic of where the LP's claims
+    come from, docs/sa_ordering.md Sec. 10).
     """
 
-    def __init__(self, problem: Any, ratio: float | None) -> None:
+    def __init__(self, problem: Any, ratio: float | None, unclaimable: Iterable[int] = ()) -> None:
         import highspy
 
         if not problem.snapshot:
@@ -128,6 +133,11 @@ class ColumnMaster:
         self.latest = np.asarray(problem.latest_start_s, dtype=float) - float(
             problem.arrival_s.min()
         )
+        self.unclaimable = tuple(sorted({int(r) for r in unclaimable}))
+        for r in self.unclaimable:
+            if not 0 <= r < n:
+                raise ValueError(f"unclaimable request {r} is not in 0..{n - 1}")
+        self.latest[list(self.unclaimable), :] = -np.inf
         self.lb = problem.start_lower_bounds_s()
         self.ub = problem.start_upper_bounds_s()
         self.reward = 0.0 if ratio is None else 1.0 / ratio
@@ -408,6 +418,15 @@ class ColumnMaster:
             if not added or time.perf_counter() > deadline:
                 lb0 = self.dual_value(duals)
                 return value, lb0 + self.n * min(0.0, rc_min), duals, not added
+
+    def claimed(self) -> np.ndarray:
+        """``y_r = sum_{c: r in T_c} lambda_c``: how much of each request the last LP solution
+        claims met (fractional where the LP mixes columns)."""
+        x = np.asarray(self.highs.getSolution().col_value)[self.n_aux :]
+        y = np.zeros(self.n)
+        for col, value in zip(self.columns, x, strict=True):
+            y[list(col.met)] += value
+        return y
 
     def dual_value(self, duals: np.ndarray) -> float:
         """``LB0 = y^T b + sum_a min(0, rc_sigma_a UB_q)``: with the reduced costs ``rc_c`` of

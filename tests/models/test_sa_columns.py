@@ -138,6 +138,33 @@ def test_lp_bound_holds_for_every_plan() -> None:
     assert worst - lb < 1.0
 
 
+def test_unclaimable_requests_are_never_claimed() -> None:
+    """defer_the_strict at lambda = 2 / 17.5 (8.75 s per met request). Unrestricted, the LP
+    is integral at the optimum (1), (2), (0): latency 2.5 + 5 + 10 = 17.5, requests 1 and 2
+    met, F = 17.5 - 2 * 8.75 = 0. With 1 and 2 unclaimable only request 0 can count: first,
+    its latencies are 5 + 7.5 + 10 = 22.5 and F = 22.5 - 8.75 = 13.75 (no claim at all: 17.5)."""
+    problem = OrderingProblem.from_instance(defer_the_strict())
+    lam = 2 / 17.5
+    values = {}
+    for unclaimable in [(), (1,), (1, 2)]:
+        master = ColumnMaster(problem, lam, unclaimable)
+        master.add_plan(((1,), (2,), (0,)))
+        value, _, _, converged = master.solve_lp(time.perf_counter() + 30)
+        assert converged
+        values[unclaimable] = (value, master.claimed().tolist())
+    assert values[()][0] == pytest.approx(0.0, abs=1e-9)
+    assert values[()][1] == pytest.approx([0.0, 1.0, 1.0])
+    assert values[1, 2][0] == pytest.approx(13.75)
+    assert values[1, 2][1] == pytest.approx([1.0, 0.0, 0.0])
+    # only request 1 barred: the best plan is (2), (1), (0), 17.5 - 8.75 = 8.75; the LP is a
+    # relaxation between the unrestricted value and that
+    value, claimed = values[1,]
+    assert claimed[1] == 0.0
+    assert 0.0 - 1e-9 <= value <= 8.75 + 1e-9
+    with pytest.raises(ValueError, match="unclaimable request 3"):
+        ColumnMaster(problem, lam, [3])
+
+
 @pytest.mark.parametrize("solver", ["highs", "cbc"])
 def test_hand_solved_instances(solver: str) -> None:
     """The two hand-solved instances of test_sa_ordering: G = 0.2 and 2 / 17.5."""
