@@ -31,14 +31,9 @@ import numpy as np
 import pandas as pd
 from slolab.instances.records import Workload
 from slolab.timing.base import (
-    F_DECODE_KV,
-    F_DECODE_TOKENS,
-    F_NUM_DECODE,
-    F_NUM_PREFILL,
-    F_PREFILL_ATTN,
-    F_PREFILL_TOKENS,
-    N_FEATURES,
     TimingModel,
+    padded_decode_features,
+    padded_prefill_features,
 )
 
 # -- timing helpers -----------------------------------------------------------------------------
@@ -50,12 +45,7 @@ def zero_load_prefill_s(timing: TimingModel, prompt_tokens: np.ndarray) -> np.nd
     The iteration holds one sequence of ``p`` prompt tokens:
     ``T(prefill_tokens = p, num_prefill_seqs = 1, prefill_attention_work = p (p + 1) / 2)``.
     """
-    p = np.asarray(prompt_tokens, dtype=float)
-    features = np.zeros((len(p), N_FEATURES))
-    features[:, F_PREFILL_TOKENS] = p
-    features[:, F_NUM_PREFILL] = 1.0
-    features[:, F_PREFILL_ATTN] = p * (p + 1.0) / 2.0
-    return np.asarray(timing.times(features), dtype=float)
+    return np.asarray(timing.times(padded_prefill_features(1, prompt_tokens)), dtype=float)
 
 
 def idle_decode_s(
@@ -69,11 +59,7 @@ def idle_decode_s(
     """
     p = np.asarray(prompt_tokens, dtype=float)
     o = np.asarray(output_tokens, dtype=float)
-    features = np.zeros((len(p), N_FEATURES))
-    features[:, F_DECODE_TOKENS] = 1.0
-    features[:, F_NUM_DECODE] = 1.0
-    features[:, F_DECODE_KV] = p + o - 1.0
-    times = np.asarray(timing.times(features), dtype=float)
+    times = np.asarray(timing.times(padded_decode_features(1, p + o - 1.0)), dtype=float)
     return np.where(o > 1, times, 0.0)
 
 

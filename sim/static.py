@@ -24,36 +24,21 @@ from __future__ import annotations
 
 import numpy as np
 from slolab.timing.base import (
-    F_DECODE_KV,
-    F_DECODE_TOKENS,
-    F_NUM_DECODE,
-    F_NUM_PREFILL,
-    F_PREFILL_ATTN,
-    F_PREFILL_TOKENS,
-    N_FEATURES,
     TimingModel,
+    padded_decode_features,
+    padded_prefill_features,
 )
 
 
 def prefill_features(batch_size: int, prompt_tokens: int) -> np.ndarray:
     """Feature vector of the padded prefill iteration of a member (see module docstring)."""
-    s, p = float(batch_size), float(prompt_tokens)
-    f = np.zeros(N_FEATURES)
-    f[F_PREFILL_TOKENS] = s * p
-    f[F_NUM_PREFILL] = s
-    f[F_PREFILL_ATTN] = s * p * (p + 1.0) / 2.0
-    return f
+    return padded_prefill_features(batch_size, prompt_tokens)[0]
 
 
 def decode_features(batch_size: int, prompt_tokens: int, output_tokens: int) -> np.ndarray:
-    """Feature matrix ``(output_tokens - 1, 7)`` of a member's decode steps."""
-    s = float(batch_size)
-    j = np.arange(1, output_tokens, dtype=float)
-    f = np.zeros((len(j), N_FEATURES))
-    f[:, F_DECODE_TOKENS] = s
-    f[:, F_NUM_DECODE] = s
-    f[:, F_DECODE_KV] = s * (prompt_tokens + j)
-    return f
+    """Feature matrix ``(output_tokens - 1, 7)`` of a member's decode steps (step ``j`` reads
+    ``prompt_tokens + j`` KV tokens per sequence)."""
+    return padded_decode_features(batch_size, prompt_tokens + np.arange(1, output_tokens))
 
 
 def member_token_offsets(

@@ -57,6 +57,35 @@ def prefill_attention_work(chunk: np.ndarray | int, prefix: np.ndarray | int) ->
     return c * (np.asarray(prefix, dtype=float) + (c + 1.0) / 2.0)
 
 
+def padded_prefill_features(batch_size: float, prompt_tokens: Any) -> np.ndarray:
+    """``(n, 7)`` features of a prefill iteration of ``batch_size`` sequences of ``p`` prompt
+    tokens each (a static batch padded to ``p``), one row per entry of ``prompt_tokens``.
+
+    ``s`` sequences of ``p`` tokens: ``prefill_tokens = s p``, ``num_prefill_seqs = s`` and
+    ``prefill_attention_work = s p (p + 1) / 2``.
+    """
+    p = np.atleast_1d(np.asarray(prompt_tokens, dtype=float))
+    s = float(batch_size)
+    f = np.zeros((len(p), N_FEATURES))
+    f[:, F_PREFILL_TOKENS] = s * p
+    f[:, F_NUM_PREFILL] = s
+    f[:, F_PREFILL_ATTN] = s * p * (p + 1.0) / 2.0
+    return f
+
+
+def padded_decode_features(batch_size: float, kv_tokens: Any) -> np.ndarray:
+    """``(n, 7)`` features of a decode iteration of ``batch_size`` sequences that each read
+    ``kv`` KV tokens, one row per entry of ``kv_tokens``: ``decode_tokens = num_decode_seqs =
+    s`` and ``decode_kv_tokens = s kv``."""
+    kv = np.atleast_1d(np.asarray(kv_tokens, dtype=float))
+    s = float(batch_size)
+    f = np.zeros((len(kv), N_FEATURES))
+    f[:, F_DECODE_TOKENS] = s
+    f[:, F_NUM_DECODE] = s
+    f[:, F_DECODE_KV] = s * kv
+    return f
+
+
 @dataclass(frozen=True, slots=True)
 class BatchShape:
     """Shape of one iteration (see :data:`FEATURES`)."""

@@ -219,3 +219,27 @@ def _random_rows(seed: int, n: int) -> np.ndarray:
     rows[:, 4] = chunk * (chunk + 1) / 2
     rows[:, 5] = (chunk > 0).astype(float)
     return rows
+
+
+def test_padded_static_batch_features() -> None:
+    """Two sequences padded to 3 prompt tokens: 6 prefill tokens, 2 sequences, attention work
+    2 * 3 * 4 / 2 = 12. Three decoding sequences reading 5 and 7 KV tokens: 3 tokens, 3
+    sequences, 15 and 21 KV tokens read."""
+    from slolab.timing.base import padded_decode_features, padded_prefill_features
+
+    prefill = padded_prefill_features(2, 3)
+    assert prefill.shape == (1, len(FEATURES))
+    assert dict(zip(FEATURES, prefill[0], strict=True)) == {
+        "prefill_tokens": 6.0,
+        "decode_tokens": 0.0,
+        "num_decode_seqs": 0.0,
+        "decode_kv_tokens": 0.0,
+        "prefill_attention_work": 12.0,
+        "num_prefill_seqs": 2.0,
+        "spec_steps": 0.0,
+    }
+    decode = padded_decode_features(3, [5, 7])
+    assert decode[:, FEATURES.index("decode_tokens")].tolist() == [3.0, 3.0]
+    assert decode[:, FEATURES.index("num_decode_seqs")].tolist() == [3.0, 3.0]
+    assert decode[:, FEATURES.index("decode_kv_tokens")].tolist() == [15.0, 21.0]
+    assert decode[:, FEATURES.index("prefill_tokens")].tolist() == [0.0, 0.0]
