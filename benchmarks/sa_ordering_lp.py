@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from slolab.harness.build import sa_snapshot
-from slolab.models.sa_columns import ColumnMaster
+from slolab.models.sa_columns import ColumnMaster, latency_floor, ratio_bound
 from slolab.models.sa_ordering import batches_of
 from slolab.solvers import build_model, solve
 
@@ -34,24 +34,28 @@ OUT = Path(__file__).parent / "out"
 INTEGRAL = 1e-6
 
 
-def lp_row(data, plan, ratio: float, latency_lb: float, unclaimable: list[int]) -> dict:
+def lp_row(
+    data, plan, ratio: float, latency_lb: float, unclaimable: list[int]
+) -> tuple[dict, list[int]]:
+    """One LP solve with ``unclaimable`` barred: its table row and the fractionally claimed
+    requests."""
     master = ColumnMaster(data, ratio, unclaimable)
     master.add_plan(plan)
     start = time.perf_counter()
     value, _, _, converged = master.solve_lp(start + 600.0)
     claimed = master.claimed()
     fractional = [r for r in range(data.n_requests) if INTEGRAL < claimed[r] < 1.0 - INTEGRAL]
-    return {
+    row = {
         "unclaimable": " ".join(map(str, unclaimable)) or "-",
         "lp_F_s": value,
-        "g_bound": ratio * (1.0 + max(0.0, -value) / latency_lb),
+        "g_bound": ratio_bound(ratio, value, latency_lb),
         "claimed": float(claimed.sum()),
         "fractional": " ".join(f"{r}:{claimed[r]:.3f}" for r in fractional) or "-",
         "columns": len(master.columns),
         "converged": converged,
         "runtime_s": time.perf_counter() - start,
-        "_fractional": fractional,
     }
+    return row, fractional
 
 
 def main() -> None:
@@ -79,18 +83,16 @@ def main() -> None:
         f"N = {args.n}, B = {args.batch}, seed {seed}: {res.status.value}, G = {value.g:.6f} "
         f"({value.met_requests} met), bound {res.bound:.6f}, {res.runtime_s:.1f} s"
     )
-    floor = ColumnMaster(data, None)
-    floor.add_plan(plan)
-    latency_lb = max(data.latency_lower_bound_s(), floor.solve_lp(time.perf_counter() + 600.0)[0])
+    latency_lb = latency_floor(data, plan, time.perf_counter() + 600.0)
     rows = []
     unclaimable: list[int] = []
     for _ in range(args.steps + 1):
-        row = lp_row(data, plan, value.g, latency_lb, unclaimable)
+        row, fractional = lp_row(data, plan, value.g, latency_lb, unclaimable)
         rows.append(row)
-        if not row["_fractional"]:
+        if not fractional:
             break
-        unclaimable = sorted({*unclaimable, *row["_fractional"]})
-    table = pd.DataFrame(rows).drop(columns="_fractional")
+        unclaimable = sorted({*unclaimable, *fractional})
+    table = pd.DataFrame(rows)
     table.insert(0, "incumbent_met", value.met_requests)
     table.insert(0, "lambda", value.g)
     table.insert(0, "n", args.n)

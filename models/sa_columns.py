@@ -55,7 +55,14 @@ from slolab.models.sa_ordering import (
 from slolab.solvers.base import MilpFormulation, Result, Status
 from slolab.solvers.registry import register_model
 
-__all__ = ["Column", "ColumnMaster", "SAOrderingColumns", "restricted_milp"]
+__all__ = [
+    "Column",
+    "ColumnMaster",
+    "SAOrderingColumns",
+    "latency_floor",
+    "ratio_bound",
+    "restricted_milp",
+]
 
 #: Reduced costs below ``-PRICING_TOLERANCE`` (s) enter the master.
 PRICING_TOLERANCE = 1e-7
@@ -521,6 +528,22 @@ def _subsets_below(
     return found
 
 
+def latency_floor(problem: Any, plan: Any, deadline: float) -> float:
+    """A lower bound on the total latency of every plan (s): the latency-only master's bound
+    (valid even if ``deadline``, a perf_counter time, cuts column generation short), or the
+    closed-form floor when that is larger. ``plan`` seeds the master."""
+    floor = ColumnMaster(problem, None)
+    floor.add_plan(plan)
+    _, lower, _, _ = floor.solve_lp(deadline)
+    return max(problem.latency_lower_bound_s(), lower)
+
+
+def ratio_bound(ratio: float, f_lower: float, latency_lb: float) -> float:
+    """``G* <= lambda (1 + max(0, -LB) / L_lb)`` from a lower bound ``LB`` on ``min F`` at
+    ``lambda`` = ``ratio`` and the latency floor ``L_lb`` (docs Sec. 6, "Bound")."""
+    return ratio * (1.0 + max(0.0, -f_lower) / latency_lb)
+
+
 def restricted_milp(master: ColumnMaster, columns: list[Column], pulp: Any) -> tuple[Any, Any]:
     """The master as a 0-1 MILP over ``columns`` (PuLP): ``min sum cost_c z_c`` (s) with one
     column per request, a path of arcs, flow-weighted start times ``sigma_a`` and the claims'
@@ -646,11 +669,7 @@ class SAOrderingColumns(SAOrderingModel):
                 return finish(Status.OPTIMAL, 0.0)
             plan, value = other, data.evaluate(other)
         meetable = data.meetable_requests
-        # latency floor: the latency-only master's LP bound (or the closed-form floor)
-        floor = ColumnMaster(data, None)
-        floor.add_plan(plan)
-        _, floor_lb, _, _ = floor.solve_lp(deadline)
-        latency_lb = max(data.latency_lower_bound_s(), floor_lb)
+        latency_lb = latency_floor(data, plan, deadline)
         upper_all = meetable / latency_lb
         if upper_all <= value.g * (1.0 + RATIO_TOLERANCE):
             return finish(Status.OPTIMAL, upper_all)
@@ -669,7 +688,7 @@ class SAOrderingColumns(SAOrderingModel):
             known.update(master.columns)
             counters["columns"] = max(counters["columns"], len(master.columns))
             if converged:
-                bound = min(bound, lam * (1.0 + max(0.0, -lb) / latency_lb))
+                bound = min(bound, ratio_bound(lam, lb, latency_lb))
             if converged and -lb <= tolerance:
                 return finish(Status.OPTIMAL, bound)
             if time.perf_counter() >= deadline:
@@ -705,7 +724,7 @@ class SAOrderingColumns(SAOrderingModel):
                     Status.TIME_LIMIT if raw.status == Status.TIME_LIMIT else raw.status, bound
                 )
             # min F over every plan >= raw.bound
-            bound = min(bound, lam * (1.0 + max(0.0, -raw.bound) / latency_lb))
+            bound = min(bound, ratio_bound(lam, raw.bound, latency_lb))
             if improved:
                 continue
             proved = bound <= value.g * (1.0 + RATIO_TOLERANCE)
