@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import pytest
-import slolab.models.sa_ordering as sa_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sa_ordering_cases import (
+    NAN,
+    RANDOM_TIMING,
+    ordering_instance,
+    random_ordering_instance,
+    split_or_batch,
+)
 from slolab import sim
 from slolab.heuristics.sa_ordering import (
     BASELINES,
@@ -26,27 +31,6 @@ from slolab.heuristics.sa_ordering import (
 from slolab.instances.records import Instance
 from slolab.models.sa_ordering import OrderingProblem, SAOrderingModel
 from slolab.solvers import solve
-from slolab.timing import LinearTiming
-
-NAN = math.nan
-
-# Every iteration costs 1 s plus 0.25 s per sequence: a member of a batch of size s has first
-# token P(s) = 1 + 0.25 s, execution time e(s) = (1 + 0.25 s) * output_tokens, TPOT 1 + 0.25 s.
-QUARTER = LinearTiming(1.0, {"num_prefill_seqs": 0.25, "num_decode_seqs": 0.25}, name="quarter")
-RANDOM_TIMING = LinearTiming(
-    0.01, {"prefill_tokens": 1e-4, "num_decode_seqs": 2e-3, "decode_kv_tokens": 1e-6}, name="rnd"
-)
-
-
-def ordering_instance(*args, timing=QUARTER, **kwargs) -> Instance:
-    """An SA-ordering instance on one static server (QUARTER timing unless given)."""
-    return sa_model.ordering_instance(*args, timing=timing, name="sa-test", **kwargs)
-
-
-def split_or_batch() -> Instance:
-    """Chat request 0 (2 tokens, TTFT 1.4 s, TPOT 1.3 s), code request 1 (1 token, e2e 1.3 s),
-    B = 2: only 1 then 0 in separate batches meets an SLO (G = 1 / 5)."""
-    return ordering_instance([2, 1], [1.4, NAN], [1.3, NAN], [NAN, 1.3], batch_size=2)
 
 
 def test_default_parameters_are_the_papers() -> None:
@@ -145,7 +129,7 @@ def random_instances(draw: st.DrawFn) -> Instance:
     n = draw(st.integers(3, 6))
     b = draw(st.integers(1, 3))
     seed = draw(st.integers(0, 2**31 - 1))
-    return sa_model.random_ordering_instance(seed, n, b, timing=RANDOM_TIMING)
+    return random_ordering_instance(seed, n, b)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True)

@@ -9,6 +9,7 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sa_ordering_cases import NAN, ordering_instance, random_ordering_instance, split_or_batch
 from slolab import sim
 from slolab.harness.compare import compare
 from slolab.instances.io import load_manifest, load_shipped
@@ -16,13 +17,7 @@ from slolab.instances.records import Instance
 from slolab.models.sa_columns import Column, ColumnMaster, SAOrderingColumns
 from slolab.models.sa_ordering import OrderingProblem, SAOrderingModel, batches_of
 from slolab.solvers import Status, available_models, build_model, solve
-from test_sa_ordering import (
-    NAN,
-    defer_the_strict,
-    ordering_instance,
-    random_ordering_instance,
-    split_or_batch,
-)
+from test_sa_ordering import defer_the_strict
 
 
 def known(name: str) -> dict:

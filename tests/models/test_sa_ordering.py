@@ -6,9 +6,15 @@ import math
 
 import numpy as np
 import pytest
-import slolab.models.sa_ordering as sa_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sa_ordering_cases import (
+    NAN,
+    RANDOM_TIMING,
+    ordering_instance,
+    random_ordering_instance,
+    split_or_batch,
+)
 from slolab import sim
 from slolab.instances.records import Cluster, Instance
 from slolab.models.sa_ordering import (
@@ -18,29 +24,6 @@ from slolab.models.sa_ordering import (
     batches_of,
 )
 from slolab.solvers import Status, available_models, build_model, solve
-from slolab.timing import LinearTiming
-
-NAN = math.nan
-
-# Every iteration costs 1 s plus 0.25 s per sequence, so a member of a batch of size s has
-# first token P(s) = 1 + 0.25 s and execution time e(s) = (1 + 0.25 s) * output_tokens:
-# s = 1: P = 1.25, e = 1.25 o; s = 2: P = 1.5, e = 1.5 o; its mean TPOT is 1 + 0.25 s.
-QUARTER = LinearTiming(1.0, {"num_prefill_seqs": 0.25, "num_decode_seqs": 0.25}, name="quarter")
-# Random-battery timing: prompt- and context-dependent, sizes 1..3.
-RANDOM_TIMING = LinearTiming(
-    0.01, {"prefill_tokens": 1e-4, "num_decode_seqs": 2e-3, "decode_kv_tokens": 1e-6}, name="rnd"
-)
-
-
-def ordering_instance(*args, timing=QUARTER, **kwargs) -> Instance:
-    """An SA-ordering instance on one static server (QUARTER timing unless given)."""
-    return sa_model.ordering_instance(*args, timing=timing, name="sa-test", **kwargs)
-
-
-def split_or_batch() -> Instance:
-    """Chat request 0 (2 tokens, TTFT 1.4 s, TPOT 1.3 s) and code request 1 (1 token, e2e 1.3 s),
-    B = 2: batching slows both past their SLOs."""
-    return ordering_instance([2, 1], [1.4, NAN], [1.3, NAN], [NAN, 1.3], batch_size=2)
 
 
 def defer_the_strict() -> Instance:
@@ -192,11 +175,6 @@ def test_time_limit_reports_incumbent_and_bound() -> None:
     assert hi >= lo
     brute = solve(model, "brute", time_limit=0.05)
     assert brute.status == Status.TIME_LIMIT and brute.objective is None
-
-
-def random_ordering_instance(seed: int, n: int, b: int, arrivals: bool = False) -> Instance:
-    """The model module's seeded random instance with RANDOM_TIMING."""
-    return sa_model.random_ordering_instance(seed, n, b, timing=RANDOM_TIMING, arrivals=arrivals)
 
 
 @st.composite
