@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from slolab.harness.build import sa_snapshot
 from slolab.heuristics.sa_ordering import sa_order
+from slolab.problems.sa_ordering import sa_snapshot
 from slolab.sim import check, metrics, replay
 from slolab.solvers import build_model, solve
 

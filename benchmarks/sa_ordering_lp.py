@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from slolab.harness.build import sa_snapshot
 from slolab.models.sa_columns import ColumnMaster, latency_floor, ratio_bound
 from slolab.models.sa_ordering import batches_of
+from slolab.problems.sa_ordering import sa_snapshot
 from slolab.solvers import build_model, solve
 
 OUT = Path(__file__).parent / "out"

@@ -149,7 +149,7 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
 
 
 def _serving_instance(a: argparse.Namespace, rate: float | None):
-    from slolab.harness.build import serving_instance
+    from slolab.problems.serving import serving_instance
 
     return serving_instance(
         a.trace,
@@ -177,29 +177,17 @@ def _slo_scheme(a: argparse.Namespace) -> str | None:
 
 
 def _policy_and_router(a: argparse.Namespace, instance):
-    import numpy as np
-    from slolab.heuristics import POLICIES, ROUTERS
-    from slolab.timing import time2bs
+    from slolab.heuristics.policies import (
+        make_policy,
+        make_router,
+        parse_token_budget,
+        policy_entry,
+    )
 
-    if a.policy not in POLICIES:
-        raise ValueError(f"unknown policy {a.policy!r}; known: {', '.join(sorted(POLICIES))}")
-    if a.router not in ROUTERS:
-        raise ValueError(f"unknown router {a.router!r}; known: {', '.join(sorted(ROUTERS))}")
-    if a.policy in ("sarathi", "edf"):
-        if a.token_budget == "auto":
-            tpot = instance.workload["tpot_slo_s"]
-            tpot = tpot[np.isfinite(tpot)]
-            budget = time2bs(instance.timing, float(tpot.min())) if len(tpot) else 0
-            budget = min(budget, a.max_batch_tokens) if budget > 0 else a.max_batch_tokens
-        else:
-            try:
-                budget = int(a.token_budget)
-            except ValueError:
-                raise ValueError(
-                    f"--token-budget must be an integer or auto, got {a.token_budget!r}"
-                ) from None
-        return POLICIES[a.policy](token_budget=budget), ROUTERS[a.router]()
-    return POLICIES[a.policy](), ROUTERS[a.router]()
+    budget = parse_token_budget(a.token_budget)
+    if not policy_entry(a.policy).token_budget:
+        budget = None
+    return make_policy(a.policy, instance, token_budget=budget), make_router(a.router)
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
@@ -262,84 +250,22 @@ def cmd_simulate(a: argparse.Namespace) -> int:
 
 
 def cmd_instance_build(a: argparse.Namespace) -> int:
-    import numpy as np
-    from slolab.harness.build import (
-        sa_snapshot,
-        serving_instance,
-        slos_snapshot,
-        slos_snapshots_from_simulation,
-    )
     from slolab.instances import save_instance
+    from slolab.problems import get_problem
 
-    if a.problem == "sa-ordering":
-        chat: str | None = "azure_conv_2023"
-        code: str | None = "azure_code_2023"
-        if a.trace:
-            stem = Path(a.trace).stem.lower()
-            chat, code = (None, a.trace) if "code" in stem else (a.trace, None)
-            if a.task == "mixed":
-                raise ValueError(
-                    "--task mixed needs the two default traces; drop --trace or give --task chat|code"
-                )
-        if a.task == "chat":
-            code = None
-        elif a.task == "code":
-            chat = None
-        inst = sa_snapshot(
-            a.n,
-            a.batch,
-            seed=a.seed,
-            chat_trace=chat,
-            code_trace=code,
-            timing=a.timing or "sa-qwen2.5-7b-v100",
-        )
-    elif a.problem == "slos-admission" and a.from_simulation:
-        calls = slos_snapshots_from_simulation(
-            a.scenario,
-            seed=a.seed,
-            n=a.n,
-            rate=a.rate,
-            timing=a.timing or "opt-13b-h100-slos",
-            slack=a.slack,
-        )
-        if not calls:
+    problem = get_problem(a.problem)
+    given = {dest: value for dest, value in vars(a).items() if dest.startswith("opt_")}
+    accepted = {_option_dest(o): o for o in problem.options}
+    options = {}
+    for dest, value in given.items():
+        if dest not in accepted:
+            flag = "--" + dest[len("opt_") :].replace("_", "-")
             raise ValueError(
-                "the simulation made no scheduler call with new requests; raise --n or --rate"
+                f"{flag} does not apply to problem {problem.name!r}; its options: "
+                f"{', '.join(o.cli_flag for o in problem.options) or 'none'}"
             )
-
-        def distance(c):
-            running = int(np.asarray(c.workload["running"]).sum())
-            return abs(c.n_requests - running - a.new) + abs(running - a.running)
-
-        inst = min(calls, key=distance)
-    elif a.problem == "slos-admission":
-        inst = slos_snapshot(
-            a.trace or "azure_conv_2023",
-            new=a.new,
-            running=a.running,
-            seed=a.seed,
-            format=a.format,
-            timing=a.timing or "opt-13b-h100-slos",
-            scenario=a.scenario,
-            slack=a.slack,
-        )
-    elif a.problem == "serving":
-        if not a.trace:
-            raise ValueError("--trace is required for --problem serving")
-        inst = serving_instance(
-            a.trace,
-            seed=a.seed,
-            format=a.format,
-            servers=a.servers,
-            timing=a.timing or "llama2-7b-h100",
-            slos=a.slos,
-            limit=a.n,
-            rate=a.rate,
-        )
-    else:
-        raise ValueError(
-            f"unknown problem {a.problem!r}; known: serving, sa-ordering, slos-admission"
-        )
+        options[accepted[dest].name] = value
+    inst = problem.build(**options)
     path = save_instance(inst, a.output)
     if a.json:
         _print_json(
@@ -352,6 +278,94 @@ def cmd_instance_build(a: argparse.Namespace) -> int:
         )
     else:
         print(f"wrote {path} ({inst.problem}, {inst.n_requests} requests, name {inst.name})")
+    return 0
+
+
+def _option_dest(option) -> str:
+    return "opt_" + option.cli_flag[2:].replace("-", "_")
+
+
+def _shown(default: Any) -> bool:
+    """A default worth printing in help (not None, not a flag's False)."""
+    return default is not None and default is not False
+
+
+def _add_problem_options(b: argparse.ArgumentParser) -> None:
+    """One flag per builder option of any problem (a flag shared by problems means one thing)."""
+    from slolab.problems import problems
+
+    flags: dict[str, list] = {}
+    for p in problems():
+        for o in p.options:
+            flags.setdefault(o.cli_flag, []).append((p, o))
+    for flag, uses in sorted(flags.items()):
+        types = {o.type for _, o in uses}
+        if len(types) != 1:
+            raise TypeError(f"option {flag} has different types in different problems: {types}")
+        first = uses[0][1]
+        by_help: dict[str, list] = {}
+        for p, o in uses:
+            by_help.setdefault(o.help, []).append((p, o))
+        help_parts = []
+        for text, group in by_help.items():
+            defaults = {str(o.default) for _, o in group if _shown(o.default)}
+            default = ""
+            if len(defaults) == 1:
+                default = f" (default: {defaults.pop()})"
+            elif defaults:
+                default = (
+                    " (default: "
+                    + ", ".join(f"{p.name} {o.default}" for p, o in group if _shown(o.default))
+                    + ")"
+                )
+            help_parts.append(f"{', '.join(p.name for p, _ in group)}: {text}{default}")
+        kwargs: dict[str, Any] = {
+            "dest": _option_dest(first),
+            "default": argparse.SUPPRESS,
+            "help": "; ".join(help_parts).replace("%", "%%"),
+        }
+        if first.type is bool:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs["type"] = first.type
+            kwargs["metavar"] = first.name.upper()
+        b.add_argument(flag, **kwargs)
+
+
+def cmd_problems(a: argparse.Namespace) -> int:
+    from slolab.harness.methods import method_help
+    from slolab.problems import problems
+
+    rows = [
+        {
+            "problem": p.name,
+            "title": p.title,
+            "objective": p.objective.name,
+            "sense": p.objective.sense,
+            "models": list(p.models),
+            "aliases": dict(p.aliases),
+            "heuristics": [h.name for h in p.heuristics if not h.baseline],
+            "baselines": [h.name for h in p.heuristics if h.baseline],
+            "methods": method_help(p.name),
+            "options": [o.cli_flag for o in p.options],
+            "docs": f"docs/{p.docs}" if p.docs else "",
+        }
+        for p in problems()
+    ]
+    if a.json:
+        _print_json(rows)
+        return 0
+    for r in rows:
+        print(f"{r['problem']}: {r['title']}")
+        print(
+            f"  objective   {r['objective']} ({'higher' if r['sense'] == 'max' else 'lower'} is better)"
+        )
+        print(f"  methods     {r['methods']}")
+        print(
+            f"  build with  slolab instance build --problem {r['problem']} {' '.join(r['options'])}"
+        )
+        if r["docs"]:
+            print(f"  docs        {r['docs']}")
     return 0
 
 
@@ -385,14 +399,20 @@ def cmd_presets(a: argparse.Namespace) -> int:
 
 def cmd_solve(a: argparse.Namespace) -> int:
     from slolab.harness.compare import objective
-    from slolab.harness.methods import DEFAULT_MODEL
+    from slolab.problems import get_problem
     from slolab.sim import check, replay
     from slolab.solvers import build_model, solve
 
     inst = _load_instance(a.instance)
-    model_name = a.model or DEFAULT_MODEL.get(inst.problem)
+    problem = get_problem(inst.problem)
+    model_name = a.model or problem.default_model
     if model_name is None:
-        raise ValueError(f"instance problem {inst.problem!r} has no default model; give --model")
+        raise ValueError(f"problem {inst.problem!r} has no exact model")
+    if model_name not in problem.models:
+        raise ValueError(
+            f"problem {inst.problem!r} has no model {model_name!r}; its models: "
+            f"{', '.join(problem.models)}"
+        )
     res = solve(
         build_model(model_name, inst),
         solver=a.solver,
@@ -444,14 +464,21 @@ def cmd_compare(a: argparse.Namespace) -> int:
         "runtime_s",
         "violations",
     ]
+    objective_name = frame["objective_name"].iloc[0]
+    better = "higher" if frame["sense"].iloc[0] == "max" else "lower"
     print(
-        f"instance {inst.name} ({inst.problem}, {inst.n_requests} requests); optimum in "
+        f"instance {inst.name} ({inst.problem}, {inst.n_requests} requests); objective "
+        f"{objective_name} ({better} is better), recomputed from each method's replay; optimum in "
         f"[{frame['optimum_lo'].iloc[0]:.6g}, {frame['optimum_hi'].iloc[0]:.6g}]"
     )
     print(
         frame[[c for c in cols if c in frame.columns]].to_string(
             index=False, float_format=lambda v: f"{v:.6g}"
         )
+    )
+    print(
+        "gap_lo, gap_hi: the relative distance to the optimum lies in [gap_lo, gap_hi] "
+        "(0 = optimal; one value once an exact method proves the optimum)"
     )
     return 0
 
@@ -501,6 +528,12 @@ def cmd_capacity(a: argparse.Namespace) -> int:
     return 0
 
 
+def _problem_names() -> list[str]:
+    from slolab.problems import problem_names
+
+    return problem_names()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slolab",
@@ -540,63 +573,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--problem",
         required=True,
-        choices=["serving", "sa-ordering", "slos-admission"],
-        help="decision problem",
+        choices=_problem_names(),
+        help="decision problem (see 'slolab problems')",
     )
-    b.add_argument(
-        "--trace",
-        default=None,
-        help="trace file or vendored trace name (sa-ordering default: Azure conv (chat) + Azure code (code))",
-    )
-    b.add_argument("--format", default=None, help="trace format (default: detected)")
-    b.add_argument(
-        "--n",
-        type=int,
-        default=10,
-        help="sa-ordering: queued requests; serving: first N requests (default: 10)",
-    )
-    b.add_argument(
-        "--batch", type=int, default=4, help="sa-ordering: largest batch size B (default: 4)"
-    )
-    b.add_argument(
-        "--task",
-        default="mixed",
-        choices=["mixed", "chat", "code"],
-        help="sa-ordering: request types (default: mixed)",
-    )
-    b.add_argument(
-        "--new", type=int, default=10, help="slos-admission: new requests at the call (default: 10)"
-    )
-    b.add_argument(
-        "--running",
-        type=int,
-        default=20,
-        help="slos-admission: running requests at the call (default: 20)",
-    )
-    b.add_argument(
-        "--from-simulation",
-        action="store_true",
-        help="slos-admission: capture the call from an online SLOs-Serve run of the scenario "
-        "(--n requests, --rate req/s) closest to --new/--running, instead of cutting the trace",
-    )
-    b.add_argument(
-        "--scenario",
-        default="chatbot",
-        help="slos-admission: SLOs-Serve scenario (default: chatbot)",
-    )
-    b.add_argument(
-        "--slack",
-        default="tight",
-        choices=["tight", "loose"],
-        help="slos-admission: SLO slack (default: tight)",
-    )
-    b.add_argument("--servers", type=int, default=1, help="serving: servers (default: 1)")
-    b.add_argument("--slos", default="polyserve", help="serving: SLO scheme (default: polyserve)")
-    b.add_argument("--rate", type=float, default=None, help="serving: target arrival rate (req/s)")
-    b.add_argument("--timing", default=None, help="timing preset (default per problem)")
-    b.add_argument(
-        "--seed", type=int, default=0, help="seed of the cut and the SLO draws (default: 0)"
-    )
+    _add_problem_options(b)
     b.add_argument("-o", "--output", required=True, help="instance file to write (.json)")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.set_defaults(func=cmd_instance_build)
@@ -608,6 +588,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_instances)
+
+    p = sub.add_parser(
+        "problems",
+        help="list the decision problems",
+        description="List the decision problems: objective, exact models, heuristics, baselines, how to build an instance, docs page.",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_problems)
 
     p = sub.add_parser(
         "presets",
@@ -642,7 +630,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("instance", help="instance file or shipped instance name")
     p.add_argument(
-        "--methods", required=True, help="comma-separated methods, e.g. brute,highs,cpsat,sa,fcfs"
+        "--methods",
+        required=True,
+        help="comma-separated methods: the problem's heuristics and baselines, exact aliases, "
+        "solver names (highs, cbc, cpsat, brute: the default model) or MODEL:SOLVER; "
+        "'slolab problems' lists them per problem",
     )
     p.add_argument(
         "--time-limit", type=float, default=60.0, help="seconds per exact method (default: 60)"

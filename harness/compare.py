@@ -5,24 +5,28 @@ Every row's ``objective`` is recomputed from the method's Outcome by :mod:`slola
 ``solver_objective`` and must agree with the recomputed one: a mismatch raises
 :class:`ObjectiveMismatchError` (it means the model or the engine is wrong).
 
-Gaps are reported as intervals. All objectives here are maximised; the optimum lies in
-``[L, U]`` with ``L`` the best objective any method achieved (every replayed schedule is
-feasible) and ``U`` the smallest proved bound among exact rows (``+inf`` when none). The gap of
-a method with objective ``v`` is ``1 - v / opt``, so it lies in
-``[1 - v / L, 1 - v / U]``; both ends coincide when an exact row is OPTIMAL.
+Gaps are reported as intervals, and are relative distances to the optimum (0 = optimal).
+When the objective is maximised, the optimum lies in ``[L, U]`` with ``L`` the best objective
+any method achieved (every replayed schedule is feasible) and ``U`` the smallest proved bound
+among exact rows (``+inf`` when none); a method with objective ``v`` has gap ``1 - v / opt``,
+so it lies in ``[gap_lo, gap_hi] = [1 - v / L, 1 - v / U]``. When it is minimised, ``U`` is the
+best objective achieved, ``L`` the largest proved bound (``-inf`` when none), and the gap
+``v / opt - 1`` lies in ``[v / U - 1, v / L - 1]`` (``+inf`` when ``L <= 0``).
+Both ends coincide when an exact row is OPTIMAL.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from slolab.harness.methods import MethodRun, get_method
+from slolab.harness.methods import MethodRun, resolve_methods
 from slolab.instances.records import Instance
+from slolab.problems import get_problem
 from slolab.sim import Outcome, check, metrics
 
 log = logging.getLogger("slolab")
@@ -34,50 +38,21 @@ class ObjectiveMismatchError(AssertionError):
     """A solver's objective differs from the objective of its replayed schedule."""
 
 
-def _definition(instance: Instance) -> str:
-    return str(instance.settings.get("definition", "deadline"))
-
-
-def _attainment(instance: Instance, table: pd.DataFrame) -> float:
-    return metrics.attainment_from_table(table, _definition(instance))
-
-
-def _g(instance: Instance, table: pd.DataFrame) -> float:
-    return metrics.g_ratio_from_table(table)
-
-
-def _admitted_value(instance: Instance, table: pd.DataFrame) -> float:
-    """Value of the new (not running) requests served within their SLO at a scheduler call."""
-    wl = instance.workload
-    ok = table[f"met_{_definition(instance)}"].to_numpy()
-    if "running" in wl:
-        ok = ok & ~np.asarray(wl["running"], dtype=bool)
-    return float(wl["value"][ok].sum())
-
-
-#: Objective of each problem: (label, function of (instance, request table)).
-OBJECTIVES: dict[str, tuple[str, Callable[[Instance, pd.DataFrame], float]]] = {
-    "serving": ("attainment", _attainment),
-    "sa-ordering": ("G", _g),
-    "slos-admission": ("admitted value", _admitted_value),
-}
-
-
 def objective(instance: Instance, outcome: Outcome, table: pd.DataFrame | None = None) -> float:
-    """The instance's objective recomputed from an Outcome (or its request table, if given)."""
-    if instance.problem not in OBJECTIVES:
-        raise ValueError(
-            f"no objective for problem {instance.problem!r}; known: {', '.join(OBJECTIVES)}"
-        )
+    """The instance's objective (its problem's, see :mod:`slolab.problems`) from an Outcome.
+
+    ``table`` is the Outcome's :func:`slolab.sim.metrics.request_table`, if already computed.
+    """
     if table is None:
         table = metrics.request_table(instance, outcome)
-    return float(OBJECTIVES[instance.problem][1](instance, table))
+    return get_problem(instance.problem).objective(instance, outcome, table)
 
 
 def _row(
     instance: Instance, name: str, kind: str, mr: MethodRun, run_checks: bool
 ) -> dict[str, Any]:
     res = mr.result
+    objective_spec = get_problem(instance.problem).objective
     row: dict[str, Any] = {
         "instance": instance.name,
         "problem": instance.problem,
@@ -85,7 +60,9 @@ def _row(
         "method": name,
         "kind": kind,
         "status": mr.status,
+        "objective_name": objective_spec.name,
         "objective": math.nan,
+        "sense": objective_spec.sense,
         "solver_objective": res.objective if res is not None else math.nan,
         "bound": res.bound if res is not None and res.bound is not None else math.nan,
         "runtime_s": mr.runtime_s,
@@ -128,27 +105,36 @@ def _row(
     return row
 
 
-def optimum_interval(frame: pd.DataFrame) -> tuple[float, float]:
+def optimum_interval(frame: pd.DataFrame, sense: str = "max") -> tuple[float, float]:
     """``(L, U)`` around the optimum from a compare table (see the module docstring)."""
-    lo = float(frame["objective"].max()) if frame["objective"].notna().any() else -math.inf
+    values = frame["objective"]
     exact = frame[frame["kind"].isin(["exact", "bound"])]
-    hi = math.inf
+    proved: list[float] = []
     for _, r in exact.iterrows():
         if r["status"] == "OPTIMAL" and not math.isnan(r["objective"]):
-            hi = min(hi, float(r["objective"]))
+            proved.append(float(r["objective"]))
         elif not math.isnan(r["bound"]):
-            hi = min(hi, float(r["bound"]))
-    return lo, max(hi, lo)
+            proved.append(float(r["bound"]))
+    if sense == "max":
+        lo = float(values.max()) if values.notna().any() else -math.inf
+        hi = min(proved, default=math.inf)
+        return lo, max(hi, lo)
+    hi = float(values.min()) if values.notna().any() else math.inf
+    lo = max(proved, default=-math.inf)
+    return min(lo, hi), hi
 
 
-def _gap(v: float, opt: float) -> float:
-    if math.isnan(v):
+def _gap(v: float, opt: float, sense: str) -> float:
+    """Relative distance of ``v`` to a candidate optimum ``opt`` (NaN when undefined)."""
+    if math.isnan(v) or math.isnan(opt):
         return math.nan
-    if math.isinf(opt):
-        return 1.0
-    if opt <= 0:
-        return 0.0
-    return max(0.0, 1.0 - v / opt)
+    if sense == "max":
+        if math.isinf(opt):
+            return 1.0
+        return max(0.0, 1.0 - v / opt) if opt > 0 else math.nan
+    if opt <= 0 or math.isinf(opt):
+        return 0.0 if v <= opt else math.inf
+    return max(0.0, v / opt - 1.0)
 
 
 def compare(
@@ -163,30 +149,33 @@ def compare(
 ) -> pd.DataFrame:
     """Run ``methods`` on ``instance`` and return one row per method.
 
+    Every method name is resolved (and an unknown one reported) before any method runs.
+
     Columns: instance, problem, requests, method, kind (heuristic / exact / bound), status,
-    objective (recomputed from the Outcome), solver_objective, bound, gap_lo, gap_hi (the gap to
-    the optimum as an interval), runtime_s, attainment, finished, mean_latency_s, ttft_p99_s,
-    violations (checker).
+    objective_name, objective (recomputed from the Outcome), sense (max / min),
+    solver_objective, bound, gap_lo, gap_hi (the relative gap to the optimum as an interval: 0
+    is optimal), optimum_lo, optimum_hi, runtime_s, attainment, finished, mean_latency_s,
+    ttft_p99_s, violations (checker).
     """
-    if not methods:
-        raise ValueError("give at least one method")
+    spec = get_problem(instance.problem)
+    resolved = resolve_methods(list(methods), instance)
     rows = []
-    it: Any = methods
+    it: Any = resolved
     if progress:
         from tqdm.auto import tqdm
 
-        it = tqdm(methods, desc=f"compare {instance.name}", leave=False)
-    for name in it:
-        m = get_method(name, instance)
-        if instance.problem not in m.problems and m.kind == "heuristic":
-            raise ValueError(f"method {name!r} does not apply to problem {instance.problem!r}")
+        it = tqdm(resolved, desc=f"compare {instance.name}", leave=False)
+    for m in it:
         mr = m.runner(instance, seed=seed, time_limit=time_limit, threads=threads)
-        rows.append(_row(instance, name, m.kind, mr, run_checks))
+        rows.append(_row(instance, m.name, m.kind, mr, run_checks))
     frame = pd.DataFrame(rows)
-    lo, hi = optimum_interval(frame)
+    sense = spec.objective.sense
+    lo, hi = optimum_interval(frame, sense)
     frame["optimum_lo"] = lo
     frame["optimum_hi"] = hi
-    # opt in [lo, hi] and gap = 1 - v / opt, so gap in [1 - v / lo, 1 - v / hi]
-    frame["gap_lo"] = [_gap(v, lo) if lo > 0 else math.nan for v in frame["objective"]]
-    frame["gap_hi"] = [_gap(v, hi) if lo > 0 else math.nan for v in frame["objective"]]
+    # max: opt in [lo, hi], gap = 1 - v / opt in [1 - v / lo, 1 - v / hi]
+    # min: opt in [lo, hi], gap = v / opt - 1 in [v / hi - 1, v / lo - 1]
+    near, far = (lo, hi) if sense == "max" else (hi, lo)
+    frame["gap_lo"] = [_gap(v, near, sense) for v in frame["objective"]]
+    frame["gap_hi"] = [_gap(v, far, sense) for v in frame["objective"]]
     return frame

@@ -1,25 +1,35 @@
-"""Method registry: every heuristic and exact method the harness can run, by name.
+"""Methods by name: every heuristic and exact method the harness can run on an instance.
 
 A method turns an Instance into a :class:`MethodRun`: an Outcome from the engine (simulated
 by a policy or replayed from a schedule), plus, for exact methods, the solver's Result. The
 objective is never taken from the method: :func:`slolab.harness.compare.compare` recomputes it
 from the Outcome with the shared metrics.
 
-Exact methods are named ``model:solver`` (``sa-ordering:highs``); on an instance whose
-problem has a default model a bare solver name works too (``highs``, ``cbc``, ``cpsat``,
-``brute``).
+Names resolve through the instance's problem (:mod:`slolab.problems`):
+
+- a heuristic or baseline the problem declares (``sa``, ``dp``, ``sarathi``);
+- an alias of an exact method (``columns`` for ``sa-ordering-columns:highs``);
+- ``model:solver`` (``slos-b2:cbc``);
+- a bare solver name (``highs``, ``cbc``, ``cpsat``, ``brute``): the problem's default model.
+
+:func:`register_method` adds a method outside any problem declaration (experiments, tests).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from slolab.instances.records import Instance
-from slolab.sim import Outcome, Schedule, replay, run
+from slolab.problems import Heuristic, Problem, get_problem
+from slolab.problems.registry import resolve
+from slolab.sim import Outcome, replay, run
 from slolab.solvers import Result, Status, build_model, solve
+
+#: Solver backends a bare method name may name.
+SOLVER_NAMES = ("highs", "cbc", "cpsat", "brute")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,53 +58,40 @@ class Method:
             raise ValueError(f"kind must be heuristic, exact or bound, got {self.kind!r}")
 
 
-_METHODS: dict[str, Method] = {}
-#: Default exact model of each problem (for bare solver names).
-DEFAULT_MODEL: dict[str, str] = {"sa-ordering": "sa-ordering", "slos-admission": "slos-b1"}
-SOLVER_NAMES = ("highs", "cbc", "cpsat", "brute")
-#: Short names of exact methods per problem.
-ALIASES: dict[str, dict[str, str]] = {
-    "slos-admission": {"b1": "slos-b1:highs", "b2": "slos-b2:highs"},
-    "sa-ordering": {
-        "columns": "sa-ordering-columns:highs",
-        "columns-cbc": "sa-ordering-columns:cbc",
-    },
-}
+_EXTRA: dict[str, Method] = {}
 
 
 def register_method(method: Method) -> Method:
-    """Add a method to the registry (replacing one of the same name)."""
-    _METHODS[method.name] = method
+    """Add a method outside the problem declarations (replacing one of the same name)."""
+    _EXTRA[method.name] = method
     return method
 
 
-def _policy_method(
-    name: str, factory: Callable[[], Any], router: Callable[[], Any] | None, description: str
-) -> Method:
-    def runner(instance: Instance, *, seed: int, **_: Any) -> MethodRun:
+def _heuristic_method(problem: Problem, h: Heuristic) -> Method:
+    if h.schedule is not None:
+        make_schedule = h.schedule
+
+        def plan(instance: Instance, *, seed: int, **_: Any) -> MethodRun:
+            t0 = time.perf_counter()
+            schedule = resolve(make_schedule)(instance, seed=seed)
+            decided = time.perf_counter() - t0
+            out = replay(instance, schedule)
+            return MethodRun(out, decided, "HEURISTIC", details={"decision_s": decided})
+
+        return Method(h.name, "heuristic", (problem.name,), plan, h.description)
+    assert h.policy is not None
+    make_policy = h.policy
+
+    def simulate(instance: Instance, *, seed: int, **_: Any) -> MethodRun:
         t0 = time.perf_counter()
-        out = run(instance, factory(), router() if router else None, seed=seed)
+        policy, router = resolve(make_policy)(instance)
+        out = run(instance, policy, router, seed=seed)
         return MethodRun(out, time.perf_counter() - t0, "SIMULATED")
 
-    return Method(name, "heuristic", ("serving",), runner, description)
+    return Method(h.name, "heuristic", (problem.name,), simulate, h.description)
 
 
-def schedule_method(
-    name: str, problems: tuple[str, ...], make_schedule: Callable[..., Schedule], description: str
-) -> Method:
-    """A heuristic that outputs a Schedule; the engine replays it."""
-
-    def runner(instance: Instance, *, seed: int, **_: Any) -> MethodRun:
-        t0 = time.perf_counter()
-        schedule = make_schedule(instance, seed=seed)
-        decided = time.perf_counter() - t0
-        out = replay(instance, schedule)
-        return MethodRun(out, decided, "HEURISTIC", details={"decision_s": decided})
-
-    return Method(name, "heuristic", problems, runner, description)
-
-
-def _exact_runner(model_name: str, solver: str) -> Callable[..., MethodRun]:
+def _exact_method(name: str, problem: str, model_name: str, solver: str) -> Method:
     def runner(
         instance: Instance, *, seed: int, time_limit: float = 60.0, threads: int = 1, **_: Any
     ) -> MethodRun:
@@ -103,89 +100,90 @@ def _exact_runner(model_name: str, solver: str) -> Callable[..., MethodRun]:
         out = replay(instance, res.schedule) if res.schedule is not None else None
         return MethodRun(out, res.runtime_s, res.status.value, result=res)
 
-    return runner
+    return Method(name, "exact", (problem,), runner, f"{model_name} solved by {solver}")
 
 
-def _register_defaults() -> None:
-    from slolab.heuristics import baselines as b
+def available_methods(problem: str | None = None) -> list[str]:
+    """Method names of ``problem`` (heuristics, exact aliases, bare solvers, extra methods).
 
-    for name, cls, desc in (
-        ("vllm", b.PrefillFirstFCFS, "vLLM-style prefill-first FCFS"),
-        ("sarathi", b.SarathiFCFS, "Sarathi-Serve fixed token budget, decode first, FCFS"),
-        ("edf", b.EDFTokens, "earliest token deadline first within a token budget"),
-    ):
-        register_method(_policy_method(name, cls, b.LeastLoaded, desc + " (least-loaded routing)"))
+    Any ``model:solver`` with a model of the problem works too (see :func:`method_help`).
+    """
+    if problem is None:
+        from slolab.problems import problems
+
+        return sorted({n for p in problems() for n in available_methods(p.name)})
+    spec = get_problem(problem)
+    names = [h.name for h in spec.heuristics]
+    names += sorted(spec.aliases)
+    if spec.models:
+        names += [s for s in SOLVER_NAMES if s not in names]
+    names += sorted(k for k, m in _EXTRA.items() if problem in m.problems and k not in names)
+    return names
+
+
+def method_help(problem: str) -> str:
+    """The names ``problem`` accepts, as one line for error messages and help texts."""
+    spec = get_problem(problem)
+    text = ", ".join(available_methods(problem)) or "none"
+    if spec.models:
+        text += f"; or MODEL:SOLVER with MODEL in {', '.join(spec.models)}"
+    return text
 
 
 def get_method(name: str, instance: Instance | None = None) -> Method:
-    """The method called ``name``; bare solver names resolve through the instance's problem."""
-    if not _METHODS:
-        _register_defaults()
-        _load_problem_methods()
-    problem = instance.problem if instance is not None else None
-    key = name
-    if problem is not None and f"{problem}/{name}" in _METHODS:
-        key = f"{problem}/{name}"
-    if key in _METHODS:
-        return _METHODS[key]
-    target = ALIASES.get(problem or "", {}).get(name, name)
+    """The method called ``name`` on ``instance``'s problem; ValueError listing the known ones."""
+    problem_name = instance.problem if instance is not None else "serving"
+    if name in _EXTRA and problem_name in _EXTRA[name].problems:
+        return _EXTRA[name]
+    problem = get_problem(problem_name)
+    for h in problem.heuristics:
+        if h.name == name:
+            return _heuristic_method(problem, h)
+    target = problem.aliases.get(name, name)
     model, _, solver = target.partition(":")
-    if not solver and name in SOLVER_NAMES and problem in DEFAULT_MODEL:
-        model, solver = DEFAULT_MODEL[problem], name
+    if not solver and name in SOLVER_NAMES and problem.default_model is not None:
+        model, solver = problem.default_model, name
     if solver:
+        if model not in problem.models:
+            raise ValueError(
+                f"method {name!r}: problem {problem_name!r} has no model {model!r}; "
+                f"its models: {', '.join(problem.models) or 'none'}"
+            )
         if solver not in SOLVER_NAMES:
             raise ValueError(
                 f"unknown solver {solver!r} in method {name!r}; known: {', '.join(SOLVER_NAMES)}"
             )
-        return Method(
-            name,
-            "exact",
-            (problem or "",),
-            _exact_runner(model, solver),
-            f"{model} solved by {solver}",
-        )
-    known = sorted(
-        k.split("/")[-1]
-        for k in _METHODS
-        if problem is None or k.startswith(f"{problem}/") or problem in _METHODS[k].problems
-    )
+        return _exact_method(name, problem_name, model, solver)
+    hint = ""
+    if name in SOLVER_NAMES:
+        hint = f" (problem {problem_name!r} has no exact model)"
     raise ValueError(
-        f"unknown method {name!r} for problem {problem!r}; known: {', '.join(known + list(SOLVER_NAMES))}"
+        f"unknown method {name!r} for problem {problem_name!r}{hint}; known: "
+        f"{method_help(problem_name)}"
     )
 
 
-def available_methods(problem: str | None = None) -> list[str]:
-    """Method names (for one problem, if given), exact solver names included."""
-    if not _METHODS:
-        _register_defaults()
-        _load_problem_methods()
-    names = sorted(
-        {k.split("/")[-1] for k, m in _METHODS.items() if problem is None or problem in m.problems}
-    )
-    if problem is None or problem in DEFAULT_MODEL:
-        names += [s for s in SOLVER_NAMES if s not in names]
-    names += sorted(ALIASES.get(problem or "", {}))
-    return names
-
-
-def _load_problem_methods() -> None:
-    """Methods contributed by the paper-problem modules."""
-    from slolab.harness import problem_methods
-
-    for m in problem_methods.methods():
-        for p in m.problems:
-            register_method(Method(f"{p}/{m.name}", m.kind, m.problems, m.runner, m.description))
+def resolve_methods(names: Sequence[str], instance: Instance) -> list[Method]:
+    """Every method of ``names`` on ``instance``, checked before any of them runs."""
+    if not names:
+        raise ValueError("give at least one method")
+    seen: set[str] = set()
+    for n in names:
+        if n in seen:
+            raise ValueError(f"method {n!r} is listed twice")
+        seen.add(n)
+    return [get_method(n, instance) for n in names]
 
 
 __all__ = [
-    "DEFAULT_MODEL",
+    "SOLVER_NAMES",
     "Method",
     "MethodRun",
     "Result",
-    "SOLVER_NAMES",
     "Status",
     "available_methods",
     "get_method",
+    "method_help",
     "register_method",
-    "schedule_method",
+    "resolve_methods",
 ]

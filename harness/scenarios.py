@@ -42,12 +42,12 @@ from typing import Any
 
 import numpy as np
 from slolab.harness.capacity import CapacityResult, capacity
-from slolab.heuristics.baselines import LeastLoaded, PrefillFirstFCFS, SarathiFCFS
-from slolab.heuristics.slos_serve import SLOsServePolicy
+from slolab.heuristics import policies
+from slolab.heuristics.baselines import LeastLoaded
 from slolab.instances import assign_slos, read_trace, scale_rate, trace_path
 from slolab.instances.records import Cluster, Instance, Workload
 from slolab.sim import metrics, run
-from slolab.timing import TimingModel, preset, time2bs
+from slolab.timing import TimingModel, preset
 
 __all__ = [
     "CONTEXT_TOKENS",
@@ -59,7 +59,6 @@ __all__ = [
     "attainment_at",
     "capacity_of",
     "make_policy",
-    "sarathi_token_budget",
     "scenario_instance",
     "scenario_workload",
 ]
@@ -245,26 +244,14 @@ def scenario_instance(
     )
 
 
-def sarathi_token_budget(instance: Instance) -> int:
-    """Sarathi-Serve's token budget: the tokens one iteration fits in the tightest TPOT.
-
-    References
-    ----------
-    SLOs-Serve, Sec. 6 ("Baseline": Sarathi's batch size is the largest that does not violate
-    the tightest decode SLO).
-    """
-    tightest_s = float(np.nanmin(np.asarray(instance.workload["tpot_slo_s"], dtype=float)))
-    return min(time2bs(instance.timing, tightest_s), instance.cluster.max_batch_tokens)
-
-
 def make_policy(policy_name: str, instance: Instance) -> Any:
-    """A fresh scheduler by name: ``"slos-serve"``, ``"sarathi"`` or ``"vllm"``."""
+    """A fresh scheduler by name: ``"slos-serve"``, ``"sarathi"`` or ``"vllm"``.
+
+    Budgeted policies take :func:`slolab.heuristics.policies.sarathi_token_budget`, the rule
+    ``simulate`` and ``compare`` use too.
+    """
     _check_name(policy_name, POLICIES, "policy")
-    if policy_name == "slos-serve":
-        return SLOsServePolicy()
-    if policy_name == "sarathi":
-        return SarathiFCFS(sarathi_token_budget(instance))
-    return PrefillFirstFCFS()
+    return policies.make_policy(policy_name, instance)
 
 
 def _attainment(instance: Instance, policy_name: str, seed: int) -> float:

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from slolab.harness.build import sa_snapshot, serving_instance
 from slolab.instances import Instance, add_shipped
+from slolab.problems.sa_ordering import sa_snapshot
+from slolab.problems.serving import serving_instance
 
 log = logging.getLogger("slolab")
 
@@ -85,13 +86,14 @@ def spec(name: str) -> ShippedSpec:
 def known_facts(inst: Instance, time_limit: float) -> dict[str, Any]:
     """What is known of an instance's optimum (solved now), or its baseline figures."""
     from slolab.harness.compare import objective
-    from slolab.harness.methods import DEFAULT_MODEL
+    from slolab.problems import get_problem
     from slolab.sim import replay
     from slolab.solvers import build_model, solve
 
-    if inst.problem not in DEFAULT_MODEL:
+    model = get_problem(inst.problem).default_model
+    if model is None:
         return {"note": "serving stream: no exact model; compare heuristics and capacity"}
-    res = solve(build_model(DEFAULT_MODEL[inst.problem], inst), "highs", time_limit=time_limit)
+    res = solve(build_model(model, inst), "highs", time_limit=time_limit)
     facts: dict[str, Any] = {
         "status": res.status.value,
         "solver": "highs",

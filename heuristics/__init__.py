@@ -1,10 +1,10 @@
-"""Online heuristics, one module per paper, and the baselines they are compared with."""
+"""Online heuristics, one module per paper, and the baselines they are compared with.
+
+Policies and routers are registered by name (:mod:`slolab.heuristics.policies`): build one
+with :func:`make_policy` / :func:`make_router`.
+"""
 
 from slolab.heuristics.baselines import (
-    POLICIES as BASELINE_POLICIES,
-)
-from slolab.heuristics.baselines import (
-    ROUTERS,
     EDFTokens,
     LeastLoaded,
     PrefillFirstFCFS,
@@ -13,15 +13,17 @@ from slolab.heuristics.baselines import (
     SarathiFCFS,
     StaticFCFS,
 )
+from slolab.heuristics.policies import (
+    make_policy,
+    make_router,
+    policy_names,
+    router_names,
+    sarathi_token_budget,
+)
 from slolab.heuristics.slos_serve import SLOsServeParams, SLOsServePolicy
 from slolab.heuristics.slos_serve_dp import DPDecision, algorithm2, pb_star, slos_dp
 
-#: Every online policy by name (baselines and the papers' schedulers).
-POLICIES: dict[str, type] = {**BASELINE_POLICIES, "slos-serve": SLOsServePolicy}
-
 __all__ = [
-    "POLICIES",
-    "ROUTERS",
     "DPDecision",
     "EDFTokens",
     "LeastLoaded",
@@ -33,6 +35,11 @@ __all__ = [
     "SarathiFCFS",
     "StaticFCFS",
     "algorithm2",
+    "make_policy",
+    "make_router",
     "pb_star",
+    "policy_names",
+    "router_names",
+    "sarathi_token_budget",
     "slos_dp",
 ]

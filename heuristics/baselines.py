@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+from slolab.heuristics.policies import register_policy, register_router
 from slolab.sim.policy import Batch
 
 if TYPE_CHECKING:
@@ -381,10 +382,20 @@ class LeastLoaded:
         )
 
 
-POLICIES = {
-    "vllm": PrefillFirstFCFS,
-    "sarathi": SarathiFCFS,
-    "edf": EDFTokens,
-    "static-fcfs": StaticFCFS,
-}
-ROUTERS = {"round-robin": RoundRobin, "random": RandomRouter, "least-loaded": LeastLoaded}
+register_policy("vllm", PrefillFirstFCFS, "vLLM-style prefill-first FCFS (recompute preemption)")
+register_policy(
+    "sarathi",
+    SarathiFCFS,
+    "Sarathi-Serve: token budget per iteration, decode first, FCFS prefill chunks",
+    token_budget=True,
+)
+register_policy(
+    "edf",
+    EDFTokens,
+    "earliest token deadline first within a Sarathi token budget",
+    token_budget=True,
+)
+register_policy("static-fcfs", StaticFCFS, "static batching, first come first served")
+register_router("round-robin", RoundRobin, "request i to server i mod S")
+register_router("random", RandomRouter, "a uniformly random server (seeded)")
+register_router("least-loaded", LeastLoaded, "fewest queued and running requests, then least KV")

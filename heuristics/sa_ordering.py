@@ -45,6 +45,10 @@ from slolab.sim.schedule import Schedule
 
 __all__ = [
     "BASELINES",
+    "annealing_schedule",
+    "edf_schedule",
+    "fcfs_schedule",
+    "shortest_first_schedule",
     "OrderingRule",
     "SAParams",
     "arrival_order",
@@ -214,6 +218,27 @@ BASELINES: dict[str, Callable[[Instance | OrderingProblem], Batches]] = {
 def plan_schedule(batches: Sequence[Sequence[int]]) -> Schedule:
     """The static-batch schedule running ``batches`` in order on one server."""
     return Schedule.static_batches(batches)
+
+
+def annealing_schedule(instance: Instance, *, seed: int) -> Schedule:
+    """The SA paper's plan for ``instance`` (paper defaults) as a replayable schedule."""
+    batches, _ = sa_order(instance, seed=seed)
+    return plan_schedule(batches)
+
+
+def fcfs_schedule(instance: Instance, *, seed: int) -> Schedule:
+    """:func:`fcfs_batches` as a schedule (``seed`` unused: the rule is deterministic)."""
+    return plan_schedule(fcfs_batches(instance))
+
+
+def edf_schedule(instance: Instance, *, seed: int) -> Schedule:
+    """:func:`edf_batches` as a schedule (``seed`` unused)."""
+    return plan_schedule(edf_batches(instance))
+
+
+def shortest_first_schedule(instance: Instance, *, seed: int) -> Schedule:
+    """:func:`shortest_first_batches` as a schedule (``seed`` unused)."""
+    return plan_schedule(shortest_first_batches(instance))
 
 
 def plan_g(problem: Instance | OrderingProblem, batches: Sequence[Sequence[int]]) -> float:

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+from slolab.heuristics.policies import register_policy
 from slolab.heuristics.slos_serve_dp import slos_dp
 from slolab.models.slos_admission import AdmissionProblem
 from slolab.sim.policy import Batch
@@ -456,3 +457,10 @@ class SLOsServePolicy:
         if repeat:
             return Batch(decode=server.decoding_ids(), repeat=True, reject=reject)
         return Batch(prefill=prefill, decode=decode, preempt=preempt, reject=reject)
+
+
+register_policy(
+    "slos-serve",
+    SLOsServePolicy,
+    "SLOs-Serve: multi-SLO DP admission, soft admission to best effort, replica forwarding",
+)

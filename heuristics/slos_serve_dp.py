@@ -30,6 +30,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from slolab.models.slos_admission import (
@@ -43,7 +44,10 @@ from slolab.sim.schedule import Schedule
 from slolab.timing.base import TimingModel
 from slolab.timing.inverse import time2bs
 
-__all__ = ["Algorithm2Batch", "DPDecision", "algorithm2", "pb_star", "slos_dp"]
+if TYPE_CHECKING:
+    from slolab.instances.records import Instance
+
+__all__ = ["Algorithm2Batch", "DPDecision", "algorithm2", "dp_schedule", "pb_star", "slos_dp"]
 
 logger = logging.getLogger("slolab")
 
@@ -446,3 +450,18 @@ def slos_dp(problem: AdmissionProblem, memory_unit: int = 1, budget_unit: int = 
         u_mem,
         u_pb,
     )
+
+
+def dp_schedule(instance: Instance, *, seed: int) -> Schedule:
+    """The DP's decision on an ``slos-admission`` instance, as a replayable schedule.
+
+    The DP's discretization comes from the instance settings ``dp_memory_unit`` and
+    ``dp_budget_unit`` (default 1: exact); ``seed`` is unused (the DP is deterministic).
+    """
+    problem = AdmissionProblem.from_instance(instance)
+    decision = slos_dp(
+        problem,
+        memory_unit=int(instance.settings.get("dp_memory_unit", 1)),
+        budget_unit=int(instance.settings.get("dp_budget_unit", 1)),
+    )
+    return decision.to_schedule(problem)

@@ -29,6 +29,7 @@ from slolab.instances.readers import (
     read_lengths,
     read_mooncake,
     read_trace,
+    resolve_trace,
     trace_path,
 )
 from slolab.instances.records import (
@@ -89,6 +90,7 @@ __all__ = [
     "read_lengths",
     "read_mooncake",
     "read_trace",
+    "resolve_trace",
     "retime",
     "retime_poisson",
     "sample",

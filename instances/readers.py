@@ -140,6 +140,19 @@ def trace_path(name: str) -> Path:
     return _TRACE_DIR / TRACES[name]
 
 
+def resolve_trace(trace: str | Path) -> Path:
+    """A trace file from a path or the name of a vendored trace (see :data:`TRACES`)."""
+    p = Path(trace)
+    if p.exists():
+        return p
+    try:
+        return trace_path(str(trace))
+    except (KeyError, ValueError) as exc:
+        raise FileNotFoundError(
+            f"no trace file {str(trace)!r} (and no vendored trace by that name: {exc})"
+        ) from None
+
+
 # -- validation of one chunk ------------------------------------------------------------------
 
 

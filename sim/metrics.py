@@ -211,9 +211,48 @@ def g_ratio_from_table(table: pd.DataFrame) -> float:
 
 
 def admitted_value(instance: Instance, outcome: Outcome, definition: str = "deadline") -> float:
-    """Sum of ``value`` over requests served within their SLO under ``definition``."""
-    ok = met(instance, outcome, definition)
-    return float(instance.workload["value"][ok].sum())
+    """Value of the new requests (not ``running`` at a scheduler call) served within their SLO.
+
+    Requests marked ``running`` in the workload (admitted before the call, see
+    :func:`slolab.sim.engine.warm_start_state`) earn nothing: the call decides only the new ones.
+    """
+    _check_definition(definition)
+    return admitted_value_from_table(instance, request_table(instance, outcome), definition)
+
+
+def admitted_value_from_table(
+    instance: Instance, table: pd.DataFrame, definition: str = "deadline"
+) -> float:
+    """:func:`admitted_value` from a :func:`request_table` already computed."""
+    wl = instance.workload
+    ok = table[f"met_{definition}"].to_numpy()
+    if "running" in wl:
+        ok = ok & ~np.asarray(wl["running"], dtype=bool)
+    return float(wl["value"][ok].sum())
+
+
+# -- objectives of the problems (slolab.problems): (instance, outcome, request table) -> float --
+
+
+def _definition(instance: Instance) -> str:
+    definition = str(instance.settings.get("definition", "deadline"))
+    _check_definition(definition)
+    return definition
+
+
+def attainment_objective(instance: Instance, outcome: Outcome, table: pd.DataFrame) -> float:
+    """Attainment under the instance's ``definition`` setting (default ``deadline``)."""
+    return attainment_from_table(table, _definition(instance))
+
+
+def g_objective(instance: Instance, outcome: Outcome, table: pd.DataFrame) -> float:
+    """The SA paper's G (see :func:`g_ratio`)."""
+    return g_ratio_from_table(table)
+
+
+def admitted_value_objective(instance: Instance, outcome: Outcome, table: pd.DataFrame) -> float:
+    """Admitted value under the instance's ``definition`` setting (see :func:`admitted_value`)."""
+    return admitted_value_from_table(instance, table, _definition(instance))
 
 
 def server_seconds(instance: Instance, outcome: Outcome) -> float:

@@ -22,6 +22,7 @@ from slolab.timing.presets import (
     preset,
     preset_source,
     refit_llama2_7b_h100,
+    resolve_timing,
 )
 
 _LAZY = {"FitReport", "fit", "fit_report", "load_vidur_mlp_profile"}
@@ -55,6 +56,7 @@ __all__ = [
     "preset",
     "preset_source",
     "refit_llama2_7b_h100",
+    "resolve_timing",
     "time2bs",
     "time_to_tokens",
 ]

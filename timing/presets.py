@@ -462,6 +462,11 @@ def preset(name: str) -> TimingModel:
     return _BUILDERS[name]()
 
 
+def resolve_timing(timing: str | TimingModel) -> TimingModel:
+    """A timing model from a preset name, or the model itself."""
+    return preset(timing) if isinstance(timing, str) else timing
+
+
 def preset_source(name: str) -> str:
     """Where a preset's numbers come from (paper and section, or data file and method)."""
     _known(name)

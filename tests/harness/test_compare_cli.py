@@ -5,10 +5,10 @@ import json
 import numpy as np
 import pytest
 from slolab.harness import methods as M
-from slolab.harness.build import serving_instance
 from slolab.harness.cli import main
 from slolab.harness.compare import ObjectiveMismatchError, compare
 from slolab.heuristics.baselines import SarathiFCFS
+from slolab.problems.serving import serving_instance
 from slolab.sim import metrics, run
 from slolab.solvers import Result, Status
 
@@ -24,8 +24,9 @@ def test_compare_recomputes_heuristic_objectives(small_serving):
     assert list(frame["method"]) == ["vllm", "sarathi", "edf"]
     assert (frame["violations"] == 0).all()
     from slolab.heuristics.baselines import LeastLoaded
+    from slolab.heuristics.policies import make_policy
 
-    out = run(small_serving, SarathiFCFS(), LeastLoaded(), seed=0)
+    out = run(small_serving, make_policy("sarathi", small_serving), LeastLoaded(), seed=0)
     expected = metrics.attainment(small_serving, out, "deadline")
     got = float(frame.loc[frame["method"] == "sarathi", "objective"].iloc[0])
     assert got == expected

@@ -3,9 +3,9 @@
 import numpy as np
 import pandas as pd
 import pytest
-from slolab.harness.build import serving_instance
 from slolab.harness.plots import attainment_vs_load, gap_vs_size, latency_cdfs
 from slolab.heuristics.baselines import LeastLoaded, SarathiFCFS
+from slolab.problems.serving import serving_instance
 from slolab.sim import run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

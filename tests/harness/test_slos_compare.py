@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-from slolab.harness.build import slos_snapshot
 from slolab.harness.compare import compare
+from slolab.problems.slos_admission import slos_snapshot
 from slolab.sim import check, metrics, replay
 from slolab.solvers import build_model, solve
 
@@ -36,7 +36,7 @@ def test_snapshot_objective_counts_new_requests_only():
 
 def test_calls_captured_from_simulation_replay_cleanly():
     """Scheduler calls cut from an online SLOs-Serve run: DP == B1 <= B2, replays clean."""
-    from slolab.harness.build import slos_snapshots_from_simulation
+    from slolab.problems.slos_admission import slos_snapshots_from_simulation
 
     snaps = slos_snapshots_from_simulation(
         "chatbot", seed=0, n=150, rate=7.0, min_new=2, min_running=5

@@ -1,171 +1,21 @@
-"""Instance builders: real traces to the instances each problem needs.
+"""The SLOs-Serve admission problem: at one scheduler call, which new requests to admit.
 
-- :func:`serving_instance` — a stream of requests on a cluster (``problem="serving"``);
-- :func:`sa_snapshot` — N queued requests for SA ordering (``problem="sa-ordering"``).
+Exact models: ``slos-b1`` (0-1 MILP with cumulative token budgets, the default) and
+``slos-b2`` (time-indexed, per-batch sizes); heuristic: the paper's multi-SLO DP.
+See docs/slos_serve.md.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
-from slolab.instances import (
-    Cluster,
-    Instance,
-    Workload,
-    assign_slos,
-    first_n,
-    read_trace,
-    scale_rate,
-    trace_path,
-)
-from slolab.timing import TimingModel, preset
+from slolab.problems.registry import Heuristic, Objective, Option, Problem, register_problem
 
-
-def resolve_timing(timing: str | TimingModel) -> TimingModel:
-    """A timing model from a preset name (or the model itself)."""
-    return preset(timing) if isinstance(timing, str) else timing
-
-
-def resolve_trace(trace: str | Path) -> Path:
-    """A trace file from a path or the name of a vendored trace."""
-    p = Path(trace)
-    if p.exists():
-        return p
-    try:
-        return trace_path(str(trace))
-    except (KeyError, ValueError) as exc:
-        raise FileNotFoundError(
-            f"no trace file {str(trace)!r} (and no vendored trace by that name: {exc})"
-        ) from None
-
-
-def serving_instance(
-    trace: str | Path,
-    *,
-    seed: int,
-    format: str | None = None,
-    servers: int = 1,
-    timing: str | TimingModel = "llama2-7b-h100",
-    slos: str | None = "polyserve",
-    slo_params: dict[str, Any] | None = None,
-    rate: float | None = None,
-    limit: int | None = None,
-    mode: str = "colocated",
-    prefill_servers: int = 0,
-    kv_capacity_tokens: int = 200_000,
-    max_batch_size: int = 256,
-    max_batch_tokens: int = 2048,
-    name: str | None = None,
-) -> Instance:
-    """A serving instance: a (rescaled, cut) real trace with SLOs on a cluster.
-
-    Parameters
-    ----------
-    trace : path or vendored trace name
-        Request trace (see :func:`slolab.instances.read_trace`).
-    seed : int
-        Seed of the SLO assignment.
-    rate : float, optional
-        Target mean arrival rate (req/s), by time compression of the trace.
-    limit : int, optional
-        Keep the first ``limit`` requests.
-    """
-    path = resolve_trace(trace)
-    model = resolve_timing(timing)
-    wl = read_trace(path, format=format, limit=limit)
-    if limit is not None:
-        wl = first_n(wl, limit)
-    if rate is not None:
-        wl = scale_rate(wl, rate)
-    if slos:
-        wl = assign_slos(wl, slos, seed=seed, timing=model, **(slo_params or {}))
-    cluster = Cluster(
-        servers=servers,
-        kv_capacity_tokens=kv_capacity_tokens,
-        mode=mode,
-        prefill_servers=prefill_servers,
-        max_batch_size=max_batch_size,
-        max_batch_tokens=max_batch_tokens,
-    )
-    label = name or f"{path.stem}-{len(wl)}"
-    settings = {"seed": seed, "slos": slos or "none", "rate": rate if rate is not None else "trace"}
-    return Instance(label, wl, cluster, model, problem="serving", settings=settings)
-
-
-def _snapshot_rows(wl: Workload, n: int, rng: np.random.Generator, max_tokens: int) -> np.ndarray:
-    """``n`` consecutive requests (a real burst) whose lengths stay within ``max_tokens``."""
-    ok = np.flatnonzero((wl.prompt_tokens + wl.output_tokens) <= max_tokens)
-    if len(ok) < n:
-        raise ValueError(
-            f"{wl.source}: only {len(ok)} requests have at most {max_tokens} tokens, need {n}"
-        )
-    start = int(rng.integers(0, len(ok) - n + 1))
-    return ok[start : start + n]
-
-
-def sa_snapshot(
-    n: int,
-    batch_size: int,
-    *,
-    seed: int,
-    chat_trace: str | Path | None = "azure_conv_2023",
-    code_trace: str | Path | None = "azure_code_2023",
-    timing: str | TimingModel = "sa-qwen2.5-7b-v100",
-    max_tokens: int = 2048,
-    name: str | None = None,
-) -> Instance:
-    """N queued requests (all at time 0) for the SA-ordering problem.
-
-    Chat requests come from ``chat_trace`` (SLO: TTFT 10 s, TPOT 50 ms) and code requests
-    from ``code_trace`` (SLO: e2e 30 s), half each when both are given (the paper's mixed
-    dataset, shuffled with ``seed``). Each part is a run of consecutive trace requests starting
-    at a seeded random position, restricted to ``prompt + output <= max_tokens`` (the paper
-    keeps lengths under 2k for its latency predictor).
-
-    References
-    ----------
-    SA-ordering paper, Sec. 5.1 (workloads, SLOs).
-    """
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if chat_trace is None and code_trace is None:
-        raise ValueError("give at least one of chat_trace and code_trace")
-    rng = np.random.default_rng(seed)
-    parts: list[tuple[Workload, np.ndarray, str]] = []
-    n_chat = n if code_trace is None else (0 if chat_trace is None else n - n // 2)
-    for trace, count, task in ((chat_trace, n_chat, "chat"), (code_trace, n - n_chat, "code")):
-        if trace is None or count == 0:
-            continue
-        wl = read_trace(resolve_trace(trace))
-        parts.append((wl, _snapshot_rows(wl, count, rng, max_tokens), task))
-    prompt = np.concatenate([wl.prompt_tokens[rows] for wl, rows, _ in parts])
-    output = np.concatenate([wl.output_tokens[rows] for wl, rows, _ in parts])
-    tasks = np.concatenate([np.full(len(rows), t) for _, rows, t in parts])
-    order = rng.permutation(n)
-    wl = Workload(
-        {
-            "arrival_s": np.zeros(n),
-            "prompt_tokens": prompt[order],
-            "output_tokens": output[order],
-            "task": tasks[order].astype(str),
-        },
-        source="sa-snapshot",
-    )
-    wl = assign_slos(wl, "sa", seed=seed)
-    model = resolve_timing(timing)
-    kind = (
-        "mixed"
-        if chat_trace is not None and code_trace is not None
-        else ("chat" if code_trace is None else "code")
-    )
-    label = name or f"sa-{kind}-n{n}-b{batch_size}-s{seed}"
-    cluster = Cluster(mode="static", max_batch_size=batch_size, kv_capacity_tokens=1 << 40)
-    settings = {"batch_size": batch_size, "seed": seed, "max_tokens": max_tokens}
-    return Instance(label, wl, cluster, model, problem="sa-ordering", settings=settings)
+if TYPE_CHECKING:
+    from slolab.instances.records import Instance
+    from slolab.timing import TimingModel
 
 
 def slos_snapshot(
@@ -193,7 +43,9 @@ def slos_snapshot(
     ----------
     SLOs-Serve, Sec. 3.2.1 (the scheduler call: running requests are forced, new ones admitted).
     """
+    from slolab.instances import Cluster, assign_slos, read_trace, resolve_trace
     from slolab.models.slos_admission import snapshot_instance
+    from slolab.timing import resolve_timing
 
     if new < 1 or running < 0:
         raise ValueError(f"need new >= 1 and running >= 0, got new={new}, running={running}")
@@ -272,6 +124,7 @@ def slos_snapshots_from_simulation(
     from slolab.harness.scenarios import scenario_instance
     from slolab.heuristics.baselines import LeastLoaded
     from slolab.heuristics.slos_serve import SLOsServePolicy
+    from slolab.instances import Cluster
     from slolab.models.slos_admission import snapshot_instance
     from slolab.sim import run
 
@@ -318,3 +171,94 @@ def slos_snapshots_from_simulation(
             )
         )
     return out
+
+
+def build(
+    *,
+    seed: int,
+    trace: str = "azure_conv_2023",
+    format: str | None = None,
+    new: int = 10,
+    running: int = 20,
+    timing: str = "opt-13b-h100-slos",
+    scenario: str = "chatbot",
+    slack: str = "tight",
+    from_simulation: bool = False,
+    n: int = 300,
+    rate: float | None = None,
+) -> Instance:
+    """A scheduler call cut from a trace, or (``from_simulation``) captured from an online run.
+
+    With ``from_simulation`` the call of an online SLOs-Serve run of ``n`` requests of
+    ``scenario`` (at ``rate`` req/s) whose new and running counts are closest to ``new`` and
+    ``running`` is returned (see :func:`slos_snapshots_from_simulation`); ``trace`` and
+    ``format`` do not apply then.
+    """
+    if not from_simulation:
+        return slos_snapshot(
+            trace,
+            new=new,
+            running=running,
+            seed=seed,
+            format=format,
+            timing=timing,
+            scenario=scenario,
+            slack=slack,
+        )
+    calls = slos_snapshots_from_simulation(
+        scenario, seed=seed, n=n, rate=rate, timing=timing, slack=slack
+    )
+    if not calls:
+        raise ValueError(
+            "the simulation made no scheduler call with new requests; raise n or the rate"
+        )
+
+    def distance(call: Instance) -> int:
+        held = int(np.asarray(call.workload["running"]).sum())
+        return abs(call.n_requests - held - new) + abs(held - running)
+
+    return min(calls, key=distance)
+
+
+PROBLEM = register_problem(
+    Problem(
+        name="slos-admission",
+        title="one SLOs-Serve scheduler call: admit new requests; maximize admitted value",
+        objective=Objective(
+            "admitted value",
+            "max",
+            "slolab.sim.metrics:admitted_value_objective",
+            "value of the new requests served within their SLO (running ones are forced)",
+        ),
+        builder=build,
+        options=(
+            Option("trace", str, "azure_conv_2023", "trace file or vendored trace name"),
+            Option("format", str, None, "trace format (default: detected)"),
+            Option("new", int, 10, "new requests at the call"),
+            Option("running", int, 20, "running requests at the call"),
+            Option("scenario", str, "chatbot", "SLOs-Serve scenario (its Table 1)"),
+            Option("slack", str, "tight", "SLO slack", choices=("tight", "loose")),
+            Option(
+                "from_simulation",
+                bool,
+                False,
+                "capture the call from an online SLOs-Serve run of the scenario (n requests "
+                "at --rate) closest to --new/--running, instead of cutting the trace",
+            ),
+            Option("n", int, 300, "with --from-simulation: requests simulated"),
+            Option("rate", float, None, "with --from-simulation: arrival rate (req/s)"),
+            Option("timing", str, "opt-13b-h100-slos", "timing preset"),
+            Option("seed", int, 0, "seed of the cut and the SLO draws"),
+        ),
+        models=("slos-b1", "slos-b2"),
+        aliases={"b1": "slos-b1:highs", "b2": "slos-b2:highs"},
+        heuristics=(
+            Heuristic(
+                "dp",
+                "SLOs-Serve's multi-SLO DP (Sec. 3.2.1, App. C)",
+                schedule="slolab.heuristics.slos_serve_dp:dp_schedule",
+            ),
+        ),
+        docs="slos_serve.md",
+    )
+)

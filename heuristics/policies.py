@@ -1,0 +1,151 @@
+"""Online policies and routers by name: the one place ``simulate``, ``compare`` and the studies
+build a scheduler from its name.
+
+A policy that runs on a token budget per iteration (Sarathi-style) gets it from one rule,
+:func:`sarathi_token_budget`, unless the caller gives a number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from slolab.instances.records import Instance
+    from slolab.sim.policy import Policy, Router
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyEntry:
+    """A registered policy: ``make(**params)`` returns a fresh one.
+
+    ``token_budget``: the policy takes a ``token_budget`` argument (tokens per iteration),
+    set by :func:`sarathi_token_budget` unless given.
+    """
+
+    name: str
+    make: Callable[..., Any]
+    description: str
+    token_budget: bool = False
+
+
+_POLICIES: dict[str, PolicyEntry] = {}
+_ROUTERS: dict[str, tuple[Callable[[], Any], str]] = {}
+
+
+def register_policy(
+    name: str, make: Callable[..., Any], description: str, *, token_budget: bool = False
+) -> None:
+    """Make ``make`` (a Policy class or factory) available as ``name``."""
+    if not name or "," in name:
+        raise ValueError(f"policy name must be non-empty without ',', got {name!r}")
+    existing = _POLICIES.get(name)
+    if existing is not None and existing.make is not make:
+        raise ValueError(f"policy {name!r} is already registered")
+    _POLICIES[name] = PolicyEntry(name, make, description, token_budget)
+
+
+def register_router(name: str, make: Callable[[], Any], description: str) -> None:
+    """Make the router class or factory ``make`` available as ``name``."""
+    existing = _ROUTERS.get(name)
+    if existing is not None and existing[0] is not make:
+        raise ValueError(f"router {name!r} is already registered")
+    _ROUTERS[name] = (make, description)
+
+
+def _load() -> None:
+    import slolab.heuristics  # noqa: F401  (its modules register their policies)
+
+
+def policy_names() -> list[str]:
+    """Names of the registered policies."""
+    _load()
+    return sorted(_POLICIES)
+
+
+def router_names() -> list[str]:
+    """Names of the registered routers."""
+    _load()
+    return sorted(_ROUTERS)
+
+
+def policy_entry(name: str) -> PolicyEntry:
+    """The registered policy ``name``; ValueError listing the known ones."""
+    _load()
+    if name not in _POLICIES:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(_POLICIES))}")
+    return _POLICIES[name]
+
+
+def sarathi_token_budget(instance: Instance) -> int:
+    """Tokens per iteration of a budgeted policy: the largest batch within the tightest TPOT.
+
+    ``min(time2bs(timing, tightest TPOT SLO), max_batch_tokens)``, as Sarathi-Serve configures
+    its budget; ``max_batch_tokens`` when no request has a TPOT SLO or the timing model fits no
+    token in it (and 2048 when the cluster sets no cap either).
+
+    References
+    ----------
+    SLOs-Serve, Sec. 6 ("Baseline": Sarathi's batch size is the largest that does not violate
+    the tightest decode SLO). Agrawal et al., Sarathi-Serve, OSDI 2024, Sec. 4.3.
+    """
+    from slolab.timing import time2bs
+
+    cap = int(instance.cluster.max_batch_tokens) or 2048
+    tpot = np.asarray(instance.workload["tpot_slo_s"], dtype=float)
+    tpot = tpot[np.isfinite(tpot)]
+    if not len(tpot):
+        return cap
+    budget = time2bs(instance.timing, float(tpot.min()))
+    return min(budget, cap) if budget > 0 else cap
+
+
+def make_policy(name: str, instance: Instance, *, token_budget: int | None = None) -> Policy:
+    """A fresh policy ``name`` for ``instance``.
+
+    ``token_budget`` overrides :func:`sarathi_token_budget` for budgeted policies (and is an
+    error for the others).
+    """
+    entry = policy_entry(name)
+    if not entry.token_budget:
+        if token_budget is not None:
+            raise ValueError(f"policy {name!r} takes no token budget")
+        return entry.make()
+    if token_budget is None:
+        token_budget = sarathi_token_budget(instance)
+    if not (isinstance(token_budget, int) and token_budget >= 1) or isinstance(token_budget, bool):
+        raise ValueError(f"token budget must be an integer >= 1, got {token_budget!r}")
+    return entry.make(token_budget=token_budget)
+
+
+def make_router(name: str) -> Router:
+    """A fresh router ``name``; ValueError listing the known ones."""
+    _load()
+    if name not in _ROUTERS:
+        raise ValueError(f"unknown router {name!r}; known: {', '.join(sorted(_ROUTERS))}")
+    return _ROUTERS[name][0]()
+
+
+def describe() -> dict[str, dict[str, str]]:
+    """``{"policies": {name: description}, "routers": {...}}`` for help texts and docs."""
+    _load()
+    return {
+        "policies": {k: v.description for k, v in sorted(_POLICIES.items())},
+        "routers": {k: v[1] for k, v in sorted(_ROUTERS.items())},
+    }
+
+
+def parse_token_budget(text: str) -> int | None:
+    """``"auto"`` -> None (the rule), else a positive integer; ValueError naming the flag."""
+    if text == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"--token-budget must be an integer or auto, got {text!r}") from None
+    if value < 1:
+        raise ValueError(f"--token-budget must be >= 1, got {value}")
+    return value

@@ -1,0 +1,315 @@
+"""Problem records and the registry every paper problem joins.
+
+Callables in the records may be given as ``"package.module:attribute"`` strings, imported on
+first use, so that listing the problems (the command line's help, say) imports neither the
+solvers nor the heuristics.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from slolab.instances.records import Instance
+    from slolab.sim.outcome import Outcome
+
+#: Python types an option may take (the command line parses its flag with it).
+OPTION_TYPES = (int, float, str, bool)
+
+
+def resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
+    """The callable ``target`` names (``"module:attribute"``), or ``target`` itself."""
+    if callable(target):
+        return target
+    module_name, _, attribute = str(target).partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"a lazy reference reads 'module:attribute', got {target!r}")
+    found = getattr(importlib.import_module(module_name), attribute)
+    if not callable(found):
+        raise TypeError(f"{target!r} is not callable")
+    return found
+
+
+def _lazy(target: object, what: str) -> None:
+    if callable(target):
+        return
+    if not isinstance(target, str) or target.count(":") != 1:
+        raise ValueError(
+            f"{what} must be a callable or a 'module:attribute' string, got {target!r}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One option of a problem's instance builder.
+
+    Parameters
+    ----------
+    name : str
+        Keyword argument of the builder (``batch_size``); the command-line flag is
+        ``--`` + the name with ``_`` as ``-`` unless ``flag`` is given.
+    type : type
+        ``int``, ``float``, ``str`` or ``bool`` (a bool option is a flag without a value).
+    default : object
+        Value used when the option is not given (None: the builder decides).
+    help : str
+        One line for ``--help`` and the docs.
+    choices : tuple, optional
+        Allowed values.
+    flag : str, optional
+        Command-line flag, when it differs from the name (``--batch`` for ``batch_size``).
+    """
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    choices: tuple[Any, ...] | None = None
+    flag: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise ValueError(f"option name must be an identifier, got {self.name!r}")
+        if self.type not in OPTION_TYPES:
+            raise ValueError(
+                f"option {self.name!r}: type must be one of int, float, str, bool, got {self.type!r}"
+            )
+        if self.flag is not None and not self.flag.startswith("--"):
+            raise ValueError(f"option {self.name!r}: flag must start with '--', got {self.flag!r}")
+        if self.choices is not None and self.default is not None:
+            if self.default not in self.choices:
+                raise ValueError(
+                    f"option {self.name!r}: default {self.default!r} is not among {self.choices}"
+                )
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True, slots=True)
+class Heuristic:
+    """An online heuristic or baseline of a problem.
+
+    Exactly one of ``schedule`` and ``policy`` is given:
+
+    - ``schedule(instance, *, seed) -> Schedule``: the heuristic plans the whole instance; the
+      engine replays the plan;
+    - ``policy(instance) -> (Policy, Router or None)``: the heuristic runs online in the engine.
+    """
+
+    name: str
+    description: str
+    schedule: str | Callable[..., Any] | None = None
+    policy: str | Callable[..., Any] | None = None
+    baseline: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name or ":" in self.name or "," in self.name:
+            raise ValueError(
+                f"heuristic name must be non-empty without ':' or ',', got {self.name!r}"
+            )
+        if (self.schedule is None) == (self.policy is None):
+            raise ValueError(f"heuristic {self.name!r}: give exactly one of schedule and policy")
+        _lazy(
+            self.schedule if self.schedule is not None else self.policy, f"heuristic {self.name!r}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Objective:
+    """What a problem maximises or minimises, computed from an Outcome by the shared metrics.
+
+    ``evaluate(instance, outcome, table) -> float`` where ``table`` is
+    :func:`slolab.sim.metrics.request_table` of the outcome (computed once per row).
+    """
+
+    name: str
+    sense: str
+    evaluate: str | Callable[..., float]
+    description: str
+
+    def __post_init__(self) -> None:
+        if self.sense not in ("max", "min"):
+            raise ValueError(
+                f"objective {self.name!r}: sense must be 'max' or 'min', got {self.sense!r}"
+            )
+        _lazy(self.evaluate, f"objective {self.name!r}")
+
+    def __call__(self, instance: Instance, outcome: Outcome, table: pd.DataFrame) -> float:
+        return float(resolve(self.evaluate)(instance, outcome, table))
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A paper problem, declared once.
+
+    Parameters
+    ----------
+    name : str
+        Registry key, also ``Instance.problem`` of the instances it builds.
+    title : str
+        One line: the decision and the objective.
+    objective : Objective
+        The objective every method is scored by (recomputed from the Outcome).
+    builder : callable or "module:attribute"
+        ``builder(**options) -> Instance``, cutting an instance from a real trace.
+    options : tuple of Option
+        The builder's options (the command line's ``instance build`` flags for this problem).
+    models : tuple of str
+        Registered exact models (:func:`slolab.solvers.register_model`); the first is the
+        default (``slolab solve FILE`` and a bare solver name in ``compare``).
+    aliases : mapping
+        Short method names of exact methods: ``{"b1": "slos-b1:highs"}``.
+    heuristics : tuple of Heuristic
+        The paper's heuristics and its baselines.
+    docs : str
+        The problem's docs page (relative to ``docs/``).
+    """
+
+    name: str
+    title: str
+    objective: Objective
+    builder: str | Callable[..., Any]
+    options: tuple[Option, ...] = ()
+    models: tuple[str, ...] = ()
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    heuristics: tuple[Heuristic, ...] = ()
+    docs: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name or ":" in self.name or "/" in self.name:
+            raise ValueError(
+                f"problem name must be non-empty without ':' or '/', got {self.name!r}"
+            )
+        _lazy(self.builder, f"problem {self.name!r} builder")
+        seen: set[str] = set()
+        for o in self.options:
+            if o.name in seen:
+                raise ValueError(f"problem {self.name!r}: option {o.name!r} declared twice")
+            seen.add(o.name)
+        names = [h.name for h in self.heuristics]
+        if len(set(names)) != len(names):
+            raise ValueError(f"problem {self.name!r}: a heuristic name is declared twice")
+        for alias, target in self.aliases.items():
+            model, _, solver = target.partition(":")
+            if model not in self.models or not solver:
+                raise ValueError(
+                    f"problem {self.name!r}: alias {alias!r} must name 'model:solver' with a model "
+                    f"of this problem ({', '.join(self.models) or 'none'}), got {target!r}"
+                )
+            if alias in names:
+                raise ValueError(
+                    f"problem {self.name!r}: {alias!r} is both an alias and a heuristic"
+                )
+        object.__setattr__(self, "aliases", MappingProxyType(dict(self.aliases)))
+
+    @property
+    def default_model(self) -> str | None:
+        return self.models[0] if self.models else None
+
+    def option(self, name: str) -> Option:
+        for o in self.options:
+            if o.name == name:
+                return o
+        raise KeyError(
+            f"problem {self.name!r} has no option {name!r}; its options: "
+            f"{', '.join(o.name for o in self.options) or 'none'}"
+        )
+
+    def heuristic(self, name: str) -> Heuristic:
+        for h in self.heuristics:
+            if h.name == name:
+                return h
+        raise KeyError(f"problem {self.name!r} has no heuristic {name!r}")
+
+    def build(self, **options: Any) -> Instance:
+        """An instance of this problem: unknown options raise, missing ones take their default."""
+        known = {o.name: o for o in self.options}
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise ValueError(
+                f"problem {self.name!r} has no option {unknown[0]!r}; its options: "
+                f"{', '.join(known) or 'none'}"
+            )
+        values = {name: o.default for name, o in known.items()}
+        values.update(options)
+        for name, value in values.items():
+            choices = known[name].choices
+            if choices is not None and value is not None and value not in choices:
+                raise ValueError(
+                    f"option {name!r} of problem {self.name!r} must be one of "
+                    f"{', '.join(map(str, choices))}, got {value!r}"
+                )
+        builder = resolve(self.builder)
+        accepted = inspect.signature(builder).parameters
+        missing = [n for n in values if n not in accepted]
+        if missing and not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
+            raise TypeError(
+                f"the builder of problem {self.name!r} does not take its option {missing[0]!r}"
+            )
+        instance = builder(**values)
+        if instance.problem != self.name:
+            raise ValueError(
+                f"the builder of problem {self.name!r} made an instance of problem "
+                f"{instance.problem!r}"
+            )
+        return instance
+
+
+_PROBLEMS: dict[str, Problem] = {}
+_LOADED = False
+
+
+def register_problem(problem: Problem) -> Problem:
+    """Add ``problem`` to the registry (a second problem of the same name is an error)."""
+    if not isinstance(problem, Problem):
+        raise TypeError(f"register_problem needs a Problem, got {type(problem).__name__}")
+    existing = _PROBLEMS.get(problem.name)
+    if existing is not None and existing != problem:
+        raise ValueError(f"problem {problem.name!r} is already registered")
+    _PROBLEMS[problem.name] = problem
+    return problem
+
+
+def _load() -> None:
+    """Import every module of :mod:`slolab.problems` (each registers its problem)."""
+    global _LOADED
+    if _LOADED:
+        return
+    package = importlib.import_module("slolab.problems")
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name != "registry":
+            importlib.import_module(f"slolab.problems.{info.name}")
+    _LOADED = True
+
+
+def problems() -> list[Problem]:
+    """Every registered problem, by name."""
+    _load()
+    return [_PROBLEMS[k] for k in sorted(_PROBLEMS)]
+
+
+def problem_names() -> list[str]:
+    """Names of the registered problems."""
+    return [p.name for p in problems()]
+
+
+def get_problem(name: str) -> Problem:
+    """The problem registered as ``name``; ValueError listing the known ones."""
+    _load()
+    if name not in _PROBLEMS:
+        raise ValueError(f"unknown problem {name!r}; known: {', '.join(sorted(_PROBLEMS))}")
+    return _PROBLEMS[name]
+
+
+def build_instance(problem: str, **options: Any) -> Instance:
+    """An instance of ``problem`` from its builder (see :meth:`Problem.build`)."""
+    return get_problem(problem).build(**options)

@@ -1,0 +1,193 @@
+"""The SA-ordering problem: order and batch N queued requests to maximize G = #met / sum of latencies.
+
+Exact models: ``sa-ordering`` (position-arc MILP, CP-SAT, brute force; Dinkelbach on the
+ratio) and ``sa-ordering-columns`` (column generation plus enumeration); heuristic: the SA
+paper's simulated annealing; baselines: FCFS, EDF, shortest first, in full batches.
+See docs/sa_ordering.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from slolab.problems.registry import Heuristic, Objective, Option, Problem, register_problem
+
+if TYPE_CHECKING:
+    from slolab.instances.records import Instance, Workload
+    from slolab.timing import TimingModel
+
+TASKS = ("mixed", "chat", "code")
+
+
+def _snapshot_rows(wl: Workload, n: int, rng: np.random.Generator, max_tokens: int) -> np.ndarray:
+    """``n`` consecutive requests (a real burst) whose lengths stay within ``max_tokens``."""
+    ok = np.flatnonzero((wl.prompt_tokens + wl.output_tokens) <= max_tokens)
+    if len(ok) < n:
+        raise ValueError(
+            f"{wl.source}: only {len(ok)} requests have at most {max_tokens} tokens, need {n}"
+        )
+    start = int(rng.integers(0, len(ok) - n + 1))
+    return ok[start : start + n]
+
+
+def sa_snapshot(
+    n: int,
+    batch_size: int,
+    *,
+    seed: int,
+    chat_trace: str | Path | None = "azure_conv_2023",
+    code_trace: str | Path | None = "azure_code_2023",
+    timing: str | TimingModel = "sa-qwen2.5-7b-v100",
+    max_tokens: int = 2048,
+    format: str | None = None,
+    name: str | None = None,
+) -> Instance:
+    """N queued requests (all at time 0) for the SA-ordering problem.
+
+    Chat requests come from ``chat_trace`` (SLO: TTFT 10 s, TPOT 50 ms) and code requests
+    from ``code_trace`` (SLO: e2e 30 s), half each when both are given (the paper's mixed
+    dataset, shuffled with ``seed``). Each part is a run of consecutive trace requests starting
+    at a seeded random position, restricted to ``prompt + output <= max_tokens`` (the paper
+    keeps lengths under 2k for its latency predictor).
+
+    References
+    ----------
+    SA-ordering paper, Sec. 5.1 (workloads, SLOs).
+    """
+    from slolab.instances import Cluster, Instance, Workload, assign_slos, read_trace, resolve_trace
+    from slolab.timing import resolve_timing
+
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if chat_trace is None and code_trace is None:
+        raise ValueError("give at least one of chat_trace and code_trace")
+    rng = np.random.default_rng(seed)
+    parts: list[tuple[Workload, np.ndarray, str]] = []
+    n_chat = n if code_trace is None else (0 if chat_trace is None else n - n // 2)
+    for trace, count, task in ((chat_trace, n_chat, "chat"), (code_trace, n - n_chat, "code")):
+        if trace is None or count == 0:
+            continue
+        wl = read_trace(resolve_trace(trace), format=format)
+        parts.append((wl, _snapshot_rows(wl, count, rng, max_tokens), task))
+    prompt = np.concatenate([wl.prompt_tokens[rows] for wl, rows, _ in parts])
+    output = np.concatenate([wl.output_tokens[rows] for wl, rows, _ in parts])
+    tasks = np.concatenate([np.full(len(rows), t) for _, rows, t in parts])
+    order = rng.permutation(n)
+    wl = Workload(
+        {
+            "arrival_s": np.zeros(n),
+            "prompt_tokens": prompt[order],
+            "output_tokens": output[order],
+            "task": tasks[order].astype(str),
+        },
+        source="sa-snapshot",
+    )
+    wl = assign_slos(wl, "sa", seed=seed)
+    model = resolve_timing(timing)
+    kind = (
+        "mixed"
+        if chat_trace is not None and code_trace is not None
+        else ("chat" if code_trace is None else "code")
+    )
+    label = name or f"sa-{kind}-n{n}-b{batch_size}-s{seed}"
+    cluster = Cluster(mode="static", max_batch_size=batch_size, kv_capacity_tokens=1 << 40)
+    settings = {"batch_size": batch_size, "seed": seed, "max_tokens": max_tokens}
+    return Instance(label, wl, cluster, model, problem="sa-ordering", settings=settings)
+
+
+def build(
+    *,
+    n: int,
+    batch_size: int,
+    seed: int,
+    trace: str | None = None,
+    task: str = "mixed",
+    format: str | None = None,
+    timing: str = "sa-qwen2.5-7b-v100",
+) -> Instance:
+    """An SA-ordering snapshot: ``task`` says what the requests are, ``trace`` where they come from.
+
+    ``task="mixed"`` takes half chat requests from Azure conv 2023 and half code requests from
+    Azure code 2023 (the paper's mixed data set) and accepts no ``trace``; ``"chat"`` or
+    ``"code"`` takes every request from ``trace`` (default: the Azure trace of that kind) with
+    that task's SLO. The role of a trace comes from ``task``, never from its file name.
+    """
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
+    if task == "mixed":
+        if trace is not None:
+            raise ValueError(
+                "a mixed snapshot takes its chat and code requests from the two Azure traces; "
+                "to use one trace, say which task its requests are (chat or code)"
+            )
+        return sa_snapshot(n, batch_size, seed=seed, timing=timing, format=format)
+    chat, code = (
+        (trace or "azure_conv_2023", None) if task == "chat" else (None, trace or "azure_code_2023")
+    )
+    return sa_snapshot(
+        n, batch_size, seed=seed, chat_trace=chat, code_trace=code, timing=timing, format=format
+    )
+
+
+PROBLEM = register_problem(
+    Problem(
+        name="sa-ordering",
+        title="order and batch N queued requests (static batches of at most B); maximize G",
+        objective=Objective(
+            "G",
+            "max",
+            "slolab.sim.metrics:g_objective",
+            "requests meeting their SLO divided by the sum of their latencies (1/s)",
+        ),
+        builder=build,
+        options=(
+            Option("n", int, 10, "queued requests"),
+            Option("batch_size", int, 4, "largest batch size B", flag="--batch"),
+            Option(
+                "task",
+                str,
+                "mixed",
+                "request types: mixed (both Azure traces), chat or code",
+                choices=TASKS,
+            ),
+            Option(
+                "trace", str, None, "trace of the chat or code requests (with --task chat|code)"
+            ),
+            Option("format", str, None, "trace format (default: detected)"),
+            Option("timing", str, "sa-qwen2.5-7b-v100", "timing preset"),
+            Option("seed", int, 0, "seed of the cut, the mix and the SLO draws"),
+        ),
+        models=("sa-ordering", "sa-ordering-columns"),
+        aliases={"columns": "sa-ordering-columns:highs", "columns-cbc": "sa-ordering-columns:cbc"},
+        heuristics=(
+            Heuristic(
+                "sa",
+                "the SA paper's simulated annealing (paper defaults)",
+                schedule="slolab.heuristics.sa_ordering:annealing_schedule",
+            ),
+            Heuristic(
+                "fcfs",
+                "input order, full batches",
+                schedule="slolab.heuristics.sa_ordering:fcfs_schedule",
+                baseline=True,
+            ),
+            Heuristic(
+                "edf",
+                "earliest SLO deadline first, full batches",
+                schedule="slolab.heuristics.sa_ordering:edf_schedule",
+                baseline=True,
+            ),
+            Heuristic(
+                "sjf",
+                "shortest predicted execution first, full batches",
+                schedule="slolab.heuristics.sa_ordering:shortest_first_schedule",
+                baseline=True,
+            ),
+        ),
+        docs="sa_ordering.md",
+    )
+)

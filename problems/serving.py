@@ -1,0 +1,140 @@
+"""The serving problem: a stream of requests cut from a real trace, on a cluster.
+
+No exact model: the stream is too long for one. The online policies run on it and are scored
+by SLO attainment (``slolab simulate``, ``slolab capacity``, ``compare`` with policy names).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from slolab.problems.registry import Heuristic, Objective, Option, Problem, register_problem
+
+if TYPE_CHECKING:
+    from slolab.instances.records import Instance
+    from slolab.timing import TimingModel
+
+
+def serving_instance(
+    trace: str | Path | None,
+    *,
+    seed: int,
+    format: str | None = None,
+    servers: int = 1,
+    timing: str | TimingModel = "llama2-7b-h100",
+    slos: str | None = "polyserve",
+    slo_params: dict[str, Any] | None = None,
+    rate: float | None = None,
+    limit: int | None = None,
+    mode: str = "colocated",
+    prefill_servers: int = 0,
+    kv_capacity_tokens: int = 200_000,
+    max_batch_size: int = 256,
+    max_batch_tokens: int = 2048,
+    name: str | None = None,
+) -> Instance:
+    """A serving instance: a (rescaled, cut) real trace with SLOs on a cluster.
+
+    Parameters
+    ----------
+    trace : path or vendored trace name
+        Request trace (see :func:`slolab.instances.read_trace`).
+    seed : int
+        Seed of the SLO assignment.
+    rate : float, optional
+        Target mean arrival rate (req/s), by time compression of the trace.
+    limit : int, optional
+        Keep the first ``limit`` requests.
+    """
+    from slolab.instances import (
+        Cluster,
+        Instance,
+        assign_slos,
+        first_n,
+        read_trace,
+        resolve_trace,
+        scale_rate,
+    )
+    from slolab.timing import resolve_timing
+
+    if trace is None:
+        raise ValueError("a serving instance needs a trace (a file or a vendored trace name)")
+    path = resolve_trace(trace)
+    model = resolve_timing(timing)
+    wl = read_trace(path, format=format, limit=limit)
+    if limit is not None:
+        wl = first_n(wl, limit)
+    if rate is not None:
+        wl = scale_rate(wl, rate)
+    if slos and slos != "none":
+        wl = assign_slos(wl, slos, seed=seed, timing=model, **(slo_params or {}))
+    cluster = Cluster(
+        servers=servers,
+        kv_capacity_tokens=kv_capacity_tokens,
+        mode=mode,
+        prefill_servers=prefill_servers,
+        max_batch_size=max_batch_size,
+        max_batch_tokens=max_batch_tokens,
+    )
+    label = name or f"{path.stem}-{len(wl)}"
+    settings = {"seed": seed, "slos": slos or "none", "rate": rate if rate is not None else "trace"}
+    return Instance(label, wl, cluster, model, problem="serving", settings=settings)
+
+
+def _least_loaded(policy: str):
+    def make(instance: Instance) -> tuple[Any, Any]:
+        from slolab.heuristics.policies import make_policy, make_router
+
+        return make_policy(policy, instance), make_router("least-loaded")
+
+    make.__name__ = f"{policy}_least_loaded"
+    return make
+
+
+PROBLEM = register_problem(
+    Problem(
+        name="serving",
+        title="a request stream on a cluster; maximize SLO attainment",
+        objective=Objective(
+            "attainment",
+            "max",
+            "slolab.sim.metrics:attainment_objective",
+            "fraction of requests meeting their SLO (the instance's definition, default deadline)",
+        ),
+        builder=serving_instance,
+        options=(
+            Option("trace", str, None, "trace file or vendored trace name (required)"),
+            Option("format", str, None, "trace format (default: detected)"),
+            Option("servers", int, 1, "servers (model replicas)"),
+            Option("timing", str, "llama2-7b-h100", "timing preset (see 'slolab presets')"),
+            Option("slos", str, "polyserve", "SLO scheme (see docs/instances.md)"),
+            Option("limit", int, None, "use the first N requests of the trace", flag="--n"),
+            Option("rate", float, None, "rescale the trace to this mean arrival rate (req/s)"),
+            Option("seed", int, 0, "seed of the SLO draws"),
+        ),
+        heuristics=(
+            Heuristic(
+                "vllm",
+                "vLLM-style prefill-first FCFS (least-loaded routing)",
+                policy=_least_loaded("vllm"),
+            ),
+            Heuristic(
+                "sarathi",
+                "Sarathi-Serve token budget, decode first, FCFS (least-loaded routing)",
+                policy=_least_loaded("sarathi"),
+            ),
+            Heuristic(
+                "edf",
+                "earliest token deadline first within a token budget (least-loaded routing)",
+                policy=_least_loaded("edf"),
+            ),
+            Heuristic(
+                "slos-serve",
+                "SLOs-Serve's online scheduler (least-loaded first placement)",
+                policy=_least_loaded("slos-serve"),
+            ),
+        ),
+        docs="engine.md",
+    )
+)
