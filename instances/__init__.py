@@ -25,14 +25,17 @@ from slolab.instances.readers import (
     TraceError,
     detect_format,
     read_azure,
+    read_burstgpt,
     read_generic,
     read_lengths,
     read_mooncake,
     read_trace,
+    read_vidur,
     resolve_trace,
     trace_path,
 )
 from slolab.instances.records import (
+    MAX_REQUEST_TOKENS,
     REQUIRED_COLUMNS,
     STANDARD_COLUMNS,
     Cluster,
@@ -48,6 +51,7 @@ from slolab.instances.slos import (
     tdg_token_weights,
     zero_load_prefill_s,
 )
+from slolab.instances.stream import parse_columns, read_workload
 from slolab.instances.transform import (
     ARRIVAL_PROCESSES,
     draw_arrivals,
@@ -63,6 +67,7 @@ from slolab.instances.transform import (
 __all__ = [
     "ARRIVAL_PROCESSES",
     "FORMATS",
+    "MAX_REQUEST_TOKENS",
     "REQUIRED_COLUMNS",
     "SCHEMES",
     "STANDARD_COLUMNS",
@@ -85,11 +90,15 @@ __all__ = [
     "load_manifest",
     "load_shipped",
     "mean_rate",
+    "parse_columns",
     "read_azure",
+    "read_burstgpt",
     "read_generic",
     "read_lengths",
     "read_mooncake",
     "read_trace",
+    "read_vidur",
+    "read_workload",
     "resolve_trace",
     "retime",
     "retime_poisson",

@@ -8,6 +8,9 @@ File layout (``format = "slolab-instance"``, ``version = 1``)::
      "request_dtypes": {column: numpy dtype string},
      "requests": {column: [one value per request]}}
 
+plus ``"max_request_tokens"`` when the workload's token bound is not the default
+(:data:`~slolab.instances.records.MAX_REQUEST_TOKENS`).
+
 Floats are written with Python's shortest round-trip repr, so they load bit for bit. A float
 ``nan`` is written as ``null`` and ``inf``/``-inf`` as the strings ``"Infinity"`` /
 ``"-Infinity"`` (the file is strict JSON); ``request_dtypes`` restores every column's dtype.
@@ -34,7 +37,13 @@ from typing import Any
 
 import numpy as np
 import slolab.timing.forms  # noqa: F401  (registers the timing forms for from_dict)
-from slolab.instances.records import Cluster, Instance, Workload
+from slolab.instances.records import (
+    MAX_REQUEST_TOKENS,
+    Cluster,
+    Instance,
+    Workload,
+    check_max_request_tokens,
+)
 from slolab.timing.base import TimingModel
 
 FORMAT_NAME = "slolab-instance"
@@ -161,7 +170,7 @@ def instance_to_dict(instance: Instance) -> dict[str, Any]:
         except TypeError as exc:
             raise ValueError(f"column {name!r} cannot be saved: {exc}") from None
         dtypes[name] = arr.dtype.str
-    return {
+    document = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
         "name": instance.name,
@@ -172,6 +181,9 @@ def instance_to_dict(instance: Instance) -> dict[str, Any]:
         "request_dtypes": dtypes,
         "requests": requests,
     }
+    if workload.max_request_tokens != MAX_REQUEST_TOKENS:
+        document["max_request_tokens"] = workload.max_request_tokens
+    return document
 
 
 def _field(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], path: str) -> Any:
@@ -205,6 +217,12 @@ def instance_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Insta
     timing_data = _field(data, "timing", dict, source)
     dtypes = _field(data, "request_dtypes", dict, source)
     requests = _field(data, "requests", dict, source)
+    try:
+        max_request_tokens = check_max_request_tokens(
+            data.get("max_request_tokens", MAX_REQUEST_TOKENS)
+        )
+    except ValueError as exc:
+        raise InstanceFileError(source, "max_request_tokens", str(exc)) from None
 
     known = set(Cluster.__dataclass_fields__)
     unknown = sorted(set(cluster_fields) - known)
@@ -236,7 +254,7 @@ def instance_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Insta
         except (TypeError, ValueError, OverflowError) as exc:
             raise InstanceFileError(source, f"requests.{column}", str(exc)) from None
     try:
-        workload = Workload(columns, source=source)
+        workload = Workload(columns, source=source, max_request_tokens=max_request_tokens)
     except ValueError as exc:
         problem = str(exc).removeprefix(f"{source}: ")
         raise InstanceFileError(source, "requests", problem) from None
@@ -290,6 +308,8 @@ def save_instance(instance: Instance, path: str | Path) -> Path:
         The path written.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory; give a file name, such as {path / 'name.json'}")
     text = json.dumps(instance_to_dict(instance), allow_nan=False, separators=(",", ":"))
     _write_atomic(path, text + "\n")
     return path
@@ -307,7 +327,16 @@ def load_instance(path: str | Path) -> Instance:
         No file at ``path``.
     """
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    if path.is_dir():
+        raise InstanceFileError(path, None, "is a directory, not an instance file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InstanceFileError(
+            path,
+            None,
+            f"not a slolab instance file (not UTF-8 text: {exc.reason} at byte {exc.start})",
+        ) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

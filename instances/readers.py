@@ -2,9 +2,10 @@
 
 Every reader returns a workload whose ``arrival_s`` is in seconds from the earliest request
 (so the first row arrives at 0), sorted by arrival (stable: rows with equal times keep their
-file order), with ``prompt_tokens`` and ``output_tokens`` as integers >= 1. Bad input raises a
-:class:`TraceError` that names the file, the 1-based line (the header is line 1), the field and
-the offending value; a reader never returns a partial workload.
+file order), with ``prompt_tokens`` and ``output_tokens`` as integers in
+``[1, max_request_tokens]`` (2**20 by default). Bad input raises a :class:`TraceError` that
+names the file, the 1-based line (the header is line 1), the field and the offending value; a
+reader never returns a partial workload.
 
 Formats (see ``docs/instances.md``):
 
@@ -16,6 +17,12 @@ Formats (see ``docs/instances.md``):
 ``"mooncake"``
     Mooncake JSONL: ``timestamp`` (milliseconds), ``input_length``, ``output_length``,
     ``hash_ids`` (512-token prefix-block ids; kept only with ``keep_hash_ids=True``).
+``"burstgpt"``
+    BurstGPT CSV as published: ``Timestamp`` (s), ``Model``, ``Request tokens``,
+    ``Response tokens``, ``Total tokens``, ``Log Type``.
+``"vidur"``
+    Request traces in the Vidur layout: ``arrived_at`` (s), ``num_prefill_tokens``,
+    ``num_decode_tokens``.
 ``"lengths"``
     Length-only CSV (``num_prefill_tokens``, ``num_decode_tokens``, as in the vidur processed
     traces) with arrivals drawn from a named process.
@@ -29,13 +36,21 @@ import inspect
 import json
 import logging
 import re
+import warnings
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from slolab.instances.records import STANDARD_COLUMNS, Workload
+from slolab.instances.hints import SuggestingError, Suggestion, worded
+from slolab.instances.records import (
+    MAX_REQUEST_TOKENS,
+    STANDARD_COLUMNS,
+    Workload,
+    check_max_request_tokens,
+)
 from slolab.instances.transform import ARRIVAL_PROCESSES, draw_arrivals
 
 logger = logging.getLogger("slolab")
@@ -48,7 +63,7 @@ TRACES: dict[str, str] = {
     "mooncake_conversation": "mooncake_conversation.jsonl",
 }
 
-FORMATS = ("azure", "mooncake", "lengths", "generic")
+FORMATS = ("azure", "mooncake", "burstgpt", "vidur", "lengths", "generic")
 ZERO_OUTPUT_POLICIES = ("error", "drop", "clamp")
 UNSORTED_POLICIES = ("sort", "error")
 #: Divisor from a numeric time column's unit to seconds; ``"datetime"`` parses date-time strings.
@@ -57,6 +72,10 @@ TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
 LENGTHS_COLUMNS = ("num_prefill_tokens", "num_decode_tokens")
+VIDUR_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
+#: BurstGPT columns kept as labels with ``keep_labels=True``: workload column -> file column.
+BURSTGPT_LABELS = (("model", "Model"), ("log_type", "Log Type"))
 
 _TRACE_DIR = Path(__file__).resolve().parent / "data" / "traces"
 _DEFAULT_CHUNK_ROWS = 1_000_000
@@ -76,6 +95,9 @@ class TraceError(ValueError):
         The column or JSON field.
     value : object
         The offending value as read.
+    cli_message : str
+        The message with the options it suggests worded as command-line flags
+        (``--zero-output`` rather than ``zero_output=``; see :mod:`slolab.instances.hints`).
     """
 
     def __init__(
@@ -86,25 +108,33 @@ class TraceError(ValueError):
         line: int | None = None,
         field: str | None = None,
         value: object = None,
+        cli_message: str | None = None,
     ) -> None:
         super().__init__(message)
         self.path = str(path)
         self.line = line
         self.field = field
         self.value = value
+        self.cli_message = message if cli_message is None else cli_message
+
+
+#: A message as parts: text, and options to suggest (worded for Python or the command line).
+_Message = str | tuple[str | Suggestion, ...]
 
 
 def _error(
     path: str | Path,
     line: int | None,
-    problem: str,
+    problem: _Message,
     *,
     field: str | None = None,
     value: object = None,
     unit: str = "line",
 ) -> TraceError:
     where = Path(path).name if line is None else f"{Path(path).name} {unit} {line}"
-    return TraceError(f"{where}: {problem}", path=path, line=line, field=field, value=value)
+    parts = (problem,) if isinstance(problem, str) else problem
+    python, cli = worded(f"{where}: ", *parts)
+    return TraceError(python, path=path, line=line, field=field, value=value, cli_message=cli)
 
 
 def _field_error(
@@ -114,10 +144,11 @@ def _field_error(
     must_be: str,
     value: object,
     *,
-    hint: str = "",
+    hint: _Message = "",
     unit: str = "line",
 ) -> TraceError:
-    problem = f"{field} must be {must_be}, got {value!r}{hint}"
+    hint_parts = (hint,) if isinstance(hint, str) else hint
+    problem = (f"{field} must be {must_be}, got {value!r}", *hint_parts)
     return _error(path, line, problem, field=field, value=value, unit=unit)
 
 
@@ -163,12 +194,18 @@ class _Chunk:
     """
 
     def __init__(
-        self, path: str | Path, lines: np.ndarray, unit: str = "line", text: bool = True
+        self,
+        path: str | Path,
+        lines: np.ndarray,
+        unit: str = "line",
+        text: bool = True,
+        max_tokens: int = MAX_REQUEST_TOKENS,
     ) -> None:
         self.path = path
         self.lines = lines
         self.unit = unit
         self.text = text
+        self.max_tokens = max_tokens
         self.problems: list[tuple[int, TraceError]] = []
 
     def line(self, row: int) -> int:
@@ -195,42 +232,76 @@ class _Chunk:
     def lengths(
         self, raw: pd.Series, field: str, zero_output: str | None, shown: pd.Series | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Integer lengths >= 1 and the mask of zeros that ``zero_output`` lets through.
+        """Integer lengths in ``[1, max_tokens]`` and the mask of zeros ``zero_output`` lets through.
 
         ``zero_output`` is None for a length that must be >= 1 whatever the policy (prompts).
-        ``shown`` is what error messages quote (default ``raw``).
+        ``shown`` is what error messages quote (default ``raw``). A length above the bound is
+        refused here, before anything is allocated for it.
         """
         shown = raw if shown is None else shown
         values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
         with np.errstate(invalid="ignore"):
             integral = (np.abs(values) < 2.0**53) & (values == np.floor(values))
             zero = integral & (values == 0)
+            too_long = integral & (values > self.max_tokens)
             allowed_zero = zero if zero_output in ("drop", "clamp") else np.zeros_like(zero)
-            bad = ~integral | ((values < 1) & ~allowed_zero)
-        hint = ""
+            bad = ~integral | ((values < 1) & ~allowed_zero) | too_long
+        zero_hint: _Message = ""
         if zero_output == "error":
-            hint = " (zero-length outputs: pass zero_output='drop' or 'clamp')"
+            zero_hint = (
+                " (zero-length outputs: pass ",
+                Suggestion("zero_output", ("drop", "clamp")),
+                ")",
+            )
+        bound_hint: _Message = (
+            f" (a request may have at most {self.max_tokens} tokens; if the trace really has "
+            "longer ones, raise the bound with ",
+            Suggestion("max_request_tokens"),
+            ")",
+        )
 
         def make(row: int) -> TraceError:
             value = self.shown(shown, row)
-            extra = hint if zero[row] else ""
+            if too_long[row]:
+                return _field_error(
+                    self.path,
+                    self.line(row),
+                    field,
+                    f"an integer in [1, {self.max_tokens}]",
+                    value,
+                    hint=bound_hint,
+                    unit=self.unit,
+                )
             return _field_error(
                 self.path,
                 self.line(row),
                 field,
                 "an integer >= 1",
                 value,
-                hint=extra,
+                hint=zero_hint if zero[row] else "",
                 unit=self.unit,
             )
 
         self.flag(bad, make)
         return np.where(integral, values, 0.0).astype("int64"), allowed_zero
 
-    def datetimes(self, raw: pd.Series, field: str) -> np.ndarray:
-        """Date-time strings to int64 nanoseconds (UTC)."""
-        parsed = pd.to_datetime(raw, format="ISO8601", errors="coerce", utc=True)
+    def datetimes(self, raw: pd.Series, field: str, zones: _Zones) -> np.ndarray:
+        """Date-time strings to int64 nanoseconds (UTC; a time without offset is read as UTC).
+
+        Times with a UTC offset and times without one may not be mixed in a file (the naive
+        ones would silently be taken as UTC): ``zones`` holds what the first parsed time had,
+        and the first time that differs is an error naming its line and the first one's.
+        """
+        parsed = _parse_datetimes(raw)
+        if parsed is None:
+            # the offsets differ within the chunk: find the times that have one
+            with_offset = raw.astype(str).str.contains(_UTC_OFFSET).to_numpy()
+            parsed = pd.to_datetime(raw, format="ISO8601", errors="coerce", utc=True)
+        else:
+            aware = getattr(parsed.dtype, "tz", None) is not None
+            with_offset = np.full(len(raw), aware)
         bad = parsed.isna().to_numpy()
+        zones.check(self, raw, field, with_offset, ~bad)
         self.flag(
             bad,
             lambda row: _field_error(
@@ -292,6 +363,57 @@ class _Chunk:
         if column == "tier":
             return np.where(bad, 0, values).astype("int64")
         return values
+
+
+_UTC_OFFSET = re.compile(r"(?:[zZ]|[+-]\d\d(?::?\d\d)?)\s*$")
+
+
+def _parse_datetimes(raw: pd.Series) -> pd.Series | None:
+    """ISO date-times, each keeping its offset; None when the offsets differ (or some lack one)."""
+    with warnings.catch_warnings():
+        # older pandas warns (rather than raises) on mixed offsets and returns objects
+        warnings.simplefilter("ignore", FutureWarning)
+        try:
+            parsed = pd.to_datetime(raw, format="ISO8601", errors="coerce")
+        except (ValueError, TypeError):
+            return None
+    return parsed if parsed.dtype.kind == "M" else None
+
+
+class _Zones:
+    """Whether the date-times of one file carry a UTC offset, as its first parsed time says."""
+
+    def __init__(self) -> None:
+        self.with_offset: bool | None = None
+        self.line = 0
+        self.value: object = None
+
+    def check(
+        self, chunk: _Chunk, raw: pd.Series, field: str, with_offset: np.ndarray, valid: np.ndarray
+    ) -> None:
+        rows = np.flatnonzero(valid)
+        if len(rows) == 0:
+            return
+        if self.with_offset is None:
+            first = int(rows[0])
+            self.with_offset = bool(with_offset[first])
+            self.line = chunk.line(first)
+            self.value = chunk.shown(raw, first)
+        differs = valid & (with_offset != self.with_offset)
+
+        def make(row: int) -> TraceError:
+            value = chunk.shown(raw, row)
+            has, other = ("has no", "has one") if self.with_offset else ("has a", "has none")
+            problem = (
+                f"{field} {has} UTC offset ({value!r}) but {chunk.unit} {self.line} "
+                f"({self.value!r}) {other}: time zones must not be mixed (give every time an "
+                "offset, or none)"
+            )
+            return _error(
+                chunk.path, chunk.line(row), problem, field=field, value=value, unit=chunk.unit
+            )
+
+        chunk.flag(differs, make)
 
 
 # -- assembling the workload --------------------------------------------------------------------
@@ -410,6 +532,7 @@ def _build(
     unsorted: str,
     unit: str = "line",
     time_is_ns: bool = False,
+    max_tokens: int = MAX_REQUEST_TOKENS,
 ) -> Workload:
     """Sort by time (or refuse to), re-zero to the earliest time, build the workload."""
     if len(cols) == 0:
@@ -423,17 +546,34 @@ def _build(
     for name in list(cols.parts):
         column = cols.take(name)
         arrays[name] = column if perm is None else column[perm]
-    return Workload(arrays, source=str(path))
+    return Workload(arrays, source=str(path), max_request_tokens=max_tokens)
 
 
 # -- CSV streaming ------------------------------------------------------------------------------
 
 
+@contextmanager
+def _decoding(path: str | Path) -> Iterator[None]:
+    """Turn a failure to decode the file as UTF-8 text into a TraceError naming the file."""
+    try:
+        yield
+    except UnicodeDecodeError as exc:
+        raise _error(
+            path,
+            None,
+            f"not a text file (byte {exc.object[exc.start : exc.start + 1]!r} at offset "
+            f"{exc.start} of a block is not UTF-8); expected a CSV or JSON-lines trace",
+        ) from None
+
+
 def _csv_header(path: str | Path) -> list[str]:
     try:
-        return list(pd.read_csv(path, nrows=0).columns)
+        with _decoding(path):
+            return list(pd.read_csv(path, nrows=0).columns)
     except pd.errors.EmptyDataError:
         raise _error(path, 1, "file is empty, expected a header line") from None
+    except pd.errors.ParserError as exc:
+        raise _error(path, 1, f"not a readable CSV header ({str(exc).strip()})") from None
 
 
 def _require_columns(path: str | Path, header: list[str], required: tuple[str, ...]) -> None:
@@ -481,7 +621,7 @@ def _csv_chunks(
     )
     first_line = 2
     try:
-        with reader:
+        with reader, _decoding(path):
             for chunk in reader:
                 yield first_line + np.arange(len(chunk)), chunk[list(columns)]
                 first_line += len(chunk)
@@ -537,6 +677,7 @@ def read_azure(
     zero_output: str = "error",
     unsorted: str = "sort",
     chunk_rows: int = _DEFAULT_CHUNK_ROWS,
+    max_request_tokens: int = MAX_REQUEST_TOKENS,
 ) -> Workload:
     """Read an Azure LLM inference trace (2023 or 2024 week-long release).
 
@@ -556,6 +697,10 @@ def read_azure(
         Rows out of time order are sorted by time (stable, default) or raise.
     chunk_rows : int
         Rows parsed per chunk; memory holds one chunk of raw strings at a time.
+    max_request_tokens : int
+        Most prompt tokens, and most output tokens, a row may declare (default
+        :data:`~slolab.instances.records.MAX_REQUEST_TOKENS` = 2**20); a longer row raises,
+        naming its line. Timestamps must all carry a UTC offset or none may (a mix raises).
 
     Returns
     -------
@@ -572,12 +717,14 @@ def read_azure(
     _check_chunk_rows(chunk_rows)
     _check_policy("zero_output", zero_output, ZERO_OUTPUT_POLICIES)
     _check_policy("unsorted", unsorted, UNSORTED_POLICIES)
+    max_tokens = check_max_request_tokens(max_request_tokens)
     _require_columns(path, _csv_header(path), AZURE_COLUMNS)
     time_col, prompt_col, output_col = AZURE_COLUMNS
+    zones = _Zones()
 
     def on_chunk(lines: np.ndarray, chunk: pd.DataFrame, cols: _Columns) -> None:
-        check = _Chunk(path, lines)
-        ns = check.datetimes(chunk[time_col], time_col)
+        check = _Chunk(path, lines, max_tokens=max_tokens)
+        ns = check.datetimes(chunk[time_col], time_col, zones)
         prompt, _ = check.lengths(chunk[prompt_col], prompt_col, None)
         output, zero = check.lengths(chunk[output_col], output_col, zero_output)
         check.raise_first()
@@ -587,7 +734,15 @@ def read_azure(
 
     cols = _read_csv(path, AZURE_COLUMNS, (prompt_col, output_col), limit, chunk_rows, on_chunk)
     cols.log_zero(path, zero_output, output_col)
-    return _build(cols, path, time_field=time_col, divisor=1e9, unsorted=unsorted, time_is_ns=True)
+    return _build(
+        cols,
+        path,
+        time_field=time_col,
+        divisor=1e9,
+        unsorted=unsorted,
+        time_is_ns=True,
+        max_tokens=max_tokens,
+    )
 
 
 def read_mooncake(
@@ -597,6 +752,7 @@ def read_mooncake(
     keep_hash_ids: bool = False,
     zero_output: str = "error",
     unsorted: str = "sort",
+    max_request_tokens: int = MAX_REQUEST_TOKENS,
 ) -> Workload:
     """Read a Mooncake JSONL trace.
 
@@ -610,7 +766,7 @@ def read_mooncake(
     keep_hash_ids : bool
         Keep ``hash_ids`` (the prompt's 512-token prefix-block ids) as an object column of
         lists.
-    zero_output, unsorted
+    zero_output, unsorted, max_request_tokens
         As in :func:`read_azure`.
 
     Returns
@@ -625,12 +781,13 @@ def read_mooncake(
     _check_limit(limit)
     _check_policy("zero_output", zero_output, ZERO_OUTPUT_POLICIES)
     _check_policy("unsorted", unsorted, UNSORTED_POLICIES)
+    max_tokens = check_max_request_tokens(max_request_tokens)
     times: list[Any] = []
     prompts: list[Any] = []
     outputs: list[Any] = []
     hashes: list[Any] = []
     line_numbers: list[int] = []
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8") as handle, _decoding(path):
         for number, text in enumerate(handle, start=1):
             if limit is not None and len(times) >= limit:
                 break
@@ -661,7 +818,7 @@ def read_mooncake(
     if not times:
         raise _error(path, 1, "no requests in the file")
     lines = np.asarray(line_numbers)
-    check = _Chunk(path, lines, text=False)
+    check = _Chunk(path, lines, text=False, max_tokens=max_tokens)
     time_field, prompt_field, output_field = MOONCAKE_FIELDS
     stamp_raw, stamp_shown = _json_numbers(times)
     stamp = check.numbers(stamp_raw, time_field, stamp_shown)
@@ -683,7 +840,9 @@ def read_mooncake(
     cols = _Columns()
     cols.add_chunk(lines, zero, zero_output, **arrays)
     cols.log_zero(path, zero_output, output_field)
-    return _build(cols, path, time_field=time_field, divisor=1e3, unsorted=unsorted)
+    return _build(
+        cols, path, time_field=time_field, divisor=1e3, unsorted=unsorted, max_tokens=max_tokens
+    )
 
 
 def _json_numbers(values: list[Any]) -> tuple[pd.Series, pd.Series]:
@@ -701,13 +860,14 @@ def _shown(values: list[Any]) -> pd.Series:
 def read_lengths(
     path: str | Path,
     *,
-    arrivals: str,
-    rate: float,
+    arrivals: str | None = None,
+    rate: float | None = None,
     seed: int | None = None,
     cv: float | None = None,
     limit: int | None = None,
     zero_output: str = "error",
     chunk_rows: int = _DEFAULT_CHUNK_ROWS,
+    max_request_tokens: int = MAX_REQUEST_TOKENS,
 ) -> Workload:
     """Read a length-only CSV and draw arrivals from a named process.
 
@@ -717,15 +877,16 @@ def read_lengths(
         CSV with ``num_prefill_tokens`` and ``num_decode_tokens`` (others ignored). Requests
         arrive in file order.
     arrivals : {"poisson", "gamma", "uniform"}
-        Arrival process (see :func:`slolab.instances.transform.draw_arrivals`).
+        Arrival process (see :func:`slolab.instances.transform.draw_arrivals`). Required: the
+        file has no times, and without a process a :class:`TraceError` says what to pass.
     rate : float
-        Mean arrival rate in requests per second.
+        Mean arrival rate in requests per second (required with ``arrivals``).
     seed : int
         Required for ``"poisson"`` and ``"gamma"``.
     cv : float
         Coefficient of variation of the inter-arrival gaps, required for ``"gamma"``
         (``cv = 1`` is Poisson; larger is burstier).
-    limit, zero_output, chunk_rows
+    limit, zero_output, chunk_rows, max_request_tokens
         As in :func:`read_azure`.
 
     Returns
@@ -736,12 +897,15 @@ def read_lengths(
     _check_limit(limit)
     _check_chunk_rows(chunk_rows)
     _check_policy("zero_output", zero_output, ZERO_OUTPUT_POLICIES)
+    max_tokens = check_max_request_tokens(max_request_tokens)
+    if arrivals is None or rate is None:
+        raise _no_times_error(path)
     _check_policy("arrivals", arrivals, ARRIVAL_PROCESSES)
     _require_columns(path, _csv_header(path), LENGTHS_COLUMNS)
     prompt_col, output_col = LENGTHS_COLUMNS
 
     def on_chunk(lines: np.ndarray, chunk: pd.DataFrame, cols: _Columns) -> None:
-        check = _Chunk(path, lines)
+        check = _Chunk(path, lines, max_tokens=max_tokens)
         prompt, _ = check.lengths(chunk[prompt_col], prompt_col, None)
         output, zero = check.lengths(chunk[output_col], output_col, zero_output)
         check.raise_first()
@@ -759,6 +923,162 @@ def read_lengths(
             "output_tokens": cols.take("output_tokens"),
         },
         source=str(path),
+        max_request_tokens=max_tokens,
+    )
+
+
+def _no_times_error(path: str | Path) -> TraceError:
+    """A length-only trace read without an arrival process."""
+    return _error(
+        path,
+        None,
+        (
+            "a length-only trace has no arrival times; draw them from a process: pass ",
+            Suggestion("arrivals", ARRIVAL_PROCESSES),
+            " and ",
+            Suggestion("rate"),
+            " (requests per second; gamma also takes ",
+            Suggestion("cv"),
+            ")",
+        ),
+    )
+
+
+def _read_timed_lengths(
+    path: str | Path,
+    columns: tuple[str, str, str],
+    *,
+    labels: Mapping[str, str],
+    limit: int | None,
+    zero_output: str,
+    unsorted: str,
+    chunk_rows: int,
+    max_request_tokens: int,
+) -> Workload:
+    """A CSV of numeric times in seconds and two lengths (``columns``: time, prompt, output).
+
+    ``labels`` maps workload column names to file columns kept as text (or numbers).
+    """
+    _check_limit(limit)
+    _check_chunk_rows(chunk_rows)
+    _check_policy("zero_output", zero_output, ZERO_OUTPUT_POLICIES)
+    _check_policy("unsorted", unsorted, UNSORTED_POLICIES)
+    max_tokens = check_max_request_tokens(max_request_tokens)
+    time_col, prompt_col, output_col = columns
+    wanted = (*columns, *labels.values())
+    _require_columns(path, _csv_header(path), wanted)
+
+    def on_chunk(lines: np.ndarray, chunk: pd.DataFrame, cols: _Columns) -> None:
+        check = _Chunk(path, lines, max_tokens=max_tokens)
+        time = check.numbers(chunk[time_col], time_col)
+        prompt, _ = check.lengths(chunk[prompt_col], prompt_col, None)
+        output, zero = check.lengths(chunk[output_col], output_col, zero_output)
+        check.raise_first()
+        extra = {name: _extra_column(chunk[source]) for name, source in labels.items()}
+        cols.add_chunk(
+            lines, zero, zero_output, time=time, prompt_tokens=prompt, output_tokens=output, **extra
+        )
+
+    cols = _read_csv(path, wanted, (prompt_col, output_col), limit, chunk_rows, on_chunk)
+    cols.log_zero(path, zero_output, output_col)
+    _unify_time_parts(cols)
+    return _build(
+        cols, path, time_field=time_col, divisor=1.0, unsorted=unsorted, max_tokens=max_tokens
+    )
+
+
+def read_vidur(
+    path: str | Path,
+    *,
+    limit: int | None = None,
+    zero_output: str = "error",
+    unsorted: str = "sort",
+    chunk_rows: int = _DEFAULT_CHUNK_ROWS,
+    max_request_tokens: int = MAX_REQUEST_TOKENS,
+) -> Workload:
+    """Read a request trace in the Vidur / Splitwise-simulator layout.
+
+    Parameters
+    ----------
+    path : str or Path
+        CSV with ``arrived_at`` (seconds), ``num_prefill_tokens`` and ``num_decode_tokens``
+        (others ignored), the request-trace layout Vidur's trace-replay generator reads.
+    limit, zero_output, unsorted, chunk_rows, max_request_tokens
+        As in :func:`read_azure`.
+
+    Returns
+    -------
+    Workload
+        ``arrival_s`` (s from the earliest ``arrived_at``), ``prompt_tokens``
+        (``num_prefill_tokens``), ``output_tokens`` (``num_decode_tokens``).
+
+    References
+    ----------
+    Agrawal et al., "Vidur: A Large-Scale Simulation Framework for LLM Inference",
+    MLSys 2024; microsoft/vidur, MIT.
+    """
+    return _read_timed_lengths(
+        path,
+        VIDUR_COLUMNS,
+        labels={},
+        limit=limit,
+        zero_output=zero_output,
+        unsorted=unsorted,
+        chunk_rows=chunk_rows,
+        max_request_tokens=max_request_tokens,
+    )
+
+
+def read_burstgpt(
+    path: str | Path,
+    *,
+    limit: int | None = None,
+    keep_labels: bool = False,
+    zero_output: str = "error",
+    unsorted: str = "sort",
+    chunk_rows: int = _DEFAULT_CHUNK_ROWS,
+    max_request_tokens: int = MAX_REQUEST_TOKENS,
+) -> Workload:
+    """Read a BurstGPT trace as published (``BurstGPT_1.csv`` and the other release files).
+
+    Parameters
+    ----------
+    path : str or Path
+        CSV with ``Timestamp`` (seconds from midnight of the trace's first day), ``Model``,
+        ``Request tokens``, ``Response tokens``, ``Total tokens`` and ``Log Type``. Only
+        ``Timestamp``, ``Request tokens`` and ``Response tokens`` are required.
+    limit : int, optional
+        Read only the first ``limit`` data rows.
+    keep_labels : bool
+        Keep ``Model`` (``ChatGPT``, ``GPT-4``) and ``Log Type`` (``Conversation log``,
+        ``API log``) as the string columns ``model`` and ``log_type``.
+    zero_output : {"error", "drop", "clamp"}
+        The release files other than ``*_without_fails_*`` have failed requests with
+        ``Response tokens`` = 0: they raise by default (the message names the option), or are
+        dropped or set to 1 output token, as in every reader.
+    unsorted, chunk_rows, max_request_tokens
+        As in :func:`read_azure`.
+
+    Returns
+    -------
+    Workload
+        ``arrival_s`` (s from the earliest ``Timestamp``), ``prompt_tokens``
+        (``Request tokens``), ``output_tokens`` (``Response tokens``).
+
+    References
+    ----------
+    Wang et al., "BurstGPT: A Real-world Workload Dataset to Optimize LLM Serving Systems",
+    arXiv:2401.17644; HPMLL/BurstGPT (README, "Schema").
+    """
+    return _read_timed_lengths(
+        path,
+        BURSTGPT_COLUMNS,
+        labels=dict(BURSTGPT_LABELS) if keep_labels else {},
+        limit=limit,
+        zero_output=zero_output,
+        unsorted=unsorted,
+        chunk_rows=chunk_rows,
+        max_request_tokens=max_request_tokens,
     )
 
 
@@ -771,6 +1091,7 @@ def read_generic(
     zero_output: str = "error",
     unsorted: str = "sort",
     chunk_rows: int = _DEFAULT_CHUNK_ROWS,
+    max_request_tokens: int = MAX_REQUEST_TOKENS,
 ) -> Workload:
     """Read any CSV or Parquet file through a column mapping.
 
@@ -785,8 +1106,9 @@ def read_generic(
         ``priority``, ``tier``, ``value``) are validated as in the records; any other name is
         kept as an extra column (numeric when every value is a number, else strings).
     time_unit : {"s", "ms", "us", "ns", "datetime"}
-        Unit of the arrival column; ``"datetime"`` parses ISO date-time strings.
-    limit, zero_output, unsorted, chunk_rows
+        Unit of the arrival column; ``"datetime"`` parses ISO date-time strings (all with a
+        UTC offset or none).
+    limit, zero_output, unsorted, chunk_rows, max_request_tokens
         As in :func:`read_azure`.
 
     Returns
@@ -801,22 +1123,27 @@ def read_generic(
         raise ValueError(
             f"time_unit must be one of {', '.join([*TIME_UNITS, 'datetime'])}, got {time_unit!r}"
         )
+    max_tokens = check_max_request_tokens(max_request_tokens)
     missing = [c for c in ("arrival_s", "prompt_tokens", "output_tokens") if c not in columns]
     if missing:
-        raise ValueError(f"columns must map {', '.join(missing)} to a file column")
+        raise SuggestingError(
+            Suggestion("columns"),
+            f" must map {', '.join(missing)} to a file column",
+        )
     is_parquet = Path(path).suffix.lower() == ".parquet"
     unit = "row" if is_parquet else "line"
     source_cols = tuple(dict.fromkeys(columns.values()))
+    zones = _Zones()
 
     def on_chunk(lines: np.ndarray, chunk: pd.DataFrame, cols: _Columns) -> None:
-        check = _Chunk(path, lines, unit, text=not is_parquet)
+        check = _Chunk(path, lines, unit, text=not is_parquet, max_tokens=max_tokens)
         arrays: dict[str, np.ndarray] = {}
         output_zero = np.zeros(len(chunk), dtype=bool)
         for target, source in columns.items():
             raw = chunk[source]
             if target == "arrival_s":
                 if time_unit == "datetime":
-                    arrays["time"] = check.datetimes(raw, source)
+                    arrays["time"] = check.datetimes(raw, source, zones)
                 else:
                     arrays["time"] = check.numbers(raw, source)
             elif target == "prompt_tokens":
@@ -849,6 +1176,7 @@ def read_generic(
         unsorted=unsorted,
         unit=unit,
         time_is_ns=time_unit == "datetime",
+        max_tokens=max_tokens,
     )
 
 
@@ -898,6 +1226,8 @@ def _parquet_chunks(
 _READERS: dict[str, Callable[..., Workload]] = {
     "azure": read_azure,
     "mooncake": read_mooncake,
+    "burstgpt": read_burstgpt,
+    "vidur": read_vidur,
     "lengths": read_lengths,
     "generic": read_generic,
 }
@@ -907,15 +1237,16 @@ def detect_format(path: str | Path) -> str:
     """Name of the trace format of ``path``, from its extension and header.
 
     ``.jsonl`` files whose first record has ``timestamp``, ``input_length`` and
-    ``output_length`` are ``"mooncake"``; CSV files with the Azure columns are ``"azure"``,
-    with ``num_prefill_tokens``/``num_decode_tokens`` ``"lengths"``; ``.parquet`` files are
-    ``"generic"``. Anything else raises a :class:`TraceError` that lists the known formats.
+    ``output_length`` are ``"mooncake"``; CSV files are told by their header: the Azure
+    columns ``"azure"``, BurstGPT's ``"burstgpt"``, ``arrived_at`` with the two length columns
+    ``"vidur"``, the length columns alone ``"lengths"``; ``.parquet`` files are ``"generic"``.
+    Anything else raises a :class:`TraceError` that lists the known formats.
     """
     suffix = Path(path).suffix.lower()
     if suffix == ".parquet":
         return "generic"
     if suffix in (".jsonl", ".json"):
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle, _decoding(path):
             first = next((line for line in handle if line.strip()), "")
         try:
             record = json.loads(first) if first else None
@@ -926,21 +1257,37 @@ def detect_format(path: str | Path) -> str:
         raise _error(
             path,
             None,
-            f"cannot tell the trace format from the first record; pass format= one of "
-            f"{', '.join(FORMATS)}",
+            (
+                "cannot tell the trace format from the first record; pass ",
+                Suggestion("format"),
+                f" one of {', '.join(FORMATS)}",
+            ),
         )
     header = _csv_header(path)
-    if all(c in header for c in AZURE_COLUMNS):
-        return "azure"
-    if all(c in header for c in LENGTHS_COLUMNS):
-        return "lengths"
+    for name, required in _DETECTED_BY_HEADER:
+        if all(c in header for c in required):
+            return name
     raise _error(
         path,
         1,
-        f"cannot tell the trace format from the header ({', '.join(header)}); pass format= one "
-        f"of {', '.join(FORMATS)} (generic needs columns=)",
+        (
+            f"cannot tell the trace format from the header ({', '.join(header)}); pass ",
+            Suggestion("format"),
+            f" one of {', '.join(FORMATS)} (generic needs ",
+            Suggestion("columns"),
+            ")",
+        ),
         value=",".join(header),
     )
+
+
+#: CSV formats by the columns their header must have, in the order they are tried.
+_DETECTED_BY_HEADER: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("azure", AZURE_COLUMNS),
+    ("burstgpt", BURSTGPT_COLUMNS),
+    ("vidur", VIDUR_COLUMNS),
+    ("lengths", LENGTHS_COLUMNS),
+)
 
 
 def read_trace(path: str | Path, format: str | None = None, **opts: Any) -> Workload:
@@ -950,12 +1297,12 @@ def read_trace(path: str | Path, format: str | None = None, **opts: Any) -> Work
     ----------
     path : str or Path
         The trace file.
-    format : {"azure", "mooncake", "lengths", "generic"}, optional
+    format : {"azure", "mooncake", "burstgpt", "vidur", "lengths", "generic"}, optional
         The format by name; detected from the extension and header when omitted (a
         ``columns=`` mapping implies ``"generic"``).
     **opts
         Options of the format's reader: :func:`read_azure`, :func:`read_mooncake`,
-        :func:`read_lengths`, :func:`read_generic`.
+        :func:`read_burstgpt`, :func:`read_vidur`, :func:`read_lengths`, :func:`read_generic`.
 
     Returns
     -------

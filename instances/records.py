@@ -34,6 +34,12 @@ STANDARD_COLUMNS: dict[str, tuple[str, float]] = {
 }
 REQUIRED_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 
+#: Default bound on a request's prompt tokens and on its output tokens (2**20 = 1,048,576), far
+#: above any model's context window. The engine keeps one time per output token, so a bound is
+#: what keeps a mistyped length (1e9) from claiming gigabytes before the run starts. Readers and
+#: :class:`Workload` take ``max_request_tokens=`` to raise it.
+MAX_REQUEST_TOKENS = 2**20
+
 
 def _check_finite_nonneg(name: str, value: float, row: int | None = None) -> None:
     where = "" if row is None else f" (row {row})"
@@ -99,6 +105,13 @@ class Request:
             raise ValueError(f"value must be a finite number >= 0, got {self.value} (row {row})")
 
 
+def check_max_request_tokens(value: Any) -> int:
+    """``value`` as a token bound: an integer >= 1 (ValueError naming it otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"max_request_tokens must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
 def _first_bad(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
@@ -117,12 +130,21 @@ class Workload:
         At least ``arrival_s``, ``prompt_tokens`` and ``output_tokens``.
     source : str
         Where the data came from (file path or description), used in error messages.
+    max_request_tokens : int
+        Most prompt tokens, and most output tokens, one request may have (default
+        :data:`MAX_REQUEST_TOKENS`); kept by every workload derived from this one.
     """
 
-    __slots__ = ("_cols", "source")
+    __slots__ = ("_cols", "max_request_tokens", "source")
 
-    def __init__(self, columns: Mapping[str, Any], source: str = "<memory>") -> None:
+    def __init__(
+        self,
+        columns: Mapping[str, Any],
+        source: str = "<memory>",
+        max_request_tokens: int = MAX_REQUEST_TOKENS,
+    ) -> None:
         self.source = source
+        self.max_request_tokens = check_max_request_tokens(max_request_tokens)
         missing = [c for c in REQUIRED_COLUMNS if c not in columns]
         if missing:
             raise ValueError(f"{source}: workload is missing column(s) {', '.join(missing)}")
@@ -171,6 +193,16 @@ class Workload:
             ),
             ("prompt_tokens", c["prompt_tokens"] < 1, "an integer >= 1"),
             ("output_tokens", c["output_tokens"] < 1, "an integer >= 1"),
+            (
+                "prompt_tokens",
+                c["prompt_tokens"] > self.max_request_tokens,
+                f"at most max_request_tokens = {self.max_request_tokens}",
+            ),
+            (
+                "output_tokens",
+                c["output_tokens"] > self.max_request_tokens,
+                f"at most max_request_tokens = {self.max_request_tokens}",
+            ),
             ("priority", ~(c["priority"] > 0) | ~np.isfinite(c["priority"]), "a finite number > 0"),
             ("tier", c["tier"] < 0, "an integer >= 0"),
             ("value", ~(c["value"] >= 0) | ~np.isfinite(c["value"]), "a finite number >= 0"),
@@ -181,7 +213,8 @@ class Workload:
         for name, bad, what in checks:
             if bad.any():
                 i = _first_bad(bad)
-                raise ValueError(f"{src}: {name} must be {what}, got {c[name][i]!r} (row {i})")
+                value = c[name][i].item()
+                raise ValueError(f"{src}: {name} must be {what}, got {value!r} (row {i})")
         arr = c["arrival_s"]
         if len(arr) > 1:
             down = np.diff(arr) < 0
@@ -259,13 +292,21 @@ class Workload:
         """A new workload with the given columns replaced or added."""
         cols: dict[str, Any] = dict(self._cols)
         cols.update(columns)
-        return Workload(cols, source=self.source)
+        return self.derived(cols)
 
     def take(self, index: np.ndarray | slice) -> Workload:
         """A new workload holding the selected rows (kept in arrival order)."""
         idx = np.arange(len(self))[index] if isinstance(index, slice) else np.asarray(index)
         idx = np.sort(idx)
-        return Workload({k: v[idx] for k, v in self._cols.items()}, source=self.source)
+        return self.derived({k: v[idx] for k, v in self._cols.items()})
+
+    def derived(self, columns: Mapping[str, Any], source: str | None = None) -> Workload:
+        """A new workload of ``columns`` with this one's token bound (and source, by default)."""
+        return Workload(
+            columns,
+            source=self.source if source is None else source,
+            max_request_tokens=self.max_request_tokens,
+        )
 
     def equals(self, other: Workload) -> bool:
         """Exact equality of every column (nan equal to nan)."""

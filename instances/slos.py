@@ -490,7 +490,7 @@ def assign_slos(
     merged = {name: workload[name] for name in workload.columns}
     merged.update(columns)
     try:
-        return Workload(merged, source=workload.source)
+        return workload.derived(merged)
     except ValueError as exc:
         raise ValueError(f"SLO scheme {scheme!r} produced invalid columns: {exc}") from None
 

@@ -32,7 +32,7 @@ def _check_rate(rate: Any) -> float:
 
 
 def _rebuild(workload: Workload, columns: dict[str, np.ndarray], note: str) -> Workload:
-    return Workload(columns, source=f"{workload.source} | {note}")
+    return workload.derived(columns, source=f"{workload.source} | {note}")
 
 
 def draw_arrivals(

@@ -452,7 +452,7 @@ def test_generic_mapping_must_name_the_required_columns(tmp_path):
     """A mapping without output_tokens raises; a mapped column absent from the file too."""
     path = tmp_path / "mine.csv"
     path.write_text("t,in,out\n0,1,1\n")
-    with pytest.raises(ValueError, match="columns must map output_tokens"):
+    with pytest.raises(ValueError, match="columns= must map output_tokens"):
         read_generic(path, columns={"arrival_s": "t", "prompt_tokens": "in"})
     with pytest.raises(TraceError, match="line 1: missing column gen"):
         read_generic(
@@ -465,8 +465,8 @@ def test_dispatcher_detects_and_rejects_formats(tmp_path):
     assert detect_format(trace_path("azure_code_2023")) == "azure"
     assert detect_format(trace_path("mooncake_conversation")) == "mooncake"
     assert detect_format(trace_path("arxiv_summarization")) == "lengths"
-    with pytest.raises(ValueError, match="unknown trace format 'vidur'; known: azure, mooncake"):
-        read_trace(trace_path("azure_code_2023"), format="vidur")
+    with pytest.raises(ValueError, match="unknown trace format 'sharegpt'; known: azure, mooncake"):
+        read_trace(trace_path("azure_code_2023"), format="sharegpt")
     with pytest.raises(
         ValueError, match="unknown option.* seed for trace format 'azure'; accepted"
     ):
@@ -475,7 +475,7 @@ def test_dispatcher_detects_and_rejects_formats(tmp_path):
     odd.write_text("a,b\n1,2\n")
     with pytest.raises(TraceError, match="cannot tell the trace format .*generic needs columns"):
         read_trace(odd)
-    assert FORMATS == ("azure", "mooncake", "lengths", "generic")
+    assert FORMATS == ("azure", "mooncake", "burstgpt", "vidur", "lengths", "generic")
 
 
 def test_json_lines_written_by_pandas_read_as_mooncake(tmp_path):
