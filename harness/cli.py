@@ -3,7 +3,8 @@
 Commands: ``simulate`` (a trace under a scheduler), ``instance build`` (write an instance
 file), ``instances`` (list shipped instances), ``presets`` (list timing presets), ``solve``
 (an exact model), ``compare`` (heuristics vs optimum), ``capacity`` (largest rate meeting an
-attainment target). Bad input gives a one-line error and exit status 2.
+attainment target). Bad input gives a one-line error (options it suggests are named as flags)
+and exit status 2; Ctrl-C stops any command with one line and exit status 130.
 """
 
 from __future__ import annotations
@@ -58,11 +59,7 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
         "trace",
         help="trace file, or the name of a vendored trace (azure_conv_2023, azure_code_2023, arxiv_summarization, mooncake_conversation)",
     )
-    p.add_argument(
-        "--format",
-        default=None,
-        help="trace format: azure, mooncake, lengths, generic (default: detected)",
-    )
+    _add_trace_flags(p)
     p.add_argument(
         "--servers",
         "--replicas",
@@ -144,8 +141,36 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
         "--slack",
         default=None,
         choices=["tight", "loose"],
-        help="with --slos slos-serve: tight (TTFT 3x zero-load, TPOT 50 ms) or loose (5x, 100 ms)",
+        help="with --slos slos-serve: the TTFT level, tight (3x the zero-load prefill) or loose "
+        "(5x); without --scenario the TPOT follows it (tight 50 ms, loose 100 ms), with "
+        "--scenario the TPOT stays the scenario's (SLOs-Serve Tables 1 and 3)",
     )
+
+
+def _add_trace_flags(p: argparse.ArgumentParser) -> None:
+    """The flags saying how a trace is read and timed (the problems' trace options)."""
+    from slolab.problems import TRACE_OPTIONS
+
+    for option in TRACE_OPTIONS:
+        p.add_argument(option.cli_flag, **_flag_kwargs(option, option.help, option.default))
+
+
+def _trace_options(a: argparse.Namespace) -> dict[str, Any]:
+    from slolab.problems import TRACE_OPTIONS
+
+    return {o.name: getattr(a, o.name) for o in TRACE_OPTIONS}
+
+
+def _flag_kwargs(option, help_text: str, default: Any, with_choices: bool = True) -> dict[str, Any]:
+    """argparse keywords of an Option's flag (its choices checked by argparse if asked)."""
+    kwargs: dict[str, Any] = {"default": default, "help": help_text.replace("%", "%%")}
+    if option.type is bool:
+        kwargs["action"] = "store_true"
+    elif with_choices and option.choices is not None:
+        kwargs.update(type=option.type, choices=option.choices)
+    else:
+        kwargs.update(type=option.type, metavar=option.name.upper())
+    return kwargs
 
 
 def _serving_instance(a: argparse.Namespace, rate: float | None):
@@ -154,7 +179,6 @@ def _serving_instance(a: argparse.Namespace, rate: float | None):
     return serving_instance(
         a.trace,
         seed=a.seed,
-        format=a.format,
         servers=a.servers,
         timing=a.timing,
         slos=_slo_scheme(a),
@@ -168,6 +192,7 @@ def _serving_instance(a: argparse.Namespace, rate: float | None):
         kv_capacity_tokens=a.kv_capacity,
         max_batch_tokens=a.max_batch_tokens,
         max_batch_size=a.max_batch_size,
+        **_trace_options(a),
     )
 
 
@@ -190,22 +215,23 @@ def _policy_and_router(a: argparse.Namespace, instance):
     return make_policy(a.policy, instance, token_budget=budget), make_router(a.router)
 
 
+def _simulate_serving(a: argparse.Namespace, rate: float | None, progress: bool):
+    """The serving instance of the command's flags at ``rate``, simulated: (instance, outcome)."""
+    from slolab.sim import run
+
+    inst = _serving_instance(a, rate)
+    policy, router = _policy_and_router(a, inst)
+    out = run(inst, policy, router, seed=a.seed, record_iterations=False, progress=progress)
+    return inst, out
+
+
 def cmd_simulate(a: argparse.Namespace) -> int:
     import time
 
-    from slolab.sim import metrics, run
+    from slolab.sim import metrics
 
     t0 = time.perf_counter()
-    inst = _serving_instance(a, a.rate)
-    policy, router = _policy_and_router(a, inst)
-    out = run(
-        inst,
-        policy,
-        router,
-        seed=a.seed,
-        record_iterations=False,
-        progress=not a.json and not a.quiet,
-    )
+    inst, out = _simulate_serving(a, a.rate, progress=not a.json and not a.quiet)
     s = metrics.summary(inst, out)
     s["wall_s"] = time.perf_counter() - t0
     s["simulate_s"] = out.wall_s
@@ -319,17 +345,9 @@ def _add_problem_options(b: argparse.ArgumentParser) -> None:
                     + ")"
                 )
             help_parts.append(f"{', '.join(p.name for p, _ in group)}: {text}{default}")
-        kwargs: dict[str, Any] = {
-            "dest": _option_dest(first),
-            "default": argparse.SUPPRESS,
-            "help": "; ".join(help_parts).replace("%", "%%"),
-        }
-        if first.type is bool:
-            kwargs["action"] = "store_true"
-        else:
-            kwargs["type"] = first.type
-            kwargs["metavar"] = first.name.upper()
-        b.add_argument(flag, **kwargs)
+        # each problem checks its own choices (a shared flag may have different ones)
+        kwargs = _flag_kwargs(first, "; ".join(help_parts), argparse.SUPPRESS, with_choices=False)
+        b.add_argument(flag, dest=_option_dest(first), **kwargs)
 
 
 def cmd_problems(a: argparse.Namespace) -> int:
@@ -376,13 +394,47 @@ def cmd_instances(a: argparse.Namespace) -> int:
     if a.json:
         _print_json(rows)
         return 0
+    table = [("name", "problem", "requests", "optimum", "how it is known")]
     for r in rows:
-        known = r.get("known", {})
-        opt = known.get("optimum", known.get("objective", ""))
-        print(
-            f"{r['name']:<36} {r.get('problem', ''):<15} {r.get('requests', ''):>6}  optimum={opt}  {r.get('source', '')}"
-        )
+        optimum, how = known_summary(r["known"])
+        table.append((r["name"], r["problem"], str(r["requests"]), optimum, how))
+    widths = [max(len(row[i]) for row in table) for i in range(4)]
+    for row in table:
+        cells = [
+            row[0].ljust(widths[0]),
+            row[1].ljust(widths[1]),
+            row[2].rjust(widths[2]),
+            row[3].ljust(widths[3]),
+        ]
+        print("  ".join([*cells, row[4]]).rstrip())
     return 0
+
+
+def known_summary(known: dict[str, Any]) -> tuple[str, str]:
+    """``(optimum, how)`` of a manifest entry's ``known`` record, as text for a table.
+
+    The optimum is printed only when proved (status OPTIMAL); a time-limited run shows its
+    incumbent and bound instead, and an entry without a solver run shows its note.
+    """
+    status = known.get("status")
+    solver = known.get("solver", "a solver")
+    if "how" in known:
+        optimum = known.get("optimum")
+        return (f"{optimum:.6g}" if isinstance(optimum, int | float) else "-"), str(known["how"])
+    if status == "OPTIMAL" and "optimum" in known:
+        runtime = known.get("runtime_s")
+        took = f" in {runtime:g} s" if isinstance(runtime, int | float) else ""
+        return f"{known['optimum']:.6g}", f"proved optimal by {solver}{took}"
+    if status is not None:
+        limit = known.get("time_limit_s")
+        cut = f" at its {limit:g} s limit" if isinstance(limit, int | float) else ""
+        parts = [f"{solver} stopped{cut} ({status})"]
+        if "incumbent" in known:
+            parts.append(f"best found {known['incumbent']:.6g}")
+        if "bound" in known:
+            parts.append(f"bound {known['bound']:.6g}")
+        return "-", ", ".join(parts)
+    return "-", str(known.get("note") or "nothing known")
 
 
 def cmd_presets(a: argparse.Namespace) -> int:
@@ -399,6 +451,7 @@ def cmd_presets(a: argparse.Namespace) -> int:
 
 def cmd_solve(a: argparse.Namespace) -> int:
     from slolab.harness.compare import objective
+    from slolab.harness.progress import elapsed_bar
     from slolab.problems import get_problem
     from slolab.sim import check, replay
     from slolab.solvers import build_model, solve
@@ -413,13 +466,14 @@ def cmd_solve(a: argparse.Namespace) -> int:
             f"problem {inst.problem!r} has no model {model_name!r}; its models: "
             f"{', '.join(problem.models)}"
         )
-    res = solve(
-        build_model(model_name, inst),
-        solver=a.solver,
-        time_limit=a.time_limit,
-        threads=a.threads,
-        seed=a.seed,
-    )
+    with elapsed_bar(f"solve {a.solver}", a.time_limit, enabled=not a.json and not a.quiet):
+        res = solve(
+            build_model(model_name, inst),
+            solver=a.solver,
+            time_limit=a.time_limit,
+            threads=a.threads,
+            seed=a.seed,
+        )
     rec = res.to_record()
     rec["instance"] = inst.name
     rec["runtime_s"] = res.runtime_s
@@ -485,17 +539,24 @@ def cmd_compare(a: argparse.Namespace) -> int:
 
 def cmd_capacity(a: argparse.Namespace) -> int:
     from slolab.harness.capacity import capacity
-    from slolab.sim import metrics, run
-
-    base = _serving_instance(a, None)
     from slolab.instances import mean_rate
+    from slolab.sim import metrics
 
-    trace_rate = mean_rate(base.workload)
+    if a.arrivals is None:
+        if a.rate is not None:
+            raise ValueError(
+                "--rate applies to capacity with --arrivals only (each probe time-scales the "
+                "trace to its rate; --start-rate sets the first one)"
+            )
+        trace_rate = mean_rate(_serving_instance(a, None).workload)
+    elif a.rate is None:
+        raise ValueError(f"--arrivals {a.arrivals} needs --rate (requests per second)")
+    else:
+        trace_rate = a.rate
+    show = not a.json and not a.quiet
 
     def probe(rate: float) -> float:
-        inst = _serving_instance(a, rate)
-        policy, router = _policy_and_router(a, inst)
-        out = run(inst, policy, router, seed=a.seed, record_iterations=False)
+        inst, out = _simulate_serving(a, rate, progress=show and sys.stderr.isatty())
         return metrics.attainment(inst, out, a.definition)
 
     res = capacity(
@@ -504,7 +565,7 @@ def cmd_capacity(a: argparse.Namespace) -> int:
         start_rate=a.start_rate or trace_rate,
         rel_tol=a.rel_tol,
         max_probes=a.max_probes,
-        progress=not a.json and not a.quiet,
+        progress=show,
     )
     rec = res.to_dict()
     rec["probes"] = [{"rate": rate, "attainment": att} for rate, att in res.probes]
@@ -528,6 +589,30 @@ def cmd_capacity(a: argparse.Namespace) -> int:
     return 0
 
 
+def _methods_help() -> str:
+    from slolab.problems import problems
+
+    return "; ".join(f"{p.name} [{p.method_help()}]" for p in problems())
+
+
+def _models_help() -> str:
+    from slolab.problems import problems
+
+    return "; ".join(f"{p.name}: {', '.join(p.models)}" for p in problems() if p.models)
+
+
+def _solver_names() -> tuple[str, ...]:
+    from slolab.problems import SOLVER_NAMES
+
+    return SOLVER_NAMES
+
+
+def _version() -> str:
+    from slolab import __version__
+
+    return __version__
+
+
 def _problem_names() -> list[str]:
     from slolab.problems import problem_names
 
@@ -541,6 +626,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {_version()}", help="print the version"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser(
@@ -553,7 +641,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--rate",
         type=float,
         default=None,
-        help="rescale the trace to this mean arrival rate (req/s), keeping its burstiness",
+        help="mean arrival rate (req/s): of the process with --arrivals, else the trace is "
+        "time-scaled to it, keeping its burstiness",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -614,13 +703,20 @@ def build_parser() -> argparse.ArgumentParser:
         "instance", help="instance file or shipped instance name (see 'slolab instances')"
     )
     p.add_argument(
-        "--model", default=None, help="model name (default: the problem's default model)"
+        "--model",
+        default=None,
+        help="model name (default: the problem's first); by problem: " + _models_help(),
     )
-    p.add_argument("--solver", default="highs", help="highs, cbc, cpsat or brute (default: highs)")
+    p.add_argument(
+        "--solver",
+        default="highs",
+        help=f"{', '.join(_solver_names())} (default: highs)",
+    )
     p.add_argument("--time-limit", type=float, default=60.0, help="seconds (default: 60)")
     p.add_argument("--threads", type=int, default=1, help="solver threads (default: 1)")
     p.add_argument("--seed", type=int, default=0, help="solver seed (default: 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_solve)
 
     p = sub.add_parser(
@@ -633,8 +729,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--methods",
         required=True,
         help="comma-separated methods: the problem's heuristics and baselines, exact aliases, "
-        "solver names (highs, cbc, cpsat, brute: the default model) or MODEL:SOLVER; "
-        "'slolab problems' lists them per problem",
+        "solver names (the default model) or MODEL:SOLVER. By problem: " + _methods_help(),
     )
     p.add_argument(
         "--time-limit", type=float, default=60.0, help="seconds per exact method (default: 60)"
@@ -653,6 +748,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Bracket and bisect the arrival rate of a trace (time compression) until attainment crosses the target; each probe is a full simulation.",
     )
     _add_serving_args(p)
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="with --arrivals: the rate (req/s) the arrivals are drawn at, and the first rate "
+        "probed unless --start-rate; each probe draws the same process at its own rate",
+    )
     p.add_argument(
         "--target", type=float, default=0.9, help="attainment target in (0, 1] (default: 0.9)"
     )
@@ -678,8 +780,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exit status of a command stopped by Ctrl-C (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``slolab`` command."""
+    """Entry point of the ``slolab`` command.
+
+    Bad input exits with status 2 and one line on stderr; Ctrl-C (KeyboardInterrupt, which
+    every solver backend re-raises after stopping its search) exits with status 130 and one
+    line, at any point of any command.
+    """
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        print("slolab: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -689,6 +808,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     from slolab.instances import InstanceFileError, TraceError
+    from slolab.instances.hints import cli_message
     from slolab.sim import PolicyError
 
     try:
@@ -699,14 +819,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except (
         ValueError,
-        FileNotFoundError,
         KeyError,
         TraceError,
         InstanceFileError,
         PolicyError,
+        OSError,
     ) as exc:
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        print(f"slolab: error: {msg}", file=sys.stderr)
+        print(f"slolab: error: {cli_message(exc)}", file=sys.stderr)
         return 2
 
 

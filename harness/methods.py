@@ -23,13 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slolab.instances.records import Instance
-from slolab.problems import Heuristic, Problem, get_problem
+from slolab.problems import SOLVER_NAMES, Heuristic, Problem, get_problem
 from slolab.problems.registry import resolve
 from slolab.sim import Outcome, replay, run
 from slolab.solvers import Result, Status, build_model, solve
-
-#: Solver backends a bare method name may name.
-SOLVER_NAMES = ("highs", "cbc", "cpsat", "brute")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,22 +109,18 @@ def available_methods(problem: str | None = None) -> list[str]:
         from slolab.problems import problems
 
         return sorted({n for p in problems() for n in available_methods(p.name)})
-    spec = get_problem(problem)
-    names = [h.name for h in spec.heuristics]
-    names += sorted(spec.aliases)
-    if spec.models:
-        names += [s for s in SOLVER_NAMES if s not in names]
-    names += sorted(k for k, m in _EXTRA.items() if problem in m.problems and k not in names)
-    return names
+    names = get_problem(problem).method_names()
+    return names + _extra_names(problem, names)
+
+
+def _extra_names(problem: str, declared: list[str]) -> list[str]:
+    return sorted(k for k, m in _EXTRA.items() if problem in m.problems and k not in declared)
 
 
 def method_help(problem: str) -> str:
     """The names ``problem`` accepts, as one line for error messages and help texts."""
     spec = get_problem(problem)
-    text = ", ".join(available_methods(problem)) or "none"
-    if spec.models:
-        text += f"; or MODEL:SOLVER with MODEL in {', '.join(spec.models)}"
-    return text
+    return spec.method_help(tuple(_extra_names(problem, spec.method_names())))
 
 
 def get_method(name: str, instance: Instance | None = None) -> Method:

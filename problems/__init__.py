@@ -14,6 +14,10 @@ its docs page, notebook and tests.
 """
 
 from slolab.problems.registry import (
+    ARRIVAL_OPTIONS,
+    READ_OPTIONS,
+    SOLVER_NAMES,
+    TRACE_OPTIONS,
     Heuristic,
     Objective,
     Option,
@@ -26,6 +30,10 @@ from slolab.problems.registry import (
 )
 
 __all__ = [
+    "ARRIVAL_OPTIONS",
+    "READ_OPTIONS",
+    "SOLVER_NAMES",
+    "TRACE_OPTIONS",
     "Heuristic",
     "Objective",
     "Option",

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 #: Python types an option may take (the command line parses its flag with it).
 OPTION_TYPES = (int, float, str, bool)
 
+#: Solver backends a bare method name may name (the problem's default model on that backend).
+SOLVER_NAMES = ("highs", "cbc", "cpsat", "brute")
+
 
 def resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
     """The callable ``target`` names (``"module:attribute"``), or ``target`` itself."""
@@ -92,6 +95,75 @@ class Option:
     @property
     def cli_flag(self) -> str:
         return self.flag or "--" + self.name.replace("_", "-")
+
+
+#: How a builder reads its trace: options passed on to :func:`slolab.instances.read_workload`
+#: (one declaration, shared by every problem whose builder reads a trace, so each flag means
+#: the same thing everywhere). Defaults of None leave the choice to the reader.
+READ_OPTIONS: tuple[Option, ...] = (
+    Option(
+        "format",
+        str,
+        None,
+        "trace format: azure, mooncake, burstgpt, vidur, lengths, generic (default: detected "
+        "from the file)",
+    ),
+    Option(
+        "columns",
+        str,
+        None,
+        "with --format generic: WORKLOAD=FILE column pairs, such as "
+        "arrival_s=ts,prompt_tokens=in,output_tokens=out",
+    ),
+    Option(
+        "time_unit",
+        str,
+        None,
+        "with --format generic: unit of the arrival column, s, ms, us, ns or datetime (default: s)",
+    ),
+    Option(
+        "zero_output",
+        str,
+        "error",
+        "rows with 0 output tokens: error, drop, or clamp to 1",
+        choices=("error", "drop", "clamp"),
+    ),
+    Option(
+        "max_request_tokens",
+        int,
+        None,
+        "most prompt tokens, and most output tokens, one request may declare; longer rows are "
+        "refused (default: 1048576 = 2**20)",
+    ),
+)
+
+#: Arrival-process options of builders that keep arrival times (with the builder's ``rate``).
+ARRIVAL_OPTIONS: tuple[Option, ...] = (
+    Option(
+        "arrivals",
+        str,
+        None,
+        "draw arrival times from a process at --rate: poisson, gamma or uniform (a "
+        "length-only trace needs one; a trace's own times are replaced)",
+        choices=("poisson", "gamma", "uniform"),
+    ),
+    Option(
+        "cv",
+        float,
+        None,
+        "with --arrivals gamma: coefficient of variation of the gaps (1 is Poisson, larger "
+        "is burstier)",
+    ),
+)
+
+#: Every trace option: reading and arrivals.
+TRACE_OPTIONS: tuple[Option, ...] = READ_OPTIONS + ARRIVAL_OPTIONS
+
+#: Help of a builder's ``rate`` when it reads a trace with :data:`ARRIVAL_OPTIONS`.
+RATE_HELP = (
+    "mean arrival rate (req/s): of the drawn process with --arrivals, else the trace's own "
+    "arrivals are time-scaled to it (burstiness kept)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +286,21 @@ class Problem:
     @property
     def default_model(self) -> str | None:
         return self.models[0] if self.models else None
+
+    def method_names(self) -> list[str]:
+        """Declared method names: heuristics and baselines, aliases, bare solver names."""
+        names = [h.name for h in self.heuristics]
+        names += sorted(self.aliases)
+        if self.models:
+            names += [s for s in SOLVER_NAMES if s not in names]
+        return names
+
+    def method_help(self, extra: tuple[str, ...] = ()) -> str:
+        """The method names this problem accepts (plus ``extra``), as one line."""
+        text = ", ".join([*self.method_names(), *extra]) or "none"
+        if self.models:
+            text += f"; or MODEL:SOLVER with MODEL in {', '.join(self.models)}"
+        return text
 
     def option(self, name: str) -> Option:
         for o in self.options:

@@ -9,10 +9,17 @@ See docs/sa_ordering.md.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from slolab.problems.registry import Heuristic, Objective, Option, Problem, register_problem
+from slolab.problems.registry import (
+    READ_OPTIONS,
+    Heuristic,
+    Objective,
+    Option,
+    Problem,
+    register_problem,
+)
 
 if TYPE_CHECKING:
     from slolab.instances.records import Instance, Workload
@@ -41,8 +48,8 @@ def sa_snapshot(
     code_trace: str | Path | None = "azure_code_2023",
     timing: str | TimingModel = "sa-qwen2.5-7b-v100",
     max_tokens: int = 2048,
-    format: str | None = None,
     name: str | None = None,
+    **reading: Any,
 ) -> Instance:
     """N queued requests (all at time 0) for the SA-ordering problem.
 
@@ -50,13 +57,16 @@ def sa_snapshot(
     from ``code_trace`` (SLO: e2e 30 s), half each when both are given (the paper's mixed
     dataset, shuffled with ``seed``). Each part is a run of consecutive trace requests starting
     at a seeded random position, restricted to ``prompt + output <= max_tokens`` (the paper
-    keeps lengths under 2k for its latency predictor).
+    keeps lengths under 2k for its latency predictor). ``**reading`` (``format``, ``columns``,
+    ``zero_output``, ...) says how the traces are read (see
+    :func:`slolab.instances.read_workload`); only their order matters, so a length-only trace
+    needs no arrival process.
 
     References
     ----------
     SA-ordering paper, Sec. 5.1 (workloads, SLOs).
     """
-    from slolab.instances import Cluster, Instance, Workload, assign_slos, read_trace, resolve_trace
+    from slolab.instances import Cluster, Instance, Workload, assign_slos, read_workload
     from slolab.timing import resolve_timing
 
     if n < 1:
@@ -71,7 +81,7 @@ def sa_snapshot(
     for trace, count, task in ((chat_trace, n_chat, "chat"), (code_trace, n - n_chat, "code")):
         if trace is None or count == 0:
             continue
-        wl = read_trace(resolve_trace(trace), format=format)
+        wl = read_workload(trace, order_only=True, **reading)
         parts.append((wl, _snapshot_rows(wl, count, rng, max_tokens), task))
     prompt = np.concatenate([wl.prompt_tokens[rows] for wl, rows, _ in parts])
     output = np.concatenate([wl.output_tokens[rows] for wl, rows, _ in parts])
@@ -106,8 +116,8 @@ def build(
     seed: int,
     trace: str | None = None,
     task: str = "mixed",
-    format: str | None = None,
     timing: str = "sa-qwen2.5-7b-v100",
+    **reading: Any,
 ) -> Instance:
     """An SA-ordering snapshot: ``task`` says what the requests are, ``trace`` where they come from.
 
@@ -124,12 +134,12 @@ def build(
                 "a mixed snapshot takes its chat and code requests from the two Azure traces; "
                 "to use one trace, say which task its requests are (chat or code)"
             )
-        return sa_snapshot(n, batch_size, seed=seed, timing=timing, format=format)
+        return sa_snapshot(n, batch_size, seed=seed, timing=timing, **reading)
     chat, code = (
         (trace or "azure_conv_2023", None) if task == "chat" else (None, trace or "azure_code_2023")
     )
     return sa_snapshot(
-        n, batch_size, seed=seed, chat_trace=chat, code_trace=code, timing=timing, format=format
+        n, batch_size, seed=seed, chat_trace=chat, code_trace=code, timing=timing, **reading
     )
 
 
@@ -157,7 +167,7 @@ PROBLEM = register_problem(
             Option(
                 "trace", str, None, "trace of the chat or code requests (with --task chat|code)"
             ),
-            Option("format", str, None, "trace format (default: detected)"),
+            *READ_OPTIONS,
             Option("timing", str, "sa-qwen2.5-7b-v100", "timing preset"),
             Option("seed", int, 0, "seed of the cut, the mix and the SLO draws"),
         ),

@@ -9,7 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slolab.problems.registry import Heuristic, Objective, Option, Problem, register_problem
+from slolab.problems.registry import (
+    RATE_HELP,
+    TRACE_OPTIONS,
+    Heuristic,
+    Objective,
+    Option,
+    Problem,
+    register_problem,
+)
 
 if TYPE_CHECKING:
     from slolab.instances.records import Instance
@@ -20,7 +28,6 @@ def serving_instance(
     trace: str | Path | None,
     *,
     seed: int,
-    format: str | None = None,
     servers: int = 1,
     timing: str | TimingModel = "llama2-7b-h100",
     slos: str | None = "polyserve",
@@ -33,6 +40,7 @@ def serving_instance(
     max_batch_size: int = 256,
     max_batch_tokens: int = 2048,
     name: str | None = None,
+    **reading: Any,
 ) -> Instance:
     """A serving instance: a (rescaled, cut) real trace with SLOs on a cluster.
 
@@ -41,32 +49,24 @@ def serving_instance(
     trace : path or vendored trace name
         Request trace (see :func:`slolab.instances.read_trace`).
     seed : int
-        Seed of the SLO assignment.
+        Seed of the SLO assignment and of the arrival process (with ``arrivals``).
     rate : float, optional
-        Target mean arrival rate (req/s), by time compression of the trace.
+        Mean arrival rate (req/s): of the process with ``arrivals``, else the trace is
+        time-compressed to it.
     limit : int, optional
         Keep the first ``limit`` requests.
+    **reading
+        How the trace is read (``format``, ``columns``, ``time_unit``, ``arrivals``, ``cv``,
+        ``zero_output``, ``max_request_tokens``): see :func:`slolab.instances.read_workload`.
     """
-    from slolab.instances import (
-        Cluster,
-        Instance,
-        assign_slos,
-        first_n,
-        read_trace,
-        resolve_trace,
-        scale_rate,
-    )
+    from slolab.instances import Cluster, Instance, assign_slos, read_workload, resolve_trace
     from slolab.timing import resolve_timing
 
     if trace is None:
         raise ValueError("a serving instance needs a trace (a file or a vendored trace name)")
     path = resolve_trace(trace)
     model = resolve_timing(timing)
-    wl = read_trace(path, format=format, limit=limit)
-    if limit is not None:
-        wl = first_n(wl, limit)
-    if rate is not None:
-        wl = scale_rate(wl, rate)
+    wl = read_workload(path, rate=rate, seed=seed, limit=limit, **reading)
     if slos and slos != "none":
         wl = assign_slos(wl, slos, seed=seed, timing=model, **(slo_params or {}))
     cluster = Cluster(
@@ -78,7 +78,13 @@ def serving_instance(
         max_batch_tokens=max_batch_tokens,
     )
     label = name or f"{path.stem}-{len(wl)}"
-    settings = {"seed": seed, "slos": slos or "none", "rate": rate if rate is not None else "trace"}
+    settings: dict[str, Any] = {
+        "seed": seed,
+        "slos": slos or "none",
+        "rate": rate if rate is not None else "trace",
+    }
+    if reading.get("arrivals") is not None:
+        settings["arrivals"] = reading["arrivals"]
     return Instance(label, wl, cluster, model, problem="serving", settings=settings)
 
 
@@ -105,13 +111,13 @@ PROBLEM = register_problem(
         builder=serving_instance,
         options=(
             Option("trace", str, None, "trace file or vendored trace name (required)"),
-            Option("format", str, None, "trace format (default: detected)"),
+            *TRACE_OPTIONS,
             Option("servers", int, 1, "servers (model replicas)"),
             Option("timing", str, "llama2-7b-h100", "timing preset (see 'slolab presets')"),
             Option("slos", str, "polyserve", "SLO scheme (see docs/instances.md)"),
             Option("limit", int, None, "use the first N requests of the trace", flag="--n"),
-            Option("rate", float, None, "rescale the trace to this mean arrival rate (req/s)"),
-            Option("seed", int, 0, "seed of the SLO draws"),
+            Option("rate", float, None, RATE_HELP),
+            Option("seed", int, 0, "seed of the SLO draws and of the arrival process"),
         ),
         heuristics=(
             Heuristic(

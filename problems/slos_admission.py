@@ -8,10 +8,17 @@ See docs/slos_serve.md.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from slolab.problems.registry import Heuristic, Objective, Option, Problem, register_problem
+from slolab.problems.registry import (
+    TRACE_OPTIONS,
+    Heuristic,
+    Objective,
+    Option,
+    Problem,
+    register_problem,
+)
 
 if TYPE_CHECKING:
     from slolab.instances.records import Instance
@@ -24,12 +31,13 @@ def slos_snapshot(
     new: int,
     running: int,
     seed: int,
-    format: str | None = None,
     timing: str | TimingModel = "opt-13b-h100-slos",
     scenario: str = "chatbot",
     slack: str = "tight",
     kv_capacity_tokens: int | None = None,
     name: str | None = None,
+    rate: float | None = None,
+    **reading: Any,
 ) -> Instance:
     """One SLOs-Serve scheduler call cut from a real trace (``problem="slos-admission"``).
 
@@ -38,19 +46,22 @@ def slos_snapshot(
     (each has emitted a seeded number of its tokens, at least one), the last ``new`` arrive at the
     call, one second after the last running request's arrival. KV capacity defaults to the
     running requests' needs plus 60% of the new ones' (prompt + output each), so memory binds.
+    ``rate`` and ``**reading`` (``format``, ``arrivals``, ...) say how the trace is read and
+    timed, as in :func:`slolab.instances.read_workload` (the arrival process draws with
+    ``seed``).
 
     References
     ----------
     SLOs-Serve, Sec. 3.2.1 (the scheduler call: running requests are forced, new ones admitted).
     """
-    from slolab.instances import Cluster, assign_slos, read_trace, resolve_trace
+    from slolab.instances import Cluster, assign_slos, read_workload
     from slolab.models.slos_admission import snapshot_instance
     from slolab.timing import resolve_timing
 
     if new < 1 or running < 0:
         raise ValueError(f"need new >= 1 and running >= 0, got new={new}, running={running}")
     model = resolve_timing(timing)
-    wl = read_trace(resolve_trace(trace), format=format)
+    wl = read_workload(trace, rate=rate, seed=seed, **reading)
     wl = assign_slos(wl, "slos-serve", seed=seed, timing=model, scenario=scenario, slack=slack)
     rng = np.random.default_rng(seed)
     eligible = np.flatnonzero(wl.output_tokens >= 2)
@@ -177,7 +188,6 @@ def build(
     *,
     seed: int,
     trace: str = "azure_conv_2023",
-    format: str | None = None,
     new: int = 10,
     running: int = 20,
     timing: str = "opt-13b-h100-slos",
@@ -186,13 +196,14 @@ def build(
     from_simulation: bool = False,
     n: int = 300,
     rate: float | None = None,
+    **reading: Any,
 ) -> Instance:
     """A scheduler call cut from a trace, or (``from_simulation``) captured from an online run.
 
     With ``from_simulation`` the call of an online SLOs-Serve run of ``n`` requests of
     ``scenario`` (at ``rate`` req/s) whose new and running counts are closest to ``new`` and
-    ``running`` is returned (see :func:`slos_snapshots_from_simulation`); ``trace`` and
-    ``format`` do not apply then.
+    ``running`` is returned (see :func:`slos_snapshots_from_simulation`); ``trace`` and the
+    reading options (``**reading``: ``format``, ``arrivals``, ...) do not apply then.
     """
     if not from_simulation:
         return slos_snapshot(
@@ -200,10 +211,11 @@ def build(
             new=new,
             running=running,
             seed=seed,
-            format=format,
             timing=timing,
             scenario=scenario,
             slack=slack,
+            rate=rate,
+            **reading,
         )
     calls = slos_snapshots_from_simulation(
         scenario, seed=seed, n=n, rate=rate, timing=timing, slack=slack
@@ -233,7 +245,7 @@ PROBLEM = register_problem(
         builder=build,
         options=(
             Option("trace", str, "azure_conv_2023", "trace file or vendored trace name"),
-            Option("format", str, None, "trace format (default: detected)"),
+            *TRACE_OPTIONS,
             Option("new", int, 10, "new requests at the call"),
             Option("running", int, 20, "running requests at the call"),
             Option("scenario", str, "chatbot", "SLOs-Serve scenario (its Table 1)"),
@@ -246,7 +258,13 @@ PROBLEM = register_problem(
                 "at --rate) closest to --new/--running, instead of cutting the trace",
             ),
             Option("n", int, 300, "with --from-simulation: requests simulated"),
-            Option("rate", float, None, "with --from-simulation: arrival rate (req/s)"),
+            Option(
+                "rate",
+                float,
+                None,
+                "mean arrival rate (req/s): of the simulated run with --from-simulation; of the "
+                "drawn process with --arrivals; else the trace is time-scaled to it",
+            ),
             Option("timing", str, "opt-13b-h100-slos", "timing preset"),
             Option("seed", int, 0, "seed of the cut and the SLO draws"),
         ),
