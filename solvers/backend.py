@@ -5,6 +5,10 @@ the model's own loop (:meth:`ExactModel.solve_with`) or to :meth:`Backend.solve_
 custom loop (Dinkelbach iterations on a ratio objective, enumeration by count) calls
 :meth:`Backend.solve_formulation` once per subproblem and reads the :class:`RawSolve` it
 returns; :meth:`RawSolve.to_result` turns the final one into a :class:`Result`.
+
+Ctrl-C: a backend interrupted stops its solver through the solver's own hook and re-raises
+:class:`KeyboardInterrupt` to its caller; an interrupted search is never reported as a status.
+In-process solvers run through :func:`run_interruptibly`.
 """
 
 from __future__ import annotations
@@ -12,15 +16,21 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from slolab.sim.schedule import Schedule
 from slolab.solvers.base import CpFormulation, ExactModel, MilpFormulation, Result, Status
 
 FORMULATION_LABELS = {"milp": "MILP", "cpsat": "CP-SAT", "brute": "brute-force"}
+
+T = TypeVar("T")
+
+#: Seconds between two checks for Ctrl-C while a solver runs in its worker thread.
+INTERRUPT_POLL_S = 0.05
 
 # Largest seed every backend accepts (CBC takes seed + 1, capped at 2**31 - 1).
 MAX_SEED = 2**31 - 2
@@ -199,6 +209,61 @@ class Backend:
         build_s = time.perf_counter() - start
         raw = self.solve_formulation(form, time_limit)
         return dataclasses.replace(raw, details={**raw.details, "build_s": build_s})
+
+
+def run_interruptibly(work: Callable[[], T], stop: Callable[[], None]) -> T:
+    """Run a solver call so that Ctrl-C stops it at once, then re-raise KeyboardInterrupt.
+
+    A solver working in C++ holds up Python's SIGINT handler until it returns, or catches
+    SIGINT itself and ends as if it had reached its time limit. So on the main thread
+    ``work`` runs in a worker thread while this thread waits; on KeyboardInterrupt it calls
+    ``stop`` (the solver's own interrupt hook, safe to call from another thread), waits for
+    ``work`` to return and re-raises. Off the main thread (where no signal arrives) ``work``
+    runs directly.
+
+    Parameters
+    ----------
+    work : callable
+        The solver call; its value (or exception) is this function's.
+    stop : callable
+        Asks the running solver to stop as soon as it can.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return work()
+    done = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as error:  # handed to the waiting thread
+            outcome["error"] = error
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=target, name="slolab-solver", daemon=True)
+    worker.start()
+    try:
+        while not done.wait(INTERRUPT_POLL_S):
+            pass
+    except KeyboardInterrupt:
+        stop()
+        _wait_through_interrupts(done)
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def _wait_through_interrupts(done: threading.Event) -> None:
+    """Wait for ``done`` even if Ctrl-C is pressed again (the solver is already stopping)."""
+    while True:
+        try:
+            while not done.wait(INTERRUPT_POLL_S):
+                pass
+            return
+        except KeyboardInterrupt:
+            continue
 
 
 def check_time_limit(time_limit: float) -> None:

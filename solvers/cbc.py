@@ -7,6 +7,10 @@ search with an incumbent; PuLP's ``status`` then still reads "Optimal", and only
 and the log ("Result - Stopped on time limit") tell the difference. The best bound is parsed
 from the log's "Lower bound:" / "Upper bound:" line (CBC prints it without the objective's
 constant term, which is added back).
+
+Ctrl-C interrupts PuLP's wait for the subprocess; the CBC process is then terminated (it would
+otherwise run on to its time limit) and KeyboardInterrupt re-raised. PuLP's files go to a
+temporary directory removed in every case.
 """
 
 from __future__ import annotations
@@ -83,8 +87,13 @@ class CbcBackend(Backend):
                 logPath=log_path,
                 options=options,
             )
+            solver.tmpDir = tmp
             start = time.perf_counter()
-            form.problem.solve(solver)
+            try:
+                form.problem.solve(solver)
+            except KeyboardInterrupt:
+                _stop_subprocesses(solver.path)
+                raise
             runtime_s = time.perf_counter() - start
             with open(log_path) as handle:
                 full_log = handle.read()
@@ -141,6 +150,24 @@ class CbcBackend(Backend):
             iterations=iterations,
             full_log=full_log.strip() if self.log else "",
         )
+
+
+def _stop_subprocesses(executable: str) -> None:
+    """Terminate this process's children running ``executable`` (kill those still up after 1 s)."""
+    import psutil
+
+    running = []
+    for child in psutil.Process().children():
+        try:
+            if child.cmdline()[:1] == [executable]:
+                child.terminate()
+                running.append(child)
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(running, timeout=1.0)
+    for child in alive:
+        child.kill()
+    psutil.wait_procs(alive, timeout=1.0)
 
 
 def _to_float(text: str) -> float | None:

@@ -4,6 +4,10 @@ CP-SAT reports OPTIMAL only with a proof, FEASIBLE when a limit stopped it with 
 UNKNOWN when it stopped without one; slolab reads a FEASIBLE or UNKNOWN stop at the time limit
 as TIME_LIMIT. Objectives and bounds are integers in the model's scaled units and are mapped
 back with the formulation's ``objective_of``.
+
+Ctrl-C: CP-SAT's own SIGINT handler is off (``catch_sigint_signal = False``: it would end the
+search as if the time limit had struck, and the interrupt would be lost); the search runs in a
+worker thread and Ctrl-C calls ``CpSolver.stop_search``, then re-raises KeyboardInterrupt.
 """
 
 from __future__ import annotations
@@ -11,7 +15,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from slolab.solvers.backend import Backend, RawSolve, finite_or_none, proved, summary_line
+from slolab.solvers.backend import (
+    Backend,
+    RawSolve,
+    finite_or_none,
+    proved,
+    run_interruptibly,
+    summary_line,
+)
 from slolab.solvers.base import CpFormulation, Status
 
 # A stop this close to the time limit (as a fraction of it) counts as cut by the limit.
@@ -59,6 +70,7 @@ class CpSatBackend(Backend):
         parameters.max_time_in_seconds = float(time_limit)
         parameters.num_workers = self.threads
         parameters.random_seed = self.seed
+        parameters.catch_sigint_signal = False
         for option, value in self.params.items():
             setattr(parameters, option, value)
         lines: list[str] = []
@@ -67,7 +79,7 @@ class CpSatBackend(Backend):
             parameters.log_to_stdout = False
             solver.log_callback = lines.append
         start = time.perf_counter()
-        code = solver.solve(form.model)
+        code = run_interruptibly(lambda: solver.solve(form.model), solver.stop_search)
         runtime_s = time.perf_counter() - start
         if code == cp_model.MODEL_INVALID:
             raise ValueError(f"CP-SAT rejected the model: {form.model.validate()}")

@@ -3,11 +3,13 @@
 PuLP copies the problem into a ``highspy.Highs`` object (``problem.solverModel``), runs it and
 writes the values back into the PuLP variables. Status, dual bound and counters are read from
 that ``Highs`` object directly, because PuLP folds every stop (time limit, interrupt, ...) into
-its "Optimal" status.
+its "Optimal" status. The run itself goes through :func:`run_highs`, so Ctrl-C stops HiGHS
+through its user-interrupt callback and reaches the caller as KeyboardInterrupt.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import time
@@ -21,6 +23,7 @@ from slolab.solvers.backend import (
     milp_objective_value,
     milp_raw_solve,
     proved,
+    run_interruptibly,
 )
 from slolab.solvers.base import MilpFormulation, Status
 
@@ -40,6 +43,31 @@ _OTHER_LIMITS = frozenset(
         "kHighsInterrupt",
     }
 )
+
+
+def run_highs(highs: Any) -> None:
+    """Run a ``highspy.Highs`` so that Ctrl-C stops it within a fraction of a second.
+
+    The solve runs in a worker thread (:func:`~slolab.solvers.backend.run_interruptibly`).
+    On Ctrl-C, highspy's ``cancelSolve`` raises its stop flag and ``HandleUserInterrupt``
+    starts the simplex, IPM and MIP interrupt callbacks that read it, so HiGHS returns at its
+    next interrupt check; KeyboardInterrupt is then re-raised. The callbacks are started only
+    on Ctrl-C: a Python callback on every interrupt check would slow every solve. Like
+    highspy's own threaded solve, the worker resets its HiGHS scheduler before it ends.
+    """
+    import highspy
+
+    def work() -> None:
+        try:
+            highs.run()
+        finally:
+            highspy.Highs.resetGlobalScheduler(False)
+
+    def stop() -> None:
+        highs.cancelSolve()
+        highs.HandleUserInterrupt = True
+
+    run_interruptibly(work, stop)
 
 
 def _use_threads(threads: int) -> None:
@@ -86,7 +114,6 @@ class HighsBackend(Backend):
 
     def solve_milp(self, form: MilpFormulation, time_limit: float) -> RawSolve:
         """Solve ``form.problem`` with HiGHS within ``time_limit`` seconds."""
-        import pulp
 
         options: dict[str, Any] = {"mip_rel_gap": 0.0, "random_seed": self.seed}
         options.update(self.params)
@@ -94,7 +121,7 @@ class HighsBackend(Backend):
             log_path = os.path.join(tmp, "highs.log")
             if self.log:
                 options.update(output_flag=True, log_to_console=False, log_file=log_path)
-            solver = pulp.HiGHS(
+            solver = _interruptible_highs()(
                 msg=False, timeLimit=float(time_limit), threads=self.threads, **options
             )
             _use_threads(self.threads)
@@ -161,3 +188,16 @@ def _read(path: str) -> str:
         return ""
     with open(path) as handle:
         return handle.read().strip()
+
+
+@functools.cache
+def _interruptible_highs() -> type:
+    """PuLP's HiGHS interface with the solve run through :func:`run_highs` (built on first use,
+    so that importing this module does not import PuLP)."""
+    import pulp
+
+    class InterruptibleHiGHS(pulp.HiGHS):  # type: ignore[misc, valid-type]
+        def callSolver(self, lp: Any) -> None:  # noqa: N802 (PuLP's name)
+            run_highs(lp.solverModel)
+
+    return InterruptibleHiGHS

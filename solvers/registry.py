@@ -239,7 +239,7 @@ def solve(
     backend = backend_class(threads=threads, seed=seed, log=log, **params)
     settings = {"time_limit_s": float(time_limit), "threads": backend.threads, "seed": backend.seed}
 
-    logger.debug("solving %s with %s (time limit %.3g s)", model_label(model), solver, time_limit)
+    logger.info("solving %s with %s (time limit %.3g s)", model_label(model), solver, time_limit)
     start = time.perf_counter()
     custom = model.solve_with(backend, time_limit)
     if custom is None:
