@@ -174,6 +174,8 @@ def trace_path(name: str) -> Path:
 def resolve_trace(trace: str | Path) -> Path:
     """A trace file from a path or the name of a vendored trace (see :data:`TRACES`)."""
     p = Path(trace)
+    if p.is_dir():
+        raise IsADirectoryError(f"{trace} is a directory, not a trace file")
     if p.exists():
         return p
     try:
@@ -561,8 +563,8 @@ def _decoding(path: str | Path) -> Iterator[None]:
         raise _error(
             path,
             None,
-            f"not a text file (byte {exc.object[exc.start : exc.start + 1]!r} at offset "
-            f"{exc.start} of a block is not UTF-8); expected a CSV or JSON-lines trace",
+            f"not a text file (its bytes are not UTF-8: {exc.reason}); expected a CSV or "
+            "JSON-lines trace",
         ) from None
 
 
@@ -898,10 +900,10 @@ def read_lengths(
     _check_chunk_rows(chunk_rows)
     _check_policy("zero_output", zero_output, ZERO_OUTPUT_POLICIES)
     max_tokens = check_max_request_tokens(max_request_tokens)
+    _require_columns(path, _csv_header(path), LENGTHS_COLUMNS)
     if arrivals is None or rate is None:
         raise _no_times_error(path)
     _check_policy("arrivals", arrivals, ARRIVAL_PROCESSES)
-    _require_columns(path, _csv_header(path), LENGTHS_COLUMNS)
     prompt_col, output_col = LENGTHS_COLUMNS
 
     def on_chunk(lines: np.ndarray, chunk: pd.DataFrame, cols: _Columns) -> None:

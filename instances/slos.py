@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from slolab.instances.hints import SuggestingError, Suggestion
 from slolab.instances.records import Workload
 from slolab.timing.base import (
     TimingModel,
@@ -251,9 +252,11 @@ def _slos_serve(
             raise ValueError(f"{name} must be 'tight' or 'loose', got {value!r}")
     if scenario is None:
         if slack is None:
-            raise ValueError(
-                "scheme 'slos-serve' needs scenario= one of "
-                f"{', '.join([*SLOS_SERVE_SCENARIOS, 'mixed'])} or slack='tight'|'loose'"
+            raise SuggestingError(
+                "scheme 'slos-serve' needs ",
+                Suggestion("scenario", (*SLOS_SERVE_SCENARIOS, "mixed")),
+                ", or ",
+                Suggestion("slack", tuple(SLOS_SERVE_SLACK)),
             )
         prefill = np.full(n, slack)
         decode = np.full(n, decode_slack or slack)

@@ -8,6 +8,8 @@ trace needs) or time-scales the trace's own arrivals to a mean rate (``rate=`` a
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -158,7 +160,29 @@ def read_workload(
     return workload
 
 
+def _positive(value: object) -> bool:
+    """A finite real number > 0 (not a bool)."""
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
 def _check_arrival_options(arrivals: str | None, rate: float | None, cv: float | None) -> None:
+    if rate is not None and not _positive(rate):
+        raise SuggestingError(
+            Suggestion("rate"), f" must be a finite number > 0 (requests per second), got {rate!r}"
+        )
+    if cv is not None and not _positive(cv):
+        raise SuggestingError(Suggestion("cv"), f" must be a finite number > 0, got {cv!r}")
+    if arrivals == "gamma" and cv is None:
+        raise SuggestingError(
+            "gamma arrivals need the coefficient of variation of their gaps: pass ",
+            Suggestion("cv"),
+            " (1 is Poisson, larger is burstier)",
+        )
     if arrivals is not None:
         if arrivals not in ARRIVAL_PROCESSES:
             raise SuggestingError(

@@ -371,3 +371,38 @@ def test_elapsed_bar_ticks_on_a_terminal_and_is_silent_otherwise():
     with elapsed_bar("solve highs", 10.0, enabled=False, file=quiet):
         time.sleep(0.6)
     assert quiet.getvalue() == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["arxiv_summarization", "--arrivals", "gamma", "--rate", "2"],
+            "gamma arrivals need the coefficient of variation of their gaps: pass --cv",
+        ),
+        (
+            ["arxiv_summarization", "--arrivals", "poisson", "--rate", "-2"],
+            "--rate must be a finite number > 0 (requests per second), got -2.0",
+        ),
+        (["arxiv_summarization", "--cv", "2"], "--cv applies to gamma arrivals only"),
+        (
+            ["azure_conv_2023", "--slos", "slos-serve"],
+            "scheme 'slos-serve' needs --scenario chatbot or coder or summarizer or mixed, "
+            "or --slack tight or loose",
+        ),
+        (
+            ["azure_conv_2023", "--format", "lengths"],
+            "azure_conv_2023.csv line 1: missing column num_prefill_tokens",
+        ),
+    ],
+)
+def test_option_errors_name_flags(args, expected, capsys):
+    """Bad or missing trace and SLO options are one line that names the flag to pass."""
+    assert main(["simulate", *args, "--quiet"]) == 2
+    assert one_error_line(capsys).startswith(expected)
+
+
+def test_trace_that_is_a_directory_is_one_line(tmp_path, capsys):
+    """A directory given as the trace is named as such."""
+    assert main(["simulate", str(tmp_path)]) == 2
+    assert one_error_line(capsys) == f"{tmp_path} is a directory, not a trace file"

@@ -158,7 +158,7 @@ def test_slos_serve_mixed_needs_task_names():
     # chatbot 5x / 100 ms, coder 5x / 50 ms, summarizer 3x / 100 ms of 0.110 s
     np.testing.assert_allclose(mixed["ttft_slo_s"], [0.55, 0.55, 0.33], rtol=1e-12)
     assert mixed["tpot_slo_s"].tolist() == [0.1, 0.05, 0.1]
-    with pytest.raises(ValueError, match="needs scenario= one of chatbot, coder, summarizer"):
+    with pytest.raises(ValueError, match="needs scenario='chatbot' or 'coder' or 'summarizer'"):
         assign_slos(w, "slos-serve", seed=0, timing=TIMING)
 
 
