@@ -162,12 +162,10 @@ def read_workload(
 
 def _positive(value: object) -> bool:
     """A finite real number > 0 (not a bool)."""
-    return (
-        isinstance(value, numbers.Real)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0
-    )
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    number = float(value)
+    return math.isfinite(number) and number > 0
 
 
 def _check_arrival_options(arrivals: str | None, rate: float | None, cv: float | None) -> None:
