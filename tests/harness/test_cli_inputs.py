@@ -146,13 +146,19 @@ def test_generic_format_with_a_columns_flag(tmp_path, capsys):
     )
 
 
-def test_format_help_lists_every_reader():
-    """The --format help names exactly the readers there are."""
-    from slolab.instances import FORMATS
+def test_trace_flags_agree_with_the_readers():
+    """--format lists exactly the readers; choices and the default bound are the readers' own."""
+    from slolab.instances import ARRIVAL_PROCESSES, FORMATS, MAX_REQUEST_TOKENS
+    from slolab.instances.readers import ZERO_OUTPUT_POLICIES
+    from slolab.problems import TRACE_OPTIONS
 
-    help_text = next(o.help for o in READ_OPTIONS if o.name == "format")
-    listed = re.search(r"trace format: ([a-z, ]+) \(", help_text).group(1).split(", ")
-    assert tuple(listed) == FORMATS
+    options = {o.name: o for o in TRACE_OPTIONS}
+    listed = re.search(r"trace format: ([a-z, ]+) \(", options["format"].help).group(1)
+    assert tuple(listed.split(", ")) == FORMATS
+    assert options["zero_output"].choices == ZERO_OUTPUT_POLICIES
+    assert options["arrivals"].choices == ARRIVAL_PROCESSES
+    assert f"(default: {MAX_REQUEST_TOKENS} = 2**20)" in options["max_request_tokens"].help
+    assert READ_OPTIONS == TRACE_OPTIONS[: len(READ_OPTIONS)]
 
 
 # -- bad files and values ------------------------------------------------------------------------
