@@ -900,3 +900,76 @@ register_policy(
 register_router("go-routing", GoRouting, "ProServe GoRouting: gain-oriented, capability-aware")
 register_router("min-load", LeastLoaded, "ProServe's Min-Load baseline (least-loaded, same class)")
 register_router("most-free-kv", MostFreeKV, "decode pool: the instance with the most free KV")
+
+
+# -- one scheduling decision as a schedule (per-batch instances) ---------------------------------
+
+
+class _OneIteration:
+    """Asks ``inner`` once, at ``at_s``, and records the batch it returns; idles afterwards."""
+
+    def __init__(self, inner: Any, at_s: float) -> None:
+        self.inner = inner
+        self.at_s = at_s
+        self.batch: Batch | None = None
+
+    def start(self, instance: Instance, seed: int) -> None:
+        self.inner.start(instance, seed)
+        self.batch = None
+
+    def next_batch(self, server: Server) -> Batch:
+        if self.batch is not None:
+            return Batch()
+        if server.now < self.at_s:
+            return Batch(wake_at_s=self.at_s)
+        self.batch = self.inner.next_batch(server)
+        return self.batch
+
+
+def one_iteration_schedule(instance: Instance, policy: Any, *, seed: int = 0) -> Any:
+    """The one iteration ``policy`` chooses at a snapshot's scheduling time, as a Schedule.
+
+    ``instance.settings["scheduling_time_s"]`` is the scheduling point; the warm-started
+    requests of the snapshot are in place by then. A choice that preempts or rejects requests
+    cannot be written as one iteration and raises ValueError.
+    """
+    from slolab.sim import run
+    from slolab.sim.schedule import PlannedIteration, Schedule
+
+    at = float(instance.settings["scheduling_time_s"])
+    wrapper = _OneIteration(policy, at)
+    run(instance, wrapper, seed=seed)
+    batch = wrapper.batch
+    if batch is None or batch.empty:
+        return Schedule(((),))
+    if len(batch.preempt) or len(batch.reject) or len(batch.forward) or len(batch.static):
+        raise ValueError(
+            f"{type(policy).__name__} preempted, rejected or forwarded requests at {at} s; "
+            "one iteration cannot express that"
+        )
+    entries = tuple((int(r), "prefill", int(c)) for r, c in batch.prefill) + tuple(
+        (int(r), "decode", 1) for r in np.asarray(batch.decode).tolist()
+    )
+    return Schedule(((PlannedIteration(entries, not_before_s=at),),))
+
+
+def _snapshot_slide(instance: Instance, order: str) -> SlideBatching:
+    eta = instance.settings.get("eta_s")
+    return SlideBatching(
+        SlideBatchingParams(eta_s=None if eta is None else float(eta), order=order)
+    )
+
+
+def slide_batching_step(instance: Instance, *, seed: int) -> Any:
+    """SlideBatching's one-iteration choice at a snapshot (its ``eta`` from the settings)."""
+    return one_iteration_schedule(instance, _snapshot_slide(instance, "slide"), seed=seed)
+
+
+def slide_deadline_step(instance: Instance, *, seed: int) -> Any:
+    """The "w/ only deadline" ablation's one-iteration choice (Sec. 5.4)."""
+    return one_iteration_schedule(instance, _snapshot_slide(instance, "deadline"), seed=seed)
+
+
+def slide_density_step(instance: Instance, *, seed: int) -> Any:
+    """The "w/ only density" ablation's one-iteration choice (Sec. 5.4)."""
+    return one_iteration_schedule(instance, _snapshot_slide(instance, "density"), seed=seed)
