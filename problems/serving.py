@@ -46,15 +46,23 @@ def serving_instance(
         Target mean arrival rate (req/s), by time compression of the trace.
     limit : int, optional
         Keep the first ``limit`` requests.
+    slos : str, optional
+        SLO scheme, or several joined by ``+`` applied in order (``"polyserve+proserve"``:
+        PolyServe's SLOs, then ProServe's priorities); ``slo_params`` go to every scheme that
+        accepts them.
+
+    The instance's settings hold the TDG token weights of its requests
+    (:func:`slolab.instances.tdg_token_weights`, ProServe Sec. 5.1), which
+    :func:`slolab.sim.metrics.tdg` reads.
     """
     from slolab.instances import (
         Cluster,
         Instance,
-        assign_slos,
         first_n,
         read_trace,
         resolve_trace,
         scale_rate,
+        tdg_token_weights,
     )
     from slolab.timing import resolve_timing
 
@@ -68,7 +76,7 @@ def serving_instance(
     if rate is not None:
         wl = scale_rate(wl, rate)
     if slos and slos != "none":
-        wl = assign_slos(wl, slos, seed=seed, timing=model, **(slo_params or {}))
+        wl = assign_schemes(wl, slos, seed=seed, timing=model, params=slo_params)
     cluster = Cluster(
         servers=servers,
         kv_capacity_tokens=kv_capacity_tokens,
@@ -78,8 +86,41 @@ def serving_instance(
         max_batch_tokens=max_batch_tokens,
     )
     label = name or f"{path.stem}-{len(wl)}"
-    settings = {"seed": seed, "slos": slos or "none", "rate": rate if rate is not None else "trace"}
+    settings = {
+        "seed": seed,
+        "slos": slos or "none",
+        "rate": rate if rate is not None else "trace",
+        **tdg_token_weights(wl),
+    }
     return Instance(label, wl, cluster, model, problem="serving", settings=settings)
+
+
+def assign_schemes(
+    workload: Any, slos: str, *, seed: int, timing: Any, params: dict[str, Any] | None = None
+) -> Any:
+    """``workload`` with the SLO schemes of ``slos`` (names joined by ``+``) applied in order.
+
+    Each scheme gets the entries of ``params`` it accepts; an entry no scheme accepts is an
+    error naming the schemes.
+    """
+    from slolab.instances import assign_slos, scheme_params
+
+    names = [n for n in slos.split("+") if n]
+    if not names:
+        raise ValueError(f"no SLO scheme in {slos!r}")
+    given = dict(params or {})
+    used: set[str] = set()
+    for name in names:
+        accepted = set(scheme_params(name))
+        mine = {k: v for k, v in given.items() if k in accepted}
+        used |= set(mine)
+        workload = assign_slos(workload, name, seed=seed, timing=timing, **mine)
+    unused = sorted(set(given) - used)
+    if unused:
+        raise ValueError(
+            f"SLO parameter(s) {', '.join(unused)} apply to none of the schemes {', '.join(names)}"
+        )
+    return workload
 
 
 def _least_loaded(policy: str):
@@ -108,7 +149,12 @@ PROBLEM = register_problem(
             Option("format", str, None, "trace format (default: detected)"),
             Option("servers", int, 1, "servers (model replicas)"),
             Option("timing", str, "llama2-7b-h100", "timing preset (see 'slolab presets')"),
-            Option("slos", str, "polyserve", "SLO scheme (see docs/instances.md)"),
+            Option(
+                "slos",
+                str,
+                "polyserve",
+                "SLO scheme, or schemes joined by + applied in order (see docs/instances.md)",
+            ),
             Option("limit", int, None, "use the first N requests of the trace", flag="--n"),
             Option("rate", float, None, "rescale the trace to this mean arrival rate (req/s)"),
             Option("seed", int, 0, "seed of the SLO draws"),
