@@ -75,6 +75,8 @@ __all__ = [
 ]
 
 _INT = np.int64
+#: Seconds by which an estimated batch time may exceed the budget (floating-point rounding).
+BUDGET_TOL_S = 1e-12
 
 
 # -- per-request reads: the one place policies look at requests ------------------------------
@@ -176,6 +178,8 @@ class LatencyEstimator:
             intercepts, coef = np.zeros(0), np.zeros((N_FEATURES, 0))
         #: True when the batch time is tracked exactly line by line (affine or roofline).
         self.lined = len(intercepts) > 0
+        #: True when the time is affine: every item adds its own ``exec`` to the batch.
+        self.affine = view is not None
         self.intercepts = [float(b) for b in intercepts]
         self.coef = coef
         self._c_pt = [float(v) for v in coef[F_PREFILL_TOKENS]]
@@ -206,6 +210,13 @@ class LatencyEstimator:
         if len(features) == 0:
             return np.zeros(0)
         return np.asarray(self.timing.times(features), dtype=float) - self.t_c
+
+    def smallest_item_s(self, decode_exec_s: np.ndarray) -> float:
+        """Least time any item adds (affine models): a decode token of ``decode_exec_s`` or a
+        one-token chunk; a little under it, so rounding never stops a fit too early."""
+        chunk = self._c_pt[0] + self._c_np[0] if self.affine else 0.0
+        least = min(float(decode_exec_s.min()), chunk) if len(decode_exec_s) else chunk
+        return max(least * (1.0 - 1e-9), 0.0)
 
     def empty(self) -> tuple[list[float], np.ndarray]:
         """State of an empty batch: per-line times and the feature vector."""
@@ -244,12 +255,14 @@ class LatencyEstimator:
                 left = budget_s - v - c_np
                 a = c_attn / 2.0
                 b = c_pt + c_attn * (prefix + 0.5)
-                if left < a + b:
+                if left + BUDGET_TOL_S < a + b:
                     return 0
-                if a > 0:
-                    c = int(math.floor(2.0 * left / (b + math.sqrt(b * b + 4.0 * a * left))))
+                if math.isinf(left):
+                    c = cap
+                elif a > 0:
+                    c = int(math.floor(2.0 * left / (b + math.sqrt(b * b + 4.0 * a * left)) + 1e-9))
                 elif b > 0:
-                    c = int(math.floor(left / b))
+                    c = int(math.floor(left / b + 1e-9))
                 else:
                     c = cap
                 best = min(best, c)
@@ -274,7 +287,7 @@ class LatencyEstimator:
     def _chunk_over(self, lines: list[float], c: int, prefix: int, budget_s: float) -> bool:
         work = c * (prefix + (c + 1) / 2.0)
         return any(
-            v + c_pt * c + c_np + c_attn * work > budget_s
+            v + c_pt * c + c_np + c_attn * work > budget_s + BUDGET_TOL_S
             for v, c_pt, c_np, c_attn in zip(
                 lines, self._c_pt, self._c_np, self._c_attn, strict=True
             )
@@ -485,7 +498,8 @@ class SlideBatching:
         order = self.order(q, budget, server.role)
         if self.capture:
             self.captured.append(capture_point(server, q.ids, budget, self._eta_s))
-        admitted = self._order.of(server)
+        # admissions in order (synchronised with the running set only when preempting)
+        admitted = self._order.order.setdefault(server.id, [])
         free = server.kv_free_tokens
         slots = server.max_batch_size
         tokens_left = server.max_batch_tokens or (1 << 62)
@@ -494,15 +508,17 @@ class SlideBatching:
         inc = est.line_increments(q.rows).tolist() if est.lined else None
         decode: list[int] = []
         prefill: list[tuple[int, int]] = []
+        # affine time: once the budget left is below the cheapest item, nothing else fits
+        smallest = est.smallest_item_s(q.exec_s[q.decode]) if est.affine else 0.0
         for i in order.tolist():
-            if batch_s >= budget or slots <= 0 or tokens_left <= 0:
+            if budget - batch_s < smallest or slots <= 0 or tokens_left <= 0:
                 break
             r = int(q.ids[i])
             if q.decode[i]:
                 if free < 1:
                     continue
                 new_s = est.time_with(lines, feats, inc[i] if inc else (), q.rows[i])
-                if new_s > budget:
+                if new_s > budget + BUDGET_TOL_S:
                     continue
                 decode.append(r)
                 if inc:
@@ -532,7 +548,7 @@ class SlideBatching:
             if q.waiting[i]:
                 admitted.append(r)
         if not decode and not prefill:
-            return self._progress(server, q, order, admitted)
+            return self._progress(server, q, order, self._order.of(server))
         return Batch(prefill=prefill, decode=decode)
 
     def _progress(self, server: Server, q: _Queue, order: np.ndarray, admitted: list[int]) -> Batch:
