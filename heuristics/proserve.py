@@ -737,16 +737,25 @@ class MostFreeKV:
 # -- baselines (Sec. 5.1) -----------------------------------------------------------------------
 
 
-class _PriorityData:
-    """Mixin: a policy that reads the instance's request data at start."""
+class _DataBudgeted(EDFTokens):
+    """A Sarathi-budgeted policy that reads the instance's request data when a run starts and
+    orders the budget's items by :meth:`_ranked` (``(kind, request)``, see ``EDFTokens``)."""
 
     _data: RequestData | None = None
 
-    def _start_data(self, instance: Instance) -> None:
+    def start(self, instance: Instance, seed: int) -> None:
+        super().start(instance, seed)
         self._data = RequestData.of(instance)
 
+    def _items(self, server: Server) -> list[tuple[int, int]]:
+        assert self._data is not None
+        return self._ranked(self._data, server)
 
-class SarathiPriority(_PriorityData, EDFTokens):
+    def _ranked(self, data: RequestData, server: Server) -> list[tuple[int, int]]:
+        raise NotImplementedError
+
+
+class SarathiPriority(_DataBudgeted):
     """Sarathi-Priority: Sarathi's token budget, decode tokens first, then prefill chunks by
     priority (higher first) and arrival (earlier first).
 
@@ -757,20 +766,14 @@ class SarathiPriority(_PriorityData, EDFTokens):
 
     name = "sarathi-priority"
 
-    def start(self, instance: Instance, seed: int) -> None:
-        super().start(instance, seed)
-        self._start_data(instance)
-
-    def _items(self, server: Server) -> list[tuple[int, int]]:
-        data = self._data
-        assert data is not None
+    def _ranked(self, data: RequestData, server: Server) -> list[tuple[int, int]]:
         pre = server.prefilling + server.waiting
         ids = np.asarray(pre, dtype=_INT)
         ranked = [pre[i] for i in np.lexsort((data.arrival_s[ids], -data.priority[ids]))]
         return [(0, r) for r in server.decoding] + [(1, r) for r in ranked]
 
 
-class FairBatching(_PriorityData, EDFTokens):
+class FairBatching(_DataBudgeted):
     """FairBatching, as ProServe runs it: within Sarathi's token budget, first the decode tokens
     nearing their deadline (due within one TPOT of now), earliest deadline first; then prefill
     chunks, earliest first-token deadline first; then the remaining decode tokens.
@@ -784,13 +787,7 @@ class FairBatching(_PriorityData, EDFTokens):
 
     name = "fairbatching"
 
-    def start(self, instance: Instance, seed: int) -> None:
-        super().start(instance, seed)
-        self._start_data(instance)
-
-    def _items(self, server: Server) -> list[tuple[int, int]]:
-        data = self._data
-        assert data is not None
+    def _ranked(self, data: RequestData, server: Server) -> list[tuple[int, int]]:
         dec = server.decoding_ids()
         pre = np.asarray(server.prefilling + server.waiting, dtype=_INT)
         _, d_dec, _ = next_token(data, server, dec)
@@ -808,7 +805,7 @@ VTC_PROMPT_COST = 1.0
 VTC_OUTPUT_COST = 2.0
 
 
-class WeightedVTC(_PriorityData, EDFTokens):
+class WeightedVTC(_DataBudgeted):
     """Weighted VTC: token-level fair sharing between priority classes, weighted by priority.
 
     Each class (requests of one priority weight) has a virtual token counter: the service it
@@ -833,7 +830,6 @@ class WeightedVTC(_PriorityData, EDFTokens):
 
     def start(self, instance: Instance, seed: int) -> None:
         super().start(instance, seed)
-        self._start_data(instance)
         self._counter = {}
         self._seen = {}
 
@@ -856,9 +852,7 @@ class WeightedVTC(_PriorityData, EDFTokens):
             self._counter[w] = self._counter.get(w, 0.0) + max(cost, 0.0)
             self._seen[r] = (g, done_prompt)
 
-    def _items(self, server: Server) -> list[tuple[int, int]]:
-        data = self._data
-        assert data is not None
+    def _ranked(self, data: RequestData, server: Server) -> list[tuple[int, int]]:
         self._charge(server)
         pre = server.prefilling + server.waiting
         queues: dict[float, list[int]] = {}

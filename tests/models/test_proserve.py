@@ -44,6 +44,22 @@ def batch_instance(
     )
 
 
+def agreed_optimum(model, inst: Instance, objective) -> list[float]:
+    """Solve with HiGHS, CP-SAT and brute force: each OPTIMAL, replayed to its own objective with
+    a clean checker, and all three equal; returns the three optima."""
+    values = []
+    for solver in ("highs", "cpsat", "brute"):
+        res = solve(model(inst), solver=solver, time_limit=30)
+        assert res.status == Status.OPTIMAL
+        out = replay(inst, res.schedule)
+        assert objective(inst, out) == pytest.approx(res.objective, abs=1e-9)
+        assert check(inst, out) == []
+        values.append(res.objective)
+    assert values[0] == pytest.approx(values[1], abs=1e-9)
+    assert values[0] == pytest.approx(values[2], abs=1e-9)
+    return values
+
+
 def hand_batch() -> Instance:
     """r0 decoding (slack 0.1 s, gain 2), r1 decoding (slack 0.02 s, gain 1), r2 waiting with 20
     prompt tokens (slack 0.05 s, gain 3); budget 0.05 s."""
@@ -161,16 +177,7 @@ def random_batch(draw) -> Instance:
 def test_tdg_batch_battery_milp_cpsat_brute_agree(inst):
     """Random snapshots: MILP == CP-SAT == brute force, replays equal, checker clean, and the
     optimum is at least SlideBatching's choice when that choice keeps to the budget."""
-    values = []
-    for solver in ("highs", "cpsat", "brute"):
-        res = solve(TdgBatch(inst), solver=solver, time_limit=20)
-        assert res.status == Status.OPTIMAL
-        out = replay(inst, res.schedule)
-        assert metrics.tdg_emitted(inst, out) == pytest.approx(res.objective, abs=1e-9)
-        assert check(inst, out) == []
-        values.append(res.objective)
-    assert values[0] == pytest.approx(values[1], abs=1e-9)
-    assert values[0] == pytest.approx(values[2], abs=1e-9)
+    values = agreed_optimum(TdgBatch, inst, metrics.tdg_emitted)
     schedule = one_iteration_schedule(inst, SlideBatching(SlideBatchingParams(eta_s=0.015)))
     out = replay(inst, schedule)
     if out.n_iterations and out.it_end[0] - out.it_start[0] <= inst.settings["latency_budget_s"]:
@@ -256,16 +263,7 @@ def random_window(draw) -> Instance:
 @given(random_window())
 def test_tdg_horizon_battery_milp_cpsat_brute_agree(inst):
     """Random windows (K = 3): MILP == CP-SAT == brute force; replays equal; checker clean."""
-    values = []
-    for solver in ("highs", "cpsat", "brute"):
-        res = solve(TdgHorizon(inst), solver=solver, time_limit=30)
-        assert res.status == Status.OPTIMAL
-        out = replay(inst, res.schedule)
-        assert metrics.tdg(inst, out) == pytest.approx(res.objective, abs=1e-9)
-        assert check(inst, out) == []
-        values.append(res.objective)
-    assert values[0] == pytest.approx(values[1], abs=1e-9)
-    assert values[0] == pytest.approx(values[2], abs=1e-9)
+    agreed_optimum(TdgHorizon, inst, metrics.tdg)
 
 
 @settings(max_examples=10, deadline=None, derandomize=True)
