@@ -329,6 +329,11 @@ def _claims(frame: pd.DataFrame, keys: list[str]) -> None:
 # -- 5. cluster ----------------------------------------------------------------------------------
 
 
+#: KV tokens per instance in the cluster study: enough that a disaggregated decode instance never
+#: runs out (the engine cannot preempt on a decode server: recomputing needs a prefill).
+CLUSTER_KV_TOKENS = 2_000_000
+
+
 def part_cluster(quick: bool) -> pd.DataFrame:
     rows = []
     n = 400 if quick else 2000
@@ -345,6 +350,7 @@ def part_cluster(quick: bool) -> pd.DataFrame:
                     servers=servers,
                     mode=mode,
                     prefill_servers=servers // 2 if mode == "disaggregated" else 0,
+                    kv_capacity_tokens=CLUSTER_KV_TOKENS,
                 )
                 for policy in ("slide-batching", "sarathi-fcfs"):
                     for router in ("go-routing", "min-load"):

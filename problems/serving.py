@@ -51,9 +51,9 @@ def serving_instance(
         PolyServe's SLOs, then ProServe's priorities); ``slo_params`` go to every scheme that
         accepts them.
 
-    The instance's settings hold the TDG token weights of its requests
-    (:func:`slolab.instances.tdg_token_weights`, ProServe Sec. 5.1), which
-    :func:`slolab.sim.metrics.tdg` reads.
+    With the ``proserve`` scheme among ``slos``, the instance's settings hold the TDG token
+    weights of its requests (:func:`slolab.instances.tdg_token_weights`, ProServe Sec. 5.1),
+    which :func:`slolab.sim.metrics.tdg` reads.
     """
     from slolab.instances import (
         Cluster,
@@ -86,12 +86,14 @@ def serving_instance(
         max_batch_tokens=max_batch_tokens,
     )
     label = name or f"{path.stem}-{len(wl)}"
-    settings = {
+    settings: dict[str, Any] = {
         "seed": seed,
         "slos": slos or "none",
         "rate": rate if rate is not None else "trace",
-        **tdg_token_weights(wl),
     }
+    if slos and "proserve" in slos.split("+"):
+        # ProServe's TDG weights come with its priorities (Sec. 5.1: from the data set's lengths)
+        settings.update(tdg_token_weights(wl))
     return Instance(label, wl, cluster, model, problem="serving", settings=settings)
 
 
