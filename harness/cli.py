@@ -76,8 +76,9 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--slos",
         default=None,
-        help="SLO scheme: polyserve, proserve, slos-serve, sa, hyperflexis, none "
-        "(default: slos-serve with --scenario, else polyserve)",
+        help="SLO scheme: polyserve, proserve, slos-serve, sa, hyperflexis, none, or schemes "
+        "joined by + applied in order (polyserve+proserve: PolyServe SLOs, ProServe "
+        "priorities) (default: slos-serve with --scenario, else polyserve)",
     )
     p.add_argument(
         "--token-budget",
@@ -125,12 +126,20 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--router",
         default="least-loaded",
-        help="router: round-robin, random, least-loaded (default: least-loaded)",
+        help="router, a registered router: round-robin, random, least-loaded, go-routing, ... "
+        "(an unknown name lists them all) (default: least-loaded)",
+    )
+    p.add_argument(
+        "--decode-router",
+        default=None,
+        help="disaggregated mode: router of the decode pool when a KV transfer completes "
+        "(default: the decode server with the fewest requests)",
     )
     p.add_argument(
         "--policy",
         default="sarathi",
-        help="scheduler: vllm, sarathi, edf, slos-serve (default: sarathi)",
+        help="scheduler, a registered policy: vllm, sarathi, edf, slos-serve, slide-batching, "
+        "... (an unknown name lists them all) (default: sarathi)",
     )
     p.add_argument(
         "--scenario",
@@ -221,8 +230,26 @@ def _simulate_serving(a: argparse.Namespace, rate: float | None, progress: bool)
 
     inst = _serving_instance(a, rate)
     policy, router = _policy_and_router(a, inst)
-    out = run(inst, policy, router, seed=a.seed, record_iterations=False, progress=progress)
+    out = run(
+        inst,
+        policy,
+        router,
+        seed=a.seed,
+        decode_router=_decode_router(a),
+        record_iterations=False,
+        progress=progress,
+    )
     return inst, out
+
+
+def _decode_router(a: argparse.Namespace):
+    from slolab.heuristics.policies import make_router
+
+    if a.decode_router is None:
+        return None
+    if a.mode != "disaggregated":
+        raise ValueError("--decode-router applies to --mode disaggregated only")
+    return make_router(a.decode_router)
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:

@@ -20,20 +20,38 @@ from slolab.heuristics.policies import (
     router_names,
     sarathi_token_budget,
 )
+from slolab.heuristics.proserve import (
+    FairBatching,
+    GoRouting,
+    GoRoutingParams,
+    MostFreeKV,
+    SarathiPriority,
+    SlideBatching,
+    SlideBatchingParams,
+    WeightedVTC,
+)
 from slolab.heuristics.slos_serve import SLOsServeParams, SLOsServePolicy
 from slolab.heuristics.slos_serve_dp import DPDecision, algorithm2, pb_star, slos_dp
 
 __all__ = [
     "DPDecision",
     "EDFTokens",
+    "FairBatching",
+    "GoRouting",
+    "GoRoutingParams",
     "LeastLoaded",
+    "MostFreeKV",
     "PrefillFirstFCFS",
     "RandomRouter",
     "RoundRobin",
     "SLOsServeParams",
     "SLOsServePolicy",
     "SarathiFCFS",
+    "SarathiPriority",
+    "SlideBatching",
+    "SlideBatchingParams",
     "StaticFCFS",
+    "WeightedVTC",
     "algorithm2",
     "make_policy",
     "make_router",

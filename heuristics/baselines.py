@@ -251,24 +251,31 @@ class EDFTokens(SarathiFCFS):
 
     name = "edf"
 
-    def next_batch(self, server: Server) -> Batch:
-        if server.role == "decode":
-            return _decode_server_batch(server)
+    def _items(self, server: Server) -> list[tuple[int, int]]:
+        """``(kind, request)`` in the order they are offered the budget (kind 0 decode, 1
+        prefill): here by the deadline of the request's next token. Subclasses change the
+        order and keep the budget and memory rules."""
         e = server.engine
-        budget = self._budget(server)
-        order = self._order.of(server)
         items: list[tuple[float, int, int]] = []  # (deadline, kind 0 decode / 1 prefill, request)
         for r in server.decoding:
             items.append((_token_deadline(e, r, int(e.generated[r]) + 1), 0, r))
         for r in server.prefilling + server.waiting:
             items.append((_token_deadline(e, r, int(e.generated[r]) + 1), 1, r))
         items.sort()
+        return [(kind, r) for _, kind, r in items]
+
+    def next_batch(self, server: Server) -> Batch:
+        if server.role == "decode":
+            return _decode_server_batch(server)
+        budget = self._budget(server)
+        order = self._order.of(server)
+        items = self._items(server)
         decode: list[int] = []
         prefill: list[tuple[int, int]] = []
         free = server.kv_free_tokens
         slots = server.max_batch_size
         waiting = set(server.waiting)
-        for _, kind, r in items:
+        for kind, r in items:
             if budget <= 0 or slots <= 0:
                 break
             if kind == 0:

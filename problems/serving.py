@@ -55,11 +55,25 @@ def serving_instance(
         time-compressed to it.
     limit : int, optional
         Keep the first ``limit`` requests.
+    slos : str, optional
+        SLO scheme, or several joined by ``+`` applied in order (``"polyserve+proserve"``:
+        PolyServe's SLOs, then ProServe's priorities); ``slo_params`` go to every scheme that
+        accepts them.
     **reading
         How the trace is read (``format``, ``columns``, ``time_unit``, ``arrivals``, ``cv``,
         ``zero_output``, ``max_request_tokens``): see :func:`slolab.instances.read_workload`.
+
+    With the ``proserve`` scheme among ``slos``, the instance's settings hold the TDG token
+    weights of its requests (:func:`slolab.instances.tdg_token_weights`, ProServe Sec. 5.1),
+    which :func:`slolab.sim.metrics.tdg` reads.
     """
-    from slolab.instances import Cluster, Instance, assign_slos, read_workload, resolve_trace
+    from slolab.instances import (
+        Cluster,
+        Instance,
+        read_workload,
+        resolve_trace,
+        tdg_token_weights,
+    )
     from slolab.timing import resolve_timing
 
     if trace is None:
@@ -68,7 +82,7 @@ def serving_instance(
     model = resolve_timing(timing)
     wl = read_workload(path, rate=rate, seed=seed, limit=limit, **reading)
     if slos and slos != "none":
-        wl = assign_slos(wl, slos, seed=seed, timing=model, **(slo_params or {}))
+        wl = assign_schemes(wl, slos, seed=seed, timing=model, params=slo_params)
     cluster = Cluster(
         servers=servers,
         kv_capacity_tokens=kv_capacity_tokens,
@@ -85,7 +99,38 @@ def serving_instance(
     }
     if reading.get("arrivals") is not None:
         settings["arrivals"] = reading["arrivals"]
+    if slos and "proserve" in slos.split("+"):
+        # ProServe's TDG weights come with its priorities (Sec. 5.1: from the data set's lengths)
+        settings.update(tdg_token_weights(wl))
     return Instance(label, wl, cluster, model, problem="serving", settings=settings)
+
+
+def assign_schemes(
+    workload: Any, slos: str, *, seed: int, timing: Any, params: dict[str, Any] | None = None
+) -> Any:
+    """``workload`` with the SLO schemes of ``slos`` (names joined by ``+``) applied in order.
+
+    Each scheme gets the entries of ``params`` it accepts; an entry no scheme accepts is an
+    error naming the schemes.
+    """
+    from slolab.instances import assign_slos, scheme_params
+
+    names = [n for n in slos.split("+") if n]
+    if not names:
+        raise ValueError(f"no SLO scheme in {slos!r}")
+    given = dict(params or {})
+    used: set[str] = set()
+    for name in names:
+        accepted = set(scheme_params(name))
+        mine = {k: v for k, v in given.items() if k in accepted}
+        used |= set(mine)
+        workload = assign_slos(workload, name, seed=seed, timing=timing, **mine)
+    unused = sorted(set(given) - used)
+    if unused:
+        raise ValueError(
+            f"SLO parameter(s) {', '.join(unused)} apply to none of the schemes {', '.join(names)}"
+        )
+    return workload
 
 
 def _least_loaded(policy: str):
@@ -114,7 +159,12 @@ PROBLEM = register_problem(
             *TRACE_OPTIONS,
             Option("servers", int, 1, "servers (model replicas)"),
             Option("timing", str, "llama2-7b-h100", "timing preset (see 'slolab presets')"),
-            Option("slos", str, "polyserve", "SLO scheme (see docs/instances.md)"),
+            Option(
+                "slos",
+                str,
+                "polyserve",
+                "SLO scheme, or schemes joined by + applied in order (see docs/instances.md)",
+            ),
             Option("limit", int, None, "use the first N requests of the trace", flag="--n"),
             Option("rate", float, None, RATE_HELP),
             Option("seed", int, 0, "seed of the SLO draws and of the arrival process"),

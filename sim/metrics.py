@@ -138,18 +138,22 @@ def attainment_from_table(table: pd.DataFrame, definition: str = "deadline") -> 
     return float(ok.mean())
 
 
-def token_weights(
+def tdg_request_weights(
     instance: Instance, w_prefill: float | None = None, w_decode: float | None = None
-) -> np.ndarray:
-    """TDG weight of every token: ``w_prefill * w_p(r)`` for the first, ``w_decode * w_p(r)`` else.
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per request, the TDG gain of its first token and of each later token.
 
-    ``w_p`` is the workload's ``priority`` column. The first-token and decode-token weights
-    come, in order of precedence, from the arguments, from per-request columns ``w_prefill`` /
-    ``w_decode`` in the workload, from ``instance.settings``, or default to 1.
+    ``(w_prefill * w_p(r), w_decode * w_p(r))`` with ``w_p`` the workload's ``priority``
+    column. The first-token and decode-token weights come, in order of precedence, from the
+    arguments, from per-request columns ``w_prefill`` / ``w_decode`` in the workload, from
+    ``instance.settings``, or default to 1.
+
+    References
+    ----------
+    ProServe, Sec. 2, Eq. 3 (``w_r(i)``).
     """
     wl = instance.workload
     n = len(wl)
-    out = wl.output_tokens
 
     def weight(name: str, given: float | None) -> np.ndarray:
         if given is not None:
@@ -158,12 +162,30 @@ def token_weights(
             return np.asarray(wl[name], dtype=float)
         return np.full(n, float(instance.settings.get(name, 1.0)))
 
-    wp = weight("w_prefill", w_prefill) * wl["priority"]
-    wd = weight("w_decode", w_decode) * wl["priority"]
-    req = np.repeat(np.arange(n), out)
+    priority = np.asarray(wl["priority"], dtype=float)
+    return weight("w_prefill", w_prefill) * priority, weight("w_decode", w_decode) * priority
+
+
+def token_weights(
+    instance: Instance, w_prefill: float | None = None, w_decode: float | None = None
+) -> np.ndarray:
+    """TDG weight of every token: ``w_prefill * w_p(r)`` for the first, ``w_decode * w_p(r)`` else.
+
+    The weights per request come from :func:`tdg_request_weights`.
+    """
+    out = instance.workload.output_tokens
+    wp, wd = tdg_request_weights(instance, w_prefill, w_decode)
+    req = np.repeat(np.arange(len(out)), out)
     w = wd[req]
     w[np.concatenate([[0], np.cumsum(out)[:-1]])] = wp
     return w
+
+
+def _on_time_tokens(instance: Instance, outcome: Outcome) -> np.ndarray:
+    """Per token: emitted by its deadline (NaN, emitted before the run, counts) and not rejected."""
+    t = outcome.token_times
+    on_time = np.isnan(t) | (t <= token_deadlines(instance, outcome) + ON_TIME_TOLERANCE_S)
+    return on_time & ~np.repeat(outcome.rejected, instance.workload.output_tokens)
 
 
 def tdg(
@@ -172,12 +194,28 @@ def tdg(
     w_prefill: float | None = None,
     w_decode: float | None = None,
 ) -> float:
-    """Token-level Deadline-aware Gain (ProServe): sum of weights of on-time tokens."""
+    """Token-level Deadline-aware Gain (ProServe Eq. 3): sum of weights of on-time tokens.
+
+    Tokens a warm-started request emitted before the run (NaN times) count as on time.
+    """
     w = token_weights(instance, w_prefill, w_decode)
-    t = outcome.token_times
-    on_time = np.isnan(t) | (t <= token_deadlines(instance, outcome) + ON_TIME_TOLERANCE_S)
-    on_time &= ~np.repeat(outcome.rejected, instance.workload.output_tokens)
-    return float(w[on_time].sum())
+    return float(w[_on_time_tokens(instance, outcome)].sum())
+
+
+def tdg_emitted(
+    instance: Instance,
+    outcome: Outcome,
+    w_prefill: float | None = None,
+    w_decode: float | None = None,
+) -> float:
+    """TDG of the tokens emitted during the run (finite times) by their deadlines.
+
+    On a snapshot (warm-started requests) this is the gain the run itself earned; tokens emitted
+    before it (NaN times) earn nothing here, unlike :func:`tdg`.
+    """
+    w = token_weights(instance, w_prefill, w_decode)
+    emitted = np.isfinite(outcome.token_times)
+    return float(w[_on_time_tokens(instance, outcome) & emitted].sum())
 
 
 def tdg_ratio(
@@ -186,10 +224,20 @@ def tdg_ratio(
     w_prefill: float | None = None,
     w_decode: float | None = None,
 ) -> float:
-    """TDG over the ideal TDG (every token on time)."""
+    """TDG over the ideal TDG (every token on time): ProServe's TDG_Ratio (Sec. 5.1)."""
     return tdg(instance, outcome, w_prefill, w_decode) / float(
         token_weights(instance, w_prefill, w_decode).sum()
     )
+
+
+def miss_tdg_ratio(
+    instance: Instance,
+    outcome: Outcome,
+    w_prefill: float | None = None,
+    w_decode: float | None = None,
+) -> float:
+    """Lost gain over the ideal gain, ``1 - TDG_Ratio``: ProServe's Miss_TDG_Ratio (Sec. 5.1)."""
+    return 1.0 - tdg_ratio(instance, outcome, w_prefill, w_decode)
 
 
 def g_ratio(instance: Instance, outcome: Outcome) -> float:
@@ -255,6 +303,16 @@ def admitted_value_objective(instance: Instance, outcome: Outcome, table: pd.Dat
     return admitted_value_from_table(instance, table, _definition(instance))
 
 
+def tdg_objective(instance: Instance, outcome: Outcome, table: pd.DataFrame) -> float:
+    """TDG of every token of the instance (see :func:`tdg`)."""
+    return tdg(instance, outcome)
+
+
+def tdg_emitted_objective(instance: Instance, outcome: Outcome, table: pd.DataFrame) -> float:
+    """TDG the run itself earned (see :func:`tdg_emitted`): one iteration's on a snapshot."""
+    return tdg_emitted(instance, outcome)
+
+
 def server_seconds(instance: Instance, outcome: Outcome) -> float:
     """Cost: server-seconds active, every server on from time 0 to the end of the run."""
     return float(instance.cluster.servers * outcome.end_s)
@@ -290,6 +348,7 @@ def summary(instance: Instance, outcome: Outcome) -> dict[str, Any]:
             if np.isfinite(e2e).any()
             else float("nan"),
             "tdg_ratio": tdg_ratio(instance, outcome),
+            "miss_tdg_ratio": miss_tdg_ratio(instance, outcome),
             "g": g_ratio_from_table(t),
             "tokens_simulated": outcome.tokens_emitted,
             "iterations": int(outcome.info.get("iterations", outcome.n_iterations)),

@@ -1,0 +1,985 @@
+"""ProServe's schedulers and the baselines of its evaluation.
+
+- :class:`SlideBatching` (policy ``"slide-batching"``): the engine-level scheduler (Sec. 4.2,
+  Algorithm 1). A latency budget ``t_budget = max(min_r remain_r, eta)``; requests with
+  ``remain < gamma * phi`` are URGENT and go first by gain density (next-token weight over
+  execution time), the others by remaining time; the batch is filled in that order, each request
+  with the largest chunk that keeps the estimated iteration time within the budget.
+- :class:`GoRouting` (router ``"go-routing"``): the cluster-level router (Sec. 4.3, Algorithm 2):
+  gain-oriented candidates, then the dual-threshold capability-aware choice that reserves lightly
+  loaded instances for future requests. :class:`MostFreeKV` (``"most-free-kv"``) is its decode
+  pool choice when prefill and decode are disaggregated.
+- Baselines (Sec. 5.1): ``"vllm-fcfs"`` and ``"sarathi-fcfs"`` are the existing ``"vllm"`` and
+  ``"sarathi"`` policies under the paper's names (same classes);
+  :class:`SarathiPriority`, :class:`FairBatching` and :class:`WeightedVTC` are new; the router
+  baseline ``"min-load"`` is :class:`slolab.heuristics.baselines.LeastLoaded`.
+
+Every per-request read a policy makes (arrival, SLOs, priority, TDG weights, generated tokens, KV
+held, remaining prompt, token deadlines) goes through the helpers at the top of this module; the
+policies otherwise use only the public attributes of a server.
+
+References
+----------
+Huang et al., "ProServe: Unified Multi-Priority Request Scheduling for LLM Serving": Sec. 2
+(TDG), Sec. 4.1 (latency estimator), Sec. 4.2 (SlideBatching), Sec. 4.3 (GoRouting), Sec. 5.1
+(baselines). Sheng et al., "Fairness in Serving Large Language Models", OSDI 2024 (VTC). Lyu et
+al., "FairBatching", arXiv:2510.14392 (deadline-aware batch formation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from slolab.heuristics.baselines import (
+    EDFTokens,
+    LeastLoaded,
+    PrefillFirstFCFS,
+    SarathiFCFS,
+    _AdmissionOrder,
+    _decode_server_batch,
+    _make_room_for_decode,
+)
+from slolab.heuristics.policies import register_policy, register_router
+from slolab.sim.policy import Batch
+from slolab.timing.base import (
+    F_DECODE_KV,
+    F_DECODE_TOKENS,
+    F_NUM_DECODE,
+    F_NUM_PREFILL,
+    F_PREFILL_ATTN,
+    F_PREFILL_TOKENS,
+    N_FEATURES,
+    TimingModel,
+)
+
+if TYPE_CHECKING:
+    from slolab.instances.records import Instance
+    from slolab.sim.engine import Server
+
+__all__ = [
+    "FairBatching",
+    "GoRouting",
+    "GoRoutingParams",
+    "LatencyEstimator",
+    "MostFreeKV",
+    "RequestData",
+    "SarathiPriority",
+    "SlideBatching",
+    "SlideBatchingParams",
+    "WeightedVTC",
+    "capture_point",
+]
+
+_INT = np.int64
+#: Seconds by which an estimated batch time may exceed the budget (floating-point rounding).
+BUDGET_TOL_S = 1e-12
+
+
+# -- per-request reads: the one place policies look at requests ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RequestData:
+    """Static per-request arrays of an instance, read once when a run starts.
+
+    ``first_weight`` / ``decode_weight`` are the TDG gains of a request's first and later tokens:
+    ``w_p * w_{p(r)}`` and ``w_d * w_{p(r)}`` (ProServe Eq. 3, weights from
+    :func:`slolab.sim.metrics.token_weights`' rules). A NaN TTFT SLO is an infinite deadline, a
+    NaN TPOT SLO adds nothing per token.
+    """
+
+    arrival_s: np.ndarray
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    priority: np.ndarray
+    first_weight: np.ndarray
+    decode_weight: np.ndarray
+
+    @classmethod
+    def of(cls, instance: Instance) -> RequestData:
+        from slolab.sim.metrics import tdg_request_weights
+
+        wl = instance.workload
+        first, decode = tdg_request_weights(instance)
+        return cls(
+            arrival_s=np.asarray(wl.arrival_s, dtype=float),
+            ttft_s=np.nan_to_num(np.asarray(wl["ttft_slo_s"], dtype=float), nan=np.inf),
+            tpot_s=np.nan_to_num(np.asarray(wl["tpot_slo_s"], dtype=float), nan=0.0),
+            priority=np.asarray(wl["priority"], dtype=float),
+            first_weight=first,
+            decode_weight=decode,
+        )
+
+
+def generated_tokens(server: Server, ids: np.ndarray) -> np.ndarray:
+    """Output tokens each request of ``ids`` has emitted so far."""
+    return server.engine.generated[ids]
+
+
+def kv_held_tokens(server: Server, ids: np.ndarray) -> np.ndarray:
+    """KV tokens each request of ``ids`` holds (its prefix for attention)."""
+    return server.engine.held[ids]
+
+
+def prompt_tokens(server: Server, ids: np.ndarray) -> np.ndarray:
+    """Prompt tokens of each request of ``ids``."""
+    return server.engine.prompt[ids]
+
+
+def remaining_prefill_tokens(server: Server, ids: Sequence[int]) -> np.ndarray:
+    """Prompt (or recompute) tokens each request of ``ids`` still has to prefill."""
+    return np.fromiter((server.remaining_prefill(int(r)) for r in ids), dtype=_INT, count=len(ids))
+
+
+def next_token(
+    data: RequestData, server: Server, ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(generated, deadline_s, weight)`` of each request's next token.
+
+    Token ``k = generated + 1`` has deadline ``arrival + TTFT + (k - 1) TPOT`` and TDG weight
+    ``first_weight`` when ``k = 1``, else ``decode_weight`` (ProServe Eq. 3).
+    """
+    gen = generated_tokens(server, ids)
+    deadline = data.arrival_s[ids] + data.ttft_s[ids] + gen * data.tpot_s[ids]
+    weight = np.where(gen == 0, data.first_weight[ids], data.decode_weight[ids])
+    return gen, deadline, weight
+
+
+# -- latency estimator (Sec. 4.1) ----------------------------------------------------------------
+
+
+class LatencyEstimator:
+    """ProServe's batch latency estimator (Sec. 4.1) on the instance's timing model.
+
+    ``t_c`` is the time of an empty batch (the constant overhead); a request's ``exec`` is what
+    it adds alone: ``T(request) - t_c`` (Eq. 4-7). For an affine timing model (ProServe's own
+    estimator is one, Eq. 7) the batch time is ``t_c + sum exec`` exactly. A roofline (maximum of
+    affine lines) is tracked line by line, so the batch time is exact there too, and chunks are
+    sized in closed form per line; other forms are evaluated by the model on the batch's real
+    shape. The paper's online correction factor ``beta`` is 1 here: the estimator is the
+    engine's own timing model.
+    """
+
+    def __init__(self, timing: TimingModel) -> None:
+        from slolab.timing.forms import RooflineTiming
+
+        self.timing = timing
+        self.t_c = float(timing.times(np.zeros((1, N_FEATURES)))[0])
+        view = timing.affine()
+        if view is not None:
+            intercepts, coef = np.array([view[0]]), np.asarray(view[1], dtype=float)[:, None]
+        elif isinstance(timing, RooflineTiming):
+            intercepts, coef = timing.intercepts_s, timing.coef_matrix
+        else:
+            intercepts, coef = np.zeros(0), np.zeros((N_FEATURES, 0))
+        #: True when the batch time is tracked exactly line by line (affine or roofline).
+        self.lined = len(intercepts) > 0
+        #: True when the time is affine: every item adds its own ``exec`` to the batch.
+        self.affine = view is not None
+        self.intercepts = [float(b) for b in intercepts]
+        self.coef = coef
+        self._c_pt = [float(v) for v in coef[F_PREFILL_TOKENS]]
+        self._c_np = [float(v) for v in coef[F_NUM_PREFILL]]
+        self._c_attn = [float(v) for v in coef[F_PREFILL_ATTN]]
+
+    @staticmethod
+    def decode_features(context_tokens: np.ndarray) -> np.ndarray:
+        """One row per decode token reading ``context_tokens`` KV tokens."""
+        f = np.zeros((len(context_tokens), N_FEATURES))
+        f[:, F_DECODE_TOKENS] = 1.0
+        f[:, F_NUM_DECODE] = 1.0
+        f[:, F_DECODE_KV] = context_tokens
+        return f
+
+    @staticmethod
+    def chunk_features(chunk_tokens: np.ndarray, prefix_tokens: np.ndarray) -> np.ndarray:
+        """One row per prefill chunk of ``chunk_tokens`` after ``prefix_tokens`` cached."""
+        c = np.asarray(chunk_tokens, dtype=float)
+        f = np.zeros((len(c), N_FEATURES))
+        f[:, F_PREFILL_TOKENS] = c
+        f[:, F_NUM_PREFILL] = (c > 0).astype(float)
+        f[:, F_PREFILL_ATTN] = c * (np.asarray(prefix_tokens, dtype=float) + (c + 1.0) / 2.0)
+        return f
+
+    def exec_s(self, features: np.ndarray) -> np.ndarray:
+        """``T(row) - t_c`` for each row (a request alone in a batch)."""
+        if len(features) == 0:
+            return np.zeros(0)
+        return np.asarray(self.timing.times(features), dtype=float) - self.t_c
+
+    def smallest_item_s(self, decode_exec_s: np.ndarray) -> float:
+        """Least time any item adds (affine models): a decode token of ``decode_exec_s`` or a
+        one-token chunk; a little under it, so rounding never stops a fit too early."""
+        chunk = self._c_pt[0] + self._c_np[0] if self.affine else 0.0
+        least = min(float(decode_exec_s.min()), chunk) if len(decode_exec_s) else chunk
+        return max(least * (1.0 - 1e-9), 0.0)
+
+    def empty(self) -> tuple[list[float], np.ndarray]:
+        """State of an empty batch: per-line times and the feature vector."""
+        return list(self.intercepts), np.zeros(N_FEATURES)
+
+    def line_increments(self, features: np.ndarray) -> np.ndarray:
+        """``(n, L)``: what each row adds to each line."""
+        return np.asarray(features, dtype=float) @ self.coef
+
+    def batch_s(self, lines: list[float], features: np.ndarray) -> float:
+        """Time of the batch in state ``(lines, features)``."""
+        if self.lined:
+            return max(lines)
+        return float(self.timing.times(features[None, :])[0])
+
+    def time_with(
+        self, lines: list[float], features: np.ndarray, inc: Sequence[float], row: np.ndarray
+    ) -> float:
+        """Time of the batch with one more row (``inc`` its line increments)."""
+        if self.lined:
+            return max(v + d for v, d in zip(lines, inc, strict=True))
+        return float(self.timing.times((features + row)[None, :])[0])
+
+    def max_chunk(
+        self, lines: list[float], features: np.ndarray, budget_s: float, prefix: int, cap: int
+    ) -> int:
+        """Largest chunk ``c <= cap`` keeping the batch within ``budget_s`` (GETMAXCHUNK);
+        0 when not even one token fits."""
+        if cap <= 0:
+            return 0
+        if self.lined:
+            best = cap
+            for v, c_pt, c_np, c_attn in zip(
+                lines, self._c_pt, self._c_np, self._c_attn, strict=True
+            ):
+                left = budget_s - v - c_np
+                a = c_attn / 2.0
+                b = c_pt + c_attn * (prefix + 0.5)
+                if left + BUDGET_TOL_S < a + b:
+                    return 0
+                if math.isinf(left):
+                    c = cap
+                elif a > 0:
+                    c = int(math.floor(2.0 * left / (b + math.sqrt(b * b + 4.0 * a * left)) + 1e-9))
+                elif b > 0:
+                    c = int(math.floor(left / b + 1e-9))
+                else:
+                    c = cap
+                best = min(best, c)
+            while best > 0 and self._chunk_over(lines, best, prefix, budget_s):
+                best -= 1
+            return max(best, 0)
+
+        def fits(c: int) -> bool:
+            row = features + self.chunk_features(np.array([c]), np.array([prefix]))[0]
+            return float(self.timing.times(row[None, :])[0]) <= budget_s
+
+        if not fits(1):
+            return 0
+        lo, hi = 1, cap
+        if fits(hi):
+            return hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        return lo
+
+    def _chunk_over(self, lines: list[float], c: int, prefix: int, budget_s: float) -> bool:
+        work = c * (prefix + (c + 1) / 2.0)
+        return any(
+            v + c_pt * c + c_np + c_attn * work > budget_s + BUDGET_TOL_S
+            for v, c_pt, c_np, c_attn in zip(
+                lines, self._c_pt, self._c_np, self._c_attn, strict=True
+            )
+        )
+
+    def add(
+        self, lines: list[float], features: np.ndarray, row: np.ndarray
+    ) -> tuple[list[float], np.ndarray]:
+        """State after adding ``row`` to the batch."""
+        inc = row @ self.coef
+        return [v + float(d) for v, d in zip(lines, inc, strict=True)], features + row
+
+
+# -- SlideBatching (Sec. 4.2) ----------------------------------------------------------------------
+
+PHI_CHOICES = ("aggressive", "conservative")
+ORDER_CHOICES = ("slide", "deadline", "density")
+
+
+@dataclass(frozen=True, slots=True)
+class SlideBatchingParams:
+    """Parameters of SlideBatching.
+
+    Parameters
+    ----------
+    eta_s : float or None
+        Lower bound ``eta`` of the latency budget (s). None (default): the tightest TPOT SLO of
+        the instance's requests (the paper's budgets range over ``[eta, max TPOT]``, Sec. 4.2;
+        it gives no value), or 20 ms when no request has one.
+    gamma : float
+        Aggressiveness coefficient ``gamma`` (Algorithm 1, line 9): larger sends more requests
+        to URGENT. Default 1 (the paper gives no value).
+    phi : {"aggressive", "conservative"}
+        Load-judgment function: ``phi_a`` (Eq. 8, the paper's choice for all co-located
+        results) or ``phi_c`` (Eq. 9). Prefill servers of a disaggregated cluster always use
+        ``phi_p`` (Sec. 4.2).
+    order : {"slide", "deadline", "density"}
+        ``"slide"`` is the algorithm; ``"deadline"`` / ``"density"`` are the ablations "w/ only
+        deadline" and "w/ only density" (Sec. 5.4).
+
+    References
+    ----------
+    ProServe, Sec. 4.2 and Algorithm 1; Sec. 5.4 (ablations).
+    """
+
+    eta_s: float | None = None
+    gamma: float = 1.0
+    phi: str = "aggressive"
+    order: str = "slide"
+
+    def __post_init__(self) -> None:
+        if self.eta_s is not None and not (math.isfinite(self.eta_s) and self.eta_s > 0):
+            raise ValueError(f"eta_s must be a finite number > 0 (s), got {self.eta_s}")
+        if not (math.isfinite(self.gamma) and self.gamma >= 0):
+            raise ValueError(f"gamma must be a finite number >= 0, got {self.gamma}")
+        if self.phi not in PHI_CHOICES:
+            raise ValueError(f"phi must be one of {', '.join(PHI_CHOICES)}, got {self.phi!r}")
+        if self.order not in ORDER_CHOICES:
+            raise ValueError(f"order must be one of {', '.join(ORDER_CHOICES)}, got {self.order!r}")
+
+
+def default_eta_s(instance: Instance) -> float:
+    """The default ``eta``: the tightest TPOT SLO of the instance (20 ms without one)."""
+    tpot = np.asarray(instance.workload["tpot_slo_s"], dtype=float)
+    tpot = tpot[np.isfinite(tpot) & (tpot > 0)]
+    return float(tpot.min()) if len(tpot) else 0.020
+
+
+@dataclass
+class _Queue:
+    """The queue of one SlideBatching call, vectorised (decoding requests first)."""
+
+    ids: np.ndarray
+    decode: np.ndarray  # bool: decoding (else prefilling or waiting)
+    waiting: np.ndarray  # bool: not admitted yet
+    remain_s: np.ndarray
+    weight: np.ndarray
+    prefix: np.ndarray
+    rem_prefill: np.ndarray
+    exec_s: np.ndarray
+    rows: np.ndarray = field(repr=False)
+
+
+class SlideBatching:
+    """SlideBatching (policy ``"slide-batching"``): ProServe's engine-level scheduler.
+
+    At every call, for the queue ``Q`` (decoding, prefilling and waiting requests):
+
+    1. ``exec`` of each request from the latency estimator (a decode token at its context, the
+       whole remaining prompt at its prefix); ``remain = deadline of the next token - now``;
+       ``density = w_r(next token) / exec`` (lines 2-5);
+    2. ``t_budget = max(min remain, eta)`` (lines 6-7);
+    3. URGENT when ``remain < gamma * phi(r, Q)`` with ``phi_a(Q) = t_budget / (t_budget - t_c)
+       * sum exec`` (Eq. 8) or ``phi_c`` (Eq. 9: the sum up to the request's position in
+       deadline order); on a disaggregated prefill server ``phi_p = sum exec + |Q| t_c``;
+    4. URGENT requests by decreasing density, then NORMAL by increasing remain (line 13);
+    5. from ``t_batch = t_c``, while the budget is not used up and memory allows, each request
+       in turn joins with GETMAXCHUNK: a decode token if it fits, a prefill chunk of the largest
+       size that fits (lines 14-18).
+
+    If no request fits the budget (``t_c`` plus the smallest item exceeds it) the first request
+    in order is served anyway, with a one-token chunk or its decode token, so the server never
+    stalls with work queued. Memory: a waiting request is admitted only if its whole prompt plus
+    one token fits (as the vLLM and Sarathi baselines do); when not even the decode tokens fit,
+    the most recently admitted requests are preempted (recomputed later).
+
+    Parameters
+    ----------
+    params : SlideBatchingParams, optional
+        ``eta``, ``gamma``, the load-judgment function and the ordering (ablations).
+    capture : bool
+        Record every call's queue and budget in :attr:`captured` (for per-batch instances).
+
+    References
+    ----------
+    ProServe, Sec. 4.2, Algorithm 1, Eq. 8-9.
+    """
+
+    name = "slide-batching"
+
+    def __init__(self, params: SlideBatchingParams | None = None, capture: bool = False) -> None:
+        self.params = params or SlideBatchingParams()
+        self.capture = capture
+        self.captured: list[dict[str, Any]] = []
+        self._data: RequestData | None = None
+        self._est: LatencyEstimator | None = None
+        self._eta_s = 0.0
+        self._order = _AdmissionOrder({})
+
+    def start(self, instance: Instance, seed: int) -> None:
+        self._data = RequestData.of(instance)
+        self._est = LatencyEstimator(instance.timing)
+        self._eta_s = self.params.eta_s or default_eta_s(instance)
+        self._order = _AdmissionOrder({})
+        self.captured = []
+
+    # -- Algorithm 1 -------------------------------------------------------------------------
+    def _queue(self, server: Server) -> _Queue | None:
+        data, est = self._data, self._est
+        assert data is not None and est is not None
+        dec = server.decoding_ids()
+        pre_list = server.prefilling + server.waiting
+        ids = np.concatenate([dec, np.asarray(pre_list, dtype=_INT)]).astype(_INT, copy=False)
+        if len(ids) == 0:
+            return None
+        n_dec = len(dec)
+        decode = np.zeros(len(ids), dtype=bool)
+        decode[:n_dec] = True
+        waiting = np.zeros(len(ids), dtype=bool)
+        waiting[n_dec + len(server.prefilling) :] = True
+        _, deadline, weight = next_token(data, server, ids)
+        prefix = kv_held_tokens(server, ids)
+        rem = np.zeros(len(ids), dtype=_INT)
+        rem[n_dec:] = remaining_prefill_tokens(server, pre_list)
+        features = np.concatenate(
+            [
+                est.decode_features(prefix[:n_dec]),
+                est.chunk_features(rem[n_dec:], prefix[n_dec:]),
+            ]
+        )
+        exec_s = est.exec_s(features)
+        return _Queue(
+            ids, decode, waiting, deadline - server.now, weight, prefix, rem, exec_s, features
+        )
+
+    def budget_s(self, remain_s: np.ndarray) -> float:
+        """``t_budget = max(min remain, eta)`` (Algorithm 1, lines 6-7)."""
+        return max(float(remain_s.min()), self._eta_s)
+
+    def _urgent(self, q: _Queue, budget_s: float, role: str) -> np.ndarray:
+        """URGENT mask: ``remain < gamma * phi(r, Q)`` (Algorithm 1, lines 8-12)."""
+        est = self._est
+        assert est is not None
+        gamma = self.params.gamma
+        if role == "prefill":
+            return q.remain_s < gamma * (q.exec_s.sum() + len(q.ids) * est.t_c)
+        steps = budget_s / (budget_s - est.t_c) if budget_s > est.t_c else math.inf
+        if math.isinf(budget_s):
+            steps = 1.0
+        if self.params.phi == "aggressive":
+            return q.remain_s < gamma * steps * float(q.exec_s.sum())
+        by_deadline = np.argsort(q.remain_s, kind="stable")
+        phi = np.empty(len(q.ids))
+        phi[by_deadline] = steps * np.cumsum(q.exec_s[by_deadline])
+        return q.remain_s < gamma * phi
+
+    def order(self, q: _Queue, budget_s: float, role: str) -> np.ndarray:
+        """Positions of the queue in service order (Algorithm 1, line 13)."""
+        density = q.weight / np.maximum(q.exec_s, 1e-12)
+        if self.params.order == "deadline":
+            return np.lexsort((np.arange(len(q.ids)), q.remain_s))
+        if self.params.order == "density":
+            return np.lexsort((q.remain_s, -density))
+        urgent = self._urgent(q, budget_s, role)
+        # URGENT first by decreasing density, then NORMAL by increasing remaining time
+        key = np.where(urgent, -density, q.remain_s)
+        return np.lexsort((np.arange(len(q.ids)), key, ~urgent))
+
+    def next_batch(self, server: Server) -> Batch:
+        if server.role == "decode":
+            return _decode_server_batch(server)
+        q = self._queue(server)
+        if q is None:
+            return Batch()
+        est = self._est
+        assert est is not None
+        budget = self.budget_s(q.remain_s)
+        order = self.order(q, budget, server.role)
+        if self.capture:
+            self.captured.append(capture_point(server, q.ids, budget, self._eta_s))
+        # admissions in order (synchronised with the running set only when preempting)
+        admitted = self._order.order.setdefault(server.id, [])
+        free = server.kv_free_tokens
+        slots = server.max_batch_size
+        tokens_left = server.max_batch_tokens or (1 << 62)
+        lines, feats = est.empty()
+        batch_s = est.batch_s(lines, feats)
+        inc = est.line_increments(q.rows).tolist() if est.lined else None
+        decode: list[int] = []
+        prefill: list[tuple[int, int]] = []
+        # affine time: once the budget left is below the cheapest item, nothing else fits
+        smallest = est.smallest_item_s(q.exec_s[q.decode]) if est.affine else 0.0
+        for i in order.tolist():
+            if budget - batch_s < smallest or slots <= 0 or tokens_left <= 0:
+                break
+            r = int(q.ids[i])
+            if q.decode[i]:
+                if free < 1:
+                    continue
+                new_s = est.time_with(lines, feats, inc[i] if inc else (), q.rows[i])
+                if new_s > budget + BUDGET_TOL_S:
+                    continue
+                decode.append(r)
+                if inc:
+                    lines = [v + d for v, d in zip(lines, inc[i], strict=True)]
+                else:
+                    feats = feats + q.rows[i]
+                batch_s = new_s
+                free -= 1
+                tokens_left -= 1
+                slots -= 1
+                continue
+            rem = int(q.rem_prefill[i])
+            if q.waiting[i] and rem + 1 > free:
+                continue
+            cap = min(rem, tokens_left, rem if q.waiting[i] else free - 1)
+            c = est.max_chunk(lines, feats, budget, int(q.prefix[i]), cap)
+            if c <= 0:
+                continue
+            prefill.append((r, c))
+            lines, feats = est.add(
+                lines, feats, est.chunk_features(np.array([c]), np.array([q.prefix[i]]))[0]
+            )
+            batch_s = est.batch_s(lines, feats)
+            free -= c + (1 if c == rem else 0)
+            tokens_left -= c
+            slots -= 1
+            if q.waiting[i]:
+                admitted.append(r)
+        if not decode and not prefill:
+            return self._progress(server, q, order, self._order.of(server))
+        return Batch(prefill=prefill, decode=decode)
+
+    def _progress(self, server: Server, q: _Queue, order: np.ndarray, admitted: list[int]) -> Batch:
+        """Nothing fits the budget: serve the first request in order that memory allows."""
+        free = server.kv_free_tokens
+        for i in order.tolist():
+            r = int(q.ids[i])
+            if q.decode[i]:
+                if free >= 1:
+                    return Batch(decode=[r])
+                continue
+            rem = int(q.rem_prefill[i])
+            if (rem + 1 if q.waiting[i] else 2) <= free:
+                if q.waiting[i]:
+                    admitted.append(r)
+                return Batch(prefill=[(r, 1)])
+        if server.decoding:
+            decode = list(server.decoding[:1])
+            preempt = _make_room_for_decode(server, decode, admitted)
+            return Batch(decode=decode, preempt=preempt) if decode else Batch(preempt=preempt)
+        return Batch()
+
+
+def capture_point(server: Server, ids: np.ndarray, budget_s: float, eta_s: float) -> dict[str, Any]:
+    """A scheduling point as the state of its queue (for per-batch instances)."""
+    return {
+        "now_s": float(server.now),
+        "server": int(server.id),
+        "ids": ids.copy(),
+        "decoding": np.isin(ids, server.decoding_ids()),
+        "waiting": np.isin(ids, np.asarray(server.waiting, dtype=_INT)),
+        "generated": generated_tokens(server, ids).copy(),
+        "remaining_prefill": remaining_prefill_tokens(server, ids.tolist()),
+        "kv_free_tokens": int(server.kv_free_tokens),
+        "latency_budget_s": float(budget_s),
+        "eta_s": float(eta_s),
+    }
+
+
+# -- GoRouting (Sec. 4.3) -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GoRoutingParams:
+    """Thresholds of GoRouting (Algorithm 2; the paper gives no values).
+
+    Parameters
+    ----------
+    alpha : float
+        Candidates are the instances with gain ``Delta_p >= alpha * Delta_max`` (line 8).
+    mu : float
+        Lightly loaded: estimated execution ``< mu * TTFT_SLO`` (line 10).
+    lam : float
+        Heavily loaded: estimated execution with the request ``> lam * TTFT_SLO`` (line 11).
+    """
+
+    alpha: float = 0.9
+    mu: float = 0.25
+    lam: float = 0.75
+
+    def __post_init__(self) -> None:
+        if not 0 < self.alpha <= 1:
+            raise ValueError(f"alpha must be in (0, 1], got {self.alpha}")
+        if not 0 <= self.mu <= self.lam:
+            raise ValueError(f"need 0 <= mu <= lam, got mu={self.mu}, lam={self.lam}")
+
+
+class GoRouting:
+    """GoRouting (router ``"go-routing"``): gain-oriented, capability-aware dispatch.
+
+    For each instance ``p`` of the entry pool, with ``Q_p`` its prefill queue (waiting and
+    prefilling requests) and ``n_d`` its decoding requests:
+
+    - ESTIMATEEXEC: co-located, ``phi_a`` (Eq. 8) over ``Q_p`` plus the decode time ``n_d b_d``
+      (``b_d`` the estimator's time of one decode token at the queue's mean context), with
+      ``t_budget = max(eta, min(smallest remaining time in Q_p, TPOT SLO))``; prefill servers of
+      a disaggregated cluster, ``phi_p = sum exec + |Q| t_c``;
+    - ESTIMATEGAIN(Q): the first-token weights of the requests of ``Q`` whose remaining time is at
+      least ESTIMATEEXEC(Q) (every request placed at the end of the queue: conservative);
+    - ``Delta_p = gain(Q_p + req) - gain(Q_p)``; candidates ``C`` those within ``alpha`` of the
+      best; if ``Delta_max > 0``: the most idle light instance, else the most loaded candidate
+      that stays below ``lam * TTFT``, else the least loaded candidate; otherwise a random
+      instance (seeded).
+
+    The router sees the servers' true state, so the paper's compensation for stale queue
+    information (``ts_curr - ts_p``) is not needed.
+
+    References
+    ----------
+    ProServe, Sec. 4.3 and Algorithm 2.
+    """
+
+    name = "go-routing"
+
+    def __init__(self, params: GoRoutingParams | None = None) -> None:
+        self.params = params or GoRoutingParams()
+        self._data: RequestData | None = None
+        self._est: LatencyEstimator | None = None
+        self._eta_s = 0.0
+        self._rng = np.random.default_rng(0)
+
+    def start(self, instance: Instance, seed: int) -> None:
+        self._data = RequestData.of(instance)
+        self._est = LatencyEstimator(instance.timing)
+        self._eta_s = default_eta_s(instance)
+        self._rng = np.random.default_rng(seed)
+
+    def _exec_and_gain(
+        self, server: Server, request: int, now: float
+    ) -> tuple[float, float, float, float]:
+        """``(exec without, exec with, gain without, gain with)`` of the request on ``server``."""
+        data, est = self._data, self._est
+        assert data is not None and est is not None
+        queue = server.prefilling + server.waiting
+        ids = np.asarray(queue + [request], dtype=_INT)
+        prefix = kv_held_tokens(server, ids)
+        prefix[-1] = 0
+        rem = np.empty(len(ids), dtype=_INT)
+        rem[:-1] = remaining_prefill_tokens(server, queue)
+        rem[-1] = 0
+        _, deadline, weight = next_token(data, server, ids)
+        # the request being routed has not been placed: its prompt is all left
+        rem[-1] = int(prompt_tokens(server, ids[-1:])[0])
+        weight[-1] = data.first_weight[request]
+        deadline[-1] = data.arrival_s[request] + data.ttft_s[request]
+        remain = deadline - now
+        exec_s = est.exec_s(est.chunk_features(rem, prefix))
+        if server.role == "prefill":
+            base = exec_s[:-1].sum() + len(queue) * est.t_c
+            with_req = base + exec_s[-1] + est.t_c
+        else:
+            dec = server.decoding_ids()
+            n_d = len(dec)
+            decode_s = 0.0
+            if n_d:
+                ctx = kv_held_tokens(server, dec)
+                decode_s = float(est.exec_s(est.decode_features(np.array([ctx.mean()])))[0]) * n_d
+            tpot = data.tpot_s[ids]
+            tpot = tpot[tpot > 0]
+            limit = min(float(remain.min()), float(tpot.min()) if len(tpot) else math.inf)
+            budget = max(self._eta_s, limit)
+            steps = budget / (budget - est.t_c) if budget > est.t_c else math.inf
+            if math.isinf(budget):
+                steps = 1.0
+            base = steps * (exec_s[:-1].sum() + decode_s)
+            with_req = steps * (exec_s.sum() + decode_s)
+        gain_without = float(weight[:-1][remain[:-1] >= base].sum())
+        gain_with = float(weight[remain >= with_req].sum())
+        return float(base), float(with_req), gain_without, gain_with
+
+    def route(self, request: int, servers: Sequence[Server], now: float) -> int:
+        data = self._data
+        assert data is not None
+        p = self.params
+        stats = [self._exec_and_gain(s, request, now) for s in servers]
+        exec_without = np.array([s[0] for s in stats])
+        exec_with = np.array([s[1] for s in stats])
+        delta = np.array([s[3] - s[2] for s in stats])
+        d_max = float(delta.max())
+        if not d_max > 0:
+            return int(self._rng.integers(len(servers)))
+        cand = np.flatnonzero(delta >= p.alpha * d_max)
+        ttft = float(data.ttft_s[request])
+        light = cand[exec_without[cand] < p.mu * ttft]
+        if len(light):
+            return int(light[np.argmin(exec_without[light])])
+        not_heavy = cand[~(exec_with[cand] > p.lam * ttft)]
+        if len(not_heavy):
+            return int(not_heavy[np.argmax(exec_without[not_heavy])])
+        return int(cand[np.argmin(exec_without[cand])])
+
+
+class MostFreeKV:
+    """Decode-pool router: the decode instance with the most free KV memory (lowest index on
+    ties), GoRouting's decode choice (ProServe Sec. 4.3, Algorithm 2 line 20)."""
+
+    name = "most-free-kv"
+
+    def start(self, instance: Instance, seed: int) -> None:
+        return None
+
+    def route(self, request: int, servers: Sequence[Server], now: float) -> int:
+        return max(range(len(servers)), key=lambda j: (servers[j].kv_free_tokens, -j))
+
+
+# -- baselines (Sec. 5.1) -----------------------------------------------------------------------
+
+
+class _DataBudgeted(EDFTokens):
+    """A Sarathi-budgeted policy that reads the instance's request data when a run starts and
+    orders the budget's items by :meth:`_ranked` (``(kind, request)``, see ``EDFTokens``)."""
+
+    _data: RequestData | None = None
+
+    def start(self, instance: Instance, seed: int) -> None:
+        super().start(instance, seed)
+        self._data = RequestData.of(instance)
+
+    def _items(self, server: Server) -> list[tuple[int, int]]:
+        assert self._data is not None
+        return self._ranked(self._data, server)
+
+    def _ranked(self, data: RequestData, server: Server) -> list[tuple[int, int]]:
+        raise NotImplementedError
+
+
+class SarathiPriority(_DataBudgeted):
+    """Sarathi-Priority: Sarathi's token budget, decode tokens first, then prefill chunks by
+    priority (higher first) and arrival (earlier first).
+
+    References
+    ----------
+    ProServe, Sec. 5.1 ("Sarathi-Priority").
+    """
+
+    name = "sarathi-priority"
+
+    def _ranked(self, data: RequestData, server: Server) -> list[tuple[int, int]]:
+        pre = server.prefilling + server.waiting
+        ids = np.asarray(pre, dtype=_INT)
+        ranked = [pre[i] for i in np.lexsort((data.arrival_s[ids], -data.priority[ids]))]
+        return [(0, r) for r in server.decoding] + [(1, r) for r in ranked]
+
+
+class FairBatching(_DataBudgeted):
+    """FairBatching, as ProServe runs it: within Sarathi's token budget, first the decode tokens
+    nearing their deadline (due within one TPOT of now), earliest deadline first; then prefill
+    chunks, earliest first-token deadline first; then the remaining decode tokens.
+
+    References
+    ----------
+    ProServe, Sec. 5.1 ("FairBatching ... prioritizing decode sequences nearing their deadlines,
+    followed by prefill sequences, and finally the remaining decode requests"); Lyu et al.,
+    FairBatching, arXiv:2510.14392.
+    """
+
+    name = "fairbatching"
+
+    def _ranked(self, data: RequestData, server: Server) -> list[tuple[int, int]]:
+        dec = server.decoding_ids()
+        pre = np.asarray(server.prefilling + server.waiting, dtype=_INT)
+        _, d_dec, _ = next_token(data, server, dec)
+        _, d_pre, _ = next_token(data, server, pre)
+        near = d_dec - server.now <= data.tpot_s[dec]
+        dec_order = np.argsort(d_dec, kind="stable")
+        first = [(0, int(dec[i])) for i in dec_order if near[i]]
+        rest = [(0, int(dec[i])) for i in dec_order if not near[i]]
+        prefill = [(1, int(pre[i])) for i in np.argsort(d_pre, kind="stable")]
+        return first + prefill + rest
+
+
+#: VTC's cost of a prompt token and of an output token (Sheng et al., OSDI 2024, Sec. 4).
+VTC_PROMPT_COST = 1.0
+VTC_OUTPUT_COST = 2.0
+
+
+class WeightedVTC(_DataBudgeted):
+    """Weighted VTC: token-level fair sharing between priority classes, weighted by priority.
+
+    Each class (requests of one priority weight) has a virtual token counter: the service it
+    received, prompt tokens at cost 1 and output tokens at cost 2, divided by its weight. Within
+    Sarathi's token budget, decode tokens go first (VTC keeps running requests in the batch);
+    prefill chunks then go to the class with the smallest counter, FCFS within a class. A class
+    that becomes backlogged is lifted to the smallest counter among the backlogged ones, so it
+    cannot claim service for the time it was idle (VTC's counter lift).
+
+    References
+    ----------
+    Sheng et al., "Fairness in Serving Large Language Models", OSDI 2024 (VTC, Algorithm 2,
+    weighted variant); ProServe, Sec. 5.1 ("Weighted VTC").
+    """
+
+    name = "weighted-vtc"
+
+    def __init__(self, token_budget: int = 0) -> None:
+        super().__init__(token_budget)
+        self._counter: dict[float, float] = {}
+        self._seen: dict[int, tuple[int, int]] = {}
+
+    def start(self, instance: Instance, seed: int) -> None:
+        super().start(instance, seed)
+        self._counter = {}
+        self._seen = {}
+
+    def _charge(self, server: Server) -> None:
+        """Add the service running requests received since the last call to their counters."""
+        data = self._data
+        assert data is not None
+        running = server.decoding + server.prefilling
+        if not running:
+            return
+        ids = np.asarray(running, dtype=_INT)
+        gen = generated_tokens(server, ids)
+        rem = remaining_prefill_tokens(server, running)
+        prompt = prompt_tokens(server, ids)
+        for r, g, left, p in zip(running, gen.tolist(), rem.tolist(), prompt.tolist(), strict=True):
+            done_prompt = max(int(p) - int(left), 0)
+            g0, p0 = self._seen.get(r, (0, 0))
+            w = float(data.priority[r])
+            cost = (VTC_PROMPT_COST * (done_prompt - p0) + VTC_OUTPUT_COST * (g - g0)) / w
+            self._counter[w] = self._counter.get(w, 0.0) + max(cost, 0.0)
+            self._seen[r] = (g, done_prompt)
+
+    def _ranked(self, data: RequestData, server: Server) -> list[tuple[int, int]]:
+        self._charge(server)
+        pre = server.prefilling + server.waiting
+        queues: dict[float, list[int]] = {}
+        for r in pre:
+            queues.setdefault(float(data.priority[r]), []).append(r)
+        backlogged = [w for w in queues]
+        if backlogged:
+            floor = min(self._counter.get(w, 0.0) for w in backlogged)
+            for w in backlogged:
+                self._counter[w] = max(self._counter.get(w, floor), floor)
+        virtual = {w: self._counter.get(w, 0.0) for w in queues}
+        ranked: list[int] = []
+        heads = {w: 0 for w in queues}
+        while len(ranked) < len(pre):
+            w = min((v, w) for w, v in virtual.items() if heads[w] < len(queues[w]))[1]
+            r = queues[w][heads[w]]
+            heads[w] += 1
+            ranked.append(r)
+            virtual[w] += VTC_PROMPT_COST * server.remaining_prefill(r) / w
+        return [(0, r) for r in server.decoding] + [(1, r) for r in ranked]
+
+
+register_policy(
+    "slide-batching",
+    SlideBatching,
+    "ProServe SlideBatching: latency budget, URGENT by gain density, NORMAL by deadline",
+)
+register_policy(
+    "vllm-fcfs", PrefillFirstFCFS, "ProServe's vLLM-FCFS baseline (the 'vllm' policy, same class)"
+)
+register_policy(
+    "sarathi-fcfs",
+    SarathiFCFS,
+    "ProServe's Sarathi-FCFS baseline (the 'sarathi' policy, same class)",
+    token_budget=True,
+)
+register_policy(
+    "sarathi-priority",
+    SarathiPriority,
+    "Sarathi token budget, decode first, then prefills by priority and arrival",
+    token_budget=True,
+)
+register_policy(
+    "fairbatching",
+    FairBatching,
+    "FairBatching: near-deadline decodes, then prefills by deadline, then other decodes",
+    token_budget=True,
+)
+register_policy(
+    "weighted-vtc",
+    WeightedVTC,
+    "Weighted VTC: prefills to the priority class with the least weighted service",
+    token_budget=True,
+)
+register_router("go-routing", GoRouting, "ProServe GoRouting: gain-oriented, capability-aware")
+register_router("min-load", LeastLoaded, "ProServe's Min-Load baseline (least-loaded, same class)")
+register_router("most-free-kv", MostFreeKV, "decode pool: the instance with the most free KV")
+
+
+# -- one scheduling decision as a schedule (per-batch instances) ---------------------------------
+
+
+class _OneIteration:
+    """Asks ``inner`` once, at ``at_s``, and records the batch it returns; idles afterwards."""
+
+    def __init__(self, inner: Any, at_s: float) -> None:
+        self.inner = inner
+        self.at_s = at_s
+        self.batch: Batch | None = None
+
+    def start(self, instance: Instance, seed: int) -> None:
+        self.inner.start(instance, seed)
+        self.batch = None
+
+    def next_batch(self, server: Server) -> Batch:
+        if self.batch is not None:
+            return Batch()
+        if server.now < self.at_s:
+            return Batch(wake_at_s=self.at_s)
+        self.batch = self.inner.next_batch(server)
+        return self.batch
+
+
+def one_iteration_schedule(instance: Instance, policy: Any, *, seed: int = 0) -> Any:
+    """The one iteration ``policy`` chooses at a snapshot's scheduling time, as a Schedule.
+
+    ``instance.settings["scheduling_time_s"]`` is the scheduling point; the warm-started
+    requests of the snapshot are in place by then. A choice that preempts or rejects requests
+    cannot be written as one iteration and raises ValueError.
+    """
+    from slolab.sim import run
+    from slolab.sim.schedule import PlannedIteration, Schedule
+
+    at = float(instance.settings["scheduling_time_s"])
+    wrapper = _OneIteration(policy, at)
+    run(instance, wrapper, seed=seed)
+    batch = wrapper.batch
+    if batch is None or batch.empty:
+        return Schedule(((),))
+    if len(batch.preempt) or len(batch.reject) or len(batch.forward) or len(batch.static):
+        raise ValueError(
+            f"{type(policy).__name__} preempted, rejected or forwarded requests at {at} s; "
+            "one iteration cannot express that"
+        )
+    entries = tuple((int(r), "prefill", int(c)) for r, c in batch.prefill) + tuple(
+        (int(r), "decode", 1) for r in np.asarray(batch.decode).tolist()
+    )
+    return Schedule(((PlannedIteration(entries, not_before_s=at),),))
+
+
+def _snapshot_slide(instance: Instance, order: str) -> SlideBatching:
+    eta = instance.settings.get("eta_s")
+    return SlideBatching(
+        SlideBatchingParams(eta_s=None if eta is None else float(eta), order=order)
+    )
+
+
+def slide_batching_step(instance: Instance, *, seed: int) -> Any:
+    """SlideBatching's one-iteration choice at a snapshot (its ``eta`` from the settings)."""
+    return one_iteration_schedule(instance, _snapshot_slide(instance, "slide"), seed=seed)
+
+
+def slide_deadline_step(instance: Instance, *, seed: int) -> Any:
+    """The "w/ only deadline" ablation's one-iteration choice (Sec. 5.4)."""
+    return one_iteration_schedule(instance, _snapshot_slide(instance, "deadline"), seed=seed)
+
+
+def slide_density_step(instance: Instance, *, seed: int) -> Any:
+    """The "w/ only density" ablation's one-iteration choice (Sec. 5.4)."""
+    return one_iteration_schedule(instance, _snapshot_slide(instance, "density"), seed=seed)

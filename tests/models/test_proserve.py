@@ -1,0 +1,298 @@
+"""ProServe's exact models: tdg-batch (one iteration) and tdg-horizon (a window), on hand cases
+and seeded random batteries (MILP == CP-SAT == brute force; exact >= heuristics)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from slolab.harness.compare import compare
+from slolab.heuristics.proserve import SlideBatching, SlideBatchingParams, one_iteration_schedule
+from slolab.instances.records import Cluster, Instance, Workload
+from slolab.models.proserve import TdgBatch, TdgHorizon, proserve_timing
+from slolab.sim import check, metrics, replay
+from slolab.solvers import Status, build_model, solve
+from slolab.timing import LinearTiming
+
+# 10 ms per iteration, 1 ms per prompt token, 2 ms per decode token (whole milliseconds, so
+# CP-SAT's nanoseconds are exact)
+TIMING = LinearTiming(0.01, {"prefill_tokens": 1e-3, "decode_tokens": 2e-3}, name="round")
+
+
+def batch_instance(
+    arrival, prompt, output, ttft, tpot, priority, running, remaining, generated, *, now, budget
+) -> Instance:
+    """A tdg-batch snapshot from per-request lists (w_prefill 3, w_decode 1)."""
+    wl = Workload(
+        {
+            "arrival_s": arrival,
+            "prompt_tokens": prompt,
+            "output_tokens": output,
+            "ttft_slo_s": ttft,
+            "tpot_slo_s": tpot,
+            "priority": priority,
+            "running": running,
+            "remaining_prefill_tokens": remaining,
+            "generated_tokens": generated,
+        }
+    )
+    settings_ = {"scheduling_time_s": now, "latency_budget_s": budget, "eta_s": budget}
+    settings_.update({"w_prefill": 3.0, "w_decode": 1.0})
+    return Instance(
+        "hand", wl, Cluster(servers=1, kv_capacity_tokens=10_000), TIMING, "tdg-batch", settings_
+    )
+
+
+def agreed_optimum(model, inst: Instance, objective) -> list[float]:
+    """Solve with HiGHS, CP-SAT and brute force: each OPTIMAL, replayed to its own objective with
+    a clean checker, and all three equal; returns the three optima."""
+    values = []
+    for solver in ("highs", "cpsat", "brute"):
+        res = solve(model(inst), solver=solver, time_limit=30)
+        assert res.status == Status.OPTIMAL
+        out = replay(inst, res.schedule)
+        assert objective(inst, out) == pytest.approx(res.objective, abs=1e-9)
+        assert check(inst, out) == []
+        values.append(res.objective)
+    assert values[0] == pytest.approx(values[1], abs=1e-9)
+    assert values[0] == pytest.approx(values[2], abs=1e-9)
+    return values
+
+
+def hand_batch() -> Instance:
+    """r0 decoding (slack 0.1 s, gain 2), r1 decoding (slack 0.02 s, gain 1), r2 waiting with 20
+    prompt tokens (slack 0.05 s, gain 3); budget 0.05 s."""
+    return batch_instance(
+        arrival=[0.0, 0.5, 0.9],
+        prompt=[5, 5, 20],
+        output=[10, 10, 5],
+        ttft=[0.5, 0.4, 0.15],
+        tpot=[0.2, 0.06, 0.1],
+        priority=[2.0, 1.0, 1.0],
+        running=[True, True, False],
+        remaining=[0, 0, 20],
+        generated=[3, 2, 0],
+        now=1.0,
+        budget=0.05,
+    )
+
+
+def test_tdg_batch_hand_optimum_every_backend():
+    """The knapsack optimum is r0 + r2 (gain 5) on MILP, CP-SAT and brute force; it replays."""
+    inst = hand_batch()
+    # deadlines: r0 0 + 0.5 + 3 * 0.2 = 1.1; r1 0.5 + 0.4 + 2 * 0.06 = 1.02; r2 0.9 + 0.15 = 1.05
+    # r0 + r2: T = 0.01 + 0.002 + 0.020 = 0.032 <= 0.05 and both meet (1.032 <= 1.05, 1.1)
+    # r1 needs T <= 0.02: r1 + r0 = 0.014 earns 1 + 2 = 3 < 5; r1 + r2 = 0.032 misses r1
+    for solver in ("highs", "cpsat", "brute"):
+        res = solve(build_model("tdg-batch", inst), solver=solver, time_limit=20)
+        assert res.status == Status.OPTIMAL
+        assert res.objective == pytest.approx(5.0)
+        out = replay(inst, res.schedule)
+        assert metrics.tdg_emitted(inst, out) == pytest.approx(5.0)
+        assert check(inst, out) == []
+
+
+def test_slide_batching_hand_order_and_choice():
+    """SlideBatching: budget 0.05 s, r1 URGENT, order r1, r2, r0; all three fit; TDG 5."""
+    inst = hand_batch()
+    policy = SlideBatching(SlideBatchingParams(eta_s=0.05))
+    schedule = one_iteration_schedule(inst, policy)
+    # exec: r0, r1 0.002 s, r2 0.020 s; phi_a = 0.05 / (0.05 - 0.01) * 0.024 = 0.03
+    # remain 0.1, 0.02, 0.05: only r1 (0.02 < 0.03) is URGENT; NORMAL by remain: r2, r0
+    entries = schedule.iterations[0][0].entries
+    assert entries == ((2, "prefill", 20), (1, "decode", 1), (0, "decode", 1))
+    out = replay(inst, schedule)
+    # T = 0.01 + 0.004 + 0.020 = 0.034: r1 (due 1.02) is late; r0 (2) and r2 (3) earn 5
+    assert metrics.tdg_emitted(inst, out) == pytest.approx(5.0)
+
+
+def test_partial_chunk_never_helps_one_iteration():
+    """Brute force over every chunk size finds the whole-remainder optimum of the MILP."""
+    inst = batch_instance(
+        arrival=[0.0, 0.0],
+        prompt=[4, 3],
+        output=[3, 3],
+        ttft=[0.02, 0.5],
+        tpot=[0.01, 0.01],
+        priority=[1.0, 2.0],
+        running=[False, True],
+        remaining=[4, 0],
+        generated=[0, 1],
+        now=0.0,
+        budget=0.03,
+    )
+    # r0 whole (4 tokens) alone: 0.014 <= 0.02, gain 3; with r1's decode 0.016, gain 3 + 2 = 5
+    brute = solve(TdgBatch(inst), solver="brute", time_limit=20)
+    milp = solve(TdgBatch(inst), solver="highs", time_limit=20)
+    assert brute.objective == pytest.approx(5.0) == milp.objective
+
+
+def test_tdg_batch_rejects_attention_timing():
+    """The exact models refuse a timing model that charges prefill attention (quadratic)."""
+    inst = hand_batch()
+    quadratic = LinearTiming(0.01, {"prefill_tokens": 1e-3, "prefill_attention_work": 1e-9})
+    with pytest.raises(ValueError, match="quadratic"):
+        TdgBatch(Instance("q", inst.workload, inst.cluster, quadratic, "tdg-batch", inst.settings))
+
+
+@st.composite
+def random_batch(draw) -> Instance:
+    """A snapshot of 2-4 requests with prompts of at most 4 tokens left."""
+    n = draw(st.integers(2, 4))
+    rows = []
+    for _ in range(n):
+        decoding = draw(st.booleans())
+        prompt = draw(st.integers(1, 4))
+        output = draw(st.integers(2, 4))
+        rows.append(
+            {
+                "prompt": prompt,
+                "output": output,
+                "running": decoding,
+                "remaining": 0 if decoding else prompt,
+                "generated": draw(st.integers(1, output - 1)) if decoding else 0,
+                "ttft": draw(st.sampled_from([0.005, 0.012, 0.02, 0.03])),
+                "tpot": draw(st.sampled_from([0.003, 0.006])),
+                "priority": draw(st.sampled_from([1.0, 2.0])),
+            }
+        )
+    return batch_instance(
+        arrival=[0.0] * n,
+        prompt=[r["prompt"] for r in rows],
+        output=[r["output"] for r in rows],
+        ttft=[r["ttft"] for r in rows],
+        tpot=[r["tpot"] for r in rows],
+        priority=[r["priority"] for r in rows],
+        running=[r["running"] for r in rows],
+        remaining=[r["remaining"] for r in rows],
+        generated=[r["generated"] for r in rows],
+        now=0.001,
+        budget=draw(st.sampled_from([0.015, 0.02, 0.03])),
+    )
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(random_batch())
+def test_tdg_batch_battery_milp_cpsat_brute_agree(inst):
+    """Random snapshots: MILP == CP-SAT == brute force, replays equal, checker clean, and the
+    optimum is at least SlideBatching's choice when that choice keeps to the budget."""
+    values = agreed_optimum(TdgBatch, inst, metrics.tdg_emitted)
+    schedule = one_iteration_schedule(inst, SlideBatching(SlideBatchingParams(eta_s=0.015)))
+    out = replay(inst, schedule)
+    if out.n_iterations and out.it_end[0] - out.it_start[0] <= inst.settings["latency_budget_s"]:
+        assert metrics.tdg_emitted(inst, out) <= values[0] + 1e-9
+
+
+# -- tdg-horizon -------------------------------------------------------------------------------
+
+
+def horizon_instance(arrival, prompt, output, ttft, tpot, priority, k=None) -> Instance:
+    """A tdg-horizon window (w_prefill 3, w_decode 1) on one server."""
+    wl = Workload(
+        {
+            "arrival_s": arrival,
+            "prompt_tokens": prompt,
+            "output_tokens": output,
+            "ttft_slo_s": ttft,
+            "tpot_slo_s": tpot,
+            "priority": priority,
+        }
+    )
+    settings_ = {"w_prefill": 3.0, "w_decode": 1.0}
+    if k is not None:
+        settings_["max_iterations"] = k
+    return Instance(
+        "window",
+        wl,
+        Cluster(servers=1, kv_capacity_tokens=10_000),
+        TIMING,
+        "tdg-horizon",
+        settings_,
+    )
+
+
+def test_tdg_horizon_hand_optimum():
+    """Two requests at 0: prefill both at once (both first tokens on time) beats any order: 9."""
+    inst = horizon_instance(
+        arrival=[0.0, 0.0],
+        prompt=[2, 2],
+        output=[2, 1],
+        ttft=[0.02, 0.015],
+        tpot=[0.005, 0.005],
+        priority=[1.0, 2.0],
+    )
+    # together: T = 0.01 + 0.004 = 0.014 <= 0.015, 0.02: 3 * 1 + 3 * 2 = 9; r0's decode then
+    # ends 0.014 + 0.012 = 0.026 > 0.025 (late); r0 first: r1 at 0.024 > 0.015 (late), 3 + 1
+    for solver in ("highs", "cpsat", "brute"):
+        res = solve(TdgHorizon(inst), solver=solver, time_limit=30)
+        assert res.status == Status.OPTIMAL
+        assert res.objective == pytest.approx(9.0)
+        out = replay(inst, res.schedule)
+        assert metrics.tdg(inst, out) == pytest.approx(9.0)
+        assert check(inst, out) == []
+
+
+@st.composite
+def random_window(draw) -> Instance:
+    """Two requests with prompts of 1-2 tokens and outputs of 1-2 tokens, three iterations."""
+    rows = [
+        {
+            "arrival": draw(st.sampled_from([0.0, 0.005, 0.012])),
+            "prompt": draw(st.integers(1, 2)),
+            "output": draw(st.integers(1, 2)),
+            "ttft": draw(st.sampled_from([0.012, 0.02, 0.03])),
+            "tpot": draw(st.sampled_from([0.005, 0.012])),
+            "priority": draw(st.sampled_from([1.0, 2.0])),
+        }
+        for _ in range(2)
+    ]
+    rows.sort(key=lambda r: r["arrival"])
+    return horizon_instance(
+        arrival=[r["arrival"] for r in rows],
+        prompt=[r["prompt"] for r in rows],
+        output=[r["output"] for r in rows],
+        ttft=[r["ttft"] for r in rows],
+        tpot=[r["tpot"] for r in rows],
+        priority=[r["priority"] for r in rows],
+        k=3,
+    )
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(random_window())
+def test_tdg_horizon_battery_milp_cpsat_brute_agree(inst):
+    """Random windows (K = 3): MILP == CP-SAT == brute force; replays equal; checker clean."""
+    agreed_optimum(TdgHorizon, inst, metrics.tdg)
+
+
+@settings(max_examples=10, deadline=None, derandomize=True)
+@given(random_window())
+def test_tdg_horizon_exact_at_least_every_heuristic(inst):
+    """With the default K (outputs + requests) the optimum is >= every online policy."""
+    inst = Instance(
+        inst.name,
+        inst.workload,
+        inst.cluster,
+        inst.timing,
+        inst.problem,
+        {"w_prefill": 3.0, "w_decode": 1.0},
+    )
+    methods = ["highs", "slide-batching", "vllm-fcfs", "sarathi-fcfs", "sarathi-priority"]
+    frame = compare(inst, methods + ["fairbatching", "weighted-vtc"], time_limit=30)
+    exact = frame.set_index("method").loc["highs"]
+    assert exact["status"] == "OPTIMAL"
+    assert (frame["objective"] <= exact["objective"] + 1e-9).all()
+    assert (frame["violations"] == 0).all()
+
+
+def test_proserve_timing_is_affine_without_attention():
+    """The ProServe timing: intercept 4.35 ms, 19.07 us per token, no attention term."""
+    t = proserve_timing()
+    intercept, coef = t.affine()
+    assert intercept == pytest.approx(0.0043462501, rel=1e-6)
+    assert t.coefficients["prefill_tokens"] == pytest.approx(1.90687e-05, rel=1e-4)
+    assert "prefill_attention_work" not in t.coefficients
+    # a 1,000-token prefill alone: 4.346 ms + 19.07 ms = 23.41 ms
+    assert t.time_of(prefill_tokens=1000, num_prefill_seqs=1) == pytest.approx(0.023415, rel=1e-3)
+    assert np.all(coef >= 0)
