@@ -32,10 +32,12 @@ from slolab.instances.readers import (
     trace_path,
 )
 from slolab.instances.records import (
+    POOL_ROLES,
     REQUIRED_COLUMNS,
     STANDARD_COLUMNS,
     Cluster,
     Instance,
+    Pool,
     Request,
     Workload,
 )
@@ -62,6 +64,7 @@ from slolab.instances.transform import (
 __all__ = [
     "ARRIVAL_PROCESSES",
     "FORMATS",
+    "POOL_ROLES",
     "REQUIRED_COLUMNS",
     "SCHEMES",
     "STANDARD_COLUMNS",
@@ -69,6 +72,7 @@ __all__ = [
     "Cluster",
     "Instance",
     "InstanceFileError",
+    "Pool",
     "Request",
     "TraceError",
     "Workload",
