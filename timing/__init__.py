@@ -5,6 +5,8 @@ Every model maps iteration shapes (:data:`FEATURES`) to seconds. Start from a pr
 form directly (:class:`LinearTiming`, :class:`RooflineTiming`, :class:`ProfiledTiming`,
 :class:`ThresholdTiming`, :class:`PhaseSumTiming`, :class:`MeanLengthTiming`).
 :func:`time_to_tokens` and :func:`time2bs` turn a time budget into tokens.
+:func:`startup_delay_s` gives how long a switched-on server needs before it serves, by where its
+weights come from (disk, host memory, another device).
 """
 
 from slolab.timing.base import FEATURES, BatchShape, LinearTiming, TimingModel
@@ -23,6 +25,12 @@ from slolab.timing.presets import (
     preset_source,
     refit_llama2_7b_h100,
 )
+from slolab.timing.startup import (
+    WEIGHT_SOURCES,
+    available_startup_presets,
+    startup_delay_s,
+    startup_table,
+)
 
 _LAZY = {"FitReport", "fit", "fit_report", "load_vidur_mlp_profile"}
 
@@ -38,6 +46,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "FEATURES",
+    "WEIGHT_SOURCES",
     "BatchShape",
     "FitReport",
     "LinearTiming",
@@ -49,12 +58,15 @@ __all__ = [
     "TimingModel",
     "attention_terms",
     "available_presets",
+    "available_startup_presets",
     "fit",
     "fit_report",
     "load_vidur_mlp_profile",
     "preset",
     "preset_source",
     "refit_llama2_7b_h100",
+    "startup_delay_s",
+    "startup_table",
     "time2bs",
     "time_to_tokens",
 ]
