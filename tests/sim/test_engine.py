@@ -200,14 +200,15 @@ def test_policy_breaking_memory_is_an_error():
         def next_batch(self, server):
             return Batch(prefill=[(r, server.remaining_prefill(r)) for r in server.waiting])
 
+    # each request fits alone (30 + 2 <= 40 tokens), both prefilled at once need 31 + 31 = 62
     inst = Instance(
         "small",
-        Workload({"arrival_s": [0.0], "prompt_tokens": [50], "output_tokens": [2]}),
+        Workload({"arrival_s": [0.0, 0.0], "prompt_tokens": [30, 30], "output_tokens": [2, 2]}),
         Cluster(kv_capacity_tokens=40),
         ROUND,
     )
     with pytest.raises(
-        PolicyError, match=r"server 0 t=0.0: batch needs 51 KV tokens but only 40 of 40"
+        PolicyError, match=r"server 0 t=0.0: batch needs 62 KV tokens but only 40 of 40"
     ):
         run(inst, Greedy(), seed=0)
 
