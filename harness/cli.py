@@ -205,11 +205,28 @@ def _policy_and_router(a: argparse.Namespace, instance):
 def cmd_simulate(a: argparse.Namespace) -> int:
     import time
 
+    from slolab.heuristics.scalers import elastic_setup
     from slolab.sim import metrics, run
 
     t0 = time.perf_counter()
     inst = _serving_instance(a, a.rate)
     policy, router = _policy_and_router(a, inst)
+    inst, scaler = elastic_setup(
+        inst,
+        a.autoscale,
+        min_servers=a.min_servers,
+        max_servers=a.max_servers,
+        startup=a.startup,
+        **{
+            k: v
+            for k, v in (
+                ("metric", a.scale_metric),
+                ("upper", a.scale_upper),
+                ("lower", a.scale_lower),
+            )
+            if v is not None
+        },
+    )
     out = run(
         inst,
         policy,
@@ -217,6 +234,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         seed=a.seed,
         record_iterations=False,
         progress=not a.json and not a.quiet,
+        scaler=scaler,
     )
     s = metrics.summary(inst, out)
     s["wall_s"] = time.perf_counter() - t0
@@ -228,6 +246,8 @@ def cmd_simulate(a: argparse.Namespace) -> int:
             "router": a.router,
             "servers": a.servers,
             "timing": a.timing,
+            "autoscale": a.autoscale or "none",
+            "startup_s": inst.cluster.startup_s,
         }
     )
     if a.json:
@@ -251,6 +271,10 @@ def cmd_simulate(a: argparse.Namespace) -> int:
             "iterations",
             "preemptions",
             "utilization",
+            "rejected",
+            "cost_server_s",
+            "servers_max",
+            "scale_events",
             "simulate_s",
             "wall_s",
         ]
@@ -521,6 +545,46 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="rescale the trace to this mean arrival rate (req/s), keeping its burstiness",
+    )
+    p.add_argument(
+        "--autoscale",
+        default=None,
+        choices=["fixed", "threshold"],
+        help="scale the cluster while it runs: fixed (never) or threshold (checked every "
+        "second: above --scale-upper adds a server, below --scale-lower drains one; 10 s "
+        "cool-down) (default: no scaler)",
+    )
+    p.add_argument(
+        "--min-servers", type=int, default=1, help="with --autoscale: fewest servers (default: 1)"
+    )
+    p.add_argument(
+        "--max-servers", type=int, default=16, help="with --autoscale: most servers (default: 16)"
+    )
+    p.add_argument(
+        "--scale-metric",
+        default=None,
+        choices=["queue", "load", "utilization"],
+        help="with --autoscale threshold: requests waiting per server, requests queued or "
+        "running per server, or busy fraction (default: utilization)",
+    )
+    p.add_argument(
+        "--scale-upper",
+        type=float,
+        default=None,
+        help="with --autoscale threshold: add a server above this (default: 0.9)",
+    )
+    p.add_argument(
+        "--scale-lower",
+        type=float,
+        default=None,
+        help="with --autoscale threshold: drain a server below this (default: 0.5)",
+    )
+    p.add_argument(
+        "--startup",
+        default="disk",
+        choices=["disk", "host", "d2d"],
+        help="with --autoscale: where a switched-on server loads its weights from; the delay "
+        "is the --timing preset's start-up preset (default: disk)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

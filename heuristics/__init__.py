@@ -13,6 +13,7 @@ from slolab.heuristics.baselines import (
     SarathiFCFS,
     StaticFCFS,
 )
+from slolab.heuristics.scalers import SCALERS, FixedScaler, ThresholdParams, ThresholdScaler
 from slolab.heuristics.slos_serve import SLOsServeParams, SLOsServePolicy
 from slolab.heuristics.slos_serve_dp import DPDecision, algorithm2, pb_star, slos_dp
 
@@ -22,8 +23,10 @@ POLICIES: dict[str, type] = {**BASELINE_POLICIES, "slos-serve": SLOsServePolicy}
 __all__ = [
     "POLICIES",
     "ROUTERS",
+    "SCALERS",
     "DPDecision",
     "EDFTokens",
+    "FixedScaler",
     "LeastLoaded",
     "PrefillFirstFCFS",
     "RandomRouter",
@@ -32,6 +35,8 @@ __all__ = [
     "SLOsServePolicy",
     "SarathiFCFS",
     "StaticFCFS",
+    "ThresholdParams",
+    "ThresholdScaler",
     "algorithm2",
     "pb_star",
     "slos_dp",
