@@ -4,7 +4,14 @@ import logging
 
 import numpy as np
 import pytest
-from slolab.heuristics.baselines import LeastLoaded, RoundRobin, SarathiFCFS
+from sim_cases import random_instance
+from slolab.heuristics.baselines import (
+    EDFTokens,
+    LeastLoaded,
+    PrefillFirstFCFS,
+    RoundRobin,
+    SarathiFCFS,
+)
 from slolab.heuristics.scalers import FixedScaler, ThresholdParams, ThresholdScaler
 from slolab.instances.records import Cluster, Instance, Pool, Workload
 from slolab.sim import (
@@ -186,25 +193,9 @@ def test_fixed_scaler_is_the_fixed_cluster_and_costs_servers_times_end():
 
 
 def _random_instance(seed, n=60, servers=2, startup_s=0.3, move_s=0.0):
-    rng = np.random.default_rng(seed)
-    wl = Workload(
-        {
-            "arrival_s": np.sort(rng.uniform(0, 6.0, n)),
-            "prompt_tokens": rng.integers(1, 300, n),
-            "output_tokens": rng.integers(1, 60, n),
-            "ttft_slo_s": np.full(n, 0.5),
-            "tpot_slo_s": np.full(n, 0.05),
-        }
+    return random_instance(
+        seed, n=n, servers=servers, kv=60_000, horizon_s=6.0, startup_s=startup_s, move_s=move_s
     )
-    timing = LinearTiming(0.005, {"prefill_tokens": 2e-5, "decode_tokens": 1e-4})
-    cl = Cluster(
-        servers=servers,
-        kv_capacity_tokens=60_000,
-        max_batch_tokens=256,
-        startup_s=startup_s,
-        move_s=move_s,
-    )
-    return Instance("random", wl, cl, timing)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -370,3 +361,56 @@ def test_disaggregated_pools_scale_and_switch_roles():
     assert out.server_origin.tolist() == [-1, -1, -1, -1, 1]
     assert set(out.server[out.server >= 0].tolist()) <= {2, 3, 4}
     assert check(inst, out) == []
+
+
+def _random_plan(rng, horizon_s, initial, pools):
+    """On, drain and move actions at random times, naming only servers that can take them."""
+    actions = []
+    accepting = list(range(initial))
+    next_id = initial
+    for t in np.sort(rng.uniform(0, horizon_s, 8)):
+        kind = rng.choice(["on", "drain", "move"])
+        if kind == "on" or len(accepting) <= 1:
+            actions.append((float(t), ScaleAction.on(str(rng.choice(pools)))))
+            accepting.append(next_id)
+            next_id += 1
+        else:
+            victim = int(rng.choice(accepting))
+            accepting.remove(victim)
+            if kind == "drain":
+                actions.append((float(t), ScaleAction.drain(victim)))
+            else:
+                actions.append((float(t), ScaleAction.move(victim, str(rng.choice(pools)))))
+                accepting.append(next_id)
+                next_id += 1
+    return ScalePlan(tuple(actions))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("policy", [SarathiFCFS, EDFTokens, PrefillFirstFCFS])
+def test_random_plans_run_clean_and_replay_exactly(seed, policy):
+    """Random on/drain/move plans over two pools: checker clean, cost = on-intervals, replays."""
+    rng = np.random.default_rng(seed)
+    base = _random_instance(seed, n=80, startup_s=0.2, move_s=0.05)
+    cl = Cluster.from_pools(
+        [Pool("a", servers=2), Pool("b", servers=1, kv_capacity_tokens=30_000)],
+        kv_capacity_tokens=60_000,
+        max_batch_tokens=256,
+        startup_s=0.2,
+        move_s=0.05,
+    )
+    inst = Instance("plans", base.workload, cl, base.timing)
+    plan = _random_plan(rng, 6.0, 3, ["a", "b"])
+    out = run(inst, policy(), LeastLoaded(), seed=seed, plan=plan)
+    assert check(inst, out) == []
+    assert out.finished.all()
+    spans = np.where(np.isfinite(out.server_on_s), out.server_off_s - out.server_on_s, 0.0)
+    assert out.cost_server_s == pytest.approx(spans.sum(), rel=1e-12)
+    assert metrics.server_seconds(inst, out) == out.cost_server_s
+    assert len(out.scale_events) == len(plan.actions)
+    again = run(inst, policy(), LeastLoaded(), seed=seed, plan=ScalePlan.from_outcome(out))
+    assert np.array_equal(again.token_times, out.token_times)
+    if not len(out.preempt_request):
+        replayed = replay(inst, Schedule.from_outcome(out), plan=plan)
+        np.testing.assert_allclose(replayed.token_times, out.token_times, rtol=1e-9)
+        assert check(inst, replayed) == []
