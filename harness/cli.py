@@ -182,6 +182,50 @@ def _flag_kwargs(option, help_text: str, default: Any, with_choices: bool = True
     return kwargs
 
 
+def _add_scaling_args(p: argparse.ArgumentParser) -> None:
+    """Flags of an elastic run (a scaler and where switched-on servers load their weights)."""
+    p.add_argument(
+        "--autoscale",
+        default=None,
+        choices=["fixed", "threshold"],
+        help="scale the cluster while it runs: fixed (never) or threshold (checked every "
+        "second: above --scale-upper adds a server, below --scale-lower drains one; 10 s "
+        "cool-down) (default: no scaler)",
+    )
+    p.add_argument(
+        "--min-servers", type=int, default=1, help="with --autoscale: fewest servers (default: 1)"
+    )
+    p.add_argument(
+        "--max-servers", type=int, default=16, help="with --autoscale: most servers (default: 16)"
+    )
+    p.add_argument(
+        "--scale-metric",
+        default=None,
+        choices=["queue", "load", "utilization"],
+        help="with --autoscale threshold: requests waiting per server, requests queued or "
+        "running per server, or busy fraction (default: utilization)",
+    )
+    p.add_argument(
+        "--scale-upper",
+        type=float,
+        default=None,
+        help="with --autoscale threshold: add a server above this (default: 0.9)",
+    )
+    p.add_argument(
+        "--scale-lower",
+        type=float,
+        default=None,
+        help="with --autoscale threshold: drain a server below this (default: 0.5)",
+    )
+    p.add_argument(
+        "--startup",
+        default="disk",
+        choices=["disk", "host", "d2d"],
+        help="with --autoscale: where a switched-on server loads its weights from; the delay "
+        "is the --timing preset's start-up preset (default: disk)",
+    )
+
+
 def _serving_instance(a: argparse.Namespace, rate: float | None):
     from slolab.problems.serving import serving_instance
 
@@ -226,10 +270,27 @@ def _policy_and_router(a: argparse.Namespace, instance):
 
 def _simulate_serving(a: argparse.Namespace, rate: float | None, progress: bool):
     """The serving instance of the command's flags at ``rate``, simulated: (instance, outcome)."""
+    from slolab.heuristics.scalers import elastic_setup
     from slolab.sim import run
 
     inst = _serving_instance(a, rate)
     policy, router = _policy_and_router(a, inst)
+    inst, scaler = elastic_setup(
+        inst,
+        a.autoscale,
+        min_servers=a.min_servers,
+        max_servers=a.max_servers,
+        startup=a.startup,
+        **{
+            k: v
+            for k, v in (
+                ("metric", a.scale_metric),
+                ("upper", a.scale_upper),
+                ("lower", a.scale_lower),
+            )
+            if v is not None
+        },
+    )
     out = run(
         inst,
         policy,
@@ -238,6 +299,7 @@ def _simulate_serving(a: argparse.Namespace, rate: float | None, progress: bool)
         decode_router=_decode_router(a),
         record_iterations=False,
         progress=progress,
+        scaler=scaler,
     )
     return inst, out
 
@@ -269,6 +331,8 @@ def cmd_simulate(a: argparse.Namespace) -> int:
             "router": a.router,
             "servers": a.servers,
             "timing": a.timing,
+            "autoscale": a.autoscale or "none",
+            "startup_s": inst.cluster.startup_s,
         }
     )
     if a.json:
@@ -292,6 +356,10 @@ def cmd_simulate(a: argparse.Namespace) -> int:
             "iterations",
             "preemptions",
             "utilization",
+            "rejected",
+            "cost_server_s",
+            "servers_max",
+            "scale_events",
             "simulate_s",
             "wall_s",
         ]
@@ -671,6 +739,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="mean arrival rate (req/s): of the process with --arrivals, else the trace is "
         "time-scaled to it, keeping its burstiness",
     )
+    _add_scaling_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_simulate)
@@ -803,6 +872,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-probes", type=int, default=30, help="most simulations (default: 30)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_scaling_args(p)
     p.set_defaults(func=cmd_capacity)
     return parser
 

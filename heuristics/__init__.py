@@ -30,6 +30,7 @@ from slolab.heuristics.proserve import (
     SlideBatchingParams,
     WeightedVTC,
 )
+from slolab.heuristics.scalers import SCALERS, FixedScaler, ThresholdParams, ThresholdScaler
 from slolab.heuristics.slos_serve import SLOsServeParams, SLOsServePolicy
 from slolab.heuristics.slos_serve_dp import DPDecision, algorithm2, pb_star, slos_dp
 
@@ -39,6 +40,8 @@ __all__ = [
     "FairBatching",
     "GoRouting",
     "GoRoutingParams",
+    "SCALERS",
+    "FixedScaler",
     "LeastLoaded",
     "MostFreeKV",
     "PrefillFirstFCFS",
@@ -52,6 +55,8 @@ __all__ = [
     "SlideBatchingParams",
     "StaticFCFS",
     "WeightedVTC",
+    "ThresholdParams",
+    "ThresholdScaler",
     "algorithm2",
     "make_policy",
     "make_router",

@@ -8,7 +8,8 @@ Policies (one server's next batch):
 - :class:`SarathiFCFS` — Sarathi-Serve: a fixed token budget per iteration; every decoding
   request first (one token each), then prefill chunks FCFS to fill the budget.
 - :class:`EDFTokens` — earliest deadline first on token deadlines
-  ``d(r, k) = arrival + TTFT + (k - 1) TPOT`` within the same token budget.
+  ``d(r, k) = arrival + TTFT + (k - 1) TPOT`` (:func:`slolab.sim.metrics.token_deadline_s`)
+  within the same token budget.
 - :class:`StaticFCFS` — static batching: the first ``max_batch_size`` waiting requests.
 
 All three continuous-batching policies manage KV memory the same way: a waiting request is
@@ -27,7 +28,6 @@ Tradeoff in LLM Inference with Sarathi-Serve", OSDI 2024 (Sec. 4: token budget, 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -41,16 +41,6 @@ if TYPE_CHECKING:
     from slolab.sim.engine import Server
 
 
-def _token_deadline(engine, r: int, k: int) -> float:
-    """Deadline of token ``k`` (1-based) of request ``r``; inf when it has no TTFT/TPOT SLO."""
-    wl = engine.instance.workload
-    ttft = wl["ttft_slo_s"][r]
-    tpot = wl["tpot_slo_s"][r]
-    ttft = math.inf if math.isnan(ttft) else ttft
-    tpot = 0.0 if math.isnan(tpot) else tpot
-    return float(engine.arrival[r]) + ttft + (k - 1) * tpot
-
-
 def _make_room_for_decode(
     server: Server, decode: list[int], admitted_order: list[int]
 ) -> list[int]:
@@ -62,8 +52,7 @@ def _make_room_for_decode(
         victim = admitted_order.pop()
         if victim in preempt:
             continue
-        e = server.engine
-        held = e.kv_held(victim)
+        held = server.kv_held(victim)
         preempt.append(victim)
         free += held
         if victim in decode:
@@ -74,14 +63,13 @@ def _make_room_for_decode(
 
 def _decode_server_batch(server: Server) -> Batch:
     """Disaggregated decode server: decode the running requests and admit transferred ones FCFS."""
-    e = server.engine
     decode = list(server.decoding[: server.max_batch_size])
     free = server.kv_free_tokens - len(decode)
     admitted = False
     for r in server.waiting:
         if len(decode) >= server.max_batch_size:
             break
-        need = e.kv_held(r) + 1
+        need = server.kv_held(r) + 1
         if need > free:
             break
         decode.append(r)
@@ -214,8 +202,7 @@ class SarathiFCFS:
         slots = server.max_batch_size - len(decode)
         free = server.kv_free_tokens - len(decode)
         if preempt:
-            e = server.engine
-            free += sum(e.kv_held(r) for r in preempt)
+            free += sum(server.kv_held(r) for r in preempt)
         prefill: list[tuple[int, int]] = []
         candidates = [r for r in server.prefilling if r not in preempt]
         admit = [r for r in server.waiting]
@@ -255,12 +242,11 @@ class EDFTokens(SarathiFCFS):
         """``(kind, request)`` in the order they are offered the budget (kind 0 decode, 1
         prefill): here by the deadline of the request's next token. Subclasses change the
         order and keep the budget and memory rules."""
-        e = server.engine
         items: list[tuple[float, int, int]] = []  # (deadline, kind 0 decode / 1 prefill, request)
         for r in server.decoding:
-            items.append((_token_deadline(e, r, int(e.generated[r]) + 1), 0, r))
+            items.append((server.next_token_deadline(r), 0, r))
         for r in server.prefilling + server.waiting:
-            items.append((_token_deadline(e, r, int(e.generated[r]) + 1), 1, r))
+            items.append((server.next_token_deadline(r), 1, r))
         items.sort()
         return [(kind, r) for _, kind, r in items]
 
@@ -333,9 +319,8 @@ class StaticFCFS:
         size = self.batch_size or server.max_batch_size
         members: list[int] = []
         free = server.kv_free_tokens
-        e = server.engine
         for r in server.waiting[:size]:
-            need = int(e.prompt[r] + e.output[r])
+            need = server.prompt(r) + server.output(r)
             if need > free:
                 break
             members.append(r)
@@ -376,7 +361,8 @@ class RandomRouter:
 
 
 class LeastLoaded:
-    """Route to the server with the fewest queued and running requests (then least KV, index)."""
+    """Route to the server with the fewest queued and running requests (then least KV, index),
+    preferring servers that are ready over servers still starting."""
 
     name = "least-loaded"
 
@@ -385,7 +371,8 @@ class LeastLoaded:
 
     def route(self, request: int, servers: Sequence[Server], now: float) -> int:
         return min(
-            range(len(servers)), key=lambda j: (servers[j].load, servers[j].kv_used_tokens, j)
+            range(len(servers)),
+            key=lambda j: (not servers[j].ready, servers[j].load, servers[j].kv_used_tokens, j),
         )
 
 

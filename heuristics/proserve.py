@@ -117,17 +117,17 @@ class RequestData:
 
 def generated_tokens(server: Server, ids: np.ndarray) -> np.ndarray:
     """Output tokens each request of ``ids`` has emitted so far."""
-    return server.engine.generated[ids]
+    return server.generated_of(ids)
 
 
 def kv_held_tokens(server: Server, ids: np.ndarray) -> np.ndarray:
     """KV tokens each request of ``ids`` holds (its prefix for attention)."""
-    return server.engine.held[ids]
+    return server.kv_held_of(ids)
 
 
 def prompt_tokens(server: Server, ids: np.ndarray) -> np.ndarray:
     """Prompt tokens of each request of ``ids``."""
-    return server.engine.prompt[ids]
+    return server.prompt_of(ids)
 
 
 def remaining_prefill_tokens(server: Server, ids: Sequence[int]) -> np.ndarray:
@@ -663,7 +663,7 @@ class GoRouting:
         data, est = self._data, self._est
         assert data is not None and est is not None
         queue = server.prefilling + server.waiting
-        ids = np.asarray(queue + [request], dtype=_INT)
+        ids = np.asarray((*queue, request), dtype=_INT)
         prefix = kv_held_tokens(server, ids)
         prefix[-1] = 0
         rem = np.empty(len(ids), dtype=_INT)

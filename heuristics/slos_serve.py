@@ -20,7 +20,8 @@
    reserved for the admitted requests' remaining growth; they are preempted (recomputed
    later) when admitted work needs their memory.
 4. **Sequential routing.** With several replicas a declined request is forwarded to the next
-   replica (``server + 1`` modulo the pool) until it has made ``max_hops`` hops; then it
+   replica (the next server id, cyclically, among those accepting new requests) until it has
+   made ``max_hops`` hops; then it
    becomes best effort where it is (or is rejected, ``decline_action="reject"``). The hops are
    in :attr:`SLOsServePolicy.hops`.
 
@@ -52,7 +53,7 @@ from slolab.timing.inverse import time2bs
 
 if TYPE_CHECKING:
     from slolab.instances.records import Instance
-    from slolab.sim.engine import Engine, Server
+    from slolab.sim.engine import Server
 
 __all__ = ["DECLINE_ACTIONS", "SLOsServeParams", "SLOsServePolicy"]
 
@@ -179,19 +180,13 @@ class SLOsServePolicy:
         )
 
     # -- helpers ---------------------------------------------------------------------------
-    def _token_deadline_s(self, e: Engine, r: int) -> float:
-        """Deadline of request ``r``'s next token (``arrival + TTFT + generated * TPOT``)."""
-        return float(e.arrival[r] + self._ttft[r] + int(e.generated[r]) * self._tpot[r])
-
     def _batch_tokens(self, server: Server, t0: float) -> int:
-        cap = time2bs(server.engine.timing, t0)
+        cap = time2bs(server.timing, t0)
         if server.max_batch_tokens:
             cap = min(cap, server.max_batch_tokens)
         return max(cap, 1)
 
-    def _batch_duration_s(
-        self, tightest_tpot_s: float, prefill_deadlines_s: np.ndarray, e: Engine
-    ) -> float:
+    def _batch_duration_s(self, tightest_tpot_s: float, prefill_deadlines_s: np.ndarray) -> float:
         """Planned batch duration ``t0``: the tightest TPOT, shortened to the nearest prefill
         deadline (relative to now) that a one-token batch can still meet.
 
@@ -206,15 +201,22 @@ class SLOsServePolicy:
             return tightest_tpot_s
         return min(tightest_tpot_s, float(reachable.min()))
 
-    def _hop_limit(self, server: Server) -> int:
+    @staticmethod
+    def _other_replicas(server: Server) -> list[Server]:
+        """The other replicas accepting new requests, in the order after ``server`` (by id,
+        cyclically)."""
+        others = [p for p in server.peers if p.id != server.id]
+        after = [p for p in others if p.id > server.id]
+        return after + [p for p in others if p.id < server.id]
+
+    def _hop_limit(self, others: list[Server]) -> int:
         if self.params.max_hops is not None:
             return self.params.max_hops
-        return len(server.engine.entry_pools) - 1
+        return len(others)
 
     # -- scheduler call --------------------------------------------------------------------
     def _decide(self, server: Server, undecided: list[int], admitted: list[int]) -> Batch:
         """Run the DP on ``undecided`` with ``admitted`` forced; return forwards and rejects."""
-        e = server.engine
         now = server.now
         forward: list[tuple[int, int]] = []
         reject: list[int] = []
@@ -227,11 +229,12 @@ class SLOsServePolicy:
             rows = admitted + candidates
             remaining = np.array([server.remaining_prefill(r) for r in rows], dtype=np.int64)
             running = np.arange(len(rows)) < len(admitted)
-            deadline = np.array(
-                [float(e.arrival[r] + self._ttft[r]) - now for r in rows], dtype=float
-            )
+            deadline = np.array([server.token_deadline(r, 1) - now for r in rows], dtype=float)
             tpot = self._tpot[rows]
-            t0 = self._batch_duration_s(float(tpot.min()), deadline[remaining > 0], e)
+            prompt = np.array([server.prompt(r) for r in rows], dtype=np.int64)
+            output = np.array([server.output(r) for r in rows], dtype=np.int64)
+            generated = np.array([server.generated(r) for r in rows], dtype=np.int64)
+            t0 = self._batch_duration_s(float(tpot.min()), deadline[remaining > 0])
             # a forced prefill that can no longer meet its deadline has lost its TTFT; it is
             # planned, and served, after every on-time prefill
             late = running & (remaining > 0) & (deadline < t0)
@@ -247,12 +250,12 @@ class SLOsServePolicy:
                 remaining_prefill_tokens=remaining,
                 prefill_deadline_s=deadline,
                 tpot_s=tpot,
-                kv_tokens=(e.prompt[rows] + e.output[rows]).astype(np.int64),
+                kv_tokens=prompt + output,
                 value=np.where(running, 0.0, 1.0),
-                output_tokens=e.output[rows],
+                output_tokens=output,
                 kv_capacity_tokens=server.kv_capacity_tokens,
-                timing=e.timing,
-                generated_tokens=np.minimum(e.generated[rows], e.output[rows]),
+                timing=server.timing,
+                generated_tokens=np.minimum(generated, output),
                 call_time_s=now,
                 batch_duration_s=t0,
             )
@@ -262,17 +265,17 @@ class SLOsServePolicy:
             if self.capture_calls:
                 self.captured_calls.append((list(rows), problem))
             accepted = {rows[i] for i in decision.admitted}
-        limit = self._hop_limit(server)
-        n_servers = len(e.entry_pools)
+        others = self._other_replicas(server)
+        limit = self._hop_limit(others)
         for r in candidates:
             if r in accepted:
                 self.tier[r] = _SLO
                 continue
             hops = self.hops.get(r, 0)
-            if hops < limit and n_servers > 1:
+            if hops < limit and others:
                 self.hops[r] = hops + 1
                 self._seen_s.pop(r, None)
-                forward.append((r, e.entry_pools[(server.id + 1) % n_servers].id))
+                forward.append((r, others[0].id))
             elif self.params.decline_action == "reject":
                 reject.append(r)
             else:
@@ -308,7 +311,6 @@ class SLOsServePolicy:
         return batch
 
     def _form(self, server: Server, admitted: list[int], gone: set[int]) -> Batch:
-        e = server.engine
         now = server.now
         adm = set(admitted)
         order = self._started.setdefault(server.id, [])
@@ -321,12 +323,12 @@ class SLOsServePolicy:
             tpot_t0 = float(slo_tpot.min()) if slo_tpot.size else 0.05
         pending = np.array(
             [
-                float(e.arrival[r] + self._ttft[r]) - now
+                server.token_deadline(r, 1) - now
                 for r in admitted
                 if r not in gone and server.remaining_prefill(r) > 0
             ]
         )
-        t0 = self._batch_duration_s(tpot_t0, pending, e)
+        t0 = self._batch_duration_s(tpot_t0, pending)
         budget = self._batch_tokens(server, t0)
         slots = server.max_batch_size
         free = server.kv_free_tokens
@@ -351,7 +353,7 @@ class SLOsServePolicy:
                 if victim is None:
                     return False
                 preempt.append(victim)
-                free += e.kv_held(victim)
+                free += server.kv_held(victim)
             return True
 
         def add_prefill(r: int, slo: bool, headroom: int) -> None:
@@ -396,7 +398,7 @@ class SLOsServePolicy:
         # admitted decode tokens due before the iteration after this one, earliest first
         horizon = now + t0 + tpot_t0
         slo_decoding = sorted(
-            (self._token_deadline_s(e, r), r) for r in server.decoding if r in adm
+            (server.next_token_deadline(r), r) for r in server.decoding if r in adm
         )
         ahead: list[int] = []
         for d, r in slo_decoding:
@@ -410,7 +412,7 @@ class SLOsServePolicy:
             (d < now + t0 - 1e-12, d, r)
             for r in server.prefilling + server.waiting
             if r in adm and r not in gone
-            for d in (float(e.arrival[r] + self._ttft[r]),)
+            for d in (server.token_deadline(r, 1),)
         )
         for _, _, r in slo_prefill:
             if budget <= 0 or slots <= 0:
@@ -419,10 +421,9 @@ class SLOsServePolicy:
         # leftover: admitted decode ahead of the cadence, then the best-effort tier
         for r in ahead:
             add_decode(r, True, 0)
-        held = e.held
         reserve = int(
             sum(
-                int(e.prompt[r] + e.output[r] - held[r])
+                server.prompt(r) + server.output(r) - server.kv_held(r)
                 for r in admitted
                 if r not in preempt and r not in gone
             )
@@ -444,7 +445,7 @@ class SLOsServePolicy:
         reject = [
             r
             for r in be_waiting
-            if r not in in_batch and int(e.prompt[r] + e.output[r]) > server.kv_capacity_tokens
+            if r not in in_batch and server.prompt(r) + server.output(r) > server.kv_capacity_tokens
         ]
         repeat = (
             not prefill

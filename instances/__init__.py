@@ -36,10 +36,12 @@ from slolab.instances.readers import (
 )
 from slolab.instances.records import (
     MAX_REQUEST_TOKENS,
+    POOL_ROLES,
     REQUIRED_COLUMNS,
     STANDARD_COLUMNS,
     Cluster,
     Instance,
+    Pool,
     Request,
     Workload,
 )
@@ -68,6 +70,7 @@ __all__ = [
     "ARRIVAL_PROCESSES",
     "FORMATS",
     "MAX_REQUEST_TOKENS",
+    "POOL_ROLES",
     "REQUIRED_COLUMNS",
     "SCHEMES",
     "STANDARD_COLUMNS",
@@ -75,6 +78,7 @@ __all__ = [
     "Cluster",
     "Instance",
     "InstanceFileError",
+    "Pool",
     "Request",
     "TraceError",
     "Workload",

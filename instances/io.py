@@ -4,7 +4,8 @@ File layout (``format = "slolab-instance"``, ``version = 1``)::
 
     {"format": "slolab-instance", "version": 1,
      "name": ..., "problem": ..., "settings": {...},
-     "cluster": {Cluster fields}, "timing": timing.to_dict(),
+     "cluster": {Cluster fields, "pools": [{Pool fields}, ...]},
+     "timing": timing.to_dict(),
      "request_dtypes": {column: numpy dtype string},
      "requests": {column: [one value per request]}}
 
@@ -41,6 +42,7 @@ from slolab.instances.records import (
     MAX_REQUEST_TOKENS,
     Cluster,
     Instance,
+    Pool,
     Workload,
     check_max_request_tokens,
 )
@@ -196,6 +198,43 @@ def _field(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], pat
     return value
 
 
+def _cluster_from_dict(fields: Mapping[str, Any], source: str) -> Cluster:
+    """The Cluster of an instance file's ``cluster`` object (``pools`` a list of objects)."""
+    known = set(Cluster.__dataclass_fields__)
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise InstanceFileError(
+            source, f"cluster.{unknown[0]}", f"unknown field; known: {', '.join(sorted(known))}"
+        )
+    fields = dict(fields)
+    raw_pools = fields.pop("pools", [])
+    if not isinstance(raw_pools, list):
+        raise InstanceFileError(
+            source, "cluster.pools", f"must be a list, got {type(raw_pools).__name__}"
+        )
+    pool_known = set(Pool.__dataclass_fields__)
+    pools = []
+    for i, raw in enumerate(raw_pools):
+        where = f"cluster.pools[{i}]"
+        if not isinstance(raw, dict):
+            raise InstanceFileError(source, where, f"must be an object, got {type(raw).__name__}")
+        extra = sorted(set(raw) - pool_known)
+        if extra:
+            raise InstanceFileError(
+                source,
+                f"{where}.{extra[0]}",
+                f"unknown field; known: {', '.join(sorted(pool_known))}",
+            )
+        try:
+            pools.append(Pool(**raw))
+        except (TypeError, ValueError) as exc:
+            raise InstanceFileError(source, where, str(exc)) from None
+    try:
+        return Cluster(**fields, pools=tuple(pools))
+    except (TypeError, ValueError) as exc:
+        raise InstanceFileError(source, "cluster", str(exc)) from None
+
+
 def instance_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Instance:
     """Inverse of :func:`instance_to_dict`; errors name ``source`` and the field."""
     if not isinstance(data, Mapping):
@@ -224,16 +263,7 @@ def instance_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Insta
     except ValueError as exc:
         raise InstanceFileError(source, "max_request_tokens", str(exc)) from None
 
-    known = set(Cluster.__dataclass_fields__)
-    unknown = sorted(set(cluster_fields) - known)
-    if unknown:
-        raise InstanceFileError(
-            source, f"cluster.{unknown[0]}", f"unknown field; known: {', '.join(sorted(known))}"
-        )
-    try:
-        cluster = Cluster(**cluster_fields)
-    except (TypeError, ValueError) as exc:
-        raise InstanceFileError(source, "cluster", str(exc)) from None
+    cluster = _cluster_from_dict(cluster_fields, source)
     try:
         timing = TimingModel.from_dict(timing_data)
     except (KeyError, TypeError, ValueError) as exc:

@@ -11,7 +11,7 @@ Units: seconds for every time (``*_s``), tokens for every length.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -333,16 +333,108 @@ class Workload:
 
 
 MODES = ("colocated", "static", "disaggregated")
+#: Roles a pool's servers can play: ``mixed`` (co-located continuous batching), ``static``
+#: (static batches), ``prefill`` / ``decode`` (the two sides of a disaggregated cluster).
+POOL_ROLES = ("mixed", "prefill", "decode", "static")
+_MODE_ROLES = {
+    "colocated": ("mixed",),
+    "static": ("static",),
+    "disaggregated": ("prefill", "decode"),
+}
+
+
+def _check_optional_int(owner: str, name: str, value: int | None, low: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+        raise ValueError(f"{owner}: {name} must be None or an integer >= {low}, got {value!r}")
+
+
+def _check_delay(owner: str, name: str, value: float | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise ValueError(f"{owner}: {name} must be a finite number of seconds >= 0, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """A named group of servers that play one role (a TPOT tier, a prefill or decode side, a
+    best-effort pool, a worker group).
+
+    Every server belongs to one pool. Settings left ``None`` take the cluster's value; a pool
+    may run on other hardware than the instance's timing model by naming a timing preset.
+
+    Parameters
+    ----------
+    name : str
+        Unique within the cluster.
+    role : str
+        One of :data:`POOL_ROLES`.
+    servers : int
+        Servers switched on (and ready) when the run begins, >= 0.
+    max_batch_size, max_batch_tokens, kv_capacity_tokens : int, optional
+        This pool's limits (default: the cluster's).
+    timing : str, optional
+        Name of a timing preset (``slolab.timing.available_presets``) the pool's servers run
+        at; default the instance's timing model.
+    startup_s : float, optional
+        Seconds from switching a server on into this pool until it serves (weights loaded);
+        default the cluster's ``startup_s``.
+    """
+
+    name: str
+    role: str = "mixed"
+    servers: int = 0
+    max_batch_size: int | None = None
+    max_batch_tokens: int | None = None
+    kv_capacity_tokens: int | None = None
+    timing: str | None = None
+    startup_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"pool name must be a non-empty string, got {self.name!r}")
+        owner = f"pool {self.name!r}"
+        if self.role not in POOL_ROLES:
+            raise ValueError(
+                f"{owner}: role must be one of {', '.join(POOL_ROLES)}, got {self.role!r}"
+            )
+        if isinstance(self.servers, bool) or not isinstance(self.servers, int | np.integer):
+            raise ValueError(f"{owner}: servers must be an integer >= 0, got {self.servers!r}")
+        if self.servers < 0:
+            raise ValueError(f"{owner}: servers must be an integer >= 0, got {self.servers}")
+        _check_optional_int(owner, "max_batch_size", self.max_batch_size, 1)
+        _check_optional_int(owner, "max_batch_tokens", self.max_batch_tokens, 0)
+        _check_optional_int(owner, "kv_capacity_tokens", self.kv_capacity_tokens, 1)
+        _check_delay(owner, "startup_s", self.startup_s)
+        if self.timing is not None:
+            from slolab.timing.presets import available_presets
+
+            if self.timing not in available_presets():
+                raise ValueError(
+                    f"{owner}: unknown timing preset {self.timing!r}; known: "
+                    f"{', '.join(available_presets())}"
+                )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
 @dataclass(frozen=True, slots=True)
 class Cluster:
     """The servers a workload runs on.
 
+    Without ``pools`` the cluster is one fixed set of identical servers, grouped as the mode
+    implies (:meth:`resolved_pools`): one pool ``"main"`` (colocated or static), or the pools
+    ``"prefill"`` (servers ``[0, prefill_servers)``) and ``"decode"`` (disaggregated). With
+    ``pools`` the servers are those pools' initial servers, in pool order; build such a cluster
+    with :meth:`from_pools`.
+
     Parameters
     ----------
     servers : int
-        Number of servers (model replicas), >= 1.
+        Number of servers (model replicas) switched on when the run begins, >= 1.
     kv_capacity_tokens : int
         KV-cache capacity of one server in tokens (prompt + generated tokens resident).
     mode : str
@@ -358,6 +450,15 @@ class Cluster:
         Bytes of KV cache per token (for the disaggregated transfer time).
     kv_transfer_bandwidth_bytes_per_s : float
         Link bandwidth between a prefill and a decode server.
+    pools : tuple of Pool
+        Named pools (empty: derived from the mode, see above).
+    startup_s : float
+        Seconds from switching a server on until it serves (loading its weights; see
+        :mod:`slolab.timing.startup` for figures by weight source), unless its pool sets its
+        own. Servers on when the run begins are ready at once.
+    move_s : float
+        Seconds a server moved to another pool needs, once drained, before it serves there
+        (reconfiguration; its weights stay loaded).
     """
 
     servers: int = 1
@@ -368,6 +469,9 @@ class Cluster:
     max_batch_tokens: int = 0
     kv_bytes_per_token: float = 524288.0
     kv_transfer_bandwidth_bytes_per_s: float = 25e9
+    pools: tuple[Pool, ...] = ()
+    startup_s: float = 0.0
+    move_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.servers < 1:
@@ -377,7 +481,7 @@ class Cluster:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.mode == "disaggregated":
-            if not 1 <= self.prefill_servers < self.servers:
+            if not 1 <= self.prefill_servers < self.servers and not self.pools:
                 raise ValueError(
                     "prefill_servers must be between 1 and servers - 1 when disaggregated, "
                     f"got {self.prefill_servers} of {self.servers}"
@@ -397,18 +501,117 @@ class Cluster:
                 "kv_transfer_bandwidth_bytes_per_s must be > 0, "
                 f"got {self.kv_transfer_bandwidth_bytes_per_s}"
             )
+        _check_delay("cluster", "startup_s", self.startup_s)
+        _check_delay("cluster", "move_s", self.move_s)
+        if not isinstance(self.pools, tuple):
+            object.__setattr__(self, "pools", tuple(self.pools))
+        if self.pools:
+            self._check_pools()
+
+    def _check_pools(self) -> None:
+        names: set[str] = set()
+        for i, pool in enumerate(self.pools):
+            if not isinstance(pool, Pool):
+                raise TypeError(f"pools[{i}] must be a Pool, got {type(pool).__name__}")
+            if pool.name in names:
+                raise ValueError(f"pool names must be unique, got {pool.name!r} twice")
+            names.add(pool.name)
+            if pool.role not in _MODE_ROLES[self.mode]:
+                raise ValueError(
+                    f"mode {self.mode!r} takes pools of role "
+                    f"{' or '.join(_MODE_ROLES[self.mode])}; pool {pool.name!r} has role "
+                    f"{pool.role!r}"
+                )
+        total = sum(p.servers for p in self.pools)
+        if self.servers != total:
+            raise ValueError(
+                f"servers must equal the pools' initial servers ({total}), got {self.servers} "
+                "(Cluster.from_pools counts them)"
+            )
+        if self.mode == "disaggregated":
+            roles = {p.role for p in self.pools}
+            if roles != {"prefill", "decode"}:
+                raise ValueError("a disaggregated cluster needs a prefill pool and a decode pool")
+            prefill = sum(p.servers for p in self.pools if p.role == "prefill")
+            if self.prefill_servers != prefill:
+                raise ValueError(
+                    f"prefill_servers must equal the prefill pools' initial servers ({prefill}), "
+                    f"got {self.prefill_servers}"
+                )
+
+    @classmethod
+    def from_pools(cls, pools: Sequence[Pool], **fields: Any) -> Cluster:
+        """A cluster of ``pools``: ``servers`` (and ``prefill_servers``) are counted from them
+        and the mode follows from their roles (prefill/decode: disaggregated, static: static,
+        else colocated); ``fields`` sets the other Cluster fields."""
+        pools = tuple(pools)
+        roles = {p.role for p in pools}
+        if roles & {"prefill", "decode"}:
+            mode = "disaggregated"
+        elif roles == {"static"}:
+            mode = "static"
+        else:
+            mode = "colocated"
+        prefill = sum(p.servers for p in pools if p.role == "prefill")
+        return cls(
+            servers=sum(p.servers for p in pools),
+            mode=fields.pop("mode", mode),
+            prefill_servers=fields.pop("prefill_servers", prefill),
+            pools=pools,
+            **fields,
+        )
 
     @property
     def decode_servers(self) -> int:
         """Servers in the decode pool (all servers unless disaggregated)."""
         return self.servers - self.prefill_servers
 
+    def resolved_pools(self) -> tuple[Pool, ...]:
+        """The pools with every limit filled in (the cluster's where a pool sets none).
+
+        Without explicit pools: ``("main",)`` of role ``mixed`` or ``static``, or
+        ``("prefill", "decode")`` when disaggregated. ``timing`` stays None where the pool runs
+        at the instance's timing model.
+        """
+        if self.pools:
+            pools = self.pools
+        elif self.mode == "disaggregated":
+            pools = (
+                Pool("prefill", "prefill", self.prefill_servers),
+                Pool("decode", "decode", self.decode_servers),
+            )
+        else:
+            pools = (Pool("main", "static" if self.mode == "static" else "mixed", self.servers),)
+        return tuple(
+            Pool(
+                p.name,
+                p.role,
+                p.servers,
+                max_batch_size=self.max_batch_size
+                if p.max_batch_size is None
+                else p.max_batch_size,
+                max_batch_tokens=(
+                    self.max_batch_tokens if p.max_batch_tokens is None else p.max_batch_tokens
+                ),
+                kv_capacity_tokens=(
+                    self.kv_capacity_tokens
+                    if p.kv_capacity_tokens is None
+                    else p.kv_capacity_tokens
+                ),
+                timing=p.timing,
+                startup_s=self.startup_s if p.startup_s is None else p.startup_s,
+            )
+            for p in pools
+        )
+
     def kv_transfer_s(self, tokens: int | np.ndarray) -> float | np.ndarray:
         """Time to move the KV cache of ``tokens`` tokens from a prefill to a decode server."""
         return tokens * self.kv_bytes_per_token / self.kv_transfer_bandwidth_bytes_per_s
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        out["pools"] = [p.to_dict() for p in self.pools]
+        return out
 
 
 def _freeze(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:

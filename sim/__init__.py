@@ -6,15 +6,21 @@ from slolab.sim.engine import Server, run
 from slolab.sim.outcome import Outcome
 from slolab.sim.policy import Batch, Policy, PolicyError, Router
 from slolab.sim.replay import replay
+from slolab.sim.scaling import ClusterView, ScaleAction, ScaleEvent, ScalePlan, Scaler
 from slolab.sim.schedule import PlannedIteration, Schedule
 
 __all__ = [
     "Batch",
+    "ClusterView",
     "Outcome",
     "PlannedIteration",
     "Policy",
     "PolicyError",
     "Router",
+    "ScaleAction",
+    "ScaleEvent",
+    "ScalePlan",
+    "Scaler",
     "Schedule",
     "Server",
     "check",

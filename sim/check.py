@@ -20,22 +20,34 @@ Rules checked (each violation is one line naming the rule, server, iteration and
 - at most ``max_batch_size`` sequences and ``max_batch_tokens`` tokens per iteration;
 - disaggregated: decode happens only on decode servers, after the KV transfer arrived;
 - static mode: members' token times follow the static-batch timelines of
-  :mod:`slolab.sim.static`, and a batch lasts as long as its longest member.
+  :mod:`slolab.sim.static`, and a batch lasts as long as its longest member;
+- each server uses its pool's role, limits and timing model;
+- servers' lives (:mod:`slolab.sim.scaling`): no iteration before a server is ready or after it
+  departed; a server is ready its pool's start-up delay after it was switched on (a moved one:
+  the cluster's ``move_s`` after its previous life departed, which is when it is switched on);
+  a drained server departs exactly when its last request finishes (its last iteration, forward
+  or rejection, or the drain itself when it was empty) and leaves no request unfinished; a
+  server never drained stays on until the run's end; no request is routed, forwarded or
+  transferred to a server before it is switched on or once it is drained; the cost
+  (``cost_server_s`` and ``cost_by_pool``) equals the sum of the servers' on-intervals.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 from slolab.sim.engine import warm_start_state
-from slolab.sim.outcome import PHASE_DECODE, PHASE_PREFILL, PHASE_STATIC
+from slolab.sim.outcome import PHASE_DECODE, PHASE_PREFILL, PHASE_STATIC, ServerLives, server_lives
 from slolab.sim.static import member_token_offsets
 from slolab.timing.base import N_FEATURES
+from slolab.timing.presets import preset
 
 if TYPE_CHECKING:
     from slolab.instances.records import Instance
     from slolab.sim.outcome import Outcome
+    from slolab.timing.base import TimingModel
 
 _REL = 1e-9
 
@@ -55,7 +67,6 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
         )
     wl = instance.workload
     cl = instance.cluster
-    timing = instance.timing
     n = len(wl)
     if outcome.n_requests != n:
         return [f"outcome has {outcome.n_requests} requests, instance has {n}"]
@@ -63,6 +74,21 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
 
     def bad(msg: str) -> None:
         v.append(msg)
+
+    lives = server_lives(cl, outcome)
+    pools = {p.name: p for p in cl.resolved_pools()}
+    unknown = [name for name in lives.pool_names if name not in pools]
+    if unknown:
+        return [f"outcome names pool {unknown[0]!r}, the cluster has {', '.join(pools)}"]
+    n_servers = len(lives.pool)
+    server_pools = [pools[lives.pool_names[k]] for k in lives.pool.tolist()]
+    timings: dict[str | None, TimingModel] = {None: instance.timing}
+    for p in pools.values():
+        if p.timing is not None and p.timing not in timings:
+            timings[p.timing] = preset(p.timing)
+    timing_of = [timings[p.timing] for p in server_pools]
+    role_of = [p.role for p in server_pools]
+    kv_cap = [int(p.kv_capacity_tokens) for p in server_pools]  # type: ignore[arg-type]
 
     arrival = wl.arrival_s
     prompt = wl.prompt_tokens
@@ -74,9 +100,9 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
     offs = np.concatenate([[0], np.cumsum(output)])
     if not np.array_equal(offs, outcome.token_offsets):
         return ["token_offsets do not match the workload's output_tokens"]
-    kv_held: dict[int, dict[int, int]] = {s: {} for s in range(cl.servers)}
+    kv_held: dict[int, dict[int, int]] = {s: {} for s in range(n_servers)}
     # warm-started requests enter their server already holding their KV
-    warm_queue: dict[int, list[tuple[float, int]]] = {s: [] for s in range(cl.servers)}
+    warm_queue: dict[int, list[tuple[float, int]]] = {s: [] for s in range(n_servers)}
     warm = warm_start_state(instance)
     if warm is not None:
         running, remaining, gen0 = warm
@@ -85,11 +111,11 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
             generated[r] = gen0[r]
             expect[offs[r] : offs[r] + gen0[r]] = np.nan
             s_r = int(outcome.server[r])
-            if 0 <= s_r < cl.servers:
+            if 0 <= s_r < n_servers:
                 warm_queue[s_r].append((float(arrival[r]), r))
         for lst in warm_queue.values():
             lst.sort()
-    pre_by_server: dict[int, list[tuple[float, int]]] = {s: [] for s in range(cl.servers)}
+    pre_by_server: dict[int, list[tuple[float, int]]] = {s: [] for s in range(n_servers)}
     for r, s, t in zip(
         outcome.preempt_request.tolist(),
         outcome.preempt_server.tolist(),
@@ -100,7 +126,7 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
     for lst in pre_by_server.values():
         lst.sort()
     pre_pos = dict.fromkeys(pre_by_server, 0)
-    last_end = dict.fromkeys(range(cl.servers), -np.inf)
+    last_end = dict.fromkeys(range(n_servers), -np.inf)
     prefill_done_at = np.full(n, np.inf)
     served_on: dict[int, set[int]] = {}
 
@@ -112,12 +138,16 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
         s = int(outcome.it_server[i])
         start, end = float(outcome.it_start[i]), float(outcome.it_end[i])
         where = f"server {s} iteration at {start:.9g}s"
-        if not 0 <= s < cl.servers:
+        if not 0 <= s < n_servers:
             bad(f"{where}: server index out of range")
             continue
-        role = "mixed"
-        if cl.mode == "disaggregated":
-            role = "prefill" if s < cl.prefill_servers else "decode"
+        role = role_of[s]
+        pool = server_pools[s]
+        timing = timing_of[s]
+        if start < lives.ready_s[s] - _REL * max(1.0, abs(start)):
+            bad(f"{where}: runs before the server was ready ({lives.ready_s[s]:.9g}s)")
+        if end > lives.off_s[s] + _REL * max(1.0, abs(end)):
+            bad(f"{where}: runs after the server departed ({lives.off_s[s]:.9g}s)")
         if start < last_end[s] - _REL * max(1.0, abs(start)):
             bad(
                 f"{where}: starts before the previous iteration on the server ended ({last_end[s]:.9g}s)"
@@ -145,11 +175,13 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
         toks = outcome.entry_tokens[a:b]
         if len(set(reqs.tolist())) != len(reqs):
             bad(f"{where}: a request appears more than once")
-        if len(reqs) > cl.max_batch_size:
-            bad(f"{where}: {len(reqs)} sequences exceed max_batch_size {cl.max_batch_size}")
-        if cl.mode == "static" or (len(phases) and (phases == PHASE_STATIC).any()):
+        if len(reqs) > pool.max_batch_size:  # type: ignore[operator]
+            bad(f"{where}: {len(reqs)} sequences exceed max_batch_size {pool.max_batch_size}")
+        if role == "static" or (len(phases) and (phases == PHASE_STATIC).any()):
             _check_static(
                 instance,
+                timing,
+                kv_cap[s],
                 outcome,
                 i,
                 s,
@@ -227,8 +259,8 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
             else:
                 bad(f"{where}: unknown phase {ph} for request {r}")
         tokens = feats[0] + feats[1]
-        if cl.max_batch_tokens and tokens > cl.max_batch_tokens:
-            bad(f"{where}: {int(tokens)} tokens exceed max_batch_tokens {cl.max_batch_tokens}")
+        if pool.max_batch_tokens and tokens > pool.max_batch_tokens:
+            bad(f"{where}: {int(tokens)} tokens exceed max_batch_tokens {pool.max_batch_tokens}")
         logged = outcome.it_features[i]
         if not all(_close(float(x), float(y)) for x, y in zip(logged, feats, strict=True)):
             bad(
@@ -238,14 +270,16 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
         if not _close(end - start, model_t):
             bad(f"{where}: lasts {end - start:.12g}s but the timing model gives {model_t:.12g}s")
         resident = sum(kv_held[s].values())
-        if resident > cl.kv_capacity_tokens:
-            bad(f"{where}: {resident} KV tokens resident exceed capacity {cl.kv_capacity_tokens}")
+        if resident > kv_cap[s]:
+            bad(f"{where}: {resident} KV tokens resident exceed capacity {kv_cap[s]}")
         if resident != int(outcome.it_kv_tokens[i]):
             bad(f"{where}: {resident} KV tokens resident but {int(outcome.it_kv_tokens[i])} logged")
         for r in emitted:
             if generated[r] >= output[r] or (role == "prefill" and prefilled[r] == target[r]):
                 kv_held[s].pop(r, None)
 
+    if len(v) < max_violations:
+        _check_lives(instance, outcome, lives, server_pools, last_end, bad)
     if len(v) < max_violations:
         _check_tokens(outcome, expect, offs, arrival, output, generated, bad)
         for r in range(n):
@@ -262,6 +296,124 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
             if len(v) >= max_violations:
                 break
     return v[:max_violations]
+
+
+def _check_lives(
+    instance: Instance,
+    outcome: Outcome,
+    lives: ServerLives,
+    server_pools: list,
+    last_end: dict[int, float],
+    bad,
+) -> None:
+    """The rules of servers' lives and of the cost (see the module docstring)."""
+    cl = instance.cluster
+    on, ready, drain, off = lives.on_s, lives.ready_s, lives.drain_s, lives.off_s
+    end_s = float(outcome.end_s)
+    n_servers = len(on)
+    finished = outcome.finished
+    # when each server lost its last request without an iteration: forwarded away or rejected
+    released = np.full(n_servers, -np.inf)
+    if outcome.forward_s is not None:
+        assert outcome.forward_from is not None
+        for src, t in zip(outcome.forward_from.tolist(), outcome.forward_s.tolist(), strict=True):
+            if 0 <= src < n_servers:
+                released[src] = max(released[src], t)
+    if outcome.rejected_s is not None:
+        for r in np.flatnonzero(np.isfinite(outcome.rejected_s)).tolist():
+            for s in {int(outcome.server[r]), int(outcome.prefill_server[r])}:
+                if 0 <= s < n_servers:
+                    released[s] = max(released[s], float(outcome.rejected_s[r]))
+    for s in range(n_servers):
+        where = f"server {s} ({lives.pool_names[lives.pool[s]]})"
+        if not math.isfinite(on[s]):
+            if math.isfinite(off[s]) or np.isfinite(last_end[s]):
+                bad(f"{where}: never switched on but runs or departs")
+            continue
+        origin = int(lives.origin[s])
+        delay = float(cl.move_s) if origin >= 0 else float(server_pools[s].startup_s)
+        if s < cl.servers:
+            delay = 0.0  # on and ready when the run began
+        if not _close(float(ready[s] - on[s]), delay):
+            bad(
+                f"{where}: ready {ready[s] - on[s]:.9g}s after it was switched on, its start-up "
+                f"takes {delay:.9g}s"
+            )
+        if origin >= 0 and (not 0 <= origin < n_servers or not _close(on[s], off[origin])):
+            bad(f"{where}: a moved server must start when server {origin} departs")
+        if not off[s] >= on[s]:
+            bad(f"{where}: departs at {off[s]:.9g}s before it was switched on ({on[s]:.9g}s)")
+        if not math.isfinite(drain[s]):
+            if not _close(float(off[s]), end_s):
+                bad(
+                    f"{where}: never drained but off at {off[s]:.9g}s, not the run's end {end_s:.9g}s"
+                )
+            continue
+        if drain[s] < on[s]:
+            bad(f"{where}: drained at {drain[s]:.9g}s before it was switched on")
+        last = max(float(drain[s]), float(last_end[s]), float(released[s]))
+        if not _close(float(off[s]), last):
+            bad(
+                f"{where}: drained, departs at {off[s]:.9g}s but its last request left at "
+                f"{last:.9g}s"
+            )
+    # requests left on a departed server
+    drained = np.append(np.isfinite(drain), False)  # index -1 (no server): not drained
+    for servers, done in (
+        (outcome.server, finished),
+        (outcome.prefill_server, np.isfinite(outcome.prefill_done_s)),
+    ):
+        idx = np.where((servers >= 0) & (servers < n_servers), servers, -1)
+        left = np.flatnonzero(drained[idx] & ~done & ~outcome.rejected)
+        if len(left):
+            r, s = int(left[0]), int(idx[left[0]])
+            bad(
+                f"request {r}: left unfinished on server {s}, which departed at {off[s]:.9g}s "
+                f"({len(left)} such requests)"
+            )
+    # routing only to servers switched on and not drained
+    checks = []
+    if outcome.routed_s is not None:
+        checks.append(("routed to", outcome.prefill_server, outcome.routed_s))
+    if cl.mode == "disaggregated":
+        checks.append(("transferred to", outcome.server, outcome.transfer_done_s))
+    for what, servers, times in checks:
+        rows = np.flatnonzero(np.isfinite(times) & (servers >= 0) & (servers < n_servers))
+        s_of, t_of = servers[rows], times[rows]
+        outside = (t_of < on[s_of]) | (t_of >= drain[s_of])
+        if outside.any():
+            j = int(np.flatnonzero(outside)[0])
+            r, s, t = int(rows[j]), int(s_of[j]), float(t_of[j])
+            bad(
+                f"request {r}: {what} server {s} at {t:.9g}s, outside its service "
+                f"[{on[s]:.9g}s, drained {drain[s]:.9g}s)"
+            )
+    if outcome.forward_s is not None:
+        assert outcome.forward_to is not None and outcome.forward_request is not None
+        for r, dst, t in zip(
+            outcome.forward_request.tolist(),
+            outcome.forward_to.tolist(),
+            outcome.forward_s.tolist(),
+            strict=True,
+        ):
+            if 0 <= dst < n_servers and not on[dst] <= t < drain[dst]:
+                bad(f"request {r}: forwarded to server {dst} at {t:.9g}s, which is drained or off")
+    # cost
+    if outcome.server_on_s is not None:
+        spans = np.where(np.isfinite(on), off - on, 0.0)
+        total = math.fsum(spans.tolist())
+        if not _close(float(outcome.cost_server_s), total):
+            bad(
+                f"cost_server_s is {outcome.cost_server_s!r} but the servers' on-intervals sum "
+                f"to {total!r}"
+            )
+        for k, name in enumerate(lives.pool_names):
+            pool_cost = math.fsum(spans[lives.pool == k].tolist())
+            claimed = outcome.cost_by_pool.get(name, math.nan)
+            if not _close(float(claimed), pool_cost):
+                bad(
+                    f"cost of pool {name!r} is {claimed!r} but its servers' on-intervals sum to {pool_cost!r}"
+                )
 
 
 def _check_tokens(outcome, expect, offs, arrival, output, generated, bad) -> None:
@@ -289,6 +441,8 @@ def _check_tokens(outcome, expect, offs, arrival, output, generated, bad) -> Non
 
 def _check_static(
     instance,
+    timing,
+    kv_capacity,
     outcome,
     i,
     s,
@@ -321,7 +475,7 @@ def _check_static(
             bad(f"{where}: request {r} is served twice")
             continue
         p, o = int(wl.prompt_tokens[r]), int(wl.output_tokens[r])
-        rel = member_token_offsets(instance.timing, size, p, o)
+        rel = member_token_offsets(timing, size, p, o)
         expect[offs[r] : offs[r] + o] = start + rel
         prefilled[r] = p
         generated[r] = o
@@ -331,10 +485,8 @@ def _check_static(
     if not _close(end - start, longest):
         bad(f"{where}: lasts {end - start:.12g}s but its longest member takes {longest:.12g}s")
     held_before = sum(kv_held[s].values())
-    if held_before + alloc > instance.cluster.kv_capacity_tokens:
-        bad(
-            f"{where}: {held_before + alloc} KV tokens exceed capacity {instance.cluster.kv_capacity_tokens}"
-        )
+    if held_before + alloc > kv_capacity:
+        bad(f"{where}: {held_before + alloc} KV tokens exceed capacity {kv_capacity}")
     if held_before + alloc != int(outcome.it_kv_tokens[i]):
         bad(
             f"{where}: {held_before + alloc} KV tokens resident but {int(outcome.it_kv_tokens[i])} logged"

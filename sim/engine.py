@@ -1,24 +1,35 @@
 """Token-level discrete-event engine.
 
-Each server runs iterations back to back. An iteration's duration is the timing model applied
-to its shape; its tokens are emitted at its end (a prefill emits the request's next token when
-its last chunk completes). Three modes (``instance.cluster.mode``):
+Each server runs iterations back to back. An iteration's duration is its server's timing model
+applied to its shape; its tokens are emitted at its end (a prefill emits the request's next
+token when its last chunk completes). Three modes (``instance.cluster.mode``):
 
 - ``colocated``: continuous batching with chunked prefill (prefill chunks and decode tokens in
   one iteration);
 - ``static``: a static batch runs to completion before the next starts; member timelines come
   from :mod:`slolab.sim.static`;
-- ``disaggregated``: servers ``[0, prefill_servers)`` run prefill only, the others decode only;
-  a finished prefill emits the first token, then the KV cache moves to a decode server
+- ``disaggregated``: prefill servers run prefill only, decode servers decode only; a finished
+  prefill emits the first token, then the KV cache moves to a decode server
   (``cluster.kv_transfer_s(prompt + 1)`` seconds) and the request waits there.
 
-Event order at equal times: arrivals (and KV transfers) first, then server decisions, so a
-decision at time t sees every request that arrived by t.
+Pools and elasticity: every server belongs to a pool (:class:`slolab.instances.Pool`; a fixed
+cluster has the pools its mode implies) with its own limits and timing. Servers are switched
+on, drained and moved between pools by a scaler, by a policy (``Batch.scale``) or by a plan
+(:mod:`slolab.sim.scaling`): a switched-on server pays from then and serves after its start-up
+delay; a drained one takes no new work and departs when its last request finishes. Routers see
+only servers that accept new work (starting or ready).
+
+Event order at equal times: scaling actions first, then KV transfers and arrivals, then server
+decisions, so a decision at time t sees every request that arrived by t and a router at t sees
+the cluster as the actions at t left it.
 
 KV accounting per server, in tokens: a request holds ``prefilled + generated`` tokens (its
 processed prompt tokens and the output tokens emitted so far, counted from the iteration that
 produces them); memory is allocated at an iteration's start and released when the request
-finishes, is preempted, or (disaggregated prefill servers) leaves for its decode server.
+finishes, is preempted, or (disaggregated prefill servers) leaves for its decode server. A
+request its server could never hold (``prompt + output`` tokens, ``prompt + 1`` on a prefill
+server, above the server's capacity) is rejected on arrival and counted in
+``Outcome.rejected_kv``, with a warning.
 
 Speed: a decode-only batch the policy marks ``repeat=True`` is fast-forwarded in one vectorised
 window until the first of its requests finishes or memory runs out; a request routed to the
@@ -28,6 +39,7 @@ result is identical to asking the policy at every iteration.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import logging
 import math
@@ -35,8 +47,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from slolab.sim.metrics import deadline_slos, token_deadline_s
 from slolab.sim.outcome import PHASE_DECODE, PHASE_PREFILL, PHASE_STATIC, Outcome
 from slolab.sim.policy import Batch, Policy, PolicyError, Router
+from slolab.sim.scaling import ClusterView, ScaleAction, ScaleEvent, ScalePlan, Scaler
 from slolab.sim.static import member_token_offsets
 from slolab.timing.base import (
     F_DECODE_KV,
@@ -46,14 +60,17 @@ from slolab.timing.base import (
     F_PREFILL_ATTN,
     F_PREFILL_TOKENS,
     N_FEATURES,
+    TimingModel,
 )
+from slolab.timing.presets import preset
 
 if TYPE_CHECKING:
     from slolab.instances.records import Instance
 
 log = logging.getLogger("slolab")
 
-_EV_END, _EV_DECIDE = 0, 1
+_EV_END, _EV_DECIDE, _EV_READY = 0, 1, 2
+_SC_PLAN, _SC_TICK = 0, 1
 _WINDOW_CHUNK = 128
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 
@@ -110,113 +127,320 @@ class _Pending:
         self.kv = 0
 
 
+# server states (a server is one life of a device in one pool)
+_OFF, _STARTING, _READY, _DRAINING, _DEPARTED = range(5)
+_STATE_NAMES = ("off", "starting", "ready", "draining", "departed")
+
+
+def _server_id(srv: _Srv) -> int:
+    return srv.id
+
+
+class _Srv:
+    """The engine's state of one server (policies see it through :class:`Server`)."""
+
+    __slots__ = (
+        "id",
+        "pool",
+        "pool_name",
+        "role",
+        "timing",
+        "timing_name",
+        "kv_capacity",
+        "max_batch_size",
+        "max_batch_tokens",
+        "waiting",
+        "prefilling",
+        "decoding",
+        "waiting_t",
+        "prefilling_t",
+        "decoding_t",
+        "decoding_arr",
+        "kv",
+        "window",
+        "pending",
+        "version",
+        "busy_s",
+        "state",
+        "on_s",
+        "ready_s",
+        "drain_s",
+        "off_s",
+        "origin",
+        "move_to",
+        "view",
+    )
+
+    def __init__(self, engine: Engine, sid: int, pool: int, state: int, origin: int = -1) -> None:
+        p = engine.pools[pool]
+        self.id = sid
+        self.pool = pool
+        self.pool_name = p.name
+        self.role = p.role
+        self.timing = engine.pool_timing[pool]
+        self.timing_name = p.timing
+        self.kv_capacity = int(p.kv_capacity_tokens)  # type: ignore[arg-type]
+        self.max_batch_size = int(p.max_batch_size)  # type: ignore[arg-type]
+        self.max_batch_tokens = int(p.max_batch_tokens)  # type: ignore[arg-type]
+        self.waiting: list[int] = []
+        self.prefilling: list[int] = []
+        self.decoding: list[int] = []
+        self.waiting_t: tuple[int, ...] | None = None
+        self.prefilling_t: tuple[int, ...] | None = None
+        self.decoding_t: tuple[int, ...] | None = None
+        self.decoding_arr: np.ndarray | None = None
+        self.kv = 0
+        self.window: _Window | None = None
+        self.pending: _Pending | None = None
+        self.version = 0
+        self.busy_s = 0.0
+        self.state = state
+        self.on_s = math.inf
+        self.ready_s = math.inf
+        self.drain_s = math.inf
+        self.off_s = math.inf
+        self.origin = origin
+        self.move_to = -1
+        self.view = Server(self, engine)
+
+    def decoding_changed(self) -> None:
+        self.decoding_arr = None
+        self.decoding_t = None
+
+    @property
+    def accepting(self) -> bool:
+        """Starting or ready and not drained: may receive new requests."""
+        return (self.state == _STARTING or self.state == _READY) and self.drain_s == math.inf
+
+    @property
+    def empty(self) -> bool:
+        """Nothing queued, running or in progress."""
+        return (
+            self.pending is None
+            and self.window is None
+            and not self.waiting
+            and not self.prefilling
+            and not self.decoding
+        )
+
+
 class Server:
-    """A server as policies and routers see it (read-only by convention).
+    """A server as policies, routers and scalers see it: a read-only view.
 
     Attributes
     ----------
     id : int
-        Index of the server in the cluster.
+        The server's id: the cluster's initial servers are ``0 .. servers - 1`` in pool order,
+        servers switched on later (or moved) take the next ids in order.
+    pool : str
+        Name of its pool.
     role : str
         ``"mixed"`` (colocated), ``"static"``, ``"prefill"`` or ``"decode"``.
-    waiting : list of int
-        Requests routed here and not admitted yet, in arrival order (preempted requests go
-        back to the front).
-    prefilling, decoding : list of int
-        Admitted requests with prompt tokens left / generating tokens.
     """
 
-    __slots__ = (
-        "id",
-        "role",
-        "waiting",
-        "prefilling",
-        "decoding",
-        "_decoding_arr",
-        "_kv",
-        "_engine",
-        "_window",
-        "_pending",
-        "_version",
-        "_scheduled",
-        "busy_s",
-    )
+    __slots__ = ("_s", "_e", "id", "pool", "role")
 
-    def __init__(self, engine: Engine, sid: int, role: str) -> None:
-        self.id = sid
-        self.role = role
-        self.waiting: list[int] = []
-        self.prefilling: list[int] = []
-        self.decoding: list[int] = []
-        self._decoding_arr: np.ndarray | None = None
-        self._kv = 0
-        self._engine = engine
-        self._window: _Window | None = None
-        self._pending: _Pending | None = None
-        self._version = 0
-        self._scheduled = False
-        self.busy_s = 0.0
+    def __init__(self, srv: _Srv, engine: Engine) -> None:
+        self._s = srv
+        self._e = engine
+        self.id = srv.id
+        self.pool = srv.pool_name
+        self.role = srv.role
 
-    # -- views ---------------------------------------------------------------------------
+    # -- time and life -------------------------------------------------------------------
     @property
     def now(self) -> float:
         """Current simulation time (s)."""
-        return self._engine.now
+        return self._e.now
 
     @property
-    def engine(self) -> Engine:
-        return self._engine
+    def state(self) -> str:
+        """``"starting"``, ``"ready"``, ``"draining"`` or ``"departed"``."""
+        return _STATE_NAMES[self._s.state]
+
+    @property
+    def accepting(self) -> bool:
+        """True while it may receive new requests (starting or ready, not draining)."""
+        return self._s.accepting
+
+    @property
+    def ready(self) -> bool:
+        """True once it serves (ready or draining)."""
+        st = self._s.state
+        return st == _READY or st == _DRAINING
+
+    @property
+    def ready_at_s(self) -> float:
+        """When it becomes (or became) ready to serve (s)."""
+        return self._s.ready_s
+
+    @property
+    def on_s(self) -> float:
+        """When it was switched on (s)."""
+        return self._s.on_s
+
+    @property
+    def peers(self) -> tuple[Server, ...]:
+        """Servers that accept new requests on its side of the cluster (entry servers, or
+        decode servers when it decodes), by id; itself included while it accepts work."""
+        e = self._e
+        return e.decode_views if self.role == "decode" else e.entry_views
+
+    # -- hardware ------------------------------------------------------------------------
+    @property
+    def timing(self) -> TimingModel:
+        """Its timing model (its pool's)."""
+        return self._s.timing
 
     @property
     def kv_capacity_tokens(self) -> int:
-        return self._engine.kv_capacity
-
-    @property
-    def kv_used_tokens(self) -> int:
-        """KV tokens resident now (exact, also inside a fast-forwarded window)."""
-        w = self._window
-        if w is None:
-            return self._kv
-        started = int(np.searchsorted(w.starts[: w.keep], self._engine.now, side="right"))
-        return self._kv + len(w.ids) * max(started - 1, 0)
-
-    @property
-    def kv_free_tokens(self) -> int:
-        return self._engine.kv_capacity - self.kv_used_tokens
+        return self._s.kv_capacity
 
     @property
     def max_batch_size(self) -> int:
-        return self._engine.max_batch_size
+        return self._s.max_batch_size
 
     @property
     def max_batch_tokens(self) -> int:
-        return self._engine.max_batch_tokens
+        """Most tokens per iteration (0: unlimited)."""
+        return self._s.max_batch_tokens
+
+    # -- queues --------------------------------------------------------------------------
+    @property
+    def waiting(self) -> tuple[int, ...]:
+        """Requests routed here and not admitted yet, in arrival order (preempted requests go
+        back to the front)."""
+        s = self._s
+        t = s.waiting_t
+        if t is None:
+            t = s.waiting_t = tuple(s.waiting)
+        return t
 
     @property
-    def busy(self) -> bool:
-        """True while an iteration (or window) is in progress."""
-        return self._pending is not None or self._window is not None
+    def prefilling(self) -> tuple[int, ...]:
+        """Admitted requests with prompt (or recompute) tokens left."""
+        s = self._s
+        t = s.prefilling_t
+        if t is None:
+            t = s.prefilling_t = tuple(s.prefilling)
+        return t
+
+    @property
+    def decoding(self) -> tuple[int, ...]:
+        """Admitted requests generating tokens."""
+        s = self._s
+        t = s.decoding_t
+        if t is None:
+            t = s.decoding_t = tuple(s.decoding)
+        return t
+
+    def decoding_ids(self) -> np.ndarray:
+        """The decoding requests as a read-only int array (cached until the set changes)."""
+        s = self._s
+        if s.decoding_arr is None:
+            arr = np.array(s.decoding, dtype=np.int64)
+            arr.setflags(write=False)
+            s.decoding_arr = arr
+        return s.decoding_arr
 
     @property
     def load(self) -> int:
         """Requests queued or running here."""
-        return len(self.waiting) + len(self.prefilling) + len(self.decoding)
+        s = self._s
+        return len(s.waiting) + len(s.prefilling) + len(s.decoding)
 
-    def decoding_ids(self) -> np.ndarray:
-        """The decoding requests as an int array (cached until the set changes)."""
-        if self._decoding_arr is None:
-            self._decoding_arr = np.array(self.decoding, dtype=np.int64)
-        return self._decoding_arr
+    @property
+    def busy(self) -> bool:
+        """True while an iteration (or window) is in progress."""
+        s = self._s
+        return s.pending is not None or s.window is not None
 
+    @property
+    def busy_s(self) -> float:
+        """Time spent running iterations up to now (s)."""
+        s = self._s
+        now = self._e.now
+        busy = s.busy_s
+        p = s.pending
+        if p is not None and p.end > now:
+            busy -= p.end - now
+        w = s.window
+        if w is not None:
+            busy += min(now, float(w.ends[w.keep - 1])) - float(w.starts[0])
+        return busy
+
+    # -- memory --------------------------------------------------------------------------
+    @property
+    def kv_used_tokens(self) -> int:
+        """KV tokens resident now (exact, also inside a fast-forwarded window)."""
+        s = self._s
+        w = s.window
+        if w is None:
+            return s.kv
+        started = int(np.searchsorted(w.starts[: w.keep], self._e.now, side="right"))
+        return s.kv + len(w.ids) * max(started - 1, 0)
+
+    @property
+    def kv_free_tokens(self) -> int:
+        return self._s.kv_capacity - self.kv_used_tokens
+
+    def kv_held(self, r: int) -> int:
+        """KV tokens request ``r`` holds: its processed prompt plus its generated tokens."""
+        return int(self._e.held[r])
+
+    # -- requests ------------------------------------------------------------------------
     def remaining_prefill(self, r: int) -> int:
         """Prompt (or recompute) tokens request ``r`` still has to prefill."""
-        e = self._engine
+        e = self._e
         return int(e.prefill_target[r] - e.prefilled[r])
 
+    def generated(self, r: int) -> int:
+        """Output tokens request ``r`` has emitted so far."""
+        return int(self._e.generated[r])
+
+    def arrival(self, r: int) -> float:
+        """Arrival time of request ``r`` (s)."""
+        return self._e.arrival_list[r]
+
+    def prompt(self, r: int) -> int:
+        """Prompt tokens of request ``r``."""
+        return self._e.prompt_list[r]
+
+    def output(self, r: int) -> int:
+        """Output tokens of request ``r``."""
+        return self._e.output_list[r]
+
+    def generated_of(self, ids: np.ndarray) -> np.ndarray:
+        """Output tokens each request of ``ids`` has emitted so far (a new array)."""
+        return self._e.generated[np.asarray(ids, dtype=np.int64)]
+
+    def kv_held_of(self, ids: np.ndarray) -> np.ndarray:
+        """KV tokens each request of ``ids`` holds (a new array)."""
+        return self._e.held[np.asarray(ids, dtype=np.int64)]
+
+    def prompt_of(self, ids: np.ndarray) -> np.ndarray:
+        """Prompt tokens of each request of ``ids`` (a new array)."""
+        return self._e.prompt[np.asarray(ids, dtype=np.int64)]
+
+    def token_deadline(self, r: int, token: int) -> float:
+        """Deadline of token ``token`` (1-based) of request ``r``
+        (:func:`slolab.sim.metrics.token_deadline_s`; inf without a TTFT SLO)."""
+        e = self._e
+        return token_deadline_s(e.arrival_list[r], e.ttft_list[r], e.tpot_list[r], token)
+
+    def next_token_deadline(self, r: int) -> float:
+        """Deadline of request ``r``'s next token."""
+        e = self._e
+        return token_deadline_s(
+            e.arrival_list[r], e.ttft_list[r], e.tpot_list[r], int(e.generated[r]) + 1
+        )
+
     def __repr__(self) -> str:
+        s = self._s
         return (
-            f"Server({self.id}, {self.role}, waiting={len(self.waiting)}, "
-            f"prefilling={len(self.prefilling)}, decoding={len(self.decoding)}, kv={self._kv})"
+            f"Server({self.id}, {self.pool}, {self.role}, {self.state}, "
+            f"waiting={len(s.waiting)}, prefilling={len(s.prefilling)}, "
+            f"decoding={len(s.decoding)}, kv={s.kv})"
         )
 
 
@@ -231,25 +455,39 @@ class Engine:
         decode_router: Router | None,
         seed: int,
         record_iterations: bool,
+        scaler: Scaler | None = None,
+        plan: ScalePlan | None = None,
     ):
         cl = instance.cluster
         wl = instance.workload
         self.instance = instance
-        self.timing = instance.timing
         self.policy = policy
         self.router = router
         self.decode_router = decode_router
+        self.scaler = scaler
         self.seed = seed
         self.record = record_iterations
         self.mode = cl.mode
-        self.kv_capacity = int(cl.kv_capacity_tokens)
-        self.max_batch_size = int(cl.max_batch_size)
-        self.max_batch_tokens = int(cl.max_batch_tokens)
+        self.pools = cl.resolved_pools()
+        self.pool_index = {p.name: i for i, p in enumerate(self.pools)}
+        named: dict[str, TimingModel] = {}
+        for p in self.pools:
+            if p.timing is not None and p.timing not in named:
+                named[p.timing] = preset(p.timing)
+        self.pool_timing = [
+            instance.timing if p.timing is None else named[p.timing] for p in self.pools
+        ]
         n = len(wl)
         self.n = n
         self.arrival = wl.arrival_s
         self.prompt = wl.prompt_tokens
         self.output = wl.output_tokens
+        self.arrival_list: list[float] = self.arrival.tolist()
+        self.prompt_list: list[int] = self.prompt.tolist()
+        self.output_list: list[int] = self.output.tolist()
+        ttft, tpot = deadline_slos(wl)
+        self.ttft_list: list[float] = ttft.tolist()
+        self.tpot_list: list[float] = tpot.tolist()
         self.prefill_target = self.prompt.astype(np.int64).copy()
         self.prefilled = np.zeros(n, dtype=np.int64)
         self.held = np.zeros(n, dtype=np.int64)
@@ -260,24 +498,51 @@ class Engine:
         self.server_of = np.full(n, -1, dtype=np.int64)
         self.prefill_server_of = np.full(n, -1, dtype=np.int64)
         self.rejected = np.zeros(n, dtype=bool)
+        self.rejected_kv = np.zeros(n, dtype=bool)
+        self.rejected_at = np.full(n, np.inf)
+        self.forward_log: list[tuple[int, int, int, float]] = []
+        self.routed = np.full(n, np.inf)
         self.first_scheduled = np.full(n, np.inf)
         self.prefill_done = np.full(n, np.inf)
         self.transfer_done = np.full(n, np.inf)
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.warm = warm_start_state(instance)
         self.now = 0.0
-        if self.mode == "colocated":
-            roles = ["mixed"] * cl.servers
-        elif self.mode == "static":
-            roles = ["static"] * cl.servers
-        else:
-            roles = ["prefill"] * cl.prefill_servers + ["decode"] * cl.decode_servers
-        self.servers = [Server(self, i, role) for i, role in enumerate(roles)]
-        self.entry_pools = [s for s in self.servers if s.role != "decode"]
-        self.decode_pool = [s for s in self.servers if s.role == "decode"]
+        self.servers: list[_Srv] = []
+        for k, p in enumerate(self.pools):
+            for _ in range(p.servers):
+                srv = _Srv(self, len(self.servers), k, _READY)
+                srv.on_s = srv.ready_s = 0.0
+                self.servers.append(srv)
+        # servers switched on and not departed, by id
+        self.live: list[_Srv] = list(self.servers)
+        self.entry_views: tuple[Server, ...] = ()
+        self.decode_views: tuple[Server, ...] = ()
+        self._refresh_routing()
+        # the largest KV capacity of any decode pool: a request that needs more is rejected on
+        # arrival (disaggregated)
+        self.decode_kv_max = max(
+            (int(p.kv_capacity_tokens) for p in self.pools if p.role == "decode"),  # type: ignore[arg-type]
+            default=0,
+        )
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
         self._transfers: list[tuple[float, int, int]] = []
+        # scaling: timed plan actions and scaler ticks, before everything else at equal times
+        self._scale_heap: list[tuple[float, int, int, ScaleAction | None]] = []
+        self._plan_left = 0
+        self._next_arrival = 0
+        if plan is not None:
+            for t, action in plan.actions:
+                self._push_scale(float(t), _SC_PLAN, action)
+                self._plan_left += 1
+        if scaler is not None:
+            if not scaler.interval_s > 0:
+                raise ValueError(
+                    f"scaler interval_s must be > 0 (inf: only at time 0), got {scaler.interval_s}"
+                )
+            self._push_scale(0.0, _SC_TICK, None)
+        self.scale_events: list[ScaleEvent] = []
         # iteration log (lists of arrays, concatenated at the end)
         self.log_server: list[np.ndarray] = []
         self.log_start: list[np.ndarray] = []
@@ -306,25 +571,36 @@ class Engine:
         """Sum of :meth:`kv_held` over ``ids`` (the KV read by their decode attention)."""
         return int(self.held[ids].sum())
 
-    # -- events --------------------------------------------------------------------------
-    def _push(self, t: float, server: Server, kind: int) -> None:
-        server._version += 1
-        server._scheduled = True
-        self._seq += 1
-        heapq.heappush(self._heap, (t, self._seq, server.id, server._version, kind))
+    def kv_needed(self, role: str, r: int) -> int:
+        """KV tokens request ``r`` must hold at once to complete on a server of ``role``: its
+        prompt and every output token, or on a prefill server its prompt and first token."""
+        if role == "prefill":
+            return self.prompt_list[r] + 1
+        return self.prompt_list[r] + self.output_list[r]
 
-    def _wake(self, server: Server) -> None:
+    # -- events --------------------------------------------------------------------------
+    def _push(self, t: float, server: _Srv, kind: int) -> None:
+        server.version += 1
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, server.id, server.version, kind))
+
+    def _push_scale(self, t: float, kind: int, action: ScaleAction | None) -> None:
+        self._seq += 1
+        heapq.heappush(self._scale_heap, (t, self._seq, kind, action))
+
+    def _wake(self, server: _Srv) -> None:
         """A request reached ``server``: decide now if idle, else cut a window short.
 
-        An idle server's pending wake-up (if any) is replaced by a decision now.
+        An idle server's pending wake-up (if any) is replaced by a decision now; a starting
+        server decides when it becomes ready.
         """
-        if server._window is not None:
+        if server.window is not None:
             self._truncate(server)
-        elif server._pending is None:
+        elif server.pending is None and server.state != _STARTING:
             self._push(self.now, server, _EV_DECIDE)
 
-    def _truncate(self, server: Server) -> None:
-        w = server._window
+    def _truncate(self, server: _Srv) -> None:
+        w = server.window
         assert w is not None
         keep = int(np.searchsorted(w.starts[: w.keep], self.now, side="left"))
         keep = max(keep, 1)
@@ -338,6 +614,8 @@ class Engine:
         n = self.n
         arrival = self.arrival
         heap = self._heap
+        scale_heap = self._scale_heap
+        inf = math.inf
         i = 0
         bar = None
         if progress:
@@ -346,15 +624,21 @@ class Engine:
             bar = tqdm(total=n, desc="simulate", unit="req", leave=False, mininterval=0.5)
         tick = max(n // 200, 1)
         while True:
-            t_arr = float(arrival[i]) if i < n else math.inf
-            t_tr = self._transfers[0][0] if self._transfers else math.inf
-            t_ev = heap[0][0] if heap else math.inf
-            if t_tr <= t_arr and t_tr <= t_ev and t_tr < math.inf:
+            t_arr = float(arrival[i]) if i < n else inf
+            t_tr = self._transfers[0][0] if self._transfers else inf
+            t_ev = heap[0][0] if heap else inf
+            if scale_heap:
+                t_sc = scale_heap[0][0]
+                if t_sc <= t_arr and t_sc <= t_tr and t_sc <= t_ev:
+                    self._next_arrival = i
+                    self._scale_event()
+                    continue
+            if t_tr <= t_arr and t_tr <= t_ev and t_tr < inf:
                 t, _, r = heapq.heappop(self._transfers)
                 self.now = t
                 self._arrive_decode(r)
                 continue
-            if t_arr <= t_ev and t_arr < math.inf:
+            if t_arr <= t_ev and t_arr < inf:
                 self.now = t_arr
                 self._arrive(i)
                 i += 1
@@ -365,33 +649,46 @@ class Engine:
                 break
             t, _, sid, version, kind = heapq.heappop(heap)
             server = self.servers[sid]
-            if version != server._version:
+            if version != server.version:
                 continue
             self.now = t
-            server._scheduled = False
-            if server._window is not None:
-                w = server._window
+            if server.window is not None:
+                w = server.window
                 self._commit_window(server)
                 if w.extendable:
                     self._open_window(server, w.ids)
                     continue
-            elif server._pending is not None:
+            elif server.pending is not None:
                 self._commit(server)
+            elif kind == _EV_READY:
+                server.state = _DRAINING if server.drain_s < inf else _READY
             self._decide(server)
+            if server.drain_s < inf:
+                self._maybe_depart(server)
         if bar is not None:
             bar.close()
+        self._close()
 
     def _arrive(self, r: int) -> None:
-        pool = self.entry_pools
+        views = self.entry_views
+        if not views:
+            raise PolicyError(
+                f"t={self.now}: request {r} arrived but no server accepts new requests "
+                "(every entry server is drained)"
+            )
         if self.router is None:
-            k = 0 if len(pool) == 1 else r % len(pool)
+            k = 0 if len(views) == 1 else r % len(views)
         else:
-            k = self._route(self.router, pool, r, "")
-        server = pool[k]
+            k = self._route(self.router, views, r, "")
+        server = views[k]._s
         if self.warm is not None and self.warm[0][r]:
             self._place_warm(server, r)
+        elif self._too_large(server, r):
+            return
         else:
             server.waiting.append(r)
+            server.waiting_t = None
+        self.routed[r] = self.now
         if server.role == "prefill":
             self.prefill_server_of[r] = server.id
         else:
@@ -399,18 +696,30 @@ class Engine:
             self.prefill_server_of[r] = server.id
         self._wake(server)
 
-    def _route(self, router: Router, pool: list[Server], r: int, kind: str) -> int:
-        """The index in ``pool`` that ``router`` picks for request ``r``; PolicyError when it is
+    def _too_large(self, server: _Srv, r: int) -> bool:
+        """Reject request ``r`` (True) when ``server`` could never hold it (nor, disaggregated,
+        any decode pool)."""
+        need = self.kv_needed(server.role, r)
+        if need <= server.kv_capacity:
+            if server.role != "prefill" or self.kv_needed("decode", r) <= self.decode_kv_max:
+                return False
+        self.rejected[r] = True
+        self.rejected_kv[r] = True
+        self.rejected_at[r] = self.now
+        return True
+
+    def _route(self, router: Router, views: tuple[Server, ...], r: int, kind: str) -> int:
+        """The index in ``views`` that ``router`` picks for request ``r``; PolicyError when it is
         out of range (``kind``: "" or "decode ", for the message)."""
-        k = router.route(r, pool, self.now)
-        if not 0 <= k < len(pool):
+        k = router.route(r, views, self.now)
+        if not 0 <= k < len(views):
             raise PolicyError(
                 f"{kind}router chose server {k} for request {r}; "
-                f"{kind}servers are 0..{len(pool) - 1}"
+                f"{kind}servers are 0..{len(views) - 1}"
             )
         return k
 
-    def _place_warm(self, server: Server, r: int) -> None:
+    def _place_warm(self, server: _Srv, r: int) -> None:
         """Admit a warm-started request as it was when the run began (see warm_start_state)."""
         _, remaining, generated = self.warm  # type: ignore[misc]
         if server.role != "mixed":
@@ -423,34 +732,160 @@ class Engine:
         self.held[r] = self.prefilled[r] + g
         self.token_times[self.offsets[r] : self.offsets[r] + g] = np.nan
         self.first_scheduled[r] = self.now
-        if server._kv + int(self.held[r]) > self.kv_capacity:
+        if server.kv + int(self.held[r]) > server.kv_capacity:
             raise ValueError(
                 f"warm-started request {r} holds {int(self.held[r])} KV tokens; server {server.id} "
-                f"has {self.kv_capacity - server._kv} free"
+                f"has {server.kv_capacity - server.kv} free"
             )
-        server._kv += int(self.held[r])
+        server.kv += int(self.held[r])
         if remaining[r] > 0:
             server.prefilling.append(r)
+            server.prefilling_t = None
         else:
             self.prefill_done[r] = np.nan
             server.decoding.append(r)
-            server._decoding_arr = None
+            server.decoding_changed()
 
     def _arrive_decode(self, r: int) -> None:
-        pool = self.decode_pool
+        views = self.decode_views
+        need = self.kv_needed("decode", r)
         if self.decode_router is None:
-            k = min(range(len(pool)), key=lambda j: (pool[j].load, j))
+            fits = [j for j in range(len(views)) if views[j]._s.kv_capacity >= need]
+            if not fits:
+                raise PolicyError(
+                    f"t={self.now}: no decode server accepting new requests can hold request {r} "
+                    f"({need} KV tokens)"
+                )
+            k = min(fits, key=lambda j: (views[j].load, j))
         else:
-            k = self._route(self.decode_router, pool, r, "decode ")
-        server = pool[k]
+            k = self._route(self.decode_router, views, r, "decode ")
+        server = views[k]._s
+        if need > server.kv_capacity:
+            raise PolicyError(
+                f"decode router chose server {server.id} (KV capacity {server.kv_capacity}) for "
+                f"request {r}, which needs {need} KV tokens"
+            )
         self.transfer_done[r] = self.now
         self.server_of[r] = server.id
         server.waiting.append(r)
+        server.waiting_t = None
         self._wake(server)
 
+    # -- scaling ---------------------------------------------------------------------------
+    def _refresh_routing(self) -> None:
+        """The servers routers see: those accepting new work, by id."""
+        live = [s for s in self.live if s.accepting]
+        self.entry_views = tuple(s.view for s in live if s.role != "decode")
+        self.decode_views = tuple(s.view for s in live if s.role == "decode")
+
+    def _scale_event(self) -> None:
+        t, _, kind, action = heapq.heappop(self._scale_heap)
+        self.now = t
+        if kind == _SC_PLAN:
+            self._plan_left -= 1
+            assert action is not None
+            self._apply(action, "plan")
+            return
+        assert self.scaler is not None
+        if (
+            self._next_arrival >= self.n
+            and not self._transfers
+            and not self._plan_left
+            and all(s.empty for s in self.live)
+        ):
+            return  # no work left: the scaler stops
+        view = ClusterView(t, self.pools, tuple(s.view for s in self.live))
+        for a in self.scaler.decide(view):
+            self._apply(a, "scaler")
+        self._push_scale(t + self.scaler.interval_s, _SC_TICK, None)
+
+    def _apply(self, action: ScaleAction, by: str) -> None:
+        """Execute a scaling action now (``by`` names its origin in error messages)."""
+        if not isinstance(action, ScaleAction):
+            raise PolicyError(f"{by} returned {type(action).__name__}, expected ScaleAction")
+        now = self.now
+        if action.kind == "on":
+            k = self._pool_of(action, by)
+            srv = _Srv(self, len(self.servers), k, _OFF)
+            self.servers.append(srv)
+            self._switch_on(srv, float(self.pools[k].startup_s))  # type: ignore[arg-type]
+            self.scale_events.append(ScaleEvent(now, "on", srv.id, srv.pool_name, srv.id))
+        else:
+            sid = action.server
+            assert sid is not None
+            if not 0 <= sid < len(self.servers) or not self.servers[sid].accepting:
+                state = (
+                    "does not exist"
+                    if not 0 <= sid < len(self.servers)
+                    else f"is {_STATE_NAMES[self.servers[sid].state]}"
+                    + (" (drained)" if self.servers[sid].drain_s < math.inf else "")
+                )
+                raise PolicyError(f"t={now}: {by} cannot {action.kind} server {sid}: it {state}")
+            srv = self.servers[sid]
+            if action.kind == "move":
+                k = self._pool_of(action, by)
+                if self.pools[k].timing != srv.timing_name:
+                    raise PolicyError(
+                        f"t={now}: {by} cannot move server {sid} to pool {action.pool!r}: "
+                        "the pools run different timing models (hardware)"
+                    )
+                if self.pools[k].role == "decode" and self.mode != "disaggregated":
+                    raise PolicyError(f"t={now}: pool {action.pool!r} cannot take server {sid}")
+                nxt = _Srv(self, len(self.servers), k, _OFF, origin=sid)
+                self.servers.append(nxt)
+                srv.move_to = nxt.id
+                self.scale_events.append(ScaleEvent(now, "move", sid, nxt.pool_name, nxt.id))
+            else:
+                self.scale_events.append(ScaleEvent(now, "drain", sid, srv.pool_name))
+            srv.drain_s = now
+            if srv.state == _READY:
+                srv.state = _DRAINING
+            self._refresh_routing()
+            self._maybe_depart(srv)
+        self.max_end = max(self.max_end, now)
+
+    def _pool_of(self, action: ScaleAction, by: str) -> int:
+        k = self.pool_index.get(action.pool)  # type: ignore[arg-type]
+        if k is None:
+            raise PolicyError(
+                f"t={self.now}: {by} names unknown pool {action.pool!r}; known: "
+                f"{', '.join(self.pool_index)}"
+            )
+        return k
+
+    def _switch_on(self, srv: _Srv, delay_s: float) -> None:
+        now = self.now
+        srv.on_s = now
+        srv.ready_s = now + delay_s
+        bisect.insort(self.live, srv, key=_server_id)
+        if delay_s > 0:
+            srv.state = _STARTING
+            self._push(srv.ready_s, srv, _EV_READY)
+        else:
+            srv.state = _READY
+        self._refresh_routing()
+
+    def _maybe_depart(self, srv: _Srv) -> None:
+        """A drained server with nothing left departs now (a moved one starts its next life)."""
+        if srv.state == _DEPARTED or srv.state == _OFF or not srv.empty:
+            return
+        srv.state = _DEPARTED
+        srv.off_s = self.now
+        srv.version += 1  # drops its pending wake-ups
+        self.live.remove(srv)
+        if srv.move_to >= 0:
+            self._switch_on(self.servers[srv.move_to], float(self.instance.cluster.move_s))
+
+    def _close(self) -> None:
+        """End of the run: servers still on are switched off at the run's end."""
+        for srv in self.live:
+            srv.off_s = max(self.max_end, srv.on_s)
+
     # -- decisions -------------------------------------------------------------------------
-    def _decide(self, server: Server) -> None:
-        batch = self.policy.next_batch(server)
+    def _decide(self, server: _Srv) -> None:
+        if server.state == _STARTING or server.state == _DEPARTED:
+            return
+        batch = self.policy.next_batch(server.view)
         if not isinstance(batch, Batch):
             raise PolicyError(f"policy returned {type(batch).__name__}, expected Batch")
         now = self.now
@@ -462,11 +897,15 @@ class Engine:
                 raise PolicyError(
                     f"server {server.id} t={now}: cannot reject request {r}: not waiting here"
                 ) from None
+            server.waiting_t = None
             self.rejected[r] = True
+            self.rejected_at[r] = now
         for r in batch.preempt:
             self._preempt(server, int(r))
         for r, target in batch.forward:
             self._forward(server, int(r), int(target))
+        for action in batch.scale:
+            self._apply(action, f"policy on server {server.id}")
         if batch.empty:
             if batch.wake_at_s < math.inf:
                 if not batch.wake_at_s > now:
@@ -482,7 +921,7 @@ class Engine:
         else:
             self._start_iteration(server, batch)
 
-    def _forward(self, server: Server, r: int, target: int) -> None:
+    def _forward(self, server: _Srv, r: int, target: int) -> None:
         now = self.now
         if not 0 <= target < len(self.servers) or target == server.id:
             raise PolicyError(
@@ -493,47 +932,65 @@ class Engine:
             raise PolicyError(
                 f"server {server.id} t={now}: cannot forward request {r} to a {dest.role} server"
             )
+        if not dest.accepting:
+            raise PolicyError(
+                f"server {server.id} t={now}: cannot forward request {r} to server {target}: "
+                "it does not accept new requests"
+            )
+        if self.kv_needed(dest.role, r) > dest.kv_capacity:
+            raise PolicyError(
+                f"server {server.id} t={now}: cannot forward request {r} to server {target}: "
+                f"it needs {self.kv_needed(dest.role, r)} KV tokens, the server holds "
+                f"{dest.kv_capacity}"
+            )
         try:
             server.waiting.remove(r)
         except ValueError:
             raise PolicyError(
                 f"server {server.id} t={now}: cannot forward request {r}: not waiting here"
             ) from None
+        server.waiting_t = None
         dest.waiting.append(r)
+        dest.waiting_t = None
+        self.routed[r] = now
+        self.forward_log.append((r, server.id, target, now))
         self.server_of[r] = target
         if self.prefill_server_of[r] == server.id:
             self.prefill_server_of[r] = target
         self._wake(dest)
 
-    def _preempt(self, server: Server, r: int) -> None:
+    def _preempt(self, server: _Srv, r: int) -> None:
         if r in server.decoding:
             server.decoding.remove(r)
-            server._decoding_arr = None
+            server.decoding_changed()
         elif r in server.prefilling:
             server.prefilling.remove(r)
+            server.prefilling_t = None
         else:
             raise PolicyError(
                 f"server {server.id} t={self.now}: cannot preempt request {r}: not running here"
             )
-        server._kv -= self.kv_held(r)
+        server.kv -= self.kv_held(r)
         self.prefill_target[r] = self.prompt[r] + self.generated[r]
         self.prefilled[r] = 0
         self.held[r] = 0
         self.preemptions[r] += 1
         server.waiting.insert(0, r)
+        server.waiting_t = None
         self.preempt_log.append((r, server.id, self.now))
 
-    def _admit(self, server: Server, r: int) -> None:
+    def _admit(self, server: _Srv, r: int) -> None:
         try:
             server.waiting.remove(r)
         except ValueError:
             raise PolicyError(
                 f"server {server.id} t={self.now}: request {r} is not waiting here"
             ) from None
+        server.waiting_t = None
         if self.first_scheduled[r] == math.inf:
             self.first_scheduled[r] = self.now
 
-    def _start_iteration(self, server: Server, batch: Batch) -> None:
+    def _start_iteration(self, server: _Srv, batch: Batch) -> None:
         now = self.now
         sid = server.id
         prefilled = self.prefilled
@@ -553,6 +1010,7 @@ class Engine:
             elif r in server.waiting:
                 self._admit(server, r)
                 server.prefilling.append(r)
+                server.prefilling_t = None
             else:
                 raise PolicyError(
                     f"server {sid} t={now}: request {r} cannot prefill here (not waiting or prefilling)"
@@ -578,8 +1036,8 @@ class Engine:
                     if server.role == "decode" and r in server.waiting:
                         self._admit(server, r)
                         server.decoding.append(r)
-                        server._decoding_arr = None
-                        server._kv += self.kv_held(r)
+                        server.decoding_changed()
+                        server.kv += self.kv_held(r)
                     else:
                         raise PolicyError(f"server {sid} t={now}: request {r} is not decoding here")
             kv_read = self.kv_held_sum(dids)
@@ -588,24 +1046,24 @@ class Engine:
             dids = _EMPTY_I
             kv_read = 0
         n_seq = n_pref + len(dids)
-        if n_seq > self.max_batch_size:
+        if n_seq > server.max_batch_size:
             raise PolicyError(
-                f"server {sid} t={now}: batch of {n_seq} sequences exceeds max_batch_size {self.max_batch_size}"
+                f"server {sid} t={now}: batch of {n_seq} sequences exceeds max_batch_size {server.max_batch_size}"
             )
         every = pids.tolist() + dids.tolist()
         if len(set(every)) != len(every):
             raise PolicyError(f"server {sid} t={now}: a request appears twice in one batch")
         tokens = int(ptok.sum()) + len(dids)
-        if self.max_batch_tokens and tokens > self.max_batch_tokens:
+        if server.max_batch_tokens and tokens > server.max_batch_tokens:
             raise PolicyError(
-                f"server {sid} t={now}: batch of {tokens} tokens exceeds max_batch_tokens {self.max_batch_tokens}"
+                f"server {sid} t={now}: batch of {tokens} tokens exceeds max_batch_tokens {server.max_batch_tokens}"
             )
-        if server._kv + alloc > self.kv_capacity:
+        if server.kv + alloc > server.kv_capacity:
             raise PolicyError(
                 f"server {sid} t={now}: batch needs {alloc} KV tokens but only "
-                f"{self.kv_capacity - server._kv} of {self.kv_capacity} are free"
+                f"{server.kv_capacity - server.kv} of {server.kv_capacity} are free"
             )
-        server._kv += alloc
+        server.kv += alloc
         f = np.zeros(N_FEATURES)
         f[F_PREFILL_TOKENS] = ptok.sum()
         f[F_DECODE_TOKENS] = len(dids)
@@ -613,7 +1071,7 @@ class Engine:
         f[F_DECODE_KV] = kv_read
         f[F_PREFILL_ATTN] = attn
         f[F_NUM_PREFILL] = n_pref
-        dur = float(self.timing.times(f[None, :])[0])
+        dur = float(server.timing.times(f[None, :])[0])
         if not dur > 0:
             raise PolicyError(
                 f"server {sid} t={now}: timing model gave a non-positive iteration time {dur}"
@@ -625,15 +1083,15 @@ class Engine:
         p.prefill_tokens = ptok
         p.decode_ids = dids
         p.features = f
-        p.kv = server._kv
-        server._pending = p
+        p.kv = server.kv
+        server.pending = p
         server.busy_s += dur
         self._push(p.end, server, _EV_END)
 
-    def _start_window(self, server: Server, batch: Batch) -> None:
+    def _start_window(self, server: _Srv, batch: Batch) -> None:
         now = self.now
         ids = batch.decode
-        if ids is not server._decoding_arr:
+        if ids is not server.decoding_arr:
             ids = np.asarray(ids, dtype=np.int64)
             dset = set(server.decoding)
             if any(r not in dset for r in ids.tolist()):
@@ -644,28 +1102,28 @@ class Engine:
                     f"server {server.id} t={now}: a request appears twice in one batch"
                 )
         s = len(ids)
-        if s > self.max_batch_size:
+        if s > server.max_batch_size:
             raise PolicyError(
-                f"server {server.id} t={now}: batch of {s} sequences exceeds max_batch_size {self.max_batch_size}"
+                f"server {server.id} t={now}: batch of {s} sequences exceeds max_batch_size {server.max_batch_size}"
             )
-        if self.max_batch_tokens and s > self.max_batch_tokens:
+        if server.max_batch_tokens and s > server.max_batch_tokens:
             raise PolicyError(
-                f"server {server.id} t={now}: batch of {s} tokens exceeds max_batch_tokens {self.max_batch_tokens}"
+                f"server {server.id} t={now}: batch of {s} tokens exceeds max_batch_tokens {server.max_batch_tokens}"
             )
-        if (self.kv_capacity - server._kv) // s < 1:
+        if (server.kv_capacity - server.kv) // s < 1:
             raise PolicyError(
                 f"server {server.id} t={now}: batch needs {s} KV tokens but only "
-                f"{self.kv_capacity - server._kv} of {self.kv_capacity} are free"
+                f"{server.kv_capacity - server.kv} of {server.kv_capacity} are free"
             )
         self._open_window(server, ids)
 
-    def _open_window(self, server: Server, ids: np.ndarray) -> None:
+    def _open_window(self, server: _Srv, ids: np.ndarray) -> None:
         """Fast-forward the decode-only batch ``ids`` from now (see the module docstring)."""
         now = self.now
         s = len(ids)
         gen = self.generated[ids]
         k_fin = int((self.output[ids] - gen).min())
-        k_mem = (self.kv_capacity - server._kv) // s
+        k_mem = (server.kv_capacity - server.kv) // s
         if k_mem < 1:
             # memory ran out while the batch repeated: the policy decides (e.g. preempts)
             self._decide(server)
@@ -676,7 +1134,7 @@ class Engine:
         f[:, F_DECODE_TOKENS] = s
         f[:, F_NUM_DECODE] = s
         f[:, F_DECODE_KV] = base + s * np.arange(k)
-        dur = self.timing.times(f)
+        dur = server.timing.times(f)
         if not np.all(dur > 0):
             raise PolicyError(
                 f"server {server.id} t={now}: timing model gave a non-positive iteration time"
@@ -685,11 +1143,11 @@ class Engine:
         starts = np.empty(k)
         starts[0] = now
         starts[1:] = ends[:-1]
-        server._kv += s
-        server._window = _Window(ids, starts, ends, f, server._kv, extendable=k < min(k_fin, k_mem))
+        server.kv += s
+        server.window = _Window(ids, starts, ends, f, server.kv, extendable=k < min(k_fin, k_mem))
         self._push(float(ends[-1]), server, _EV_END)
 
-    def _start_static(self, server: Server, batch: Batch) -> None:
+    def _start_static(self, server: _Srv, batch: Batch) -> None:
         now = self.now
         sid = server.id
         if server.role != "static":
@@ -700,45 +1158,45 @@ class Engine:
             )
         members = [int(r) for r in batch.static]
         s = len(members)
-        if s > self.max_batch_size:
+        if s > server.max_batch_size:
             raise PolicyError(
-                f"server {sid} t={now}: static batch of {s} exceeds max_batch_size {self.max_batch_size}"
+                f"server {sid} t={now}: static batch of {s} exceeds max_batch_size {server.max_batch_size}"
             )
         if len(set(members)) != s:
             raise PolicyError(f"server {sid} t={now}: a request appears twice in one batch")
         alloc = int(sum(int(self.prompt[r] + self.output[r]) for r in members))
-        if server._kv + alloc > self.kv_capacity:
+        if server.kv + alloc > server.kv_capacity:
             raise PolicyError(
                 f"server {sid} t={now}: static batch needs {alloc} KV tokens but only "
-                f"{self.kv_capacity - server._kv} of {self.kv_capacity} are free"
+                f"{server.kv_capacity - server.kv} of {server.kv_capacity} are free"
             )
         p = _Pending()
         p.start = now
         longest = 0.0
         for r in members:
             self._admit(server, r)
-            offs = member_token_offsets(self.timing, s, int(self.prompt[r]), int(self.output[r]))
+            offs = member_token_offsets(server.timing, s, int(self.prompt[r]), int(self.output[r]))
             p.static_ids.append(r)
             p.static_offsets.append(offs)
             longest = max(longest, float(offs[-1]))
         if not longest > 0:
             raise PolicyError(f"server {sid} t={now}: timing model gave a non-positive batch time")
-        server._kv += alloc
+        server.kv += alloc
         p.end = now + longest
-        p.kv = server._kv
+        p.kv = server.kv
         p.features = np.zeros(N_FEATURES)
-        server._pending = p
+        server.pending = p
         server.busy_s += longest
         self._push(p.end, server, _EV_END)
 
     # -- commits -------------------------------------------------------------------------
-    def _finish(self, server: Server, r: int) -> None:
-        server._kv -= self.kv_held(r)
+    def _finish(self, server: _Srv, r: int) -> None:
+        server.kv -= self.kv_held(r)
 
-    def _commit(self, server: Server) -> None:
-        p = server._pending
+    def _commit(self, server: _Srv) -> None:
+        p = server.pending
         assert p is not None
-        server._pending = None
+        server.pending = None
         end = p.end
         self.max_end = max(self.max_end, end)
         self.iterations += 1
@@ -750,7 +1208,7 @@ class Engine:
                 self.prefilled[r] = self.prompt[r]
                 self.generated[r] = self.output[r]
                 self.held[r] = self.prompt[r] + self.output[r]
-            server._kv -= int(sum(int(self.prompt[r] + self.output[r]) for r in p.static_ids))
+            server.kv -= int(sum(int(self.prompt[r] + self.output[r]) for r in p.static_ids))
             if self.record:
                 m = len(p.static_ids)
                 ids = np.array(p.static_ids, dtype=np.int64)
@@ -781,7 +1239,7 @@ class Engine:
                 for r in done.tolist():
                     server.decoding.remove(r)
                     self._finish(server, r)
-                server._decoding_arr = None
+                server.decoding_changed()
         # prefill chunks
         for r, c in zip(p.prefill_ids.tolist(), p.prefill_tokens.tolist(), strict=True):
             prefilled[r] += c
@@ -793,6 +1251,7 @@ class Engine:
                 if self.prefill_done[r] == math.inf:
                     self.prefill_done[r] = end
                 server.prefilling.remove(r)
+                server.prefilling_t = None
                 if gen[r] >= out[r]:
                     self._finish(server, r)
                 elif server.role == "prefill":
@@ -801,7 +1260,7 @@ class Engine:
                     heapq.heappush(self._transfers, (t_arrive, r, r))
                 else:
                     server.decoding.append(r)
-                    server._decoding_arr = None
+                    server.decoding_changed()
         if self.record:
             n_p, n_d = len(p.prefill_ids), len(dids)
             self._log(
@@ -821,10 +1280,10 @@ class Engine:
                 np.concatenate([p.prefill_tokens, np.ones(n_d, dtype=np.int64)]),
             )
 
-    def _commit_window(self, server: Server) -> None:
-        w = server._window
+    def _commit_window(self, server: _Srv) -> None:
+        w = server.window
         assert w is not None
-        server._window = None
+        server.window = None
         k = w.keep
         ids = w.ids
         s = len(ids)
@@ -835,7 +1294,7 @@ class Engine:
         self.token_times[pos] = w.ends[:k, None]
         gen[ids] += k
         self.held[ids] += k
-        server._kv += s * (k - 1)
+        server.kv += s * (k - 1)
         server.busy_s += float(w.ends[k - 1] - w.starts[0])
         if self.record:
             self._log(
@@ -854,7 +1313,7 @@ class Engine:
             for r in done.tolist():
                 server.decoding.remove(r)
                 self._finish(server, r)
-            server._decoding_arr = None
+            server.decoding_changed()
 
     def _log(
         self,
@@ -917,6 +1376,21 @@ class Engine:
                 kv[order],
             )
         pre = self.preempt_log
+        srv = self.servers
+        on = np.array([x.on_s for x in srv], dtype=float)
+        off = np.array([x.off_s for x in srv], dtype=float)
+        pool = np.array([x.pool for x in srv], dtype=np.int64)
+        life = np.where(np.isfinite(on), off - on, 0.0)
+        if self.rejected_kv.any():
+            first = int(np.flatnonzero(self.rejected_kv)[0])
+            log.warning(
+                "%d request(s) rejected: they need more KV memory than their server has "
+                "(first: request %d, %d prompt + %d output tokens)",
+                int(self.rejected_kv.sum()),
+                first,
+                self.prompt_list[first],
+                self.output_list[first],
+            )
         return Outcome(
             server=self.server_of,
             prefill_server=self.prefill_server_of,
@@ -944,6 +1418,25 @@ class Engine:
             wall_s=wall_s,
             recorded_iterations=self.record,
             info={"iterations": self.iterations},
+            rejected_kv=self.rejected_kv,
+            rejected_s=self.rejected_at,
+            forward_request=np.array([f[0] for f in self.forward_log], dtype=np.int64),
+            forward_from=np.array([f[1] for f in self.forward_log], dtype=np.int64),
+            forward_to=np.array([f[2] for f in self.forward_log], dtype=np.int64),
+            forward_s=np.array([f[3] for f in self.forward_log], dtype=float),
+            routed_s=self.routed,
+            pool_names=tuple(p.name for p in self.pools),
+            server_pool=pool,
+            server_on_s=on,
+            server_ready_s=np.array([x.ready_s for x in srv], dtype=float),
+            server_drain_s=np.array([x.drain_s for x in srv], dtype=float),
+            server_off_s=off,
+            server_origin=np.array([x.origin for x in srv], dtype=np.int64),
+            scale_events=tuple(self.scale_events),
+            cost_server_s=math.fsum(life.tolist()),
+            cost_by_pool={
+                p.name: math.fsum(life[pool == k].tolist()) for k, p in enumerate(self.pools)
+            },
         )
 
 
@@ -1001,6 +1494,8 @@ def run(
     decode_router: Router | None = None,
     record_iterations: bool = True,
     progress: bool = False,
+    scaler: Scaler | None = None,
+    plan: ScalePlan | None = None,
 ) -> Outcome:
     """Simulate ``instance`` under ``policy`` (and ``router``) and return the Outcome.
 
@@ -1014,7 +1509,8 @@ def run(
         Chooses the server of each arriving request (the prefill server when disaggregated);
         default: round robin by request index.
     seed : int
-        Passed to ``policy.start`` and ``router.start`` (their random choices use it).
+        Passed to the ``start`` of the policy, the routers and the scaler (their random choices
+        use it).
     decode_router : Router, optional
         Disaggregated mode: chooses the decode server when a KV transfer completes; default
         the decode server with the fewest requests (lowest index on ties).
@@ -1023,15 +1519,24 @@ def run(
         memory on very large runs.
     progress : bool
         Show a progress bar over arrivals.
+    scaler : Scaler, optional
+        Decides, every ``scaler.interval_s``, which servers to switch on, drain or move
+        (:mod:`slolab.sim.scaling`); default none (the cluster stays as it starts, unless the
+        policy or ``plan`` scales it).
+    plan : ScalePlan, optional
+        Scaling actions at given times (for example a plan an exact model decided, or
+        ``ScalePlan.from_outcome`` of an earlier run).
     """
     if not isinstance(seed, int | np.integer):
         raise TypeError(f"seed must be an int, got {seed!r}")
     t0 = time.perf_counter()
     policy.start(instance, int(seed))
-    for rt in (router, decode_router):
-        if rt is not None:
-            rt.start(instance, int(seed))
-    engine = Engine(instance, policy, router, decode_router, int(seed), record_iterations)
+    for part in (router, decode_router, scaler):
+        if part is not None:
+            part.start(instance, int(seed))
+    engine = Engine(
+        instance, policy, router, decode_router, int(seed), record_iterations, scaler, plan
+    )
     engine.run(progress=progress)
     wall = time.perf_counter() - t0
     out = engine.outcome(wall)

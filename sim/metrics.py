@@ -21,13 +21,15 @@ them count as met.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+from slolab.sim.outcome import server_lives
 
 if TYPE_CHECKING:
-    from slolab.instances.records import Instance
+    from slolab.instances.records import Instance, Workload
     from slolab.sim.outcome import Outcome
 
 ON_TIME_TOLERANCE_S = 1e-9
@@ -46,15 +48,37 @@ def _le(value: np.ndarray, bound: np.ndarray) -> np.ndarray:
     return np.isnan(bound) | (value <= bound + ON_TIME_TOLERANCE_S)
 
 
+def deadline_slos(workload: Workload) -> tuple[np.ndarray, np.ndarray]:
+    """``(ttft_s, tpot_s)`` per request as :func:`token_deadline_s` takes them: a missing
+    (NaN) TTFT is inf (no deadline), a missing TPOT is 0."""
+    return (
+        np.nan_to_num(workload["ttft_slo_s"], nan=np.inf),
+        np.nan_to_num(workload["tpot_slo_s"], nan=0.0),
+    )
+
+
+def token_deadline_s(arrival_s: Any, ttft_s: Any, tpot_s: Any, token: Any) -> Any:
+    """Deadline of token ``token`` (1-based): ``d(r, k) = arrival + TTFT + (k - 1) TPOT``.
+
+    The one place this formula lives: the metrics, the engine's server view and the
+    heuristics all call it. Takes floats or numpy arrays (elementwise); ``ttft_s`` and
+    ``tpot_s`` as :func:`deadline_slos` gives them.
+
+    References
+    ----------
+    PolyServe, Sec. 3 (deadline-based SLOs); ProServe, Sec. 3 (token-level deadlines).
+    """
+    return arrival_s + ttft_s + (token - 1) * tpot_s
+
+
 def token_deadlines(instance: Instance, outcome: Outcome) -> np.ndarray:
     """Deadline of every output token (inf where the request has no TTFT SLO)."""
     wl = instance.workload
     out = wl.output_tokens
     req = np.repeat(np.arange(len(out)), out)
     k = np.arange(len(req)) - outcome.token_offsets[req]  # 0-based token index
-    ttft = np.nan_to_num(wl["ttft_slo_s"], nan=np.inf)
-    tpot = np.nan_to_num(wl["tpot_slo_s"], nan=0.0)
-    return wl.arrival_s[req] + ttft[req] + k * tpot[req]
+    ttft, tpot = deadline_slos(wl)
+    return token_deadline_s(wl.arrival_s[req], ttft[req], tpot[req], k + 1)
 
 
 def request_table(instance: Instance, outcome: Outcome) -> pd.DataFrame:
@@ -314,8 +338,39 @@ def tdg_emitted_objective(instance: Instance, outcome: Outcome, table: pd.DataFr
 
 
 def server_seconds(instance: Instance, outcome: Outcome) -> float:
-    """Cost: server-seconds active, every server on from time 0 to the end of the run."""
-    return float(instance.cluster.servers * outcome.end_s)
+    """Cost: server-seconds from each server's switch-on to its departure (or the run's end),
+    summed; a fixed cluster costs ``servers x end_s``.
+
+    References
+    ----------
+    HyperFlexis, Sec. 3 (cost: NPU usage time); PolyServe, Sec. 5 (cost as server time).
+    """
+    return math.fsum(_lifetimes(instance, outcome).tolist())
+
+
+def cost_by_pool(instance: Instance, outcome: Outcome) -> dict[str, float]:
+    """:func:`server_seconds` split by pool."""
+    lives = server_lives(instance.cluster, outcome)
+    spans = _lifetimes(instance, outcome)
+    return {
+        name: math.fsum(spans[lives.pool == k].tolist()) for k, name in enumerate(lives.pool_names)
+    }
+
+
+def _lifetimes(instance: Instance, outcome: Outcome) -> np.ndarray:
+    lives = server_lives(instance.cluster, outcome)
+    return np.where(np.isfinite(lives.on_s), lives.off_s - lives.on_s, 0.0)
+
+
+def servers_max(instance: Instance, outcome: Outcome) -> int:
+    """Most servers switched on at the same time (a server departing at t no longer counts
+    at t)."""
+    lives = server_lives(instance.cluster, outcome)
+    on = np.isfinite(lives.on_s)
+    times = np.concatenate([lives.on_s[on], lives.off_s[on]])
+    steps = np.concatenate([np.ones(on.sum()), -np.ones(on.sum())])
+    order = np.lexsort((steps, times))  # departures before arrivals at equal times
+    return int(np.cumsum(steps[order]).max()) if len(order) else 0
 
 
 def _pct(values: np.ndarray, q: float) -> float:
@@ -324,13 +379,25 @@ def _pct(values: np.ndarray, q: float) -> float:
 
 
 def summary(instance: Instance, outcome: Outcome) -> dict[str, Any]:
-    """Aggregate numbers of a run (JSON-able)."""
+    """Aggregate numbers of a run (JSON-able).
+
+    Besides latencies and attainment: ``rejected`` (all rejections) and ``rejected_kv`` (those
+    the engine made because a request could never fit its server's KV memory), and the cost:
+    ``cost_server_s`` (:func:`server_seconds`), ``cost_per_request_s``,
+    ``cost_per_met_request_s`` (per request meeting its deadline SLO; inf when none does),
+    ``cost_by_pool``, ``servers_max`` and ``scale_events`` (scaling actions executed).
+    ``utilization`` is busy time over cost.
+    """
     t = request_table(instance, outcome)
     n = len(t)
+    cost = server_seconds(instance, outcome)
+    met_deadline = int(t["met_deadline"].sum())
+    rejected_kv = outcome.rejected_kv
     res: dict[str, Any] = {
         "requests": n,
         "finished": int(t["finished"].sum()),
         "rejected": int(t["rejected"].sum()),
+        "rejected_kv": 0 if rejected_kv is None else int(rejected_kv.sum()),
         "attainment": float(t["met_deadline"].mean()),
     }
     for d in DEFINITIONS:
@@ -354,9 +421,13 @@ def summary(instance: Instance, outcome: Outcome) -> dict[str, Any]:
             "iterations": int(outcome.info.get("iterations", outcome.n_iterations)),
             "preemptions": int(outcome.preemptions.sum()),
             "end_s": outcome.end_s,
-            "utilization": float(
-                outcome.busy_s.sum() / max(instance.cluster.servers * outcome.end_s, 1e-12)
-            ),
+            "utilization": float(outcome.busy_s.sum() / max(cost, 1e-12)),
+            "cost_server_s": cost,
+            "cost_per_request_s": cost / n,
+            "cost_per_met_request_s": cost / met_deadline if met_deadline else float("inf"),
+            "cost_by_pool": cost_by_pool(instance, outcome),
+            "servers_max": servers_max(instance, outcome),
+            "scale_events": len(outcome.scale_events),
             "wall_s": outcome.wall_s,
         }
     )

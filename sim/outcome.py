@@ -3,16 +3,22 @@
 Per request: server, admission/rejection, prefill completion, and the time of every output
 token (flat array with offsets: the tokens of request ``r`` are
 ``token_times[token_offsets[r]:token_offsets[r + 1]]``; ``inf`` marks a token never emitted).
-Per server: busy time. The iteration log (one row per iteration: server, start, end, the seven
-shape features, and its entries) is what :func:`slolab.sim.check` verifies.
+Per server: its pool, when it was switched on, ready, drained and switched off, and its busy
+time; every scaling action; the cost in server-seconds. The iteration log (one row per
+iteration: server, start, end, the seven shape features, and its entries) is what
+:func:`slolab.sim.check` verifies.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from slolab.instances.records import Cluster
+    from slolab.sim.scaling import ScaleEvent
 
 PHASE_PREFILL, PHASE_DECODE, PHASE_STATIC = 0, 1, 2
 
@@ -53,9 +59,34 @@ class Outcome:
     transfer_done_s : float array (n,)
         Disaggregated mode: when the request's KV reached its decode server (inf otherwise).
     end_s : float
-        Time the last iteration ended.
+        End of the run: the end of the last iteration, or the last scaling action if later.
     wall_s : float
         Wall-clock time of the simulation.
+    rejected_kv : bool array (n,), optional
+        Requests the engine rejected because their server could never hold them
+        (``prompt + output`` KV tokens, ``prompt + 1`` on a prefill server, above its capacity);
+        they are also ``rejected``.
+    rejected_s : float array (n,), optional
+        When each rejected request was rejected (inf otherwise).
+    forward_request, forward_from, forward_to, forward_s : arrays (forwards,), optional
+        Every forward of a waiting request from one server to another, with its time.
+    routed_s : float array (n,), optional
+        When each request joined its (prefill) server: its arrival, or the time it was
+        forwarded there (inf if never routed).
+    pool_names : tuple of str
+        Names of the cluster's pools (``server_pool`` indexes them).
+    server_pool : int array (servers,), optional
+        Pool of each server. A server is one life of a device in one pool: a moved server
+        continues under a new id (``server_origin`` names the one it came from, else -1).
+    server_on_s, server_ready_s, server_drain_s, server_off_s : float arrays (servers,), optional
+        When each server was switched on (paying from then), became ready to serve, was drained
+        (inf if never) and was switched off (departed; the run's end for a server still on; inf
+        for a move whose drain never completed).
+    scale_events : tuple of ScaleEvent
+        Every scaling action executed (servers on at the start are not actions).
+    cost_server_s : float
+        Server-seconds from switch-on to switch-off, summed over servers (nan when not
+        recorded); ``cost_by_pool`` splits it by pool.
     """
 
     server: np.ndarray
@@ -84,6 +115,23 @@ class Outcome:
     wall_s: float
     recorded_iterations: bool = True
     info: dict[str, Any] = field(default_factory=dict)
+    rejected_kv: np.ndarray | None = None
+    rejected_s: np.ndarray | None = None
+    forward_request: np.ndarray | None = None
+    forward_from: np.ndarray | None = None
+    forward_to: np.ndarray | None = None
+    forward_s: np.ndarray | None = None
+    routed_s: np.ndarray | None = None
+    pool_names: tuple[str, ...] = ()
+    server_pool: np.ndarray | None = None
+    server_on_s: np.ndarray | None = None
+    server_ready_s: np.ndarray | None = None
+    server_drain_s: np.ndarray | None = None
+    server_off_s: np.ndarray | None = None
+    server_origin: np.ndarray | None = None
+    scale_events: tuple[ScaleEvent, ...] = ()
+    cost_server_s: float = float("nan")
+    cost_by_pool: dict[str, float] = field(default_factory=dict)
 
     @property
     def n_requests(self) -> int:
@@ -114,3 +162,45 @@ class Outcome:
     @property
     def tokens_emitted(self) -> int:
         return int(np.isfinite(self.token_times).sum())
+
+
+class ServerLives(NamedTuple):
+    """Per server: pool index, on / ready / drain / off times (s) and origin; pool names."""
+
+    pool: np.ndarray
+    on_s: np.ndarray
+    ready_s: np.ndarray
+    drain_s: np.ndarray
+    off_s: np.ndarray
+    origin: np.ndarray
+    pool_names: tuple[str, ...]
+
+
+def server_lives(cluster: Cluster, outcome: Outcome) -> ServerLives:
+    """The servers' lives recorded in ``outcome``; for an outcome without them (built by hand),
+    the fixed cluster's: its initial servers, in pool order, on and ready from 0 to ``end_s``."""
+    if outcome.server_on_s is not None:
+        assert outcome.server_pool is not None and outcome.server_ready_s is not None
+        assert outcome.server_drain_s is not None and outcome.server_off_s is not None
+        assert outcome.server_origin is not None
+        return ServerLives(
+            outcome.server_pool,
+            outcome.server_on_s,
+            outcome.server_ready_s,
+            outcome.server_drain_s,
+            outcome.server_off_s,
+            outcome.server_origin,
+            outcome.pool_names,
+        )
+    pools = cluster.resolved_pools()
+    pool = np.repeat(np.arange(len(pools)), [p.servers for p in pools])
+    n = len(pool)
+    return ServerLives(
+        pool,
+        np.zeros(n),
+        np.zeros(n),
+        np.full(n, np.inf),
+        np.full(n, float(outcome.end_s)),
+        np.full(n, -1, dtype=np.int64),
+        tuple(p.name for p in pools),
+    )

@@ -1,9 +1,9 @@
 """Policy and Router protocols, and the Batch a policy returns.
 
 A :class:`Policy` is asked, whenever a server is free, for the server's next batch; a
-:class:`Router` picks a server for each arriving request. Both see servers through
-:class:`slolab.sim.engine.Server` (read-only by convention: a policy changes state only by
-returning a Batch).
+:class:`Router` picks a server for each arriving request among the servers that accept new
+work. Both see servers through the read-only view :class:`slolab.sim.engine.Server`: a policy
+changes state only by returning a Batch.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy as np
 if TYPE_CHECKING:
     from slolab.instances.records import Instance
     from slolab.sim.engine import Server
+    from slolab.sim.scaling import ScaleAction
 
 
 @dataclass(slots=True)
@@ -51,6 +52,9 @@ class Batch:
     wake_at_s : float
         With an empty batch: when to ask the policy again (default: at the next event that
         concerns this server).
+    scale : sequence of ScaleAction
+        Scaling actions to execute now, before the batch starts (switch servers on, drain or
+        move them; see :mod:`slolab.sim.scaling`).
     """
 
     prefill: Sequence[tuple[int, int]] = ()
@@ -61,6 +65,7 @@ class Batch:
     forward: Sequence[tuple[int, int]] = ()
     repeat: bool = False
     wake_at_s: float = math.inf
+    scale: Sequence[ScaleAction] = ()
     info: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -87,7 +92,8 @@ class Router(Protocol):
         """Called once before the run."""
 
     def route(self, request: int, servers: Sequence[Server], now: float) -> int:
-        """Index into ``servers`` of the chosen server."""
+        """Index into ``servers`` of the chosen server (``servers``: those accepting new
+        requests, starting or ready, by id)."""
 
 
 class PolicyError(RuntimeError):

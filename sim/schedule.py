@@ -19,6 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from slolab.sim.outcome import Outcome
 
 PHASES = ("prefill", "decode", "static")
 
@@ -68,6 +74,44 @@ class Schedule:
         per_server: list[tuple[PlannedIteration, ...]] = [() for _ in range(servers)]
         per_server[server] = its
         return cls(tuple(per_server))
+
+    @classmethod
+    def from_outcome(cls, outcome: Outcome) -> Schedule:
+        """The schedule a run followed, read from its iteration log: every server's iterations
+        in order, each not before its logged start, and the rejections.
+
+        With :meth:`slolab.sim.ScalePlan.from_outcome` it replays the run exactly
+        (:func:`slolab.sim.replay`). Runs with preemptions or forwards cannot be written as a
+        Schedule and raise ValueError.
+        """
+        if not outcome.recorded_iterations:
+            raise ValueError("the outcome has no iteration log (run with record_iterations=True)")
+        if len(outcome.preempt_request):
+            raise ValueError("a run with preemptions cannot be written as a Schedule")
+        if outcome.forward_request is not None and len(outcome.forward_request):
+            raise ValueError("a run with forwarded requests cannot be written as a Schedule")
+        n_servers = len(outcome.busy_s)
+        per_server: list[list[PlannedIteration]] = [[] for _ in range(n_servers)]
+        eo = outcome.entry_offsets
+        names = {0: "prefill", 1: "decode", 2: "static"}
+        for i in np.argsort(outcome.it_start, kind="stable").tolist():
+            a, b = int(eo[i]), int(eo[i + 1])
+            entries = tuple(
+                (int(r), names[int(ph)], 0 if ph == 2 else int(c))
+                for r, ph, c in zip(
+                    outcome.entry_request[a:b].tolist(),
+                    outcome.entry_phase[a:b].tolist(),
+                    outcome.entry_tokens[a:b].tolist(),
+                    strict=True,
+                )
+            )
+            per_server[int(outcome.it_server[i])].append(
+                PlannedIteration(entries, float(outcome.it_start[i]))
+            )
+        return cls(
+            tuple(tuple(its) for its in per_server),
+            frozenset(np.flatnonzero(outcome.rejected).tolist()),
+        )
 
     @property
     def servers(self) -> int:

@@ -5,6 +5,8 @@ Every model maps iteration shapes (:data:`FEATURES`) to seconds. Start from a pr
 form directly (:class:`LinearTiming`, :class:`RooflineTiming`, :class:`ProfiledTiming`,
 :class:`ThresholdTiming`, :class:`PhaseSumTiming`, :class:`MeanLengthTiming`).
 :func:`time_to_tokens` and :func:`time2bs` turn a time budget into tokens.
+:func:`startup_delay_s` gives how long a switched-on server needs before it serves, by where its
+weights come from (disk, host memory, another device).
 """
 
 from slolab.timing.base import FEATURES, BatchShape, LinearTiming, TimingModel
@@ -24,6 +26,12 @@ from slolab.timing.presets import (
     refit_llama2_7b_h100,
     resolve_timing,
 )
+from slolab.timing.startup import (
+    WEIGHT_SOURCES,
+    available_startup_presets,
+    startup_delay_s,
+    startup_table,
+)
 
 _LAZY = {"FitReport", "fit", "fit_report", "load_vidur_mlp_profile"}
 
@@ -39,6 +47,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "FEATURES",
+    "WEIGHT_SOURCES",
     "BatchShape",
     "FitReport",
     "LinearTiming",
@@ -50,6 +59,7 @@ __all__ = [
     "TimingModel",
     "attention_terms",
     "available_presets",
+    "available_startup_presets",
     "fit",
     "fit_report",
     "load_vidur_mlp_profile",
@@ -57,6 +67,8 @@ __all__ = [
     "preset_source",
     "refit_llama2_7b_h100",
     "resolve_timing",
+    "startup_delay_s",
+    "startup_table",
     "time2bs",
     "time_to_tokens",
 ]

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from sim_cases import random_instance
 from slolab.heuristics.baselines import LeastLoaded, PrefillFirstFCFS, SarathiFCFS, StaticFCFS
 from slolab.instances.records import Cluster, Instance, Workload
 from slolab.sim import Batch, PolicyError, Schedule, check, replay, run
@@ -141,36 +142,11 @@ class _NoRepeat:
         return b
 
 
-def _random_instance(seed, servers=2, n=40, kv=6000):
-    rng = np.random.default_rng(seed)
-    wl = Workload(
-        {
-            "arrival_s": np.sort(rng.uniform(0, 2.0, n)),
-            "prompt_tokens": rng.integers(1, 300, n),
-            "output_tokens": rng.integers(1, 60, n),
-            "ttft_slo_s": np.full(n, 0.5),
-            "tpot_slo_s": np.full(n, 0.05),
-        }
-    )
-    timing = LinearTiming(
-        0.005,
-        {
-            "prefill_tokens": 2e-5,
-            "decode_tokens": 1e-4,
-            "decode_kv_tokens": 1e-7,
-            "prefill_attention_work": 1e-9,
-        },
-    )
-    return Instance(
-        "random", wl, Cluster(servers=servers, kv_capacity_tokens=kv, max_batch_tokens=256), timing
-    )
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("policy", [SarathiFCFS, PrefillFirstFCFS])
 def test_fast_forward_equals_step_by_step(seed, policy):
     """Fast-forwarded decode windows give the same tokens as deciding every iteration."""
-    inst = _random_instance(seed)
+    inst = random_instance(seed)
     fast = run(inst, policy(), LeastLoaded(), seed=seed)
     slow = run(inst, _NoRepeat(policy()), LeastLoaded(), seed=seed)
     np.testing.assert_allclose(fast.token_times, slow.token_times, rtol=1e-9)
@@ -182,7 +158,7 @@ def test_fast_forward_equals_step_by_step(seed, policy):
 
 def test_preemption_under_memory_pressure_recomputes():
     """A small KV cache forces recompute preemptions; every request still finishes cleanly."""
-    inst = _random_instance(7, servers=1, n=30, kv=900)
+    inst = random_instance(7, servers=1, n=30, kv=900)
     out = run(inst, SarathiFCFS(), seed=0)
     assert out.preemptions.sum() > 0
     assert out.finished.all()
@@ -200,14 +176,15 @@ def test_policy_breaking_memory_is_an_error():
         def next_batch(self, server):
             return Batch(prefill=[(r, server.remaining_prefill(r)) for r in server.waiting])
 
+    # each request fits alone (30 + 2 <= 40 tokens), both prefilled at once need 31 + 31 = 62
     inst = Instance(
         "small",
-        Workload({"arrival_s": [0.0], "prompt_tokens": [50], "output_tokens": [2]}),
+        Workload({"arrival_s": [0.0, 0.0], "prompt_tokens": [30, 30], "output_tokens": [2, 2]}),
         Cluster(kv_capacity_tokens=40),
         ROUND,
     )
     with pytest.raises(
-        PolicyError, match=r"server 0 t=0.0: batch needs 51 KV tokens but only 40 of 40"
+        PolicyError, match=r"server 0 t=0.0: batch needs 62 KV tokens but only 40 of 40"
     ):
         run(inst, Greedy(), seed=0)
 

@@ -1,0 +1,250 @@
+"""Reference scalers every elastic method is compared with.
+
+- :class:`FixedScaler` — today's cluster: the servers the run starts with, never changed.
+- :class:`ThresholdScaler` — a threshold rule on one pool: every ``interval_s`` it measures
+  queue length, load or utilization per server; above ``upper`` it switches servers on, below
+  ``lower`` it drains one, at most one action per ``cooldown_s``, keeping between
+  ``min_servers`` and ``max_servers``.
+
+PolyServe's and HyperFlexis's own scalers build on these (their modules).
+
+References
+----------
+HyperFlexis, Sec. 6 and Algorithm 3 (a scaler run every few seconds on utilization and queue
+thresholds, scaling in after a sustained low period). PolyServe, Sec. 4.3 (a server leaves a
+tier only when empty).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from slolab.sim.scaling import ClusterView, ScaleAction
+
+if TYPE_CHECKING:
+    from slolab.instances.records import Instance
+    from slolab.sim.engine import Server
+
+__all__ = [
+    "SCALERS",
+    "SCALER_METRICS",
+    "FixedScaler",
+    "ThresholdParams",
+    "ThresholdScaler",
+    "elastic_setup",
+]
+
+#: What the threshold scaler measures, per server of its pool.
+SCALER_METRICS = ("queue", "load", "utilization")
+
+
+class FixedScaler:
+    """No scaling: the cluster keeps the servers it starts with (the engine's behaviour
+    without a scaler)."""
+
+    name = "fixed"
+    interval_s = math.inf
+
+    def start(self, instance: Instance, seed: int) -> None:
+        return None
+
+    def decide(self, cluster: ClusterView) -> Sequence[ScaleAction]:
+        return ()
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdParams:
+    """Settings of :class:`ThresholdScaler`.
+
+    Parameters
+    ----------
+    metric : {"queue", "load", "utilization"}
+        ``queue``: requests waiting (not admitted) per accepting server; ``load``: requests
+        queued or running per accepting server; ``utilization``: the fraction of the last
+        interval the pool's ready servers spent running iterations (their mean).
+    upper, lower : float
+        Scale out above ``upper``, in below ``lower`` (``lower < upper``).
+    min_servers, max_servers : int
+        Bounds on the pool's servers: at least ``min_servers`` accept new work, at most
+        ``max_servers`` are on (draining ones included).
+    cooldown_s : float
+        Least time between two actions (s).
+    interval_s : float
+        How often the scaler looks (s).
+    step : int
+        Servers switched on per scale-out.
+    pool : str, optional
+        The pool it scales (default: the cluster's first pool).
+    """
+
+    metric: str = "utilization"
+    upper: float = 0.9
+    lower: float = 0.5
+    min_servers: int = 1
+    max_servers: int = 16
+    cooldown_s: float = 10.0
+    interval_s: float = 1.0
+    step: int = 1
+    pool: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.metric not in SCALER_METRICS:
+            raise ValueError(
+                f"metric must be one of {', '.join(SCALER_METRICS)}, got {self.metric!r}"
+            )
+        if not (math.isfinite(self.lower) and math.isfinite(self.upper)) or not (
+            0 <= self.lower < self.upper
+        ):
+            raise ValueError(
+                f"thresholds must satisfy 0 <= lower < upper, got lower={self.lower}, "
+                f"upper={self.upper}"
+            )
+        for name in ("min_servers", "max_servers", "step"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.min_servers > self.max_servers:
+            raise ValueError(
+                f"min_servers must be <= max_servers, got {self.min_servers} > {self.max_servers}"
+            )
+        if not (math.isfinite(self.cooldown_s) and self.cooldown_s >= 0):
+            raise ValueError(f"cooldown_s must be a finite number >= 0, got {self.cooldown_s}")
+        if not (math.isfinite(self.interval_s) and self.interval_s > 0):
+            raise ValueError(f"interval_s must be a finite number > 0, got {self.interval_s}")
+
+
+class ThresholdScaler:
+    """Threshold autoscaling of one pool with a cool-down (see :class:`ThresholdParams`).
+
+    Each call: first, switch servers on until ``min_servers`` accept work. Then, if the last
+    action is at least ``cooldown_s`` old: above ``upper`` switch on ``step`` servers (within
+    ``max_servers``); below ``lower`` drain one accepting server (a starting one first, then the
+    least loaded, the newest on ties), keeping ``min_servers``.
+
+    References
+    ----------
+    HyperFlexis, Sec. 6, Algorithm 3.
+    """
+
+    name = "threshold"
+
+    def __init__(self, params: ThresholdParams | None = None) -> None:
+        self.params = params if params is not None else ThresholdParams()
+        self.interval_s = self.params.interval_s
+        self._pool = ""
+        self._last_action_s = -math.inf
+        self._busy: dict[int, tuple[float, float]] = {}
+
+    def start(self, instance: Instance, seed: int) -> None:
+        """Reset for a run (the rule makes no random choice; ``seed`` is unused)."""
+        pools = instance.cluster.resolved_pools()
+        names = [p.name for p in pools]
+        pool = self.params.pool or names[0]
+        if pool not in names:
+            raise ValueError(f"unknown pool {pool!r}; the cluster has {', '.join(names)}")
+        self._pool = pool
+        self._last_action_s = -math.inf
+        self._busy = {}
+
+    def measure(self, cluster: ClusterView) -> float:
+        """The metric now over the pool (nan when it cannot be measured yet)."""
+        present = cluster.in_pool(self._pool)
+        active = [s for s in present if s.accepting]
+        metric = self.params.metric
+        if metric == "queue":
+            return sum(len(s.waiting) for s in present) / max(len(active), 1)
+        if metric == "load":
+            return sum(s.load for s in present) / max(len(active), 1)
+        now = cluster.now
+        fractions = []
+        samples: dict[int, tuple[float, float]] = {}
+        for s in present:
+            if not s.ready:
+                continue
+            busy = s.busy_s
+            samples[s.id] = (now, busy)
+            before = self._busy.get(s.id)
+            if before is not None and now > before[0] and s.accepting:
+                fractions.append(min(max((busy - before[1]) / (now - before[0]), 0.0), 1.0))
+        self._busy = samples
+        return sum(fractions) / len(fractions) if fractions else math.nan
+
+    def decide(self, cluster: ClusterView) -> Sequence[ScaleAction]:
+        """The actions for now (see the class docstring)."""
+        p = self.params
+        value = self.measure(cluster)
+        present = cluster.in_pool(self._pool)
+        active = [s for s in present if s.accepting]
+        if len(active) < p.min_servers:
+            room = p.max_servers - len(present)
+            count = max(min(p.min_servers - len(active), room), 0)
+            if count:
+                self._last_action_s = cluster.now
+            return [ScaleAction.on(self._pool)] * count
+        if math.isnan(value) or cluster.now - self._last_action_s < p.cooldown_s:
+            return ()
+        if value > p.upper and len(present) < p.max_servers:
+            self._last_action_s = cluster.now
+            return [ScaleAction.on(self._pool)] * min(p.step, p.max_servers - len(present))
+        if value < p.lower and len(active) > p.min_servers:
+            self._last_action_s = cluster.now
+            victim = min(active, key=_drain_order)
+            return [ScaleAction.drain(victim.id)]
+        return ()
+
+
+def _drain_order(server: Server) -> tuple[bool, int, int]:
+    return (server.ready, server.load, -server.id)
+
+
+#: The reference scalers by name.
+SCALERS: dict[str, type] = {"fixed": FixedScaler, "threshold": ThresholdScaler}
+
+
+def elastic_setup(
+    instance: Instance,
+    autoscale: str | None,
+    *,
+    min_servers: int = 1,
+    max_servers: int = 16,
+    startup: str = "disk",
+    **params: object,
+) -> tuple[Instance, FixedScaler | ThresholdScaler | None]:
+    """The instance and scaler for an elastic run from command-line style options.
+
+    Parameters
+    ----------
+    instance : Instance
+        The run's instance; its cluster's start-up delay is set from ``startup``.
+    autoscale : str or None
+        A name in :data:`SCALERS`, or None for no scaler (the instance is returned unchanged).
+    min_servers, max_servers : int
+        Bounds for the threshold scaler.
+    startup : {"disk", "host", "d2d"}
+        Where a switched-on server loads its weights from; the delay is the start-up preset of
+        the instance's timing model (:func:`slolab.timing.startup.startup_delay_s`).
+    **params
+        Further :class:`ThresholdParams` fields.
+    """
+    from slolab.timing.startup import startup_delay_s
+
+    if autoscale is None:
+        return instance, None
+    if autoscale not in SCALERS:
+        raise ValueError(f"unknown scaler {autoscale!r}; known: {', '.join(sorted(SCALERS))}")
+    name = getattr(instance.timing, "name", "")
+    delay = startup_delay_s(name, startup)
+    cluster = dataclasses.replace(instance.cluster, startup_s=delay)
+    instance = dataclasses.replace(instance, cluster=cluster)
+    if autoscale == "fixed":
+        return instance, FixedScaler()
+    threshold = ThresholdParams(
+        min_servers=min_servers,
+        max_servers=max_servers,
+        **params,  # type: ignore[arg-type]
+    )
+    return instance, ThresholdScaler(threshold)

@@ -1,0 +1,214 @@
+"""Scaling actions, plans, events and the Scaler protocol.
+
+A server's life::
+
+    off --switch on--> starting --startup delay--> ready --drain--> draining --last request--> departed
+        (pays from here)                           (serves)     (no new work)               (cost stops)
+
+- ``on``: switch a server on into a pool. It pays from that moment and serves after its pool's
+  start-up delay (:attr:`slolab.instances.Pool.startup_s`). A starting server already accepts
+  requests (they queue until it is ready).
+- ``drain``: the server takes no new work and departs when its last request finishes (at once
+  when it has none).
+- ``move``: drain, then join another pool: when the drain completes the server's next life
+  starts in the target pool, ready after the cluster's ``move_s`` (both delays count).
+
+Actions come from a :class:`Scaler` (called every ``interval_s``), from a policy at a
+decision point (:attr:`slolab.sim.Batch.scale`), or from a :class:`ScalePlan` given in advance.
+Server ids are assigned in order: the cluster's initial servers first (in pool order), then one
+id per ``on`` or ``move`` in the order the actions are executed (a move's new id is taken when
+the move is issued, its life begins when the drain completes). A plan that names servers this
+way replays exactly.
+
+References
+----------
+HyperFlexis, Sec. 6 (threshold scaler, P/D role transitions, fast scaling); PolyServe, Sec. 4.3
+(tiers grow from and return to a best-effort pool; a server leaves only once empty).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from slolab.instances.records import Instance, Pool
+    from slolab.sim.engine import Server
+    from slolab.sim.outcome import Outcome
+
+#: The scaling actions.
+ACTIONS = ("on", "drain", "move")
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleAction:
+    """One scaling action.
+
+    Parameters
+    ----------
+    kind : str
+        ``"on"`` (needs ``pool``), ``"drain"`` (needs ``server``) or ``"move"`` (needs both:
+        the server and its target pool).
+    pool : str, optional
+        Name of the pool a server is switched on into or moved to.
+    server : int, optional
+        Id of the server drained or moved.
+    """
+
+    kind: str
+    pool: str | None = None
+    server: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ACTIONS:
+            raise ValueError(f"kind must be one of {', '.join(ACTIONS)}, got {self.kind!r}")
+        if self.kind in ("on", "move") and not self.pool:
+            raise ValueError(f"a {self.kind!r} action needs a pool")
+        if self.kind == "on" and self.server is not None:
+            raise ValueError("an 'on' action names no server (ids are given in order)")
+        if self.kind in ("drain", "move"):
+            if self.server is None or isinstance(self.server, bool) or self.server < 0:
+                raise ValueError(
+                    f"a {self.kind!r} action needs a server id >= 0, got {self.server!r}"
+                )
+        if self.kind == "drain" and self.pool is not None:
+            raise ValueError("a 'drain' action names no pool")
+
+    @classmethod
+    def on(cls, pool: str) -> ScaleAction:
+        """Switch a server on into ``pool``."""
+        return cls("on", pool=pool)
+
+    @classmethod
+    def drain(cls, server: int) -> ScaleAction:
+        """Drain ``server``."""
+        return cls("drain", server=server)
+
+    @classmethod
+    def move(cls, server: int, pool: str) -> ScaleAction:
+        """Drain ``server``, then start it in ``pool``."""
+        return cls("move", pool=pool, server=server)
+
+
+@dataclass(frozen=True, slots=True)
+class ScalePlan:
+    """Scaling actions decided in advance: ``(time_s, action)`` pairs in time order.
+
+    Actions at equal times run in the order given, before arrivals at that time.
+    """
+
+    actions: tuple[tuple[float, ScaleAction], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.actions, tuple):
+            object.__setattr__(self, "actions", tuple(self.actions))
+        last = 0.0
+        for i, item in enumerate(self.actions):
+            if not (isinstance(item, tuple) and len(item) == 2):
+                raise ValueError(f"actions[{i}] must be a (time_s, ScaleAction) pair, got {item!r}")
+            t, action = item
+            if not isinstance(action, ScaleAction):
+                raise TypeError(
+                    f"actions[{i}] must hold a ScaleAction, got {type(action).__name__}"
+                )
+            if not (isinstance(t, int | float) and math.isfinite(t) and t >= 0):
+                raise ValueError(f"actions[{i}]: time must be a finite number >= 0, got {t!r}")
+            if t < last:
+                raise ValueError(f"actions[{i}]: times must not decrease, got {t} after {last}")
+            last = float(t)
+
+    @classmethod
+    def of(cls, actions: Iterable[tuple[float, ScaleAction]]) -> ScalePlan:
+        """A plan of ``actions``, sorted by time (stable)."""
+        return cls(tuple(sorted(actions, key=lambda a: a[0])))
+
+    @classmethod
+    def from_outcome(cls, outcome: Outcome) -> ScalePlan:
+        """The actions a run executed (``outcome.scale_events``), as a plan that repeats them."""
+        return cls(
+            tuple(
+                (
+                    ev.time_s,
+                    ScaleAction(
+                        ev.action,
+                        ev.pool if ev.action != "drain" else None,
+                        None if ev.action == "on" else ev.server,
+                    ),
+                )
+                for ev in outcome.scale_events
+            )
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleEvent:
+    """A scaling action as executed (recorded in :attr:`slolab.sim.Outcome.scale_events`).
+
+    Attributes
+    ----------
+    time_s : float
+        When it was executed.
+    action : str
+        ``"on"``, ``"drain"`` or ``"move"``.
+    server : int
+        The server switched on (``on``), drained or moved.
+    pool : str
+        The pool switched on into or moved to; for ``drain`` the server's pool.
+    new_server : int
+        The id of the server's next life (``move``; -1 otherwise; for ``on`` equal to
+        ``server``).
+    """
+
+    time_s: float
+    action: str
+    server: int
+    pool: str
+    new_server: int = -1
+
+
+class ClusterView:
+    """What a scaler sees: the time, the pools and every server that has not departed.
+
+    Attributes
+    ----------
+    now : float
+        Current time (s).
+    pools : tuple of Pool
+        The cluster's pools with their limits filled in.
+    servers : tuple of Server
+        Servers switched on and not departed (starting, ready or draining), by id.
+    """
+
+    __slots__ = ("now", "pools", "servers")
+
+    def __init__(self, now: float, pools: tuple[Pool, ...], servers: tuple[Server, ...]) -> None:
+        self.now = now
+        self.pools = pools
+        self.servers = servers
+
+    def in_pool(self, pool: str) -> list[Server]:
+        """Servers of ``pool`` (starting, ready or draining)."""
+        return [s for s in self.servers if s.pool == pool]
+
+    def active(self, pool: str) -> list[Server]:
+        """Servers of ``pool`` that accept new work (starting or ready)."""
+        return [s for s in self.servers if s.pool == pool and s.accepting]
+
+
+@runtime_checkable
+class Scaler(Protocol):
+    """Decides how many servers run in which pool, every ``interval_s`` seconds.
+
+    The engine calls :meth:`decide` at time 0 and then every ``interval_s`` while the run has
+    work left; the actions it returns are executed at once, in order.
+    """
+
+    interval_s: float
+
+    def start(self, instance: Instance, seed: int) -> None:
+        """Called once before the run (reset internal state)."""
+
+    def decide(self, cluster: ClusterView) -> Sequence[ScaleAction]:
+        """The actions to take now (empty: none)."""
