@@ -203,19 +203,20 @@ def _add_scaling_args(p: argparse.ArgumentParser) -> None:
         default=None,
         choices=["queue", "load", "utilization"],
         help="with --autoscale threshold: requests waiting per server, requests queued or "
-        "running per server, or busy fraction (default: utilization)",
+        "running per server, or busy fraction (default: load; utilization stays near 1 under "
+        "continuous batching)",
     )
     p.add_argument(
         "--scale-upper",
         type=float,
         default=None,
-        help="with --autoscale threshold: add a server above this (default: 0.9)",
+        help="with --autoscale threshold: add a server above this (default: 8)",
     )
     p.add_argument(
         "--scale-lower",
         type=float,
         default=None,
-        help="with --autoscale threshold: drain a server below this (default: 0.5)",
+        help="with --autoscale threshold: drain a server below this (default: 2)",
     )
     p.add_argument(
         "--startup",

@@ -67,7 +67,9 @@ class ThresholdParams:
         queued or running per accepting server; ``utilization``: the fraction of the last
         interval the pool's ready servers spent running iterations (their mean).
     upper, lower : float
-        Scale out above ``upper``, in below ``lower`` (``lower < upper``).
+        Scale out above ``upper``, in below ``lower`` (``lower < upper``). The defaults (load,
+        8 and 2) follow demand; utilization stays near 1 under continuous batching (a server
+        holding one request is busy), so a utilization rule drifts to ``max_servers``.
     min_servers, max_servers : int
         Bounds on the pool's servers: at least ``min_servers`` accept new work, at most
         ``max_servers`` are on (draining ones included).
@@ -81,9 +83,9 @@ class ThresholdParams:
         The pool it scales (default: the cluster's first pool).
     """
 
-    metric: str = "utilization"
-    upper: float = 0.9
-    lower: float = 0.5
+    metric: str = "load"
+    upper: float = 8.0
+    lower: float = 2.0
     min_servers: int = 1
     max_servers: int = 16
     cooldown_s: float = 10.0
