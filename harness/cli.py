@@ -148,87 +148,11 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _serving_instance(a: argparse.Namespace, rate: float | None):
-    from slolab.harness.build import serving_instance
-
-    return serving_instance(
-        a.trace,
-        seed=a.seed,
-        format=a.format,
-        servers=a.servers,
-        timing=a.timing,
-        slos=_slo_scheme(a),
-        slo_params={
-            k: v for k, v in (("scenario", a.scenario), ("slack", a.slack)) if v is not None
-        },
-        rate=rate,
-        limit=a.limit,
-        mode=a.mode,
-        prefill_servers=a.prefill_servers,
-        kv_capacity_tokens=a.kv_capacity,
-        max_batch_tokens=a.max_batch_tokens,
-        max_batch_size=a.max_batch_size,
-    )
-
-
-def _slo_scheme(a: argparse.Namespace) -> str | None:
-    scheme = a.slos or ("slos-serve" if a.scenario else "polyserve")
-    return None if scheme == "none" else scheme
-
-
-def _policy_and_router(a: argparse.Namespace, instance):
-    import numpy as np
-    from slolab.heuristics import POLICIES, ROUTERS
-    from slolab.timing import time2bs
-
-    if a.policy not in POLICIES:
-        raise ValueError(f"unknown policy {a.policy!r}; known: {', '.join(sorted(POLICIES))}")
-    if a.router not in ROUTERS:
-        raise ValueError(f"unknown router {a.router!r}; known: {', '.join(sorted(ROUTERS))}")
-    if a.policy in ("sarathi", "edf"):
-        if a.token_budget == "auto":
-            tpot = instance.workload["tpot_slo_s"]
-            tpot = tpot[np.isfinite(tpot)]
-            budget = time2bs(instance.timing, float(tpot.min())) if len(tpot) else 0
-            budget = min(budget, a.max_batch_tokens) if budget > 0 else a.max_batch_tokens
-        else:
-            try:
-                budget = int(a.token_budget)
-            except ValueError:
-                raise ValueError(
-                    f"--token-budget must be an integer or auto, got {a.token_budget!r}"
-                ) from None
-        return POLICIES[a.policy](token_budget=budget), ROUTERS[a.router]()
-    return POLICIES[a.policy](), ROUTERS[a.router]()
-
-
 def cmd_simulate(a: argparse.Namespace) -> int:
-    import time
+    from slolab.harness.serving import ServingSetup, simulate_summary
 
-    from slolab.sim import metrics, run
-
-    t0 = time.perf_counter()
-    inst = _serving_instance(a, a.rate)
-    policy, router = _policy_and_router(a, inst)
-    out = run(
-        inst,
-        policy,
-        router,
-        seed=a.seed,
-        record_iterations=False,
-        progress=not a.json and not a.quiet,
-    )
-    s = metrics.summary(inst, out)
-    s["wall_s"] = time.perf_counter() - t0
-    s["simulate_s"] = out.wall_s
-    s.update(
-        {
-            "instance": inst.name,
-            "policy": a.policy,
-            "router": a.router,
-            "servers": a.servers,
-            "timing": a.timing,
-        }
+    s = simulate_summary(
+        ServingSetup.from_namespace(a), a.rate, progress=not a.json and not a.quiet
     )
     if a.json:
         _print_json(s)
@@ -457,24 +381,13 @@ def cmd_compare(a: argparse.Namespace) -> int:
 
 
 def cmd_capacity(a: argparse.Namespace) -> int:
-    from slolab.harness.capacity import capacity
-    from slolab.sim import metrics, run
+    from slolab.harness.serving import ServingSetup, capacity_search
 
-    base = _serving_instance(a, None)
-    from slolab.instances import mean_rate
-
-    trace_rate = mean_rate(base.workload)
-
-    def probe(rate: float) -> float:
-        inst = _serving_instance(a, rate)
-        policy, router = _policy_and_router(a, inst)
-        out = run(inst, policy, router, seed=a.seed, record_iterations=False)
-        return metrics.attainment(inst, out, a.definition)
-
-    res = capacity(
-        probe,
+    res, trace_rate = capacity_search(
+        ServingSetup.from_namespace(a),
         target=a.target,
-        start_rate=a.start_rate or trace_rate,
+        definition=a.definition,
+        start_rate=a.start_rate,
         rel_tol=a.rel_tol,
         max_probes=a.max_probes,
         progress=not a.json and not a.quiet,
@@ -688,6 +601,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``slolab`` command."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("slolab: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

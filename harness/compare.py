@@ -182,7 +182,17 @@ def compare(
             raise ValueError(f"method {name!r} does not apply to problem {instance.problem!r}")
         mr = m.runner(instance, seed=seed, time_limit=time_limit, threads=threads)
         rows.append(_row(instance, name, m.kind, mr, run_checks))
-    frame = pd.DataFrame(rows)
+    return with_gaps(pd.DataFrame(rows))
+
+
+def with_gaps(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (rows of one instance) with the optimum interval and each row's gap interval.
+
+    Sets ``optimum_lo`` and ``optimum_hi`` from :func:`optimum_interval` and ``gap_lo``,
+    ``gap_hi`` for every row (see the module docstring); rows of separate runs of methods on
+    one instance combine into the table a single :func:`compare` call would give.
+    """
+    frame = frame.copy()
     lo, hi = optimum_interval(frame)
     frame["optimum_lo"] = lo
     frame["optimum_hi"] = hi
