@@ -3,7 +3,8 @@
 Commands: ``simulate`` (a trace under a scheduler), ``instance build`` (write an instance
 file), ``instances`` (list shipped instances), ``presets`` (list timing presets), ``solve``
 (an exact model), ``compare`` (heuristics vs optimum), ``capacity`` (largest rate meeting an
-attainment target). Bad input gives a one-line error and exit status 2.
+attainment target), ``sweep`` (a grid of tasks from a TOML spec, on Dask: see
+:mod:`slolab.harness.sweep`). Bad input gives a one-line error and exit status 2.
 """
 
 from __future__ import annotations
@@ -596,6 +597,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_capacity)
+
+    from slolab.harness import sweep
+
+    sweep.add_parser(sub)
     return parser
 
 
