@@ -4,7 +4,8 @@ Commands: ``simulate`` (a trace under a scheduler), ``instance build`` (write an
 file), ``instances`` (list shipped instances), ``presets`` (list timing presets), ``solve``
 (an exact model), ``compare`` (heuristics vs optimum), ``capacity`` (largest rate meeting an
 attainment target), ``sweep`` (a grid of tasks from a TOML spec, on Dask: see
-:mod:`slolab.harness.sweep`). Bad input gives a one-line error and exit status 2.
+:mod:`slolab.harness.sweep`), ``plan`` (fewest servers meeting a target per scheduler: see
+:mod:`slolab.harness.plan`). Bad input gives a one-line error and exit status 2.
 """
 
 from __future__ import annotations
@@ -598,9 +599,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_capacity)
 
-    from slolab.harness import sweep
+    from slolab.harness import plan, sweep
 
     sweep.add_parser(sub)
+    plan.add_parser(sub)
     return parser
 
 
