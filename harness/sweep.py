@@ -523,7 +523,7 @@ def open_cluster(
 
     if backend.kind == "local":
         cluster = LocalCluster(
-            n_workers=0, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=0, threads_per_worker=1, processes=True, dashboard_address=":0"
         )
         client = None
         try:

@@ -4,11 +4,13 @@ import json
 import logging
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -27,6 +29,9 @@ from slolab.harness.sweep import (
 )
 from slolab.harness.sweep_spec import JobqueueOptions, SpecError, load_spec
 from slolab.instances import load_shipped
+
+#: The sweeps page; its first toml block is the laptop example, its second the SLURM spec.
+SWEEPS_DOC = Path(__file__).resolve().parents[2] / "docs" / "sweeps.md"
 
 #: Columns that change from run to run (timings, host, time of day, tracebacks' paths).
 VOLATILE = ["wall_s", "runtime_s", "finished_utc", "simulate_s", "host", "error_traceback"]
@@ -431,3 +436,46 @@ def test_ctrl_c_stops_with_one_line_and_keeps_the_store(tmp_path):
     resumed = start_cli_sweep(spec_path, store_dir)
     assert resumed.wait(timeout=300) == 0
     assert len(open_store(store_dir).frame()) == 108
+
+
+def doc_toml_blocks():
+    """The ```toml blocks of docs/sweeps.md, in order."""
+    return re.findall(r"```toml\n(.*?)```", SWEEPS_DOC.read_text(), flags=re.S)
+
+
+def test_docs_example_runs_and_a_rerun_adds_nothing(tmp_path, capsys):
+    """The example that opens docs/sweeps.md runs; the same command again adds no rows."""
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(doc_toml_blocks()[0])
+    store_dir = tmp_path / "demo"
+    assert main(["sweep", str(spec_path), "--store", str(store_dir), "--quiet"]) == 0
+    # 4 SA snapshots x 3 methods + 2 admission calls x 2 methods + 2 policies x 2 server
+    # counts = 12 + 4 + 4 = 20 rows of 4 + 2 + 4 = 10 tasks.
+    assert capsys.readouterr().out.startswith(
+        f"sweep laptop-demo: 10 tasks; 0 already stored, 10 run (0 failed); 20 rows added to "
+        f"{store_dir} in "
+    )
+    rows = pd.read_parquet(store_dir)
+    assert len(rows) == 20 and rows["error"].isna().all()
+    exact = rows[rows["kind"] == "exact"]
+    assert (exact["status"] == "OPTIMAL").all() and (exact["gap_hi"] == 0).all()
+    assert main(["sweep", str(spec_path), "--store", str(store_dir), "--quiet"]) == 0
+    assert capsys.readouterr().out.strip() == (
+        f"sweep laptop-demo: all 10 tasks already stored in {store_dir}; no rows added"
+    )
+
+
+def test_docs_slurm_spec_loads_and_makes_its_job_script(tmp_path):
+    """The SLURM spec of docs/sweeps.md is valid and gives the job script it describes."""
+    spec = load_spec(write_spec(tmp_path, doc_toml_blocks()[1]))
+    # 500 snapshots x 2 time limits = 1000 tasks of 6 methods, 4 threads each.
+    assert len(spec.tasks) == 1000 and spec.threads == 4 and spec.jobqueue.jobs == 8
+    cluster = jobqueue_cluster("slurm", spec.jobqueue, spec.threads)
+    try:
+        script = cluster.job_script()
+    finally:
+        cluster.close()
+    # 32 cores // 4 threads = 8 workers per job, each running one 4-thread task.
+    assert "#SBATCH -p compute" in script and "#SBATCH -A my-project" in script
+    assert "--nworkers 8" in script and "--resources cpus=4" in script
+    assert "module load python/3.11" in script
