@@ -41,7 +41,7 @@ import re
 import secrets
 import socket
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from hashlib import sha256
 from pathlib import Path
 from typing import Any
@@ -424,23 +424,38 @@ class ResultsStore:
             found.update(pc.unique(column).to_pylist())
         return found
 
-    def table(self) -> pa.Table:
-        """Every stored row as one Arrow table, batches in the order written."""
+    def table(self, columns: Sequence[str] | None = None) -> pa.Table:
+        """Every stored row as one Arrow table, batches in the order written.
+
+        ``columns`` reads only those columns (and the key), which Parquet makes much cheaper
+        than reading every column of a large store.
+        """
+        names = None
+        if columns is not None:
+            unknown = [name for name in columns if name not in self.schema.names]
+            if unknown:
+                raise ValueError(
+                    f"unknown column(s) {', '.join(map(repr, unknown))}; the store's columns: "
+                    f"{', '.join(self.schema.names)}"
+                )
+            names = [self.key, *(name for name in columns if name != self.key)]
         files = self.files()
-        tables = [self._read(path) for path in files]
+        tables = [self._read(path, names) for path in files]
         self._check_unique(files, [table.column(self.key) for table in tables])
         if not tables:
-            return self.schema.empty_table()
+            empty = self.schema.empty_table()
+            return empty if names is None else empty.select(names)
         return pa.concat_tables(tables).replace_schema_metadata(None)
 
-    def frame(self, sort: bool = True) -> pd.DataFrame:
+    def frame(self, sort: bool = True, columns: Sequence[str] | None = None) -> pd.DataFrame:
         """Every stored row as a DataFrame, with the store's columns in order.
 
         With ``sort`` the rows are ordered by key, and the rows of one key in the order they
         were appended (a stable sort); otherwise batches come in the order written. Missing
         values follow pandas' rules (an int column with a missing value becomes float64).
+        ``columns`` reads only those columns (the key first).
         """
-        frame = self.table().to_pandas()
+        frame = self.table(columns).to_pandas()
         if sort:
             # pandas permutes the (Arrow-backed) columns far faster than Table.take copies them.
             frame = frame.sort_values(self.key, kind="stable", ignore_index=True)

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 from slolab.harness.serving import ServingSetup
-from slolab.harness.store import ResultsStore
+from slolab.harness.store import ResultsStore, StoreLockedError, StoreReadError
 from slolab.harness.sweep_spec import (
     JobqueueOptions,
     SweepSpec,
@@ -723,7 +723,8 @@ def run_sweep(
             disable=None if progress else True,
         )
         if backend.kind == "local":
-            workers = local_workers(backend.workers, spec.threads)
+            # No more workers than tasks (local_workers warns about oversubscription later).
+            workers = backend.workers or max(1, available_cores() // spec.threads)
             backend = dataclasses.replace(backend, workers=min(workers, len(pending)))
         try:
             with (
@@ -875,9 +876,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         # distributed sets its logger's level, so set it after.
         import distributed  # noqa: F401
 
-        logging.getLogger("distributed").setLevel(logging.WARNING)
+        logging.getLogger("distributed").setLevel(logging.ERROR)
     try:
         tally = run_sweep(spec, directory, backend, progress=not args.quiet and not args.json)
+    except (StoreLockedError, StoreReadError) as error:
+        raise ValueError(str(error)) from None
     except SweepInterrupted as stop:
         done = stop.tally.stored_before + stop.tally.ran
         print(

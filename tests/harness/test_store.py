@@ -232,6 +232,19 @@ def test_pandas_reads_the_store_directory(tmp_path):
     pd.testing.assert_frame_equal(read, store.frame(sort=False))
 
 
+def test_frame_reads_chosen_columns(tmp_path):
+    """frame(columns=...) reads the key and those columns only; unknown names raise."""
+    store = ResultsStore(tmp_path, COLUMNS)
+    with store.writer() as writer:
+        writer.append([{"task_key": "b", "count": 2, "name": "x"}])
+        writer.append([{"task_key": "a", "count": 1}])
+    frame = store.frame(columns=["count"])
+    assert frame.columns.tolist() == ["task_key", "count"]
+    assert frame["count"].tolist() == [1, 2]
+    with pytest.raises(ValueError, match="unknown column\\(s\\) 'size'"):
+        store.frame(columns=["size"])
+
+
 def test_bad_rows_are_rejected_naming_row_and_column(tmp_path):
     """Wrong types, unknown columns, missing keys and stored keys raise; nothing is written."""
     store = ResultsStore(tmp_path, COLUMNS)

@@ -122,6 +122,15 @@ def test_cli_reports_spec_errors_before_running(tmp_path, capsys):
     assert not (tmp_path / "store").exists()
 
 
+def test_cli_refuses_a_store_another_sweep_is_writing(tmp_path, capsys):
+    """While another writer holds the store, slolab sweep exits 2 with one line."""
+    path = write_spec(tmp_path, '[[compare]]\ninstances = ["sa-azure-n6-b2"]\nmethods = ["sa"]\n')
+    with open_store(tmp_path / "store").writer():
+        assert main(["sweep", str(path), "--store", str(tmp_path / "store"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is being written by another process" in err[0]
+
+
 def test_grid_expands_and_keys_describe_what_runs(tmp_path):
     """Counts multiply along the axes; duplicates collapse; threads stay out of the key."""
     path = write_spec(
