@@ -394,8 +394,10 @@ def wait_for_batches(store_dir, process, count=1, timeout_s=120.0):
 def test_sweep_killed_at_random_instants_resumes_to_uninterrupted_rows(tmp_path):
     """Three SIGKILLs of the whole sweep (client and workers), a resume: rows equal a clean run."""
     spec_path = write_spec(tmp_path, KILL_SWEEP)
-    clean = start_cli_sweep(spec_path, tmp_path / "clean")
-    assert clean.wait(timeout=300) == 0, clean.stderr.read()
+    # The uninterrupted rows, computed here task by task and stored the same way.
+    with open_store(tmp_path / "clean").writer() as writer:
+        for task in load_spec(spec_path).tasks:
+            writer.append(run_task(task))
     reference = stable(open_store(tmp_path / "clean").frame())
     # 36 seeds x 3 methods = 108 rows of 36 tasks.
     assert len(reference) == 108 and reference["task_key"].nunique() == 36
@@ -428,7 +430,7 @@ def test_sweep_killed_at_random_instants_resumes_to_uninterrupted_rows(tmp_path)
 
 
 def test_ctrl_c_stops_with_one_line_and_keeps_the_store(tmp_path):
-    """SIGINT to the sweep's process group (a terminal's Ctrl-C): exit 130, one line, resumable."""
+    """SIGINT to the sweep's process group (a terminal's Ctrl-C): exit 130, one line, store whole."""
     spec_path = write_spec(tmp_path, KILL_SWEEP)
     store_dir = tmp_path / "store"
     process = start_cli_sweep(spec_path, store_dir)
@@ -440,11 +442,11 @@ def test_ctrl_c_stops_with_one_line_and_keeps_the_store(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("slolab: interrupted: ")
     assert lines[0].endswith("run the same command to resume")
     stored = open_store(store_dir).frame()
-    # Whole tasks only: 3 rows per stored task.
-    assert len(stored) == 3 * stored["task_key"].nunique()
-    resumed = start_cli_sweep(spec_path, store_dir)
-    assert resumed.wait(timeout=300) == 0
-    assert len(open_store(store_dir).frame()) == 108
+    # Whole tasks only (3 rows each), at least the first batch's, and the lock is free again.
+    assert len(stored) == 3 * stored["task_key"].nunique() > 0
+    assert not [name for name in os.listdir(store_dir) if name.endswith(".tmp")]
+    with open_store(store_dir).writer() as writer:
+        assert writer.keys == set(stored["task_key"])
 
 
 def doc_toml_blocks():
