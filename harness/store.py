@@ -391,7 +391,7 @@ class ResultsStore:
         try:
             with pq.ParquetFile(path) as parquet_file:
                 self._check_schema(path, parquet_file.schema_arrow)
-                return parquet_file.read(columns=columns, use_threads=False)
+                return parquet_file.read(columns=columns, use_threads=True)
         except StoreReadError:
             raise
         except (OSError, pa.ArrowException) as error:
