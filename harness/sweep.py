@@ -464,30 +464,35 @@ def _warn_oversubscribed(client: Any, threads: int) -> None:
             )
 
 
-def _spawned_children() -> int:
-    """Child processes of this one that run a multiprocessing spawn (started Dask workers)."""
+def _spawned_children() -> dict[int, Any]:
+    """Child processes of this one that run a multiprocessing spawn (Dask workers), by pid."""
     import psutil
 
-    count = 0
+    found = {}
     for child in psutil.Process().children():
         with contextlib.suppress(psutil.Error):
-            count += any("spawn_main" in part for part in child.cmdline())
-    return count
+            if any("spawn_main" in part for part in child.cmdline()):
+                found[child.pid] = child
+    return found
 
 
-def _start_local_workers(cluster: Any, workers: int) -> None:
-    """Start ``workers`` worker processes of a LocalCluster that ignore SIGINT.
+def _start_local_workers(cluster: Any, workers: int) -> list[Any]:
+    """Start ``workers`` worker processes of a LocalCluster that ignore SIGINT; return them.
 
     The Ctrl-C a terminal sends goes to its whole process group, workers included; workers
     started while SIGINT is ignored keep ignoring it, so only this process gets it and stops
     them (:func:`_stop_local_workers`). SIGINT is ignored here only until the worker processes
     exist (tens of milliseconds), not while they import.
     """
+    before = set(_spawned_children())
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         cluster.scale(workers)
         deadline = time.monotonic() + 120.0
-        while _spawned_children() < workers:
+        while True:
+            started = [child for pid, child in _spawned_children().items() if pid not in before]
+            if len(started) >= workers:
+                return started
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{workers} local worker processes did not start in 120 s")
             time.sleep(0.005)
@@ -495,8 +500,8 @@ def _start_local_workers(cluster: Any, workers: int) -> None:
         signal.signal(signal.SIGINT, previous)
 
 
-def _stop_local_workers(cluster: Any) -> None:
-    """Kill the worker processes of a LocalCluster (we started them) so it closes at once.
+def _stop_local_workers(cluster: Any, processes: list[Any]) -> None:
+    """Kill the worker processes this sweep started (``processes``) so the cluster closes at once.
 
     Workers still starting then fail to, which their nannies would log as errors: the loggers
     of distributed and tornado are silenced first, since this is the intended outcome.
@@ -505,13 +510,11 @@ def _stop_local_workers(cluster: Any) -> None:
 
     for name in ("distributed", "tornado", "tornado.application", "asyncio"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
-
     for nanny in list(cluster.workers.values()):
         nanny.close_gracefully(reason="sweep interrupted")  # do not restart the worker
-    for child in psutil.Process().children():
+    for process in processes:
         with contextlib.suppress(psutil.Error):
-            if any("spawn_main" in part for part in child.cmdline()):
-                child.kill()
+            process.kill()
 
 
 @contextlib.contextmanager
@@ -526,12 +529,13 @@ def open_cluster(
             n_workers=0, threads_per_worker=1, processes=True, dashboard_address=":0"
         )
         client = None
+        processes: list[Any] = []
         try:
             client = Client(cluster)
-            _start_local_workers(cluster, local_workers(backend.workers, threads))
+            processes = _start_local_workers(cluster, local_workers(backend.workers, threads))
             yield client, {}
         except KeyboardInterrupt:
-            _stop_local_workers(cluster)
+            _stop_local_workers(cluster, processes)
             raise
         finally:
             if client is not None:
