@@ -47,24 +47,21 @@ def test_plan_probe_equals_an_independent_simulation(plans):
         assert chosen.cost_per_met_request_s == chosen.server_s / chosen.met_requests
 
 
+def plan_cli(*options):
+    """``slolab plan`` on the first 100 code-trace requests at 16x their rate."""
+    return main(["plan", "azure_code_2023", "--limit", "100", "--traffic", "16", *options])
+
+
 def test_plan_json_prints_one_object_per_policy(capsys):
     """slolab plan --json: one JSON line per policy with policy, servers and the curve."""
-    code = main(
-        [
-            "plan",
-            "azure_code_2023",
-            "--limit",
-            "100",
-            "--traffic",
-            "16",
-            "--policies",
-            "sarathi,vllm",
-            "--servers",
-            "1..16",
-            "--price-per-server-hour",
-            "3.6",
-            "--json",
-        ]
+    code = plan_cli(
+        "--policies",
+        "sarathi,vllm",
+        "--servers",
+        "1..16",
+        "--price-per-server-hour",
+        "3.6",
+        "--json",
     )
     assert code == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -80,24 +77,7 @@ def test_plan_json_prints_one_object_per_policy(capsys):
 
 def test_plan_reports_none_when_the_range_is_too_small(capsys):
     """With servers 1..1 at 16x traffic the target is missed: servers is null."""
-    assert (
-        main(
-            [
-                "plan",
-                "azure_code_2023",
-                "--limit",
-                "100",
-                "--traffic",
-                "16",
-                "--policies",
-                "vllm",
-                "--servers",
-                "1..1",
-                "--json",
-            ]
-        )
-        == 0
-    )
+    assert plan_cli("--policies", "vllm", "--servers", "1..1", "--json") == 0
     record = json.loads(capsys.readouterr().out)
     assert record["servers"] is None and record["attainment"] is None
     assert len(record["curve"]) == 1 and record["curve"][0][1] < 0.9
