@@ -347,6 +347,39 @@ def test_local_cluster_sweep_stores_every_row_once(tmp_path):
     assert len(open_store(store_dir).frame()) == 10
 
 
+def test_dask_backend_runs_on_a_scheduler_by_address(tmp_path):
+    """--dask ADDRESS: the same rows on an already running LocalCluster; its dashboard is named."""
+    from dask.distributed import LocalCluster
+
+    spec = load_spec(
+        write_spec(
+            tmp_path,
+            '[[compare]]\ninstances = ["sa-azure-n6-b2"]\nmethods = ["sa", "fcfs"]\nseeds = [0, 1]\n',
+        )
+    )
+    messages = []
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as cluster:
+        tally = run_sweep(
+            spec,
+            tmp_path / "store",
+            Backend("dask", address=cluster.scheduler_address),
+            progress=False,
+            echo=messages.append,
+        )
+    # 2 seeds x 2 methods = 4 rows of 2 tasks, equal to rows computed here.
+    assert (tally.ran, tally.rows, tally.failed) == (2, 4, 0)
+    assert messages[0].startswith(f"dask scheduler {cluster.scheduler_address}; dashboard: ")
+    with open_store(tmp_path / "here").writer() as writer:
+        for task in spec.tasks:
+            writer.append(run_task(task))
+    pd.testing.assert_frame_equal(
+        stable(open_store(tmp_path / "store").frame()),
+        stable(open_store(tmp_path / "here").frame()),
+    )
+
+
 KILL_SWEEP = """
     name = "kills"
     [run]
