@@ -6,6 +6,10 @@ simulation of a workload rescaled to an arrival rate, so the search spends as fe
 can: it brackets the threshold by doubling or halving the rate, then bisects the bracket until
 its relative width is within a tolerance. :func:`capacity` is generic: it takes any
 ``probe(rate) -> attainment`` and knows nothing of workloads or engines.
+
+:func:`smallest_count` is the same idea turned around for capacity planning: the smallest
+integer count (of servers) whose attainment meets the target, by doubling and bisection over
+the integers.
 """
 
 from __future__ import annotations
@@ -96,7 +100,7 @@ class CapacityResult:
         return self.stop_reason == "tolerance"
 
     def to_record(self) -> dict[str, Any]:
-        """Flat record of scalars (for a DataFrame row or the results store).
+        """Flat record of scalars (for a DataFrame row or a results-store row).
 
         ``probes`` is the JSON text of ``[[rate, attainment], ...]``; ``bracket_hi`` is
         ``inf`` when no probe missed the target.
@@ -318,3 +322,156 @@ def capacity(
         return result("tolerance")
     finally:
         bar.close()
+
+
+#: Why :func:`smallest_count` stopped: the target was met (bisection closed on the smallest
+#: count, or the scan reached it), or it was missed at every count up to the range's top.
+COUNT_STOP_REASONS = ("met", "missed_at_max")
+
+
+@dataclass(frozen=True, slots=True)
+class CountSearchResult:
+    """What :func:`smallest_count` found.
+
+    Attributes
+    ----------
+    count : int or None
+        Smallest count found meeting the target; None when the range's top missed it.
+    target : float
+        Attainment target in (0, 1].
+    bounds : tuple of int
+        The searched range ``(lo, hi)``, both ends included.
+    probes : tuple of (count, attainment)
+        Every probe, in the order made.
+    monotone : bool
+        False when two probes contradict a non-decreasing attainment: a larger count with an
+        attainment below a smaller count's by more than ``monotone_tol``.
+    scan : bool
+        Whether counts were probed one by one (exact even on a non-monotone curve).
+    stop_reason : str
+        One of :data:`COUNT_STOP_REASONS`.
+    """
+
+    count: int | None
+    target: float
+    bounds: tuple[int, int]
+    probes: tuple[tuple[int, float], ...]
+    monotone: bool
+    scan: bool
+    stop_reason: str
+
+    def __post_init__(self) -> None:
+        _check_target(self.target)
+        lo, hi = self.bounds
+        if not 1 <= lo <= hi:
+            raise ValueError(f"bounds must satisfy 1 <= lo <= hi, got {self.bounds}")
+        if self.count is not None and not lo <= self.count <= hi:
+            raise ValueError(f"count must lie in bounds {self.bounds}, got {self.count}")
+        if self.stop_reason not in COUNT_STOP_REASONS:
+            raise ValueError(
+                f"stop_reason must be one of {COUNT_STOP_REASONS}, got {self.stop_reason!r}"
+            )
+        if (self.count is None) != (self.stop_reason == "missed_at_max"):
+            raise ValueError("count is None exactly when stop_reason is 'missed_at_max'")
+
+    @property
+    def curve(self) -> tuple[tuple[int, float], ...]:
+        """The probes sorted by count."""
+        return tuple(sorted(self.probes))
+
+
+def smallest_count(
+    probe: Callable[[int], float],
+    *,
+    target: float = 0.9,
+    lo: int = 1,
+    hi: int = 32,
+    scan: bool = False,
+    monotone_tol: float = 0.0,
+) -> CountSearchResult:
+    """Smallest integer count (of servers, say) in ``[lo, hi]`` whose attainment meets ``target``.
+
+    Default search, for attainment non-decreasing in the count: probe ``lo``; if it misses,
+    double the count (capped at ``hi``) until a probe meets the target, then bisect the
+    integers between the last miss ``m`` and the first meet ``M`` until ``M = m + 1``. The
+    result ``M`` met the target and ``M - 1`` was probed and missed it (unless ``M = lo``).
+    It takes at most ``ceil(log2(hi / lo)) + 1`` probes to bracket and
+    ``ceil(log2(M - m))`` to bisect: 11 for the range 1..32.
+
+    On a non-monotone curve a count below ``M - 1`` that was never probed may meet the target
+    again; ``monotone`` is False when the probes show attainment falling as the count grows
+    by more than ``monotone_tol``. With ``scan`` the counts ``lo, lo + 1, ...`` are probed in
+    turn until one meets the target: the true smallest count whatever the curve's shape, at
+    up to ``hi - lo + 1`` probes.
+
+    Parameters
+    ----------
+    probe : callable
+        ``probe(count) -> attainment`` in [0, 1].
+    target : float, default 0.9
+        Attainment to reach, in (0, 1]; "meets" means ``attainment >= target``.
+    lo, hi : int, default 1, 32
+        The range searched, both ends included (``1 <= lo <= hi``).
+    scan : bool, default False
+        Probe every count in turn instead of doubling and bisecting.
+    monotone_tol : float, default 0.0
+        Attainment fall tolerated (noise) before ``monotone`` is set False.
+
+    Returns
+    -------
+    CountSearchResult
+    """
+    _check_target(target)
+    for name, value in (("lo", lo), ("hi", hi)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {value!r}")
+    if not 1 <= lo <= hi:
+        raise ValueError(f"need 1 <= lo <= hi, got lo={lo}, hi={hi}")
+    if not monotone_tol >= 0:
+        raise ValueError(f"monotone_tol must be >= 0, got {monotone_tol!r}")
+    probes: list[tuple[int, float]] = []
+
+    def meets(count: int) -> bool:
+        attainment = float(probe(count))
+        if not 0.0 <= attainment <= 1.0:
+            raise ValueError(f"probe({count}) returned attainment {attainment!r}, not in [0, 1]")
+        probes.append((count, attainment))
+        logger.debug("count probe %d: count %d -> attainment %g", len(probes), count, attainment)
+        return attainment >= target
+
+    def result(count: int | None) -> CountSearchResult:
+        # Attainment non-decreasing in the count is -attainment non-increasing in it.
+        mirrored = [(float(c), -attainment) for c, attainment in probes]
+        return CountSearchResult(
+            count=count,
+            target=target,
+            bounds=(lo, hi),
+            probes=tuple(probes),
+            monotone=_is_monotone(mirrored, monotone_tol),
+            scan=scan,
+            stop_reason="met" if count is not None else "missed_at_max",
+        )
+
+    if scan:
+        for count in range(lo, hi + 1):
+            if meets(count):
+                return result(count)
+        return result(None)
+    if meets(lo):
+        return result(lo)
+    missed, count = lo, lo
+    while True:
+        if count >= hi:
+            return result(None)
+        count = min(hi, 2 * count)
+        if meets(count):
+            met = count
+            break
+        missed = count
+    while met - missed > 1:
+        middle = (missed + met) // 2
+        if meets(middle):
+            met = middle
+        else:
+            missed = middle
+    return result(met)

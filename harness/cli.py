@@ -3,8 +3,10 @@
 Commands: ``simulate`` (a trace under a scheduler), ``instance build`` (write an instance
 file), ``instances`` (list shipped instances), ``presets`` (list timing presets), ``solve``
 (an exact model), ``compare`` (heuristics vs optimum), ``capacity`` (largest rate meeting an
-attainment target). Bad input gives a one-line error (options it suggests are named as flags)
-and exit status 2; Ctrl-C stops any command with one line and exit status 130.
+attainment target), ``sweep`` (a grid of tasks from a TOML spec, on Dask: see
+:mod:`slolab.harness.sweep`), ``plan`` (fewest servers meeting a target per scheduler: see
+:mod:`slolab.harness.plan`). Bad input gives a one-line error (options it suggests are named as
+flags) and exit status 2; Ctrl-C stops any command with one line and exit status 130.
 """
 
 from __future__ import annotations
@@ -227,114 +229,11 @@ def _add_scaling_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _serving_instance(a: argparse.Namespace, rate: float | None):
-    from slolab.problems.serving import serving_instance
-
-    return serving_instance(
-        a.trace,
-        seed=a.seed,
-        servers=a.servers,
-        timing=a.timing,
-        slos=_slo_scheme(a),
-        slo_params={
-            k: v for k, v in (("scenario", a.scenario), ("slack", a.slack)) if v is not None
-        },
-        rate=rate,
-        limit=a.limit,
-        mode=a.mode,
-        prefill_servers=a.prefill_servers,
-        kv_capacity_tokens=a.kv_capacity,
-        max_batch_tokens=a.max_batch_tokens,
-        max_batch_size=a.max_batch_size,
-        **_trace_options(a),
-    )
-
-
-def _slo_scheme(a: argparse.Namespace) -> str | None:
-    scheme = a.slos or ("slos-serve" if a.scenario else "polyserve")
-    return None if scheme == "none" else scheme
-
-
-def _policy_and_router(a: argparse.Namespace, instance):
-    from slolab.heuristics.policies import (
-        make_policy,
-        make_router,
-        parse_token_budget,
-        policy_entry,
-    )
-
-    budget = parse_token_budget(a.token_budget)
-    if not policy_entry(a.policy).token_budget:
-        budget = None
-    return make_policy(a.policy, instance, token_budget=budget), make_router(a.router)
-
-
-def _simulate_serving(a: argparse.Namespace, rate: float | None, progress: bool):
-    """The serving instance of the command's flags at ``rate``, simulated: (instance, outcome)."""
-    from slolab.heuristics.scalers import elastic_setup
-    from slolab.sim import run
-
-    inst = _serving_instance(a, rate)
-    policy, router = _policy_and_router(a, inst)
-    inst, scaler = elastic_setup(
-        inst,
-        a.autoscale,
-        min_servers=a.min_servers,
-        max_servers=a.max_servers,
-        startup=a.startup,
-        **{
-            k: v
-            for k, v in (
-                ("metric", a.scale_metric),
-                ("upper", a.scale_upper),
-                ("lower", a.scale_lower),
-            )
-            if v is not None
-        },
-    )
-    out = run(
-        inst,
-        policy,
-        router,
-        seed=a.seed,
-        decode_router=_decode_router(a),
-        record_iterations=False,
-        progress=progress,
-        scaler=scaler,
-    )
-    return inst, out
-
-
-def _decode_router(a: argparse.Namespace):
-    from slolab.heuristics.policies import make_router
-
-    if a.decode_router is None:
-        return None
-    if a.mode != "disaggregated":
-        raise ValueError("--decode-router applies to --mode disaggregated only")
-    return make_router(a.decode_router)
-
-
 def cmd_simulate(a: argparse.Namespace) -> int:
-    import time
+    from slolab.harness.serving import ServingSetup, simulate_summary
 
-    from slolab.sim import metrics
-
-    t0 = time.perf_counter()
-    inst, out = _simulate_serving(a, a.rate, progress=not a.json and not a.quiet)
-    s = metrics.summary(inst, out)
-    s["wall_s"] = time.perf_counter() - t0
-    s["simulate_s"] = out.wall_s
-    s.update(
-        {
-            "instance": inst.name,
-            "policy": a.policy,
-            "router": a.router,
-            "servers": a.servers,
-            "timing": a.timing,
-            "autoscale": a.autoscale or "none",
-            "startup_s": inst.cluster.startup_s,
-        }
+    s = simulate_summary(
+        ServingSetup.from_namespace(a), a.rate, progress=not a.json and not a.quiet
     )
     if a.json:
         _print_json(s)
@@ -634,31 +533,15 @@ def cmd_compare(a: argparse.Namespace) -> int:
 
 
 def cmd_capacity(a: argparse.Namespace) -> int:
-    from slolab.harness.capacity import capacity
-    from slolab.instances import mean_rate
-    from slolab.sim import metrics
+    from slolab.harness.serving import ServingSetup, capacity_search
 
-    if a.arrivals is None:
-        if a.rate is not None:
-            raise ValueError(
-                "--rate applies to capacity with --arrivals only (each probe time-scales the "
-                "trace to its rate; --start-rate sets the first one)"
-            )
-        trace_rate = mean_rate(_serving_instance(a, None).workload)
-    elif a.rate is None:
-        raise ValueError(f"--arrivals {a.arrivals} needs --rate (requests per second)")
-    else:
-        trace_rate = a.rate
     show = not a.json and not a.quiet
-
-    def probe(rate: float) -> float:
-        inst, out = _simulate_serving(a, rate, progress=show and sys.stderr.isatty())
-        return metrics.attainment(inst, out, a.definition)
-
-    res = capacity(
-        probe,
+    res, trace_rate = capacity_search(
+        ServingSetup.from_namespace(a),
+        rate=a.rate,
         target=a.target,
-        start_rate=a.start_rate or trace_rate,
+        definition=a.definition,
+        start_rate=a.start_rate,
         rel_tol=a.rel_tol,
         max_probes=a.max_probes,
         progress=show,
@@ -875,6 +758,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_scaling_args(p)
     p.set_defaults(func=cmd_capacity)
+
+    from slolab.harness import plan, sweep
+
+    sweep.add_parser(sub)
+    plan.add_parser(sub)
     return parser
 
 

@@ -157,7 +157,6 @@ def compare(
     is optimal), optimum_lo, optimum_hi, runtime_s, attainment, finished, mean_latency_s,
     ttft_p99_s, violations (checker).
     """
-    spec = get_problem(instance.problem)
     resolved = resolve_methods(list(methods), instance)
     rows = []
     it: Any = resolved
@@ -168,8 +167,19 @@ def compare(
     for m in it:
         mr = m.runner(instance, seed=seed, time_limit=time_limit, threads=threads)
         rows.append(_row(instance, m.name, m.kind, mr, run_checks))
-    frame = pd.DataFrame(rows)
-    sense = spec.objective.sense
+    return with_gaps(pd.DataFrame(rows))
+
+
+def with_gaps(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (rows of one instance) with the optimum interval and each row's gap interval.
+
+    Sets ``optimum_lo`` and ``optimum_hi`` from :func:`optimum_interval` and ``gap_lo``,
+    ``gap_hi`` for every row (see the module docstring), for the objective's ``sense`` column;
+    rows of separate runs of methods on one instance combine into the table a single
+    :func:`compare` call would give.
+    """
+    frame = frame.copy()
+    sense = str(frame["sense"].iloc[0]) if "sense" in frame.columns and len(frame) else "max"
     lo, hi = optimum_interval(frame, sense)
     frame["optimum_lo"] = lo
     frame["optimum_hi"] = hi

@@ -6,7 +6,7 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from slolab.harness.capacity import CapacityResult, capacity
+from slolab.harness.capacity import CapacityResult, capacity, smallest_count
 
 
 def step_attainment(threshold: float):
@@ -224,3 +224,73 @@ def test_result_validation_names_field():
             rel_tol=0.02,
             stop_reason="tolerance",
         )
+
+
+def step_in_count(threshold: int):
+    """Attainment 0.95 from ``threshold`` servers on, 0.5 below."""
+
+    def probe(count: int) -> float:
+        return 0.95 if count >= threshold else 0.5
+
+    return probe
+
+
+def test_smallest_count_probe_sequence_by_hand():
+    """A step at 11 servers in 1..32: doubling 1, 2, 4, 8, 16, then bisection 12, 10, 11."""
+    result = smallest_count(step_in_count(11), target=0.9, lo=1, hi=32)
+    # 1, 2, 4, 8 miss, 16 meets -> bracket (8, 16); 12 meets (8, 12); 10 misses (10, 12);
+    # 11 meets (10, 11): 11 = 10 + 1, stop.
+    assert [count for count, _ in result.probes] == [1, 2, 4, 8, 16, 12, 10, 11]
+    assert result.count == 11
+    assert result.stop_reason == "met" and result.monotone
+    # The curve is the probes by count.
+    assert [count for count, _ in result.curve] == [1, 2, 4, 8, 10, 11, 12, 16]
+
+
+def test_smallest_count_edges():
+    """Met at lo takes one probe; missed at hi gives None after probing hi."""
+    at_lo = smallest_count(step_in_count(3), lo=3, hi=40)
+    assert at_lo.count == 3 and at_lo.probes == ((3, 0.95),)
+    missed = smallest_count(step_in_count(50), lo=3, hi=40)
+    # 3, 6, 12, 24, then 40 (48 capped at hi): all miss.
+    assert [count for count, _ in missed.probes] == [3, 6, 12, 24, 40]
+    assert missed.count is None and missed.stop_reason == "missed_at_max"
+    with pytest.raises(ValueError, match="need 1 <= lo <= hi"):
+        smallest_count(step_in_count(3), lo=5, hi=4)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(
+    threshold=st.integers(min_value=1, max_value=70),
+    lo=st.integers(min_value=1, max_value=8),
+    span=st.integers(min_value=0, max_value=60),
+)
+def test_smallest_count_finds_any_step(threshold, lo, span):
+    """On a step curve the result is the threshold (clipped to lo) or None beyond hi."""
+    hi = lo + span
+    result = smallest_count(step_in_count(threshold), lo=lo, hi=hi)
+    expected = max(threshold, lo) if threshold <= hi else None
+    assert result.count == expected
+    # Bracketing <= ceil(log2(hi / lo)) + 1 probes, bisection <= ceil(log2(hi - lo + 1)).
+    assert len(result.probes) <= math.ceil(math.log2(hi / lo)) + 1 + math.ceil(
+        math.log2(hi - lo + 1)
+    )
+
+
+def test_smallest_count_non_monotone_flag_and_scan():
+    """A dip at 6 after meeting at 5: bisection lands on 7, scan finds 5; a seen dip is flagged."""
+    curve = {5: 0.92, 6: 0.85}
+
+    def probe(count: int) -> float:
+        return curve.get(count, 0.95 if count >= 7 else 0.5)
+
+    bisected = smallest_count(probe, lo=1, hi=16)
+    # 1, 2, 4 miss, 8 meets; 6 misses (dip), 7 meets: 7 = 6 + 1. 5 (which meets) is never probed.
+    assert [count for count, _ in bisected.probes] == [1, 2, 4, 8, 6, 7]
+    assert bisected.count == 7 and bisected.monotone is True
+    scanned = smallest_count(probe, lo=1, hi=16, scan=True)
+    assert [count for count, _ in scanned.probes] == [1, 2, 3, 4, 5]
+    assert scanned.count == 5 and scanned.scan
+    # Probing 5 (0.92) and then 6 (0.85) shows attainment falling with one more server.
+    both = smallest_count(lambda count: curve[count], lo=5, hi=6, target=0.99, scan=True)
+    assert both.count is None and both.monotone is False

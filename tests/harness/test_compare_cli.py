@@ -127,7 +127,18 @@ def test_cli_instance_build_serving_roundtrip(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "command", ["simulate", "instance", "solve", "compare", "capacity", "instances", "presets"]
+    "command",
+    [
+        "simulate",
+        "instance",
+        "solve",
+        "compare",
+        "capacity",
+        "instances",
+        "presets",
+        "sweep",
+        "plan",
+    ],
 )
 def test_every_command_has_help(command, capsys):
     """--help of every command exits 0 and explains its options."""

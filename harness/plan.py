@@ -1,0 +1,412 @@
+"""What-if capacity planning: the fewest servers that meet an attainment target, per scheduler.
+
+For a trace (rescaled to a traffic level), SLOs and a timing preset (the GPU and model), and
+each scheduler, :func:`plan` finds the smallest server count whose simulated attainment meets
+the target (:func:`slolab.harness.capacity.smallest_count`: doubling and bisection over the
+integers, every probe a full simulation), and reports the cost of the fleet: server-seconds
+(servers x the time the last request finishes) and server-seconds per request that met its
+SLO, optionally priced per server-hour. ``slolab plan`` is its command line;
+``notebooks/capacity_planning.ipynb`` its what-if notebook (traffic x1/x2/x4, SLO tightness,
+timing preset).
+
+References
+----------
+PolyServe, Sec. 5.2 (goodput at 90% attainment; cost as servers kept on); HyperFlexis
+(attainment vs cost of active workers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from slolab.harness.capacity import CountSearchResult, smallest_count
+from slolab.harness.serving import ServingSetup
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlanProbe:
+    """One simulation of the plan: a server count and what it achieved.
+
+    Attributes
+    ----------
+    servers : int
+        Servers simulated.
+    attainment : float
+        Attainment under the plan's definition.
+    requests, met_requests : int
+        Requests simulated and those that met their SLO (under the definition).
+    end_s : float
+        When the last request finished (s).
+    server_s : float
+        ``servers * end_s``: server-seconds of keeping the fleet on for the run.
+    """
+
+    servers: int
+    attainment: float
+    requests: int
+    met_requests: int
+    end_s: float
+    server_s: float
+
+    def __post_init__(self) -> None:
+        if self.servers < 1:
+            raise ValueError(f"servers must be >= 1, got {self.servers}")
+        if not 0.0 <= self.attainment <= 1.0:
+            raise ValueError(f"attainment must be in [0, 1], got {self.attainment}")
+        if not 0 <= self.met_requests <= self.requests:
+            raise ValueError(
+                f"met_requests must be in [0, requests={self.requests}], got {self.met_requests}"
+            )
+        if self.server_s < 0:
+            raise ValueError(f"server_s must be >= 0, got {self.server_s}")
+
+    @property
+    def cost_per_met_request_s(self) -> float:
+        """Server-seconds per request that met its SLO (inf when none did)."""
+        return self.server_s / self.met_requests if self.met_requests else math.inf
+
+    def to_dict(self, price_per_server_hour: float | None = None) -> dict[str, Any]:
+        record = dataclasses.asdict(self)
+        record["cost_per_met_request_s"] = self.cost_per_met_request_s
+        if price_per_server_hour is not None:
+            record["cost"] = self.server_s / 3600.0 * price_per_server_hour
+            record["cost_per_met_request"] = (
+                record["cost_per_met_request_s"] / 3600.0 * (price_per_server_hour)
+            )
+        return record
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PolicyPlan:
+    """The plan for one scheduler.
+
+    Attributes
+    ----------
+    policy : str
+        The scheduler.
+    definition : str
+        Attainment definition (:data:`slolab.sim.metrics.DEFINITIONS`).
+    rate : float
+        Arrival rate simulated (req/s).
+    trace_rate : float
+        The cut trace's own mean rate (req/s); ``rate / trace_rate`` is the traffic level.
+    search : CountSearchResult
+        The server-count search (target, range, probes, monotone).
+    probes : tuple of PlanProbe
+        Every simulation, in the order made.
+    price_per_server_hour : float or None
+        Price used for ``cost`` figures (None: costs in server-seconds only).
+    """
+
+    policy: str
+    definition: str
+    rate: float
+    trace_rate: float
+    search: CountSearchResult
+    probes: tuple[PlanProbe, ...]
+    price_per_server_hour: float | None = None
+
+    def __post_init__(self) -> None:
+        if [p.servers for p in self.probes] != [count for count, _ in self.search.probes]:
+            raise ValueError("probes must be the search's probes, in order")
+        if self.price_per_server_hour is not None and not self.price_per_server_hour >= 0:
+            raise ValueError(
+                f"price_per_server_hour must be >= 0, got {self.price_per_server_hour}"
+            )
+
+    @property
+    def servers(self) -> int | None:
+        """Smallest server count found meeting the target (None: not within the range)."""
+        return self.search.count
+
+    @property
+    def chosen(self) -> PlanProbe | None:
+        """The probe at :attr:`servers`."""
+        return next((p for p in self.probes if p.servers == self.servers), None)
+
+    @property
+    def curve(self) -> tuple[tuple[int, float], ...]:
+        """``(servers, attainment)`` of every probe, by server count."""
+        return self.search.curve
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``slolab plan --json`` prints for the policy (strict JSON but for inf/nan)."""
+        chosen = self.chosen
+        at = chosen.to_dict(self.price_per_server_hour) if chosen is not None else {}
+        record: dict[str, Any] = {
+            "policy": self.policy,
+            "servers": self.servers,
+            "target": self.search.target,
+            "definition": self.definition,
+            "attainment": at.get("attainment"),
+            "server_s": at.get("server_s"),
+            "cost_per_met_request_s": at.get("cost_per_met_request_s"),
+        }
+        if self.price_per_server_hour is not None:
+            record["price_per_server_hour"] = self.price_per_server_hour
+            record["cost"] = at.get("cost")
+            record["cost_per_met_request"] = at.get("cost_per_met_request")
+        record.update(
+            {
+                "rate": self.rate,
+                "trace_rate": self.trace_rate,
+                "traffic": self.rate / self.trace_rate,
+                "range": list(self.search.bounds),
+                "curve": [list(point) for point in self.curve],
+                "monotone": self.search.monotone,
+                "scan": self.search.scan,
+                "n_probes": len(self.probes),
+                "probes": [p.to_dict(self.price_per_server_hour) for p in self.probes],
+            }
+        )
+        return record
+
+
+def plan(
+    setup: ServingSetup,
+    policies: Sequence[str],
+    *,
+    servers: tuple[int, int] = (1, 32),
+    target: float = 0.9,
+    definition: str = "deadline",
+    rate: float | None = None,
+    traffic: float = 1.0,
+    scan: bool = False,
+    monotone_tol: float = 0.0,
+    price_per_server_hour: float | None = None,
+    progress: bool = False,
+) -> list[PolicyPlan]:
+    """The smallest server count meeting ``target`` attainment, for each scheduler.
+
+    The trace is cut and given SLOs as ``setup`` says (``setup.policy`` and ``setup.servers``
+    are ignored), rescaled to ``rate`` req/s or to ``traffic`` times its own rate, and
+    simulated with each policy at the server counts :func:`smallest_count` probes in
+    ``servers = (lo, hi)``.
+
+    Parameters
+    ----------
+    setup : ServingSetup
+        Trace, SLOs, timing preset, cluster settings, router, seed.
+    policies : sequence of str
+        Schedulers to plan for (:data:`slolab.heuristics.POLICIES`).
+    servers : (int, int), default (1, 32)
+        Range of server counts, both ends included.
+    target : float, default 0.9
+        Attainment to meet.
+    definition : str, default "deadline"
+        Attainment definition.
+    rate : float, optional
+        Arrival rate (req/s); exclusive with ``traffic``.
+    traffic : float, default 1.0
+        Multiple of the trace's own rate (x2: twice the requests per second).
+    scan : bool, default False
+        Probe counts one by one from ``lo`` (exact even when attainment is not monotone).
+    monotone_tol : float, default 0.0
+        Attainment fall with more servers tolerated before the curve is flagged non-monotone.
+    price_per_server_hour : float, optional
+        Adds ``cost`` and ``cost_per_met_request`` in that currency.
+    progress : bool, default False
+        Show a progress bar of the simulations.
+
+    Returns
+    -------
+    list of PolicyPlan
+        One per policy, in the order given.
+    """
+    from slolab.heuristics.policies import policy_names
+    from slolab.instances import mean_rate
+    from slolab.sim import metrics, run
+    from slolab.sim.metrics import DEFINITIONS
+    from tqdm.auto import tqdm
+
+    if not policies:
+        raise ValueError("give at least one policy")
+    for policy in policies:
+        if policy not in policy_names():
+            raise ValueError(f"unknown policy {policy!r}; known: {', '.join(policy_names())}")
+    if definition not in DEFINITIONS:
+        raise ValueError(f"unknown definition {definition!r}; known: {', '.join(DEFINITIONS)}")
+    if not (math.isfinite(traffic) and traffic > 0):
+        raise ValueError(f"traffic must be a number > 0, got {traffic!r}")
+    if rate is not None and traffic != 1.0:
+        raise ValueError("give rate or traffic, not both")
+    lo, hi = servers
+    trace_rate = mean_rate(setup.instance(None).workload)
+    rate = rate if rate is not None else traffic * trace_rate
+    base = setup.instance(rate)
+    plans = []
+    bar = tqdm(desc="plan", unit="simulation", disable=None if progress else True)
+    try:
+        for policy in policies:
+            chosen = dataclasses.replace(setup, policy=policy)
+            probes: list[PlanProbe] = []
+
+            def probe(count: int, chosen: ServingSetup = chosen, probes: list = probes) -> float:
+                policy = chosen.policy
+                cluster = dataclasses.replace(base.cluster, servers=count)
+                instance = dataclasses.replace(base, cluster=cluster)
+                scheduler, router = chosen.policy_and_router(instance)
+                outcome = run(instance, scheduler, router, seed=setup.seed, record_iterations=False)
+                table = metrics.request_table(instance, outcome)
+                met = table[f"met_{definition}"].to_numpy(dtype=bool)
+                if definition == "e2e":
+                    met = met & table["has_e2e_slo"].to_numpy(dtype=bool)
+                attainment = metrics.attainment_from_table(table, definition)
+                probes.append(
+                    PlanProbe(
+                        servers=count,
+                        attainment=attainment,
+                        requests=instance.n_requests,
+                        met_requests=int(met.sum()),
+                        end_s=outcome.end_s,
+                        server_s=count * outcome.end_s,
+                    )
+                )
+                bar.update(1)
+                bar.set_postfix(policy=policy, servers=count, attainment=f"{attainment:.3f}")
+                return attainment
+
+            search = smallest_count(
+                probe, target=target, lo=lo, hi=hi, scan=scan, monotone_tol=monotone_tol
+            )
+            plans.append(
+                PolicyPlan(
+                    policy=policy,
+                    definition=definition,
+                    rate=rate,
+                    trace_rate=trace_rate,
+                    search=search,
+                    probes=tuple(probes),
+                    price_per_server_hour=price_per_server_hour,
+                )
+            )
+    finally:
+        bar.close()
+    return plans
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add the ``plan`` command to the ``slolab`` subcommands."""
+    from slolab.harness.cli import _add_serving_args
+
+    p = sub.add_parser(
+        "plan",
+        help="fewest servers meeting an attainment target, per scheduler",
+        description="For each scheduler, find the smallest server count (in --servers LO..HI) "
+        "whose simulated attainment meets --target, by doubling and bisection over the counts "
+        "(--scan: one by one); report the attainment curve probed and the cost (server-seconds "
+        "= servers x end of the run, and per request that met its SLO). See docs/planning.md.",
+        conflict_handler="resolve",
+    )
+    _add_serving_args(p)
+    p.add_argument(
+        "--servers",
+        "--replicas",
+        dest="servers",
+        default="1..32",
+        help="range of server counts LO..HI searched (default: 1..32)",
+    )
+    p.add_argument(
+        "--policies",
+        "--policy",
+        dest="policies",
+        default="sarathi,slos-serve",
+        help="comma-separated schedulers (default: sarathi,slos-serve)",
+    )
+    p.add_argument(
+        "--target", type=float, default=0.9, help="attainment target in (0, 1] (default: 0.9)"
+    )
+    p.add_argument(
+        "--definition", default="deadline", help="attainment definition (default: deadline)"
+    )
+    traffic = p.add_mutually_exclusive_group()
+    traffic.add_argument(
+        "--traffic",
+        type=float,
+        default=1.0,
+        help="multiple of the trace's own arrival rate, e.g. 2 for twice the traffic (default: 1)",
+    )
+    traffic.add_argument(
+        "--rate", type=float, default=None, help="arrival rate in req/s (instead of --traffic)"
+    )
+    p.add_argument(
+        "--scan",
+        action="store_true",
+        help="probe server counts one by one from LO (exact even on a non-monotone curve)",
+    )
+    p.add_argument(
+        "--price-per-server-hour",
+        type=float,
+        default=None,
+        help="also report cost in this currency per server-hour",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object per policy")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_plan)
+    return p
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_value(item) for item in value]
+    return value
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``slolab plan``: print the plan of every policy."""
+    from slolab.harness.sweep_spec import parse_range
+
+    try:
+        counts = parse_range(args.servers, minimum=1)
+    except ValueError as error:
+        raise ValueError(f"--servers {error}") from None
+    policies = [name.strip() for name in args.policies.split(",") if name.strip()]
+    setup = ServingSetup.from_namespace(
+        argparse.Namespace(**{**vars(args), "servers": counts.start, "policy": policies[0]})
+    )
+    plans = plan(
+        setup,
+        policies,
+        servers=(counts.start, counts.stop - 1),
+        target=args.target,
+        definition=args.definition,
+        rate=args.rate,
+        traffic=args.traffic,
+        scan=args.scan,
+        price_per_server_hour=args.price_per_server_hour,
+        progress=not args.json and not args.quiet,
+    )
+    if args.json:
+        for found in plans:
+            print(json.dumps(_json_value(found.to_dict())))
+        return 0
+    first = plans[0]
+    print(
+        f"plan for {args.trace}: {first.probes[0].requests} requests at {first.rate:.4g} req/s "
+        f"(x{first.rate / first.trace_rate:.3g} the trace's own rate), target {args.target:.0%} "
+        f"{args.definition} attainment, servers {counts.start}..{counts.stop - 1}"
+    )
+    print(f"{'policy':<12} {'servers':>7} {'attainment':>10} {'server-s':>10} {'per met req':>12}")
+    for found in plans:
+        chosen = found.chosen
+        if chosen is None:
+            print(f"{found.policy:<12} {'none':>7}   (target missed at {counts.stop - 1} servers)")
+        else:
+            print(
+                f"{found.policy:<12} {chosen.servers:>7} {chosen.attainment:>10.4f} "
+                f"{chosen.server_s:>10.1f} {chosen.cost_per_met_request_s:>12.3f}"
+            )
+    for found in plans:
+        curve = ", ".join(f"{count}: {value:.3f}" for count, value in found.curve)
+        note = "" if found.search.monotone else " (not monotone: consider --scan)"
+        print(f"  {found.policy} curve (servers: attainment): {curve}{note}")
+    return 0

@@ -1,0 +1,312 @@
+"""A trace served by a scheduler: the set-up behind ``slolab simulate``, ``capacity`` and ``plan``.
+
+:class:`ServingSetup` holds what those commands take (the trace, how it is cut and given SLOs,
+the cluster, the scheduler and router) and builds the instance and the policy exactly one way,
+whether the command line, a sweep task or the capacity planner asks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from typing import Any
+
+from slolab.harness.capacity import CapacityResult, capacity
+from slolab.instances.records import Instance
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServingSetup:
+    """How a trace is read, given SLOs, put on a cluster and scheduled (``slolab simulate``).
+
+    Field names and defaults are those of the ``simulate`` command's options (their argparse
+    destinations), so ``ServingSetup.from_namespace(args)`` is the command's set-up.
+
+    Attributes
+    ----------
+    trace : str
+        Trace file, or the name of a vendored trace.
+    seed : int
+        Seed of every random choice (SLO draws, arrival draws, random routing).
+    servers : int
+        Number of servers (model replicas).
+    policy, router : str
+        Scheduler and router by name (:mod:`slolab.heuristics.policies`).
+    decode_router : str or None
+        Disaggregated mode: router of the decode servers (None: the engine's default).
+    timing : str
+        Timing preset.
+    slos : str or None
+        SLO scheme (several joined by ``+``); None means ``slos-serve`` when ``scenario`` is
+        set, else ``polyserve``; ``"none"`` assigns no SLOs.
+    scenario, slack : str or None
+        With the ``slos-serve`` scheme: its scenario and slack.
+    token_budget : str or int
+        Tokens per iteration of a budgeted policy: an integer, or ``"auto"``
+        (:func:`slolab.heuristics.policies.sarathi_token_budget`).
+    limit : int or None
+        Use only the first ``limit`` requests of the trace.
+    format, columns, time_unit, zero_output, max_request_tokens, arrivals, cv
+        How the trace is read and timed (the problems' trace options,
+        :data:`slolab.problems.TRACE_OPTIONS`).
+    mode : str
+        ``colocated``, ``static`` or ``disaggregated``.
+    prefill_servers : int
+        Disaggregated: servers in the prefill pool.
+    kv_capacity : int
+        KV-cache capacity per server, tokens.
+    max_batch_tokens, max_batch_size : int
+        Token budget and most sequences per iteration.
+    autoscale : str or None
+        Scaler name (:func:`slolab.heuristics.scalers.elastic_setup`); None: fixed servers.
+    min_servers, max_servers, scale_metric, scale_upper, scale_lower, startup
+        The scaler's bounds and thresholds, and where switched-on servers load weights from.
+    """
+
+    trace: str
+    seed: int = 0
+    servers: int = 1
+    policy: str = "sarathi"
+    router: str = "least-loaded"
+    decode_router: str | None = None
+    timing: str = "llama2-7b-h100"
+    slos: str | None = None
+    scenario: str | None = None
+    slack: str | None = None
+    token_budget: str | int = "auto"
+    limit: int | None = None
+    format: str | None = None
+    columns: str | None = None
+    time_unit: str | None = None
+    zero_output: str = "error"
+    max_request_tokens: int | None = None
+    arrivals: str | None = None
+    cv: float | None = None
+    mode: str = "colocated"
+    prefill_servers: int = 0
+    kv_capacity: int = 200_000
+    max_batch_tokens: int = 2048
+    max_batch_size: int = 256
+    autoscale: str | None = None
+    min_servers: int = 1
+    max_servers: int = 16
+    scale_metric: str | None = None
+    scale_upper: float | None = None
+    scale_lower: float | None = None
+    startup: str = "disk"
+
+    def __post_init__(self) -> None:
+        for name in ("seed", "servers", "prefill_servers", "kv_capacity"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {value!r}")
+        if self.servers < 1:
+            raise ValueError(f"servers must be >= 1, got {self.servers}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be >= 1, got {self.limit}")
+
+    @classmethod
+    def from_namespace(cls, args: argparse.Namespace) -> ServingSetup:
+        """The set-up from parsed command-line options (the fields' names are their dests)."""
+        names = [field.name for field in dataclasses.fields(cls)]
+        return cls(**{name: getattr(args, name) for name in names if hasattr(args, name)})
+
+    def slo_scheme(self) -> str | None:
+        """The SLO scheme applied (None for ``"none"``)."""
+        scheme = self.slos or ("slos-serve" if self.scenario else "polyserve")
+        return None if scheme == "none" else scheme
+
+    def reading(self) -> dict[str, Any]:
+        """The trace options (:data:`slolab.problems.TRACE_OPTIONS`) of this set-up."""
+        from slolab.problems import TRACE_OPTIONS
+
+        return {o.name: getattr(self, o.name) for o in TRACE_OPTIONS}
+
+    def instance(self, rate: float | None = None) -> Instance:
+        """The serving instance at ``rate`` req/s (None: the trace's own arrivals).
+
+        With ``autoscale`` the cluster carries the start-up delay of ``startup``.
+        """
+        from slolab.heuristics.scalers import elastic_setup
+        from slolab.problems.serving import serving_instance
+
+        instance = serving_instance(
+            self.trace,
+            seed=self.seed,
+            servers=self.servers,
+            timing=self.timing,
+            slos=self.slo_scheme(),
+            slo_params={
+                name: value
+                for name, value in (("scenario", self.scenario), ("slack", self.slack))
+                if value is not None
+            },
+            rate=rate,
+            limit=self.limit,
+            mode=self.mode,
+            prefill_servers=self.prefill_servers,
+            kv_capacity_tokens=self.kv_capacity,
+            max_batch_tokens=self.max_batch_tokens,
+            max_batch_size=self.max_batch_size,
+            **self.reading(),
+        )
+        instance, _ = elastic_setup(instance, self.autoscale, startup=self.startup)
+        return instance
+
+    def policy_and_router(self, instance: Instance) -> tuple[Any, Any]:
+        """A fresh scheduler and router for ``instance``."""
+        from slolab.heuristics.policies import (
+            make_policy,
+            make_router,
+            parse_token_budget,
+            policy_entry,
+        )
+
+        budget: int | None = None
+        if policy_entry(self.policy).token_budget:
+            budget = (
+                parse_token_budget(self.token_budget)
+                if isinstance(self.token_budget, str)
+                else self.token_budget
+            )
+        return make_policy(self.policy, instance, token_budget=budget), make_router(self.router)
+
+    def decode_router_of(self) -> Any:
+        """A fresh decode router (None: the engine's default)."""
+        from slolab.heuristics.policies import make_router
+
+        if self.decode_router is None:
+            return None
+        if self.mode != "disaggregated":
+            raise ValueError("--decode-router applies to --mode disaggregated only")
+        return make_router(self.decode_router)
+
+    def scaler(self, instance: Instance) -> Any:
+        """A fresh scaler for ``instance`` (None without ``autoscale``)."""
+        from slolab.heuristics.scalers import elastic_setup
+
+        thresholds = {
+            name: value
+            for name, value in (
+                ("metric", self.scale_metric),
+                ("upper", self.scale_upper),
+                ("lower", self.scale_lower),
+            )
+            if value is not None
+        }
+        _, scaler = elastic_setup(
+            instance,
+            self.autoscale,
+            min_servers=self.min_servers,
+            max_servers=self.max_servers,
+            startup=self.startup,
+            **thresholds,
+        )
+        return scaler
+
+    def simulate(
+        self, rate: float | None = None, *, progress: bool = False
+    ) -> tuple[Instance, Any]:
+        """The instance at ``rate`` and its Outcome under this set-up's scheduler."""
+        from slolab.sim import run
+
+        instance = self.instance(rate)
+        policy, router = self.policy_and_router(instance)
+        outcome = run(
+            instance,
+            policy,
+            router,
+            seed=self.seed,
+            decode_router=self.decode_router_of(),
+            scaler=self.scaler(instance),
+            record_iterations=False,
+            progress=progress,
+        )
+        return instance, outcome
+
+
+def simulate_summary(
+    setup: ServingSetup, rate: float | None = None, *, progress: bool = False
+) -> dict[str, Any]:
+    """What ``slolab simulate --json`` prints: one run's metrics and its set-up.
+
+    The keys of :func:`slolab.sim.metrics.summary` (cost included), with ``wall_s`` the wall
+    time of the whole call (building the instance included) and ``simulate_s`` the engine's,
+    plus ``instance``, ``policy``, ``router``, ``servers``, ``timing``, ``autoscale`` and
+    ``startup_s``.
+    """
+    from slolab.sim import metrics
+
+    start = time.perf_counter()
+    instance, outcome = setup.simulate(rate, progress=progress)
+    summary = metrics.summary(instance, outcome)
+    summary["wall_s"] = time.perf_counter() - start
+    summary["simulate_s"] = outcome.wall_s
+    summary.update(
+        {
+            "instance": instance.name,
+            "policy": setup.policy,
+            "router": setup.router,
+            "servers": setup.servers,
+            "timing": setup.timing,
+            "autoscale": setup.autoscale or "none",
+            "startup_s": instance.cluster.startup_s,
+        }
+    )
+    return summary
+
+
+def capacity_search(
+    setup: ServingSetup,
+    *,
+    target: float = 0.9,
+    definition: str = "deadline",
+    rate: float | None = None,
+    start_rate: float | None = None,
+    rel_tol: float = 0.02,
+    max_probes: int = 30,
+    progress: bool = False,
+) -> tuple[CapacityResult, float]:
+    """Largest arrival rate at which ``setup`` meets ``target`` attainment (``slolab capacity``).
+
+    Each probe simulates the trace at the probed rate: its own arrivals time-scaled, or with
+    ``setup.arrivals`` a drawn process at that rate. ``rate`` is the reference rate of a drawn
+    process (required with ``arrivals``; not allowed without, where the reference is the
+    trace's own mean rate); ``start_rate`` (default: the reference) is the first probe.
+
+    Returns
+    -------
+    (CapacityResult, float)
+        The search's result and the reference rate (req/s).
+    """
+    from slolab.instances import mean_rate
+    from slolab.sim import metrics
+
+    if setup.arrivals is None:
+        if rate is not None:
+            raise ValueError(
+                "--rate applies to capacity with --arrivals only (each probe time-scales the "
+                "trace to its rate; --start-rate sets the first one)"
+            )
+        reference = mean_rate(setup.instance(None).workload)
+    elif rate is None:
+        raise ValueError(f"--arrivals {setup.arrivals} needs --rate (requests per second)")
+    else:
+        reference = rate
+    show_runs = progress and sys.stderr.isatty()
+
+    def probe(probe_rate: float) -> float:
+        instance, outcome = setup.simulate(probe_rate, progress=show_runs)
+        return metrics.attainment(instance, outcome, definition)
+
+    found = capacity(
+        probe,
+        target=target,
+        start_rate=start_rate or reference,
+        rel_tol=rel_tol,
+        max_probes=max_probes,
+        progress=progress,
+    )
+    return found, reference
