@@ -6,7 +6,9 @@ file), ``instances`` (list shipped instances), ``presets`` (list timing presets)
 attainment target), ``sweep`` (a grid of tasks from a TOML spec, on Dask: see
 :mod:`slolab.harness.sweep`), ``plan`` (fewest servers meeting a target per scheduler: see
 :mod:`slolab.harness.plan`). Bad input gives a one-line error (options it suggests are named as
-flags) and exit status 2; Ctrl-C stops any command with one line and exit status 130.
+flags) and exit status 2; Ctrl-C stops any command with one line and exit status 130; a solver
+objective unlike its replayed schedule's (a model/engine disagreement) gives one line and exit
+status 1.
 """
 
 from __future__ import annotations
@@ -768,6 +770,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Exit status of a command stopped by Ctrl-C (128 + SIGINT, as shells report it).
 EXIT_INTERRUPTED = 130
+#: Exit status when a solver's objective differs from its replayed schedule's.
+EXIT_MISMATCH = 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -775,13 +779,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Bad input exits with status 2 and one line on stderr; Ctrl-C (KeyboardInterrupt, which
     every solver backend re-raises after stopping its search) exits with status 130 and one
-    line, at any point of any command.
+    line, at any point of any command; a solver objective that differs from its replayed
+    schedule's (:class:`slolab.harness.compare.ObjectiveMismatchError`) exits with status 1
+    and one line.
     """
     try:
         return _run(argv)
     except KeyboardInterrupt:
         print("slolab: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except AssertionError as exc:
+        # imported here: the harness loads pandas and the engine, too slow for every command
+        from slolab.harness.compare import ObjectiveMismatchError
+
+        if not isinstance(exc, ObjectiveMismatchError):
+            raise
+        print(
+            f"slolab: error: {exc} (a model/engine disagreement: please report it)",
+            file=sys.stderr,
+        )
+        return EXIT_MISMATCH
 
 
 def _run(argv: Sequence[str] | None) -> int:

@@ -15,7 +15,9 @@ that a batch process on one server keeps every admitted and running request with
 - **B2** (:class:`AdmissionB2`, ``"slos-b2"``): dynamic batch sizing. Batches are arcs on a
   time grid of step ``t0 / cells_per_batch``, each with its own duration (bounded by the
   tightest TPOT of the requests decoding during it) and token capacity ``time2bs(duration)``;
-  B1's batches are one feasible choice, so B2 >= B1.
+  each request picks when it starts decoding, and every decode token is emitted by its
+  deadline, within the horizon and after it. B1's batches are one feasible choice when every
+  TPOT is a multiple of ``t0``, so B2 >= B1 then. A 0-1 MILP; plus brute force.
 
 The math, the reading of Algorithm 2 and the proofs are in ``docs/slos_serve.md``.
 
@@ -638,7 +640,9 @@ def plan_b1(
     )
 
 
-def plan_violations(problem: AdmissionProblem, plan: AdmissionPlan) -> list[str]:
+def plan_violations(
+    problem: AdmissionProblem, plan: AdmissionPlan, token_deadlines: bool = False
+) -> list[str]:
     """Check a plan against the admission rules, independently of how it was built.
 
     Rules: batches are ordered and tile ``[0, end]`` without gaps; each batch carries at most
@@ -647,8 +651,13 @@ def plan_violations(problem: AdmissionProblem, plan: AdmissionPlan) -> list[str]
     request's prefill completion; every decode release ``k * TPOT_r`` at or after the
     request's decode start (its prefill deadline, 0 when decoding) and before the plan's end
     falls in a batch that gives the request a decode token; a batch is no longer than the TPOT
-    of any request it gives a decode token; memory within capacity. Returns the violations
-    (empty when clean).
+    of any request it gives a decode token; memory within capacity. With ``token_deadlines``
+    also the metric's token deadlines (docs/slos_serve.md, Sec. 4): the ``m``-th decode token
+    of a prefilling request comes from a batch whose iteration, started at the batch start
+    and taking the time of its tokens, ends by ``d_r + m TPOT_r`` (it carries at most
+    ``time2bs(d_r + m TPOT_r - start)`` tokens), and every token due by the plan's end is in
+    it. B2's plans meet them; B1's when every TPOT is a multiple of ``t0``. Returns the
+    violations (empty when clean).
     """
     out: list[str] = []
     rows = _served_rows(problem, plan.admitted)
@@ -670,11 +679,13 @@ def plan_violations(problem: AdmissionProblem, plan: AdmissionPlan) -> list[str]
     prefill_done = {r: 0.0 for r in served if prefill_left[r] == 0}
     decode_batches: dict[int, list[int]] = {r: [] for r in served}
     capacity_of: dict[float, int] = {}
+    batch_tokens = []
     for k, entries in enumerate(plan.batches):
         duration = round(float(end[k] - start[k]), 12)
         if duration not in capacity_of:
             capacity_of[duration] = time2bs(problem.timing, duration)
         tokens = sum(t for _, _, t in entries)
+        batch_tokens.append(tokens)
         if tokens > capacity_of[duration]:
             out.append(f"batch {k} carries {tokens} tokens, more than {capacity_of[duration]}")
         seen: set[int] = set()
@@ -720,6 +731,37 @@ def plan_violations(problem: AdmissionProblem, plan: AdmissionPlan) -> list[str]
         missing = sorted(set(holder.tolist()) - set(decode_batches[r]))
         if missing:
             out.append(f"request {r} misses decode tokens released during batches {missing[:5]}")
+        if token_deadlines and problem.remaining_prefill_tokens[r] > 0:
+            out.extend(_late_tokens(problem, r, decode_batches[r], start, end, batch_tokens))
+    return out
+
+
+def _late_tokens(
+    problem: AdmissionProblem,
+    row: int,
+    batches: Sequence[int],
+    start: np.ndarray,
+    end: np.ndarray,
+    batch_tokens: Sequence[int],
+) -> list[str]:
+    """Token-deadline violations of a prefilling ``row`` decoding in ``batches`` (in order)."""
+    out = []
+    d, tpot = float(problem.prefill_deadline_s[row]), float(problem.tpot_s[row])
+    for m, k in enumerate(batches, start=1):
+        due = d + m * tpot
+        if end[k] <= due + TIME_TOL:
+            continue
+        if due <= start[k] or batch_tokens[k] > time2bs(problem.timing, due - float(start[k])):
+            out.append(
+                f"request {row}'s decode token {m} comes from batch {k}, whose iteration ends "
+                f"after the token's deadline {due:.6g} s"
+            )
+    owed = math.floor((float(end[-1]) - d) / tpot + TIME_TOL)
+    if len(batches) < owed:
+        out.append(
+            f"request {row} gets {len(batches)} decode tokens in the plan, but {owed} fall due "
+            "by its end"
+        )
     return out
 
 
@@ -731,8 +773,11 @@ def plan_schedule(
     Empty batches are dropped; each iteration has ``not_before_s = call_time_s + planned start``
     so that no iteration runs before its planned start. Decode entries stop once the request
     has all its output tokens. With ``complete``, batches of ``t0`` continue after the plan on
-    Algorithm 2's cadence until every served request has finished (no SLO guarantee past the
-    horizon: a later scheduler call re-plans). Declined new requests are ``rejected``.
+    Algorithm 2's cadence until every served request has finished (decode only: a later
+    scheduler call re-plans); their tokens are on time when the ``n`` served requests fit one
+    batch and every token is released at least ``T(n)`` before its deadline, which B2 requires
+    and B1 gives for ``n <= C`` when every TPOT is a multiple of ``t0`` (docs/slos_serve.md,
+    Sec. 3 and 4). Declined new requests are ``rejected``.
     """
     proc = batch_process(problem)
     left = problem.decode_tokens_left.copy()
@@ -951,10 +996,19 @@ class AdmissionB2(_AdmissionModel):
 
     Time is cut into cells of ``delta = t0 / cells_per_batch``; a batch is an arc ``(s, e)``
     of cells with capacity ``time2bs((e - s) delta)``, and the chosen arcs form a path from 0
-    to the horizon (``z_a``). Decode releases of Algorithm 2's cadence falling in an arc are
-    served by it; an arc may not be longer than the TPOT of a request decoding during it;
-    prefill tokens ``P_a`` meet cumulative deadlines. B1's batches are the path of arcs of
-    ``cells_per_batch`` cells, so the optimum is at least B1's.
+    to the horizon (``z_a``). A prefilling request picks a *decode start* cell ``sigma`` no
+    later than its deadline cell: its prefill (``P_a`` tokens per arc, cumulative deadlines)
+    is done in arcs ending by ``sigma`` and it decodes the releases of Algorithm 2's cadence
+    from ``sigma delta`` on, each served by the arc holding it. An arc may not carry a request
+    whose TPOT is shorter than the arc, and its iteration (from the arc's start, taking the
+    time of its tokens) must end by the deadline ``d + m TPOT`` of every decode token it serves
+    (the ``m``-th after the prefill). Only the latest start whose first release is at or before
+    ``d`` and the deadline cell itself matter (docs/slos_serve.md, "B2").
+    After the horizon the schedule goes on in batches of ``t0`` on the same cadence; they stay
+    on time when one batch decoding every served request takes no longer than ``t0`` and than
+    the time from a served start's releases to its token deadlines. B1's batches are the path
+    of arcs of ``cells_per_batch`` cells, so the optimum is at least B1's when every TPOT is a
+    multiple of ``t0``.
 
     Parameters
     ----------
@@ -994,20 +1048,42 @@ class AdmissionB2(_AdmissionModel):
         tokens = {a: prob.add_variable(f"P_{a[0]}_{a[1]}", lowBound=0) for a in g.arcs}
         self._objective(prob, x, pulp)
         self._memory(prob, x, keep, pulp)
+        start = self._start_variables(prob, x, keep, pulp)
         self._path(prob, z, pulp)
-        self._arc_capacity(prob, x, keep, z, tokens, pulp)
-        self._arc_tpot(prob, x, keep, z, pulp)
-        self._prefill_deadlines(prob, x, keep, tokens, pulp)
-        self.variables = {"x": x, "keep_running": keep, "z": z, "P": tokens}
+        self._arc_capacity(prob, start, z, tokens, pulp)
+        self._arc_token_deadlines(prob, start, z, tokens, pulp)
+        self._arc_too_long(prob, start, z, pulp)
+        self._prefill_deadlines(prob, start, tokens, pulp)
+        self._after_horizon(prob, x, keep, start, pulp)
+        self.variables = {"x": x, "keep_running": keep, "z": z, "P": tokens, "start": start}
         logger.debug(
-            "slos-b2: %d new requests, %d cells of %.4g s, %d arcs, %d constraints",
+            "slos-b2: %d new requests, %d decode starts, %d cells of %.4g s, %d arcs, "
+            "%d constraints",
             len(x),
+            g.n_starts,
             g.n_cells,
             g.cell_s,
             len(g.arcs),
             prob.numConstraints(),
         )
-        return MilpFormulation(prob, to_schedule=lambda: self._to_schedule(self._admitted(x), z))
+        return MilpFormulation(prob, to_schedule=lambda: plan_schedule(self.problem, self._plan()))
+
+    def _start_variables(self, prob: Any, x: Mapping[int, Any], keep: Any, pulp: Any) -> list[Any]:
+        """Per decode start ``v`` of row ``r``, its decision ``u_v``: ``sum_v u_v = x_r``.
+
+        A row with one start uses ``x_r`` itself; a row with none cannot be served."""
+        g = self.grid
+        start: list[Any] = [None] * g.n_starts
+        for r in range(self.problem.n_requests):
+            chosen = self._coef(r, x, keep)
+            options = g.starts_of(r)
+            if options.size == 1:
+                start[int(options[0])] = chosen
+                continue
+            for v in options.tolist():
+                start[v] = prob.add_variable(f"u_{r}_{int(g.start_cell[v])}", cat="Binary")
+            prob += pulp.lpSum(start[v] for v in options.tolist()) == chosen, f"start_{r}"
+        return start
 
     def _path(self, prob: Any, z: Mapping[tuple[int, int], Any], pulp: Any) -> None:
         """Arcs form one path from cell 0 to cell ``H``: out(0) = 1, in(g) = out(g), in(H) = 1."""
@@ -1025,87 +1101,205 @@ class AdmissionB2(_AdmissionModel):
     def _arc_capacity(
         self,
         prob: Any,
-        x: Mapping[int, Any],
-        keep: Any,
+        start: Sequence[Any],
         z: Mapping[Any, Any],
         tokens: Mapping[Any, Any],
         pulp: Any,
     ) -> None:
-        """``P_a <= cap_a z_a`` and ``P_a + sum_r rho_r(a) x_r <= cap_a + U_a (1 - z_a)``, with
-        ``rho_r(a)`` the decode releases of ``r`` in the arc and ``U_a = sum_r rho_r(a)``."""
+        """``P_a <= cap_a z_a`` and ``P_a + sum_v rho_v(a) u_v <= cap_a + U_a (1 - z_a)``, with
+        ``rho_v(a)`` the decode releases of start ``v`` in the arc and ``U_a`` the largest
+        decode load the arc can get (per row, its largest ``rho_v(a)``)."""
         g = self.grid
         for a in g.arcs:
             cap = g.capacity[a[1] - a[0]]
             prob += tokens[a] <= cap * z[a], f"cap_{a[0]}_{a[1]}"
-            load = g.releases(a)
-            terms = [int(k) * self._coef(int(r), x, keep) for r, k in load.items()]
-            if not terms:
-                continue
-            big = int(sum(load.values()))
-            prob += tokens[a] + pulp.lpSum(terms) <= cap + big * (1 - z[a]), f"load_{a[0]}_{a[1]}"
+            if g.releases(a):
+                carried, big = self._arc_tokens(a, start, tokens, pulp)
+                prob += carried <= cap + big * (1 - z[a]), f"load_{a[0]}_{a[1]}"
 
-    def _arc_tpot(
-        self, prob: Any, x: Mapping[int, Any], keep: Any, z: Mapping[Any, Any], pulp: Any
+    def _arc_tokens(
+        self, a: tuple[int, int], start: Sequence[Any], tokens: Mapping[Any, Any], pulp: Any
+    ) -> tuple[Any, int]:
+        """``P_a + sum_v rho_v(a) u_v`` and ``U_a``, the largest decode load it can hold."""
+        g = self.grid
+        load = g.releases(a)
+        per_row: dict[int, int] = {}
+        for v, count in load.items():
+            row = int(g.start_row[v])
+            per_row[row] = max(per_row.get(row, 0), count)
+        carried = tokens[a] + pulp.lpSum(count * start[v] for v, count in load.items())
+        return carried, sum(per_row.values())
+
+    def _arc_token_deadlines(
+        self,
+        prob: Any,
+        start: Sequence[Any],
+        z: Mapping[Any, Any],
+        tokens: Mapping[Any, Any],
+        pulp: Any,
     ) -> None:
-        """For an arc longer than tier ``l``'s TPOT: ``sum_{r in l, sigma_r < e} x_r <= n (1 - z_a)``."""
+        """Where arc ``a`` ends after the deadline ``D`` of a token it gives start ``v``, its
+        iteration must end by ``D``: with ``c_{a,v} = time2bs(D - s_a delta) < cap_a``,
+        ``P_a + sum_w rho_w(a) u_w <= c_{a,v} + (cap_a - c_{a,v})(1 - u_v) + U_a (1 - z_a)``.
+        """
         g = self.grid
         for a in g.arcs:
-            decoders = g.too_slow_for(a)
-            if decoders.size == 0:
+            cap = int(g.capacity[a[1] - a[0]])
+            limits = {v: c for v, c in g.token_limits(a).items() if 0 <= c < cap}
+            if not limits:
                 continue
+            carried, big = self._arc_tokens(a, start, tokens, pulp)
+            for v, most in limits.items():
+                prob += (
+                    carried <= most + (cap - most) * (1 - start[v]) + big * (1 - z[a]),
+                    f"due_{a[0]}_{a[1]}_{int(g.start_row[v])}_{int(g.start_cell[v])}",
+                )
+
+    def _arc_too_long(
+        self, prob: Any, start: Sequence[Any], z: Mapping[Any, Any], pulp: Any
+    ) -> None:
+        """For an arc that may not serve some decode starts (longer than their TPOT while they
+        decode, or unable to end by the deadline of a token it gives them):
+        ``sum_{v barred} u_v <= n_a (1 - z_a)``, ``n_a`` the rows of those starts."""
+        g = self.grid
+        for a in g.arcs:
+            starts = np.array([v for v, c in g.token_limits(a).items() if c < 0], dtype="int64")
+            if starts.size == 0:
+                continue
+            rows = len(set(g.start_row[starts].tolist()))
             prob += (
-                pulp.lpSum(self._coef(int(r), x, keep) for r in decoders)
-                <= int(decoders.size) * (1 - z[a]),
-                f"tpot_{a[0]}_{a[1]}",
+                pulp.lpSum(start[int(v)] for v in starts) <= rows * (1 - z[a]),
+                f"long_{a[0]}_{a[1]}",
             )
 
     def _prefill_deadlines(
-        self, prob: Any, x: Mapping[int, Any], keep: Any, tokens: Mapping[Any, Any], pulp: Any
+        self, prob: Any, start: Sequence[Any], tokens: Mapping[Any, Any], pulp: Any
     ) -> None:
-        """At each distinct deadline cell ``g``: ``sum_{a: e_a <= g} P_a >= sum_{r: g_r <= g} p_r x_r``."""
-        g = self.grid
-        p = self.problem
-        prefilling = np.flatnonzero(p.remaining_prefill_tokens > 0)
-        for cell in np.unique(g.deadline_cell[prefilling]):
-            due = prefilling[g.deadline_cell[prefilling] <= cell]
+        """At each distinct start cell ``c`` of a prefilling row:
+        ``sum_{a: e_a <= c} P_a >= sum_{v: sigma_v <= c} p_{r_v} u_v``."""
+        g, p = self.grid, self.problem
+        prefill = p.remaining_prefill_tokens[g.start_row]
+        prefilling = np.flatnonzero(prefill > 0)
+        for cell in np.unique(g.start_cell[prefilling]):
+            due = prefilling[g.start_cell[prefilling] <= cell]
             prob += (
                 pulp.lpSum(tokens[a] for a in g.arcs if a[1] <= cell)
-                >= pulp.lpSum(
-                    int(p.remaining_prefill_tokens[r]) * self._coef(int(r), x, keep) for r in due
-                ),
+                >= pulp.lpSum(int(prefill[v]) * start[int(v)] for v in due),
                 f"prefill_c{int(cell)}",
             )
 
-    def _to_schedule(self, admitted: Sequence[int], z: Mapping[tuple[int, int], Any]) -> Schedule:
-        path = sorted(a for a, var in z.items() if (var.value() or 0.0) > 0.5)
-        plan = self.plan(admitted, path)
+    def _after_horizon(
+        self, prob: Any, x: Mapping[int, Any], keep: Any, start: Sequence[Any], pulp: Any
+    ) -> None:
+        """For each decode start ``v`` whose after-horizon batch limit ``n_v`` is below the
+        number of rows ``n``: ``sum_r x_r <= n_v + (n - n_v)(1 - u_v)`` (``x_r = 1`` for
+        running rows), with ``n_v = time2bs(min(t0, w_v))`` and ``w_v`` the time from each
+        release of ``v`` to its token's deadline."""
+        g, p = self.grid, self.problem
+        n = p.n_requests
+        served = pulp.lpSum(self._coef(r, x, keep) for r in range(n))
+        for v in np.flatnonzero(g.start_tail_requests < n).tolist():
+            limit = int(g.start_tail_requests[v])
+            prob += (
+                served <= limit + (n - limit) * (1 - start[v]),
+                f"tail_{int(g.start_row[v])}_{int(g.start_cell[v])}",
+            )
+
+    def _plan(self) -> AdmissionPlan:
+        """The plan of the last solved :meth:`milp` (admitted set, arcs and decode starts)."""
+        var = self.variables
+        admitted = self._admitted(var["x"])
+        path = sorted(a for a, z in var["z"].items() if (z.value() or 0.0) > 0.5)
+        chosen = {}
+        for v, u in enumerate(var["start"]):
+            if (u.value() or 0.0) > 0.5:
+                chosen[int(self.grid.start_row[v])] = int(self.grid.start_cell[v])
+        plan = self.plan(admitted, path, chosen)
         if plan is None:
             raise RuntimeError(
-                f"the B2 solution admitting {list(admitted)} on arcs {path} is infeasible"
+                f"the B2 solution admitting {admitted} on arcs {path} with decode starts "
+                f"{chosen} is infeasible"
             )
-        return plan_schedule(self.problem, plan)
+        return plan
+
+    def solution_plan(self) -> AdmissionPlan:
+        """The plan read off the last solved :meth:`milp` (its arcs and decode starts).
+
+        Raises
+        ------
+        RuntimeError
+            No solved MILP, or its solution fails the batch process (a model bug).
+        """
+        if not self.variables:
+            raise RuntimeError("solve the B2 MILP first (slolab.solvers.solve)")
+        return self._plan()
 
     def plan(
-        self, admitted: Sequence[int], path: Sequence[tuple[int, int]]
+        self,
+        admitted: Sequence[int],
+        path: Sequence[tuple[int, int]],
+        decode_start_cell: Mapping[int, int] | None = None,
     ) -> AdmissionPlan | None:
-        """The plan of ``admitted`` on the batch arcs ``path`` (decode by release, prefill EDF)."""
+        """The plan of ``admitted`` on the batch arcs ``path``; None if it fails.
+
+        ``decode_start_cell`` maps a served row to one of its decode starts (default: its
+        latest). Decode tokens follow the releases from each row's start; prefill goes earliest
+        start first. The plan fails when memory is exceeded, an arc carries more tokens than
+        its capacity or than lets its iteration end by the deadline of a token it serves, an
+        arc is longer than the TPOT of a request it decodes, a prefill misses its start, or
+        more rows are served than a batch after the horizon may decode for a picked start.
+
+        Raises
+        ------
+        ValueError
+            A given start cell is not a decode start of its row.
+        """
         g, p = self.grid, self.problem
         rows = _served_rows(p, admitted)
         if int(p.kv_tokens[rows].sum()) > p.kv_capacity_tokens:
             return None
-        served = set(rows.tolist())
-        index = {r: k for k, r in enumerate(rows.tolist())}
+        picked = []
+        for r in rows.tolist():
+            options = g.starts_of(r)
+            if options.size == 0:
+                return None
+            if decode_start_cell is None or r not in decode_start_cell:
+                picked.append(int(options[-1]))
+                continue
+            match = options[g.start_cell[options] == decode_start_cell[r]]
+            if match.size == 0:
+                raise ValueError(
+                    f"cell {decode_start_cell[r]} is not a decode start of row {r}; its starts "
+                    f"are {g.start_cell[options].tolist()}"
+                )
+            picked.append(int(match[0]))
+        return self._plan_of_starts(admitted, path, np.array(picked, dtype="int64"))
+
+    def _plan_of_starts(
+        self, admitted: Sequence[int], path: Sequence[tuple[int, int]], picked: np.ndarray
+    ) -> AdmissionPlan | None:
+        """:meth:`plan` with the decode starts ``picked`` (one per served row, in row order)."""
+        g, p = self.grid, self.problem
+        rows = g.start_row[picked]
+        if len(rows) > g.start_tail_requests[picked].min(initial=p.n_requests):
+            return None
+        index = {int(v): k for k, v in enumerate(picked.tolist())}
         decode = np.zeros((len(rows), len(path)), dtype=bool)
-        for i, arc in enumerate(path):
-            for r in g.releases(arc):
-                if r in served:
-                    decode[index[r], i] = True
-        load = decode.sum(axis=0)
         capacity = g.capacity[[e - s for s, e in path]]
-        if (load > capacity).any():
+        for i, arc in enumerate(path):
+            for v, most in g.token_limits(arc).items():
+                if v in index:
+                    capacity[i] = min(capacity[i], most)
+            for v in g.releases(arc):
+                if v in index:
+                    decode[index[v], i] = True
+        load = decode.sum(axis=0)
+        if (capacity < 0).any() or (load > capacity).any():
             return None
         ends = np.array([e for _, e in path], dtype="int64")
-        prefill = _fill_prefill(g.deadline_cell, rows, p, capacity - load, ends)
+        deadline = np.zeros(p.n_requests, dtype="int64")
+        deadline[rows] = g.start_cell[picked]
+        prefill = _fill_prefill(deadline, rows, p, capacity - load, ends)
         if prefill is None:
             return None
         starts = np.array([s for s, _ in path], dtype=float) * g.cell_s
@@ -1119,43 +1313,206 @@ class AdmissionB2(_AdmissionModel):
             decode[used],
         )
 
+    def brute_force(self, time_limit: float) -> tuple[float, Schedule] | None:
+        """Every subset of new requests by decreasing value and every choice of decode starts;
+        for each, the best path by dynamic programming over cells. The first feasible subset is
+        optimal.
+
+        For fixed decode starts an arc is usable when its decode load fits the least of its
+        capacity and the token limits the served starts set on it (:meth:`_B2Grid.token_limits`);
+        a path is feasible when, at each of its cells ``c`` followed
+        by the arc ``(c, e)``, the prefill capacity left on the arcs before ``c`` covers the
+        prefills due by cell ``e - 1``, and at ``H`` those due by ``H``. The largest left
+        capacity at a cell dominates, so one value per cell suffices.
+        """
+        deadline = time.perf_counter() + time_limit
+        g, p = self.grid, self.problem
+        new = [int(r) for r in p.new_rows]
+        values = p.value[new] if new else np.zeros(0)
+        subsets = list(itertools.product((0, 1), repeat=len(new)))
+        totals = np.array([float(np.dot(s, values)) for s in subsets]) if new else np.zeros(1)
+        releases, limit = g.arc_tables()
+        arc_capacity = g.capacity[[e - s for s, e in g.arcs]]
+        tried = 0
+        for k in np.argsort(-totals, kind="stable"):
+            chosen = [r for r, pick in zip(new, subsets[k], strict=True) if pick]
+            rows = _served_rows(p, chosen)
+            if int(p.kv_tokens[rows].sum()) > p.kv_capacity_tokens:
+                continue
+            for picked in itertools.product(*(g.starts_of(r).tolist() for r in rows.tolist())):
+                tried += 1
+                if tried % 256 == 0 and time.perf_counter() > deadline:
+                    raise TimeoutError(
+                        f"brute force over 2^{len(new)} subsets passed {time_limit} s"
+                    )
+                sel = np.array(picked, dtype="int64")
+                if len(rows) > g.start_tail_requests[sel].min(initial=p.n_requests):
+                    continue
+                most = np.minimum(arc_capacity, limit[sel].min(axis=0, initial=arc_capacity.max()))
+                path = self._best_path(sel, releases[sel].sum(axis=0), most)
+                if path is None:
+                    continue
+                plan = self._plan_of_starts(chosen, path, sel)
+                if plan is None:
+                    raise RuntimeError(f"the path {path} found for {chosen} fails its plan")
+                return float(totals[k]), plan_schedule(p, plan)
+        return None
+
+    def _best_path(
+        self, picked: np.ndarray, load: np.ndarray, limit: np.ndarray
+    ) -> list[tuple[int, int]] | None:
+        """A feasible path for the decode starts ``picked`` (see :meth:`brute_force`)."""
+        g, p = self.grid, self.problem
+        prefill = p.remaining_prefill_tokens[g.start_row[picked]]
+        due = np.zeros(g.n_cells + 1, dtype="int64")
+        np.add.at(due, g.start_cell[picked], prefill)
+        due = np.cumsum(due)
+        left = np.full(g.n_cells + 1, -1, dtype="int64")
+        came_from = np.full(g.n_cells + 1, -1, dtype="int64")
+        left[0] = 0
+        for i, (s, e) in enumerate(g.arcs):
+            residual = int(limit[i]) - int(load[i])
+            if residual < 0 or left[s] < 0 or left[s] < due[e - 1]:
+                continue
+            if left[s] + residual > left[e]:
+                left[e] = left[s] + residual
+                came_from[e] = s
+        if left[g.n_cells] < due[g.n_cells]:
+            return None
+        path = []
+        cell = g.n_cells
+        while cell > 0:
+            path.append((int(came_from[cell]), cell))
+            cell = int(came_from[cell])
+        return path[::-1]
+
 
 @dataclass(frozen=True)
 class _B2Grid:
-    """Cells, arcs and precomputed release counts of B2."""
+    """Cells, arcs and decode starts of B2, with what each arc allows each start.
+
+    A decode start ``v`` belongs to row ``start_row[v]``: the row decodes the releases of its
+    tier from cell ``start_cell[v]`` on, the first being release ``start_first_release[v]``
+    (index ``k``, at ``k TPOT``); its ``m``-th decode token (``m >= 1``) is due at
+    ``start_deadline_s[v] + m TPOT`` (``inf`` for a decoding running row). A batch of ``t0``
+    after the horizon may decode at most ``start_tail_requests[v]`` requests when ``v`` is
+    served.
+    """
 
     cell_s: float
     n_cells: int
     capacity: np.ndarray
     arcs: list[tuple[int, int]]
-    deadline_cell: np.ndarray
-    decode_start_cell: np.ndarray
-    tier: np.ndarray
-    tier_tpot_cells: np.ndarray
+    timing: TimingModel
+    tier_tpot_s: np.ndarray
     tier_releases: np.ndarray
-    _release_cache: dict[tuple[int, int], dict[int, int]] = field(default_factory=dict)
+    start_row: np.ndarray
+    start_cell: np.ndarray
+    start_tier: np.ndarray
+    start_first_release: np.ndarray
+    start_deadline_s: np.ndarray
+    start_tail_requests: np.ndarray
+    _arc_cache: dict[tuple[int, int], tuple[dict[int, int], dict[int, int]]] = field(
+        default_factory=dict
+    )
+
+    @property
+    def n_starts(self) -> int:
+        return len(self.start_row)
+
+    def starts_of(self, row: int) -> np.ndarray:
+        """Decode starts of ``row``, earliest first (empty: the row cannot be served)."""
+        return np.flatnonzero(self.start_row == row)
+
+    def _arc(self, arc: tuple[int, int]) -> tuple[dict[int, int], dict[int, int]]:
+        if arc not in self._arc_cache:
+            s, e = arc
+            active = self.start_cell < e
+            lo = np.maximum(self.start_cell, s)
+            tiers = self.start_tier
+            first = self.tier_releases[tiers, lo]
+            counts = np.where(active, self.tier_releases[tiers, e] - first, 0)
+            tpot = self.tier_tpot_s[tiers]
+            token_deadline = self.start_deadline_s + (first - self.start_first_release + 1) * tpot
+            limits = {}
+            for v in np.flatnonzero((counts > 0) & (e * self.cell_s > token_deadline + TIME_TOL)):
+                wait_s = float(token_deadline[v]) - s * self.cell_s
+                most = time2bs(self.timing, wait_s) if wait_s > 0 else 0
+                limits[int(v)] = most if most >= 1 else -1
+            for v in np.flatnonzero(active & (tpot < (e - s) * self.cell_s - TIME_TOL)):
+                limits[int(v)] = -1
+            self._arc_cache[arc] = (
+                {int(v): int(counts[v]) for v in np.flatnonzero(counts)},
+                limits,
+            )
+        return self._arc_cache[arc]
 
     def releases(self, arc: tuple[int, int]) -> dict[int, int]:
-        """Rows with decode releases in ``arc`` (after their decode start): row -> count."""
-        if arc not in self._release_cache:
-            s, e = arc
-            sigma = self.decode_start_cell
-            rows = np.flatnonzero(sigma < e)
-            lo = np.maximum(sigma[rows], s)
-            counts = (
-                self.tier_releases[self.tier[rows], e] - self.tier_releases[self.tier[rows], lo]
-            )
-            self._release_cache[arc] = {
-                int(r): int(k) for r, k in zip(rows, counts, strict=True) if k > 0
-            }
-        return self._release_cache[arc]
+        """Decode starts with releases in ``arc`` (from their start cell on): start -> count."""
+        return self._arc(arc)[0]
 
-    def too_slow_for(self, arc: tuple[int, int]) -> np.ndarray:
-        """Rows decoding during ``arc`` whose TPOT is shorter than the arc."""
-        s, e = arc
-        rows = np.flatnonzero(self.decode_start_cell < e)
-        slow = self.tier_tpot_cells[self.tier[rows]] < (e - s) - TIME_TOL
-        return rows[slow]
+    def token_limits(self, arc: tuple[int, int]) -> dict[int, int]:
+        """Starts the arc serves only with fewer tokens than its capacity: start -> the most
+        tokens (prefill and decode) the arc may then carry, -1 when it may not serve the start.
+
+        An arc longer than the start's TPOT (while it decodes) may not serve it. When the arc
+        ends after the deadline ``D`` of a token it gives the start, its iteration (starting
+        at ``s delta``, taking ``T(tokens)``) must end by ``D``: at most
+        ``time2bs(D - s delta)`` tokens.
+        """
+        return self._arc(arc)[1]
+
+    def arc_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(releases, limit)`` as (starts, arcs) arrays, arcs in :attr:`arcs` order; ``limit``
+        is the arc's capacity where :meth:`token_limits` sets none."""
+        counts = np.zeros((self.n_starts, len(self.arcs)), dtype="int64")
+        limit = np.empty((self.n_starts, len(self.arcs)), dtype="int64")
+        for i, arc in enumerate(self.arcs):
+            for v, k in self.releases(arc).items():
+                counts[v, i] = k
+            limit[:, i] = self.capacity[arc[1] - arc[0]]
+            for v, most in self.token_limits(arc).items():
+                limit[v, i] = most
+        return counts, limit
+
+
+def _decode_starts(
+    problem: AdmissionProblem, t0: float, delta: float, n_cells: int, releases: np.ndarray
+) -> list[tuple[int, int, int, float, int]]:
+    """``(row, cell, first release, deadline, tail requests)`` of every decode start of B2.
+
+    A decoding running row starts at cell 0 (no token deadline). A prefilling row with
+    deadline ``d`` and TPOT ``T`` may start at any cell ``sigma <= g = floor(d / delta)`` (its
+    prefill done by ``sigma``); for one first release the latest such cell dominates, and a
+    first release before ``k_d = floor(d / T)`` only adds load, so two cells remain: the cell
+    of release ``k_d`` and ``g``. A start at cell 0 leaves no time for the prefill. Tail
+    requests: how many requests a batch after the horizon may decode, ``time2bs(min(t0, w))``
+    with ``w = d + T - k T`` the time from each release (``k T``, ``k`` the first) to its
+    token's deadline; a start whose limit is 0 cannot be served.
+    """
+    out = []
+    tier = problem.tier
+    per_batch = time2bs(problem.timing, t0)
+    for r in range(problem.n_requests):
+        tpot = float(problem.tier_tpot_s[tier[r]])
+        if problem.remaining_prefill_tokens[r] == 0:
+            out.append((r, 0, 0, math.inf, per_batch))
+            continue
+        d = float(problem.prefill_deadline_s[r])
+        last = int(np.clip(math.floor(d / delta + TIME_TOL), 0, n_cells))
+        released = math.floor(d / tpot + TIME_TOL)
+        early = int(np.clip(math.floor(released * tpot / delta + TIME_TOL), 0, last))
+        by_release: dict[int, int] = {}
+        for cell in (early, last):
+            if cell > 0:
+                first = int(releases[tier[r], cell])
+                by_release[first] = max(by_release.get(first, cell), cell)
+        for first, cell in sorted(by_release.items()):
+            wait_s = d + tpot - first * tpot
+            limit = per_batch if wait_s >= t0 - TIME_TOL else time2bs(problem.timing, wait_s)
+            if limit >= 1:
+                out.append((r, cell, first, d, limit))
+    return out
 
 
 def _b2_grid(problem: AdmissionProblem, proc: BatchProcess, cells_per_batch: int) -> _B2Grid:
@@ -1163,7 +1520,6 @@ def _b2_grid(problem: AdmissionProblem, proc: BatchProcess, cells_per_batch: int
     delta = t0 / cells_per_batch
     n_cells = proc.n_batches * cells_per_batch
     tier_tpot = problem.tier_tpot_s
-    tier_tpot_cells = tier_tpot / delta
     decoding = problem.remaining_prefill_tokens == 0
     limit_s = (
         float(problem.tpot_s[problem.running & decoding].min())
@@ -1175,13 +1531,24 @@ def _b2_grid(problem: AdmissionProblem, proc: BatchProcess, cells_per_batch: int
         [0] + [time2bs(problem.timing, length * delta) for length in range(1, longest + 1)]
     )
     arcs = [(s, e) for s in range(n_cells) for e in range(s + 1, min(s + longest, n_cells) + 1)]
-    deadline = np.where(decoding, 0.0, problem.prefill_deadline_s)
-    cell = np.clip(np.floor(deadline / delta + TIME_TOL), 0, n_cells).astype("int64")
-    cell[decoding] = 0
     units = np.arange(n_cells + 1)
     releases = np.stack(
         [tier_releases_before(float(t), t0, units, cells_per_batch) for t in tier_tpot]
     )
+    starts = _decode_starts(problem, t0, delta, n_cells, releases)
+    rows = np.array([s[0] for s in starts], dtype="int64")
     return _B2Grid(
-        delta, n_cells, capacity, arcs, cell, cell.copy(), problem.tier, tier_tpot_cells, releases
+        delta,
+        n_cells,
+        capacity,
+        arcs,
+        problem.timing,
+        tier_tpot,
+        releases,
+        rows,
+        np.array([s[1] for s in starts], dtype="int64"),
+        problem.tier[rows],
+        np.array([s[2] for s in starts], dtype="int64"),
+        np.array([s[3] for s in starts], dtype=float),
+        np.array([s[4] for s in starts], dtype="int64"),
     )

@@ -8,6 +8,7 @@ from slolab.harness import methods as M
 from slolab.harness.cli import main
 from slolab.harness.compare import ObjectiveMismatchError, compare
 from slolab.heuristics.baselines import SarathiFCFS
+from slolab.instances import save_instance
 from slolab.problems.serving import serving_instance
 from slolab.sim import metrics, run
 from slolab.solvers import Result, Status
@@ -38,8 +39,8 @@ def test_compare_recomputes_heuristic_objectives(small_serving):
     )
 
 
-def test_solver_objective_mismatch_fails_loudly(small_serving):
-    """An exact method whose claimed objective differs from its replay raises."""
+def register_lying_solver() -> None:
+    """An exact method ``lying-solver`` (serving) claiming 1.5 for a Sarathi-FCFS run."""
     from slolab.heuristics.baselines import LeastLoaded
 
     def lying(instance, *, seed, **_):
@@ -48,10 +49,29 @@ def test_solver_objective_mismatch_fails_loudly(small_serving):
         return M.MethodRun(out, 0.0, "OPTIMAL", result=res)
 
     M.register_method(M.Method("lying-solver", "exact", ("serving",), lying))
+
+
+def test_solver_objective_mismatch_fails_loudly(small_serving):
+    """An exact method whose claimed objective differs from its replay raises."""
+    register_lying_solver()
     with pytest.raises(
         ObjectiveMismatchError, match="solver objective 1.5 but its replayed schedule scores"
     ):
         compare(small_serving, ["lying-solver"], seed=0)
+
+
+def test_cli_objective_mismatch_is_one_line_error(small_serving, tmp_path, capsys):
+    """slolab compare with a solver unlike its replay: one line naming it, exit status 1."""
+    register_lying_solver()
+    path = save_instance(small_serving, tmp_path / "serve.json")
+    code = main(["compare", str(path), "--methods", "lying-solver", "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    # attainment is at most 1, so the claimed 1.5 cannot be the replay's
+    assert len(err) == 1
+    assert err[0].startswith("slolab: error: lying-solver on ")
+    assert "solver objective 1.5 but its replayed schedule scores" in err[0]
+    assert err[0].endswith("(a model/engine disagreement: please report it)")
 
 
 def test_unknown_method_lists_known(small_serving):

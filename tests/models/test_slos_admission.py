@@ -11,7 +11,8 @@ import slolab.models.slos_admission as slos_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from slolab import sim
-from slolab.instances.records import Cluster
+from slolab.harness.compare import objective
+from slolab.instances.records import Cluster, Instance
 from slolab.models.slos_admission import (
     AdmissionB1,
     AdmissionB2,
@@ -23,11 +24,14 @@ from slolab.models.slos_admission import (
     plan_violations,
     snapshot_instance,
 )
-from slolab.solvers import Status, solve
+from slolab.problems import get_problem
+from slolab.solvers import Status, build_model, solve
 from slolab.timing import LinearTiming
 
 # 0.01 s per iteration + 0.4 ms per token: time2bs(0.05) = (0.05 - 0.01) / 4e-4 = 100 tokens.
 TIMING = LinearTiming(0.01, {"prefill_tokens": 4e-4, "decode_tokens": 4e-4}, name="round")
+# 44.5 ms per iteration + 1 ms per token: time2bs(0.05) = 5, time2bs(0.1) = 55, (0.15) = 105.
+SLOW_START = LinearTiming(0.0445, {"prefill_tokens": 1e-3, "decode_tokens": 1e-3}, name="slow")
 
 
 def competing_pair(with_running: bool = True) -> AdmissionProblem:
@@ -158,6 +162,114 @@ def test_b2_plan_of_long_batch_pair_is_clean():
     assert path[0] == (0, 2)
     assert plan.batches[0] == ((0, "prefill", 210), (1, "prefill", 10))
     assert plan_violations(long_batch_pair(), plan) == []
+
+
+def late_start_request() -> Instance:
+    """One new request: 300 prompt tokens due at 0.19 s, TPOT 0.1 s (t0 = 0.1 s), 6 outputs."""
+    return snapshot_instance(
+        "late-start",
+        call_time_s=0.0,
+        arrival_s=[0.0],
+        prompt_tokens=[300],
+        output_tokens=[6],
+        ttft_slo_s=[0.19],
+        tpot_slo_s=[0.1],
+        timing=TIMING,
+        cluster=Cluster(kv_capacity_tokens=1000),
+    )
+
+
+@pytest.mark.parametrize("solver", ["highs", "brute"])
+def test_b2_late_decode_start_fits_a_prompt_b1_cannot(solver):
+    """Prefill until 0.15 s fits 300 tokens; its first decode token is due at 0.29 s."""
+    instance = late_start_request()
+    model = AdmissionB2(instance)
+    result = solve(model, solver=solver)
+    outcome = sim.replay(instance, result.schedule)
+    # B1: one batch of t0 = 0.1 s before 0.19 s, time2bs(0.1) = 225 < 300
+    assert solve(AdmissionB1(instance), solver="highs").objective == 0.0
+    # B2 starts decoding at cell 3 (0.15 s): time2bs(0.1) + time2bs(0.05) = 225 + 100 >= 300
+    assert result.objective == 1.0 == objective(instance, outcome)
+    assert sim.check(instance, outcome) == []
+    grid = model.grid
+    # starts: cell 2 (release 1 at 0.1 s <= 0.19 s) or cell 3 (release 2 at 0.2 s)
+    assert grid.start_cell.tolist() == [2, 3]
+    assert grid.start_first_release.tolist() == [1, 2]
+    # the batch [0.2, 0.3) ends after the 0.29 s deadline of the late start's first decode
+    # token: its iteration must end by then, time2bs(0.29 - 0.2) = (0.09 - 0.01) / 4e-4 = 200
+    assert grid.token_limits((4, 6)) == {1: 200}
+    # [0.15, 0.25) ends by 0.29 s: no limit
+    assert grid.token_limits((3, 5)) == {}
+
+
+def test_token_deadlines_catch_a_batch_ending_too_late():
+    """A batch [0.2, 0.3) of 211 tokens ends at 0.2944 s, after A's token due at 0.29 s."""
+    problem = AdmissionProblem(
+        running=[False, False],
+        remaining_prefill_tokens=[300, 210],
+        prefill_deadline_s=[0.19, 0.3],
+        tpot_s=[0.1, 0.1],
+        kv_tokens=[10, 10],
+        value=[1.0, 1.0],
+        output_tokens=[4, 4],
+        kv_capacity_tokens=100,
+        timing=TIMING,
+    )
+    edges = np.array([0.0, 0.1, 0.15, 0.2, 0.3, 0.4])
+    plan = AdmissionPlan(
+        (0, 1),
+        edges[:-1],
+        edges[1:],
+        (((0, 225),), ((0, 75),), (), ((1, 210),), ()),
+        np.array([0, 1]),
+        np.array([[0, 0, 0, 1, 1], [0, 0, 0, 0, 1]], dtype=bool),
+    )
+    # the cadence rules hold: A decodes at its releases 0.2 and 0.3 s, B at 0.3 s
+    assert plan_violations(problem, plan) == []
+    # 0.2 + 0.01 + 211 * 4e-4 = 0.2944 s > 0.19 + 0.1 s; time2bs(0.09) = 200 < 211 tokens
+    assert plan_violations(problem, plan, token_deadlines=True) == [
+        "request 0's decode token 1 comes from batch 3, whose iteration ends after the "
+        "token's deadline 0.29 s"
+    ]
+
+
+def decoders_and_one_new(decoders: int) -> Instance:
+    """``decoders`` running requests decoding at TPOT 0.2 s and new A: 80 prompt tokens due at
+    0.15 s, TPOT 0.1 s (t0 = 0.1 s, cells of 0.05 s, horizon 0.4 s), 8 output tokens."""
+    n = decoders + 1
+    return snapshot_instance(
+        f"decoders-{decoders}",
+        call_time_s=1.0,
+        arrival_s=[0.5] * decoders + [1.0],
+        prompt_tokens=[10] * decoders + [80],
+        output_tokens=[10] * decoders + [8],
+        ttft_slo_s=[0.5] * decoders + [0.15],
+        tpot_slo_s=[0.2] * decoders + [0.1],
+        timing=SLOW_START,
+        cluster=Cluster(kv_capacity_tokens=1000),
+        running=[True] * decoders + [False],
+        remaining_prefill_tokens=[0] * decoders + [80],
+        generated_tokens=[1] * decoders + [0],
+        kv_tokens=[1] * n,
+    )
+
+
+@pytest.mark.parametrize(("decoders", "admitted"), [(4, 1.0), (5, 0.0)])
+def test_b2_declines_when_a_batch_after_the_horizon_would_be_late(decoders, admitted):
+    """A batch of t0 after the horizon holding every request must end within 0.05 s."""
+    instance = decoders_and_one_new(decoders)
+    model = AdmissionB2(instance)
+    result = solve(model, solver="highs")
+    outcome = sim.replay(instance, result.schedule)
+    # by 0.1 s (decode start at cell 2): time2bs(0.1) - decoders = 55 - 4 < 80 tokens; by
+    # 0.15 s (cell 3): time2bs(0.15) - decoders = 101 >= 80, first decode release at 0.2 s
+    assert model.grid.start_cell[model.grid.starts_of(decoders)].tolist() == [2, 3]
+    # from each release of the late start to its deadline: 0.15 + 0.1 - 0.2 = 0.05 s, so a
+    # batch after the horizon may decode time2bs(0.05) = (0.05 - 0.0445) / 1e-3 = 5 requests;
+    # A with 5 decoders is 6 (0.0445 + 6e-3 = 0.0505 s > 0.05 s): declined
+    assert model.grid.start_tail_requests[model.grid.starts_of(decoders)].tolist() == [55, 5]
+    assert result.objective == admitted == objective(instance, outcome)
+    assert sim.check(instance, outcome) == []
 
 
 def test_plan_violations_reports_a_missing_decode_token():
@@ -310,8 +422,9 @@ def test_brute_force_highs_and_cbc_agree(seed):
 @settings(max_examples=12, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 2**31 - 1), cells_per_batch=st.sampled_from([1, 2]))
 def test_b2_is_at_least_b1(seed, cells_per_batch):
-    """B1's batches are a B2 path, so B2's optimum is at least B1's; B2's plan is clean."""
-    problem = random_problem(seed)
+    """With every TPOT a multiple of t0, B1's batches are a B2 path, so B2 >= B1; B2's plan
+    is clean and on time."""
+    problem = random_problem(seed, tiers=(0.05, 0.1, 0.2))
     b1 = solve(AdmissionB1(problem), solver="highs")
     model = AdmissionB2(problem, cells_per_batch=cells_per_batch)
     b2 = solve(model, solver="highs", time_limit=60)
@@ -320,7 +433,47 @@ def test_b2_is_at_least_b1(seed, cells_per_batch):
         return
     assert b2.status == Status.OPTIMAL
     assert b2.objective >= b1.objective - 1e-6
-    x, z = model.variables["x"], model.variables["z"]
-    admitted = [i for i, v in x.items() if v.value() > 0.5]
-    path = sorted(a for a, v in z.items() if v.value() > 0.5)
-    assert plan_violations(problem, model.plan(admitted, path)) == []
+    assert plan_violations(problem, model.solution_plan(), token_deadlines=True) == []
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**31 - 1), cells_per_batch=st.sampled_from([1, 2]))
+def test_b2_brute_force_highs_and_cbc_agree(seed, cells_per_batch):
+    """On small random calls (a 0.075 s tier included), B2's brute force (subsets, decode
+    starts, best path) and its MILP on HiGHS and CBC find the same optimum."""
+    problem = random_problem(seed)
+    results = [
+        solve(AdmissionB2(problem, cells_per_batch=cells_per_batch), solver=s, time_limit=60)
+        for s in ("brute", "highs", "cbc")
+    ]
+    assert len({r.status for r in results}) == 1
+    if results[0].status == Status.OPTIMAL:
+        values = [r.objective for r in results]
+        assert max(values) - min(values) < 1e-6
+
+
+def test_b2_objective_above_its_replay_on_the_seed_9_call():
+    """Regression: on the seed-9 call B2 claimed 4 admitted requests, its replay met 3."""
+    instance = get_problem("slos-admission").builder(seed=9, new=6, running=16)
+    result = solve(build_model("slos-b2", instance), "highs", time_limit=60)
+    outcome = sim.replay(instance, result.schedule)
+    assert sim.check(instance, outcome) == []
+    # the old model let row 17 (prefill due 0.1928 s, TPOT 0.1 s) decode from its deadline
+    # cell 0.15 s: release 0.2 s in the batch [0.2, 0.3), which ended after 0.2928 s;
+    # now 4 new requests (value 1 each) are admitted and all 4 meet every token deadline
+    assert result.status == Status.OPTIMAL
+    assert result.objective == pytest.approx(4.0)
+    assert objective(instance, outcome) == pytest.approx(4.0)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 10_000), new=st.integers(4, 10), running=st.integers(8, 20))
+def test_b2_objective_equals_its_replay_on_random_calls(seed, new, running):
+    """On trace calls, B2's objective is its replay's, the replay is clean and the plan on time."""
+    instance = get_problem("slos-admission").builder(seed=seed, new=new, running=running)
+    model = build_model("slos-b2", instance)
+    result = solve(model, "highs", time_limit=60)
+    outcome = sim.replay(instance, result.schedule)
+    assert sim.check(instance, outcome) == []
+    assert result.objective == pytest.approx(objective(instance, outcome))
+    assert plan_violations(model.problem, model.solution_plan(), token_deadlines=True) == []
