@@ -109,9 +109,7 @@ def test_central_router_holds_while_no_server_accepts():
     class PullAnywhere(PrefillFirstFCFS):
         def next_batch(self, server):
             if server.held:
-                return Batch(
-                    prefill=[(r, server.prompt(r)) for r in server.held], pull=server.held
-                )
+                return Batch(prefill=[(r, server.prompt(r)) for r in server.held], pull=server.held)
             return super().next_batch(server)
 
     out = run(inst, PullAnywhere(), Hold(), seed=0, plan=plan)
