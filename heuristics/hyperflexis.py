@@ -594,9 +594,9 @@ class ScalerParams:
         The scaler's period ``T`` (the paper's ablation: 0.5, 1 and 2 s).
     utilization_upper, utilization_lower : float
         Mean share of the TPOT budget a pool's ready workers use: a worker's decode step
-        (Eq. 2 at its batch) over its tightest TPOT, capped at 1 (0 when idle; a prefill
-        worker counts 1 while busy). A busy fraction would not do: under continuous batching
-        a worker holding one request is busy all the time.
+        (Eq. 2 at its batch) over its tightest TPOT, capped at 1 (0 when idle); a prefill
+        worker's busy fraction over the period. A busy fraction would not do for the others:
+        under continuous batching a worker holding one request is busy all the time.
     wait_upper, wait_lower : float
         Longest wait of a queued request relative to its SLO (TTFT for new requests; the
         TPOT for transferred ones on decode workers).
@@ -620,7 +620,7 @@ class ScalerParams:
     utilization_lower: float = 0.5
     wait_upper: float = 0.5
     wait_lower: float = 0.1
-    rate_upper: float = 1.0
+    rate_upper: float = 1.1
     rate_lower: float = 0.5
     sustain: int = 3
     min_servers: int = 1
@@ -652,6 +652,7 @@ class ScalerParams:
 @dataclass
 class _PoolState:
     present: set[int]
+    busy: dict[int, tuple[float, float]]
     queued: int = 0
     calm: int = 0
 
@@ -692,7 +693,7 @@ class HyperFlexisScaler:
         from slolab.sim.metrics import deadline_slos
 
         self._pools = [p.name for p in instance.cluster.resolved_pools()]
-        self._state = {name: _PoolState(set()) for name in self._pools}
+        self._state = {name: _PoolState(set(), {}) for name in self._pools}
         self._arrival = np.asarray(instance.workload.arrival_s, dtype=float)
         ttft, tpot = deadline_slos(instance.workload)
         self._ttft, self._tpot = np.asarray(ttft, dtype=float), np.asarray(tpot, dtype=float)
@@ -704,16 +705,23 @@ class HyperFlexisScaler:
         st = self._state[pool]
         servers = cluster.in_pool(pool)
         shares = []
+        samples: dict[int, tuple[float, float]] = {}
         for s in servers:
             if not s.ready:
                 continue
             if role == "prefill":
-                shares.append(1.0 if s.busy else 0.0)
+                # prefill workers batch no decodes: their busy fraction over the period
+                samples[s.id] = (now, s.busy_s)
+                before = st.busy.get(s.id)
+                if before is not None and now > before[0]:
+                    busy = (s.busy_s - before[1]) / (now - before[0])
+                    shares.append(min(max(busy, 0.0), 1.0))
                 continue
             ids = list(s.decoding)
             tpot = min((self._tpot[r] for r in ids if self._tpot[r] > 0), default=math.inf)
             step = decode_step_s(s.timing, len(ids), sum(s.kv_held(r) for r in ids))
             shares.append(min(step / tpot, 1.0) if math.isfinite(tpot) else 0.0)
+        st.busy = samples
         utilization = sum(shares) / len(shares) if shares else 0.0
         queued = [r for s in servers for r in s.waiting]
         if servers:
