@@ -89,6 +89,39 @@ def prefill_s(timing: TimingModel, prompts: Sequence[int]) -> float:
     )
 
 
+class PrefillClock:
+    """Prefill times of whole-prompt batches on one timing model, fast.
+
+    With a model affine once the phases are known (Eqs. 1-2 and every linear model) a batch
+    costs its intercepts plus one term per prompt, added up in Python; any other model is
+    evaluated through :func:`prefill_s`. Per-prompt terms are cached.
+    """
+
+    def __init__(self, timing: TimingModel) -> None:
+        from slolab.timing.forms import phase_affine
+
+        self.timing = timing
+        self.view = phase_affine(timing)
+        self._part: dict[int, float] = {}
+
+    def part_s(self, prompt: int) -> float:
+        """The terms one prompt adds to a batch (affine models)."""
+        t = self._part.get(prompt)
+        if t is None:
+            assert self.view is not None
+            t = self._part[prompt] = self.view.prefill_part_s(prompt)
+        return t
+
+    def batch_s(self, prompts: Sequence[int]) -> float:
+        """Time of one prefill iteration of ``prompts`` (Eq. 1)."""
+        if not prompts:
+            return 0.0
+        if self.view is None:
+            return prefill_s(self.timing, prompts)
+        v = self.view
+        return v.any_s + v.prefill_s + sum(self.part_s(int(p)) for p in prompts)
+
+
 def decode_step_s(timing: TimingModel, batch: int, kv_tokens: int) -> float:
     """Time of one decode step of ``batch`` requests reading ``kv_tokens`` KV tokens (Eq. 2);
     0 for an empty batch."""
@@ -337,6 +370,7 @@ class HyperFlexisDispatcher:
         self._dispatch: dict[int, tuple[float, float]] = {}
         self._busy: dict[int, tuple[float, float, float]] = {}
         self._coef: dict[int, tuple[float, float]] = {}
+        self._clocks: dict[int, PrefillClock] = {}
         self._seen: dict[int, set[int]] = {}
         self._first: dict[int, float] = {}
         self._admitted: dict[int, float] = {}
@@ -403,6 +437,12 @@ class HyperFlexisDispatcher:
         tpot = self.tpot
         return sorted(queue, key=lambda r: (tpot[r], server.arrival(r), r))
 
+    def _clock(self, server: Server) -> PrefillClock:
+        clock = self._clocks.get(id(server.timing))
+        if clock is None:
+            clock = self._clocks[id(server.timing)] = PrefillClock(server.timing)
+        return clock
+
     def _ab(self, server: Server) -> tuple[float, float]:
         coef = self._coef.get(server.id)
         if coef is None:
@@ -444,7 +484,7 @@ class HyperFlexisDispatcher:
             if admitted:
                 waiting = set(server.waiting)
                 prompts = [server.remaining_prefill(r) for r in admitted]
-                self._dispatch[server.id] = (server.now, prefill_s(server.timing, prompts))
+                self._dispatch[server.id] = (server.now, self._clock(server).batch_s(prompts))
                 for r in admitted:
                     self._admitted.setdefault(r, server.now)
                     order.append(r)
@@ -489,6 +529,7 @@ class HyperFlexisDispatcher:
             time_saving_rate=p.time_saving_rate,
         )
         rho = self._busy.get(server.id, (now, 0.0, 0.0))[2]
+        clock = self._clock(server)
         free = server.kv_free_tokens - len(server.decoding)
         slots = server.max_batch_size - len(server.decoding)
         idle = not running
@@ -504,9 +545,9 @@ class HyperFlexisDispatcher:
                 continue
             if need > budget and not (idle and not batch):
                 continue
-            t_hat = prefill_s(server.timing, [*prompts, need])
+            t_hat = clock.batch_s([*prompts, need])
             left = server.arrival(r) + self.ttft[r] - now
-            if left < prefill_s(server.timing, [need]):
+            if left < clock.batch_s([need]):
                 best_effort.append(r)
                 continue
             spread = p.latency_spread * rho * t_hat + 1e-12

@@ -17,12 +17,11 @@ from slolab.models.dispatch_scale import (
     DispatchScaleCost,
     ScaleWindow,
     pareto_front,
-    phase_affine,
 )
 from slolab.sim import check, metrics, replay
 from slolab.solvers import Status, solve
 from slolab.timing import LinearTiming, preset
-from slolab.timing.forms import RooflineTiming
+from slolab.timing.forms import RooflineTiming, phase_affine
 
 # 10 ms per iteration, 1 ms per prompt token, 2 ms per decode token
 ROUND = LinearTiming(0.010, {"prefill_tokens": 1e-3, "decode_tokens": 2e-3}, name="round")
