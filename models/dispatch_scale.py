@@ -84,8 +84,8 @@ PROBLEM = "dispatch-scale"
 MILP_DEADLINE_SLACK_S = 1e-6
 #: CP-SAT works in integer nanoseconds.
 NS_PER_S = 1_000_000_000
-#: CP-SAT weighted objective: ``n J`` in units of ``1 / OBJECTIVE_SCALE``.
-OBJECTIVE_SCALE = 10**15
+#: Largest denominator of the CP-SAT price of a worker-second (see ``_CpSat.weighted``).
+PRICE_DENOMINATOR = 10**6
 #: Relative tolerance within which a replayed incumbent reaches the bound (a proof).
 CERTIFY_TOL = 1e-6
 
@@ -909,9 +909,16 @@ class _CpSat:
                         continue
                     d1_ns = math.ceil((d1 + ON_TIME_TOLERANCE_S) * ns)
                     tpot_ns = math.ceil(float(d.tpot_s[r]) * ns)
-                    m.add(E[w, k] <= d1_ns).only_enforce_if([v[r, w, k], met[r]])
+                    # one enforcement literal per constraint: a met request's token in this
+                    # iteration (CP-SAT 9.15 wrongly proved some models infeasible with the
+                    # two-literal enforcement [v or x, met])
+                    first = m.new_bool_var(f"g_{r}_{w}_{k}")
+                    m.add_bool_or([v[r, w, k].negated(), met[r].negated(), first])
+                    m.add(E[w, k] <= d1_ns).only_enforce_if(first)
+                    later = m.new_bool_var(f"h_{r}_{w}_{k}")
+                    m.add_bool_or([x[r, w, k].negated(), met[r].negated(), later])
                     done = sum(x[r, w, j] for j in range(k + 1))
-                    m.add(E[w, k] <= d1_ns + tpot_ns * done).only_enforce_if([x[r, w, k], met[r]])
+                    m.add(E[w, k] <= d1_ns + tpot_ns * done).only_enforce_if(later)
                 # cost: from switch-on (rounded up) to the last iteration's end
                 on = on_ceil.get(w, 0)
                 m.add(C[w] >= E[w, k] - on).only_enforce_if(z[w, k])
@@ -924,15 +931,25 @@ class _CpSat:
                 m.add(met[r] == 0)
 
     def weighted(self) -> CpFormulation:
-        """``max (1/n) sum m - lambda sum C`` scaled to integers: ``n J`` in units of
-        ``1 / OBJECTIVE_SCALE`` with the price rounded down (a valid upper bound)."""
+        """``max (1/n) sum m - lambda sum C`` in integers: ``den n J`` with ``C`` in
+        nanoseconds, ``den`` the least power of ten (at most :data:`PRICE_DENOMINATOR`) that
+        makes the price ``lambda n den`` per second whole, the price rounded down when none
+        does (a valid upper bound). Small coefficients keep CP-SAT's presolve, which expands
+        the objective through the time constraints, clear of integer overflow."""
         d = self.d
-        price = math.floor(d.cost_weight * d.n * OBJECTIVE_SCALE / NS_PER_S)
+        per_s = d.cost_weight * d.n
+        den = 1
+        while den < PRICE_DENOMINATOR and not math.isclose(
+            per_s * den, round(per_s * den), rel_tol=0.0, abs_tol=1e-9
+        ):
+            den *= 10
+        # price per nanosecond, in units of 1 / (den NS_PER_S) of n J
+        price = math.floor(per_s * den + 1e-9)
         self.m.maximize(
-            OBJECTIVE_SCALE * sum(self.met[r] for r in self.R)
+            den * NS_PER_S * sum(self.met[r] for r in self.R)
             - price * sum(self.C[w] for w in self.Wr)
         )
-        scale = OBJECTIVE_SCALE * d.n
+        scale = den * NS_PER_S * d.n
         return CpFormulation(self.m, to_schedule=self.to_schedule, objective_of=lambda v: v / scale)
 
     def cost(self, min_met: int) -> CpFormulation:

@@ -250,3 +250,13 @@ def test_phase_sum_of_eqs_1_2_has_its_phase_affine_view():
     # (prefill_tokens (0.1019 - 7.122e-6) ms, attention 2 * 7.122e-6 ms on 500,500)
     assert view.prefill_part_s(1000) == pytest.approx(0.109022, rel=1e-9)
     assert math.isclose(view.kv_s, 0.000627e-3)
+
+
+def test_cpsat_never_calls_a_feasible_window_infeasible():
+    """Regression: CP-SAT once proved this 8-request window infeasible (two-literal
+    enforcements); every window is feasible (serve each request on the initial worker)."""
+    from slolab.problems import build_instance
+
+    inst = build_instance("dispatch-scale", n=8, seed=0, slo_scale=0.25, rate=10.0)
+    res = solve(DispatchScale(inst), solver="cpsat", time_limit=2)
+    assert res.status != Status.INFEASIBLE
