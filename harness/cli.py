@@ -2,7 +2,8 @@
 
 Commands: ``simulate`` (a trace under a scheduler), ``instance build`` (write an instance
 file), ``instances`` (list shipped instances), ``presets`` (list timing presets), ``solve``
-(an exact model), ``compare`` (heuristics vs optimum), ``capacity`` (largest rate meeting an
+(an exact model), ``compare`` (heuristics vs optimum), ``pareto`` (the exact cost-attainment
+front), ``capacity`` (largest rate meeting an
 attainment target), ``sweep`` (a grid of tasks from a TOML spec, on Dask: see
 :mod:`slolab.harness.sweep`), ``plan`` (fewest servers meeting a target per scheduler: see
 :mod:`slolab.harness.plan`). Bad input gives a one-line error (options it suggests are named as
@@ -129,15 +130,17 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--router",
-        default="least-loaded",
-        help="router, a registered router: round-robin, random, least-loaded, go-routing, ... "
-        "(an unknown name lists them all) (default: least-loaded)",
+        default=None,
+        help="router, a registered router: round-robin, random, least-loaded, go-routing, hold, "
+        "... (an unknown name lists them all) (default: the policy's own, hold for the "
+        "hyperflexis dispatcher, else least-loaded)",
     )
     p.add_argument(
         "--decode-router",
         default=None,
         help="disaggregated mode: router of the decode pool when a KV transfer completes "
-        "(default: the decode server with the fewest requests)",
+        "(default: the policy's own, hold for hyperflexis, else the decode server with the "
+        "fewest requests)",
     )
     p.add_argument(
         "--policy",
@@ -188,13 +191,16 @@ def _flag_kwargs(option, help_text: str, default: Any, with_choices: bool = True
 
 def _add_scaling_args(p: argparse.ArgumentParser) -> None:
     """Flags of an elastic run (a scaler and where switched-on servers load their weights)."""
+    from slolab.heuristics.scalers import SCALERS, scaler_names
+
+    names = scaler_names()
     p.add_argument(
         "--autoscale",
         default=None,
-        choices=["fixed", "threshold"],
-        help="scale the cluster while it runs: fixed (never) or threshold (checked every "
-        "second: above --scale-upper adds a server, below --scale-lower drains one; 10 s "
-        "cool-down) (default: no scaler)",
+        choices=names,
+        help="scale the cluster while it runs: "
+        + "; ".join(f"{n} ({SCALERS[n].description})" for n in names)
+        + " (default: no scaler)",
     )
     p.add_argument(
         "--min-servers", type=int, default=1, help="with --autoscale: fewest servers (default: 1)"
@@ -534,6 +540,29 @@ def cmd_compare(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pareto(a: argparse.Namespace) -> int:
+    from slolab.harness.pareto import pareto
+
+    inst = _load_instance(a.instance)
+    rows = pareto(inst, solver=a.solver, time_limit=a.time_limit, threads=a.threads, seed=a.seed)
+    if a.json:
+        _print_json(rows)
+        return 0
+    print(
+        f"instance {inst.name} ({inst.problem}, {inst.n_requests} requests): least "
+        f"server-seconds for each attainment ({a.solver}, {a.time_limit:g} s per level)"
+    )
+    for r in rows:
+        interval = (
+            f"{r['cost_server_s']:.6g}"
+            if r["status"] == "OPTIMAL"
+            else f"in [{r['cost_bound'] if r['cost_bound'] is not None else '-inf'}, "
+            f"{r['cost_server_s']:.6g}]"
+        )
+        print(f"  attainment {r['attainment']:.4f}  cost {interval}  {r['status']}")
+    return 0
+
+
 def cmd_capacity(a: argparse.Namespace) -> int:
     from slolab.harness.serving import ServingSetup, capacity_search
 
@@ -723,6 +752,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON list of rows")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser(
+        "pareto",
+        help="exact cost-attainment Pareto front of an instance",
+        description="For every attainment level, the least server-seconds (the epsilon-constraint method over the problem's exact model); each point is replayed, its cost and attainment recomputed, dominated points dropped.",
+    )
+    p.add_argument("instance", help="instance file or shipped instance name")
+    p.add_argument(
+        "--solver",
+        default="highs",
+        help=f"{', '.join(_solver_names())} (default: highs)",
+    )
+    p.add_argument("--time-limit", type=float, default=60.0, help="seconds per level (default: 60)")
+    p.add_argument("--threads", type=int, default=1, help="solver threads (default: 1)")
+    p.add_argument("--seed", type=int, default=0, help="solver seed (default: 0)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON list of {cost_server_s, attainment, status, cost_bound, gap, level, ...}",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=cmd_pareto)
 
     p = sub.add_parser(
         "capacity",

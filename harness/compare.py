@@ -77,6 +77,7 @@ def _row(
     table = metrics.request_table(instance, out)
     row["objective"] = objective(instance, out, table)
     row["attainment"] = metrics.attainment_from_table(table, "deadline")
+    row["cost_server_s"] = metrics.server_seconds(instance, out)
     row["finished"] = int(table["finished"].sum())
     e2e = table["e2e_s"].to_numpy()
     e2e = e2e[np.isfinite(e2e)]
@@ -154,7 +155,8 @@ def compare(
     Columns: instance, problem, requests, method, kind (heuristic / exact / bound), status,
     objective_name, objective (recomputed from the Outcome), sense (max / min),
     solver_objective, bound, gap_lo, gap_hi (the relative gap to the optimum as an interval: 0
-    is optimal), optimum_lo, optimum_hi, runtime_s, attainment, finished, mean_latency_s,
+    is optimal), gap (that gap once the interval is a point, NaN while it is not), optimum_lo, optimum_hi, runtime_s, attainment, cost_server_s (server-seconds
+    of the run, :func:`slolab.sim.metrics.server_seconds`), finished, mean_latency_s,
     ttft_p99_s, violations (checker).
     """
     resolved = resolve_methods(list(methods), instance)
@@ -188,4 +190,8 @@ def with_gaps(frame: pd.DataFrame) -> pd.DataFrame:
     near, far = (lo, hi) if sense == "max" else (hi, lo)
     frame["gap_lo"] = [_gap(v, near, sense) for v in frame["objective"]]
     frame["gap_hi"] = [_gap(v, far, sense) for v in frame["objective"]]
+    frame["gap"] = [
+        lo if lo == hi or abs(lo - hi) <= 1e-12 else math.nan
+        for lo, hi in zip(frame["gap_lo"], frame["gap_hi"], strict=True)
+    ]
     return frame

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slolab.instances.records import Instance
-from slolab.problems import SOLVER_NAMES, Heuristic, Problem, get_problem
+from slolab.problems import SOLVER_NAMES, Heuristic, OnlineRun, Problem, get_problem
 from slolab.problems.registry import resolve
 from slolab.sim import Outcome, replay, run
 from slolab.solvers import Result, Status, build_model, solve
@@ -81,8 +81,15 @@ def _heuristic_method(problem: Problem, h: Heuristic) -> Method:
 
     def simulate(instance: Instance, *, seed: int, **_: Any) -> MethodRun:
         t0 = time.perf_counter()
-        policy, router = resolve(make_policy)(instance)
-        out = run(instance, policy, router, seed=seed)
+        setup = OnlineRun.of(resolve(make_policy)(instance))
+        out = run(
+            instance,
+            setup.policy,
+            setup.router,
+            seed=seed,
+            decode_router=setup.decode_router,
+            scaler=setup.scaler,
+        )
         return MethodRun(out, time.perf_counter() - t0, "SIMULATED")
 
     return Method(h.name, "heuristic", (problem.name,), simulate, h.description)

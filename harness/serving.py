@@ -32,10 +32,14 @@ class ServingSetup:
         Seed of every random choice (SLO draws, arrival draws, random routing).
     servers : int
         Number of servers (model replicas).
-    policy, router : str
-        Scheduler and router by name (:mod:`slolab.heuristics.policies`).
+    policy : str
+        Scheduler by name (:mod:`slolab.heuristics.policies`).
+    router : str or None
+        Router by name (None: the policy's own, :attr:`PolicyEntry.router`, else
+        ``least-loaded``).
     decode_router : str or None
-        Disaggregated mode: router of the decode servers (None: the engine's default).
+        Disaggregated mode: router of the decode servers (None: the policy's own, else the
+        engine's default).
     timing : str
         Timing preset.
     slos : str or None
@@ -69,7 +73,7 @@ class ServingSetup:
     seed: int = 0
     servers: int = 1
     policy: str = "sarathi"
-    router: str = "least-loaded"
+    router: str | None = None
     decode_router: str | None = None
     timing: str = "llama2-7b-h100"
     slos: str | None = None
@@ -171,14 +175,24 @@ class ServingSetup:
                 if isinstance(self.token_budget, str)
                 else self.token_budget
             )
-        return make_policy(self.policy, instance, token_budget=budget), make_router(self.router)
+        return make_policy(self.policy, instance, token_budget=budget), make_router(
+            self.router_name
+        )
+
+    @property
+    def router_name(self) -> str:
+        """The router run: ``router``, else the policy's own, else ``least-loaded``."""
+        from slolab.heuristics.policies import policy_entry
+
+        return self.router or policy_entry(self.policy).router or "least-loaded"
 
     def decode_router_of(self) -> Any:
         """A fresh decode router (None: the engine's default)."""
-        from slolab.heuristics.policies import make_router
+        from slolab.heuristics.policies import make_router, policy_entry
 
         if self.decode_router is None:
-            return None
+            own = policy_entry(self.policy).decode_router
+            return make_router(own) if own is not None and self.mode == "disaggregated" else None
         if self.mode != "disaggregated":
             raise ValueError("--decode-router applies to --mode disaggregated only")
         return make_router(self.decode_router)
@@ -196,6 +210,10 @@ class ServingSetup:
             )
             if value is not None
         }
+        if thresholds and self.autoscale != "threshold":
+            raise ValueError(
+                f"--scale-{next(iter(thresholds))} applies to --autoscale threshold only"
+            )
         _, scaler = elastic_setup(
             instance,
             self.autoscale,
@@ -248,7 +266,7 @@ def simulate_summary(
         {
             "instance": instance.name,
             "policy": setup.policy,
-            "router": setup.router,
+            "router": setup.router_name,
             "servers": setup.servers,
             "timing": setup.timing,
             "autoscale": setup.autoscale or "none",

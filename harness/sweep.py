@@ -282,7 +282,7 @@ def _serving_rows(task: Task) -> list[dict[str, Any]]:
     fields = {
         "trace": trace,
         "policy": setup.policy,
-        "router": setup.router,
+        "router": setup.router_name,
         "servers": setup.servers,
         "timing": setup.timing,
     }

@@ -13,6 +13,16 @@ from slolab.heuristics.baselines import (
     SarathiFCFS,
     StaticFCFS,
 )
+from slolab.heuristics.hyperflexis import (
+    DispatcherParams,
+    HoldRouter,
+    HyperFlexisDispatcher,
+    HyperFlexisScaler,
+    PriorityMapper,
+    SAOrderingPolicy,
+    ScalerParams,
+    ScorpioPolicy,
+)
 from slolab.heuristics.policies import (
     make_policy,
     make_router,
@@ -36,6 +46,14 @@ from slolab.heuristics.slos_serve_dp import DPDecision, algorithm2, pb_star, slo
 
 __all__ = [
     "DPDecision",
+    "DispatcherParams",
+    "HoldRouter",
+    "HyperFlexisDispatcher",
+    "HyperFlexisScaler",
+    "PriorityMapper",
+    "SAOrderingPolicy",
+    "ScalerParams",
+    "ScorpioPolicy",
     "EDFTokens",
     "FairBatching",
     "GoRouting",

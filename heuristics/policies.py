@@ -23,13 +23,17 @@ class PolicyEntry:
     """A registered policy: ``make(**params)`` returns a fresh one.
 
     ``token_budget``: the policy takes a ``token_budget`` argument (tokens per iteration),
-    set by :func:`sarathi_token_budget` unless given.
+    set by :func:`sarathi_token_budget` unless given. ``router`` / ``decode_router``: the
+    registered router the policy runs with when the caller names none (a central dispatcher
+    needs the ``hold`` router).
     """
 
     name: str
     make: Callable[..., Any]
     description: str
     token_budget: bool = False
+    router: str | None = None
+    decode_router: str | None = None
 
 
 _POLICIES: dict[str, PolicyEntry] = {}
@@ -37,15 +41,22 @@ _ROUTERS: dict[str, tuple[Callable[[], Any], str]] = {}
 
 
 def register_policy(
-    name: str, make: Callable[..., Any], description: str, *, token_budget: bool = False
+    name: str,
+    make: Callable[..., Any],
+    description: str,
+    *,
+    token_budget: bool = False,
+    router: str | None = None,
+    decode_router: str | None = None,
 ) -> None:
-    """Make ``make`` (a Policy class or factory) available as ``name``."""
+    """Make ``make`` (a Policy class or factory) available as ``name`` (``router``,
+    ``decode_router``: the routers it runs with by default, see :class:`PolicyEntry`)."""
     if not name or "," in name:
         raise ValueError(f"policy name must be non-empty without ',', got {name!r}")
     existing = _POLICIES.get(name)
     if existing is not None and existing.make is not make:
         raise ValueError(f"policy {name!r} is already registered")
-    _POLICIES[name] = PolicyEntry(name, make, description, token_budget)
+    _POLICIES[name] = PolicyEntry(name, make, description, token_budget, router, decode_router)
 
 
 def register_router(name: str, make: Callable[[], Any], description: str) -> None:

@@ -6,7 +6,9 @@
   ``lower`` it drains one, at most one action per ``cooldown_s``, keeping between
   ``min_servers`` and ``max_servers``.
 
-PolyServe's and HyperFlexis's own scalers build on these (their modules).
+Scalers are registered by name (:func:`register_scaler`); a paper's module registers its own
+(HyperFlexis's in :mod:`slolab.heuristics.hyperflexis`), which makes it an ``--autoscale``
+choice.
 
 References
 ----------
@@ -19,9 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slolab.sim.scaling import ClusterView, ScaleAction
 
@@ -33,9 +35,13 @@ __all__ = [
     "SCALERS",
     "SCALER_METRICS",
     "FixedScaler",
+    "ScalerEntry",
     "ThresholdParams",
     "ThresholdScaler",
     "elastic_setup",
+    "make_scaler",
+    "register_scaler",
+    "scaler_names",
 ]
 
 #: What the threshold scaler measures, per server of its pool.
@@ -203,8 +209,63 @@ def _drain_order(server: Server) -> tuple[bool, int, int]:
     return (server.ready, server.load, -server.id)
 
 
-#: The reference scalers by name.
-SCALERS: dict[str, type] = {"fixed": FixedScaler, "threshold": ThresholdScaler}
+@dataclass(frozen=True, slots=True)
+class ScalerEntry:
+    """A registered scaler: ``make(min_servers=, max_servers=, **params)`` returns a fresh
+    one (``params``: the scaler's own settings, checked by it)."""
+
+    name: str
+    make: Callable[..., Any]
+    description: str
+
+
+def _fixed(min_servers: int = 1, max_servers: int = 16, **params: Any) -> FixedScaler:
+    if params:
+        raise ValueError(f"the fixed scaler takes no settings, got {', '.join(sorted(params))}")
+    return FixedScaler()
+
+
+def _threshold(min_servers: int = 1, max_servers: int = 16, **params: Any) -> ThresholdScaler:
+    return ThresholdScaler(
+        ThresholdParams(min_servers=min_servers, max_servers=max_servers, **params)
+    )
+
+
+#: The scalers by name (:func:`register_scaler` adds more; a paper's module registers its own).
+SCALERS: dict[str, ScalerEntry] = {}
+
+
+def register_scaler(name: str, make: Callable[..., Any], description: str) -> None:
+    """Make the scaler factory ``make`` available as ``name`` (``--autoscale NAME``)."""
+    if not name or "," in name:
+        raise ValueError(f"scaler name must be non-empty without ',', got {name!r}")
+    existing = SCALERS.get(name)
+    if existing is not None and existing.make is not make:
+        raise ValueError(f"scaler {name!r} is already registered")
+    SCALERS[name] = ScalerEntry(name, make, description)
+
+
+register_scaler("fixed", _fixed, "never scales: the servers the run starts with")
+register_scaler(
+    "threshold",
+    _threshold,
+    "a threshold on load, queue or utilization per server, checked every second, 10 s cool-down",
+)
+
+
+def scaler_names() -> list[str]:
+    """Names of the registered scalers (imports the heuristics, which register theirs)."""
+    import slolab.heuristics  # noqa: F401  (its modules register their scalers)
+
+    return sorted(SCALERS)
+
+
+def make_scaler(name: str, *, min_servers: int = 1, max_servers: int = 16, **params: Any) -> Any:
+    """A fresh scaler ``name``; ValueError listing the known ones."""
+    known = scaler_names()
+    if name not in SCALERS:
+        raise ValueError(f"unknown scaler {name!r}; known: {', '.join(known)}")
+    return SCALERS[name].make(min_servers=min_servers, max_servers=max_servers, **params)
 
 
 def elastic_setup(
@@ -215,7 +276,7 @@ def elastic_setup(
     max_servers: int = 16,
     startup: str = "disk",
     **params: object,
-) -> tuple[Instance, FixedScaler | ThresholdScaler | None]:
+) -> tuple[Instance, Any]:
     """The instance and scaler for an elastic run from command-line style options.
 
     Parameters
@@ -223,30 +284,27 @@ def elastic_setup(
     instance : Instance
         The run's instance; its cluster's start-up delay is set from ``startup``.
     autoscale : str or None
-        A name in :data:`SCALERS`, or None for no scaler (the instance is returned unchanged).
+        A registered scaler name (:func:`scaler_names`), or None for no scaler (the instance
+        is returned unchanged).
     min_servers, max_servers : int
-        Bounds for the threshold scaler.
+        Bounds of the scaler.
     startup : {"disk", "host", "d2d"}
         Where a switched-on server loads its weights from; the delay is the start-up preset of
         the instance's timing model (:func:`slolab.timing.startup.startup_delay_s`).
     **params
-        Further :class:`ThresholdParams` fields.
+        The scaler's own settings (for ``threshold``: further :class:`ThresholdParams`
+        fields).
     """
     from slolab.timing.startup import startup_delay_s
 
     if autoscale is None:
         return instance, None
-    if autoscale not in SCALERS:
-        raise ValueError(f"unknown scaler {autoscale!r}; known: {', '.join(sorted(SCALERS))}")
+    if autoscale not in scaler_names():
+        raise ValueError(f"unknown scaler {autoscale!r}; known: {', '.join(scaler_names())}")
     name = getattr(instance.timing, "name", "")
     delay = startup_delay_s(name, startup)
     cluster = dataclasses.replace(instance.cluster, startup_s=delay)
     instance = dataclasses.replace(instance, cluster=cluster)
-    if autoscale == "fixed":
-        return instance, FixedScaler()
-    threshold = ThresholdParams(
-        min_servers=min_servers,
-        max_servers=max_servers,
-        **params,  # type: ignore[arg-type]
+    return instance, make_scaler(
+        autoscale, min_servers=min_servers, max_servers=max_servers, **params
     )
-    return instance, ThresholdScaler(threshold)

@@ -337,6 +337,8 @@ def _hyperflexis(
     *,
     task: str | None = None,
 ) -> dict[str, np.ndarray]:
+    if task is None and "task" not in workload:
+        task = "4-task"  # the paper's main benchmark (Sec. 7.3)
     labels = _task_labels(
         workload, "hyperflexis", task, list(HYPERFLEXIS_TASKS), HYPERFLEXIS_TASK_SETS, rng
     )
@@ -454,7 +456,8 @@ def assign_slos(
           30 s; the task comes from a ``task`` column or ``task=`` (``"chat"``, ``"code"``, or
           ``"mixed"``: half each, shuffled). ``tier`` 0 = chat, 1 = code.
         - ``"hyperflexis"``: per-task TTFT/TPOT from Table 1; ``task=`` a task name, a task
-          set (``"4-task"``, ``"2-task"``: equal counts, shuffled) or a ``task`` column.
+          set (``"4-task"``, ``"2-task"``: equal counts, shuffled) or a ``task`` column;
+          without either, the 4-task set.
           ``tier`` = the task's position in its set (Table 1 order).
         - ``"table"``: ``table=`` a DataFrame, mapping or CSV path with any of
           ``ttft_slo_s, tpot_slo_s, e2e_slo_s, priority, tier, value, task``, one row per

@@ -174,7 +174,8 @@ class Heuristic:
 
     - ``schedule(instance, *, seed) -> Schedule``: the heuristic plans the whole instance; the
       engine replays the plan;
-    - ``policy(instance) -> (Policy, Router or None)``: the heuristic runs online in the engine.
+    - ``policy(instance) -> (Policy, Router or None)``, or an :class:`OnlineRun` when it
+      also brings a scaler or a decode router: the heuristic runs online in the engine.
     """
 
     name: str
@@ -192,6 +193,28 @@ class Heuristic:
             raise ValueError(f"heuristic {self.name!r}: give exactly one of schedule and policy")
         _lazy(
             self.schedule if self.schedule is not None else self.policy, f"heuristic {self.name!r}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OnlineRun:
+    """What an online heuristic runs with: its policy, and optionally a router, a decode router
+    (disaggregated clusters) and a scaler (:class:`slolab.sim.Scaler`)."""
+
+    policy: Any
+    router: Any = None
+    decode_router: Any = None
+    scaler: Any = None
+
+    @classmethod
+    def of(cls, made: Any) -> OnlineRun:
+        """``made`` (an OnlineRun or a ``(policy, router)`` pair) as an OnlineRun."""
+        if isinstance(made, OnlineRun):
+            return made
+        if isinstance(made, tuple) and len(made) == 2:
+            return cls(made[0], made[1])
+        raise TypeError(
+            f"an online heuristic returns (policy, router) or an OnlineRun, got {made!r}"
         )
 
 
@@ -244,6 +267,10 @@ class Problem:
         The paper's heuristics and its baselines.
     docs : str
         The problem's docs page (relative to ``docs/``).
+    front : callable or "module:attribute", optional
+        ``front(instance, *, solver, time_limit, threads, seed) -> list of FrontPoint``: the
+        exact cost-attainment Pareto front of an instance (``slolab pareto``); None when the
+        problem has one objective only.
     """
 
     name: str
@@ -255,6 +282,7 @@ class Problem:
     aliases: Mapping[str, str] = field(default_factory=dict)
     heuristics: tuple[Heuristic, ...] = ()
     docs: str = ""
+    front: str | Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.name or ":" in self.name or "/" in self.name:
@@ -262,6 +290,8 @@ class Problem:
                 f"problem name must be non-empty without ':' or '/', got {self.name!r}"
             )
         _lazy(self.builder, f"problem {self.name!r} builder")
+        if self.front is not None:
+            _lazy(self.front, f"problem {self.name!r} front")
         seen: set[str] = set()
         for o in self.options:
             if o.name in seen:

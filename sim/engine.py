@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from slolab.sim.metrics import deadline_slos, token_deadline_s
 from slolab.sim.outcome import PHASE_DECODE, PHASE_PREFILL, PHASE_STATIC, Outcome
-from slolab.sim.policy import Batch, Policy, PolicyError, Router
+from slolab.sim.policy import HOLD, Batch, Policy, PolicyError, Router
 from slolab.sim.scaling import ClusterView, ScaleAction, ScaleEvent, ScalePlan, Scaler
 from slolab.sim.static import member_token_offsets
 from slolab.timing.base import (
@@ -286,6 +286,14 @@ class Server:
         e = self._e
         return e.decode_views if self.role == "decode" else e.entry_views
 
+    @property
+    def held(self) -> tuple[int, ...]:
+        """Requests held in the central queue of its side (entry, or decode when it decodes),
+        in the order they were held: a router returned :data:`slolab.sim.HOLD` for them and
+        no server has pulled them yet (see :attr:`slolab.sim.Batch.pull`)."""
+        e = self._e
+        return e.held_view(self.role == "decode")
+
     # -- hardware ------------------------------------------------------------------------
     @property
     def timing(self) -> TimingModel:
@@ -518,6 +526,9 @@ class Engine:
         self.live: list[_Srv] = list(self.servers)
         self.entry_views: tuple[Server, ...] = ()
         self.decode_views: tuple[Server, ...] = ()
+        # central queues: requests a router held, until a server pulls them
+        self.central: tuple[list[int], list[int]] = ([], [])
+        self._central_t: list[tuple[int, ...] | None] = [(), ()]
         self._refresh_routing()
         # the largest KV capacity of any decode pool: a request that needs more is rejected on
         # arrival (disaggregated)
@@ -672,6 +683,9 @@ class Engine:
     def _arrive(self, r: int) -> None:
         views = self.entry_views
         if not views:
+            if getattr(self.router, "central", False):
+                self._hold(r, decode=False)
+                return
             raise PolicyError(
                 f"t={self.now}: request {r} arrived but no server accepts new requests "
                 "(every entry server is drained)"
@@ -680,6 +694,9 @@ class Engine:
             k = 0 if len(views) == 1 else r % len(views)
         else:
             k = self._route(self.router, views, r, "")
+            if k == HOLD:
+                self._hold(r, decode=False)
+                return
         server = views[k]._s
         if self.warm is not None and self.warm[0][r]:
             self._place_warm(server, r)
@@ -712,6 +729,8 @@ class Engine:
         """The index in ``views`` that ``router`` picks for request ``r``; PolicyError when it is
         out of range (``kind``: "" or "decode ", for the message)."""
         k = router.route(r, views, self.now)
+        if k == HOLD:
+            return k
         if not 0 <= k < len(views):
             raise PolicyError(
                 f"{kind}router chose server {k} for request {r}; "
@@ -759,6 +778,9 @@ class Engine:
             k = min(fits, key=lambda j: (views[j].load, j))
         else:
             k = self._route(self.decode_router, views, r, "decode ")
+            if k == HOLD:
+                self._hold(r, decode=True)
+                return
         server = views[k]._s
         if need > server.kv_capacity:
             raise PolicyError(
@@ -791,6 +813,8 @@ class Engine:
             self._next_arrival >= self.n
             and not self._transfers
             and not self._plan_left
+            and not self.central[0]
+            and not self.central[1]
             and all(s.empty for s in self.live)
         ):
             return  # no work left: the scaler stops
@@ -880,6 +904,14 @@ class Engine:
         """End of the run: servers still on are switched off at the run's end."""
         for srv in self.live:
             srv.off_s = max(self.max_end, srv.on_s)
+        left = len(self.central[0]) + len(self.central[1])
+        if left:
+            log.warning(
+                "%d request(s) held in a central queue were never pulled by a server (first: "
+                "request %d); they are unfinished",
+                left,
+                (self.central[0] or self.central[1])[0],
+            )
 
     # -- decisions -------------------------------------------------------------------------
     def _decide(self, server: _Srv) -> None:
@@ -904,6 +936,8 @@ class Engine:
             self._preempt(server, int(r))
         for r, target in batch.forward:
             self._forward(server, int(r), int(target))
+        for r in batch.pull:
+            self._pull(server, int(r))
         for action in batch.scale:
             self._apply(action, f"policy on server {server.id}")
         if batch.empty:
@@ -920,6 +954,60 @@ class Engine:
             self._start_window(server, batch)
         else:
             self._start_iteration(server, batch)
+
+    # -- central queues ------------------------------------------------------------------
+    def held_view(self, decode: bool) -> tuple[int, ...]:
+        """The requests held on the entry (or decode) side, as a cached tuple."""
+        side = int(decode)
+        t = self._central_t[side]
+        if t is None:
+            t = self._central_t[side] = tuple(self.central[side])
+        return t
+
+    def _hold(self, r: int, decode: bool) -> None:
+        """Keep request ``r`` in its side's central queue and wake that side's servers (each
+        may pull it)."""
+        side = int(decode)
+        self.central[side].append(r)
+        self._central_t[side] = None
+        for view in self.decode_views if decode else self.entry_views:
+            self._wake(view._s)
+
+    def _pull(self, server: _Srv, r: int) -> None:
+        """Move request ``r`` from the central queue of ``server``'s side to the end of its
+        queue (the request is routed, or for a decode server transferred, now)."""
+        now = self.now
+        decode = server.role == "decode"
+        queue = self.central[int(decode)]
+        try:
+            queue.remove(r)
+        except ValueError:
+            raise PolicyError(
+                f"server {server.id} t={now}: cannot pull request {r}: it is not held on the "
+                f"{'decode' if decode else 'entry'} side"
+            ) from None
+        self._central_t[int(decode)] = None
+        if not server.accepting:
+            raise PolicyError(
+                f"server {server.id} t={now}: cannot pull request {r}: the server does not "
+                "accept new requests"
+            )
+        need = self.kv_needed(server.role, r)
+        if need > server.kv_capacity:
+            raise PolicyError(
+                f"server {server.id} t={now}: cannot pull request {r}: it needs {need} KV tokens, "
+                f"the server holds {server.kv_capacity}"
+            )
+        server.waiting.append(r)
+        server.waiting_t = None
+        if decode:
+            self.transfer_done[r] = now
+            self.server_of[r] = server.id
+            return
+        self.routed[r] = now
+        self.prefill_server_of[r] = server.id
+        if server.role != "prefill":
+            self.server_of[r] = server.id
 
     def _forward(self, server: _Srv, r: int, target: int) -> None:
         now = self.now

@@ -337,6 +337,31 @@ def tdg_emitted_objective(instance: Instance, outcome: Outcome, table: pd.DataFr
     return tdg_emitted(instance, outcome)
 
 
+#: Settings key of the price of one server-second, in attainment units (HyperFlexis's joint
+#: objective, :func:`attainment_minus_cost_objective`).
+COST_WEIGHT_KEY = "cost_weight_per_server_s"
+
+
+def attainment_minus_cost_objective(
+    instance: Instance, outcome: Outcome, table: pd.DataFrame
+) -> float:
+    """Attainment minus the price of the servers: ``A - lambda * server_seconds``.
+
+    ``A`` is the attainment under the instance's ``definition`` setting (default
+    ``deadline``), ``lambda`` the setting ``cost_weight_per_server_s`` (attainment given up
+    per server-second; 0 when absent), and the server-seconds :func:`server_seconds`.
+
+    References
+    ----------
+    HyperFlexis, Sec. 3 (Eq. 3 cost in worker-seconds, Eq. 4 satisfaction; the decision trades
+    the two); the weighted sum is one scalarisation of that trade (docs/hyperflexis.md).
+    """
+    weight = float(instance.settings.get(COST_WEIGHT_KEY, 0.0))
+    return attainment_objective(instance, outcome, table) - weight * server_seconds(
+        instance, outcome
+    )
+
+
 def server_seconds(instance: Instance, outcome: Outcome) -> float:
     """Cost: server-seconds from each server's switch-on to its departure (or the run's end),
     summed; a fixed cluster costs ``servers x end_s``.

@@ -44,6 +44,11 @@ class Batch:
     forward : sequence of (request, server)
         Waiting requests handed to another server of the same pool (multi-replica sequential
         routing); they join the end of its queue at once.
+    pull : sequence of request ids
+        Requests held in the central queue of this server's side (:attr:`Server.held`: a
+        router returned :data:`HOLD` for them) that this server takes: they join the end of
+        its queue before the batch starts, so the batch may admit them (a central
+        dispatcher's decision; the request counts as routed, or transferred, now).
     repeat : bool
         A decode-only batch the policy would choose again, unchanged, at every iteration until
         a request finishes, a request is routed to this server, or memory runs out. The
@@ -63,6 +68,7 @@ class Batch:
     preempt: Sequence[int] = ()
     reject: Sequence[int] = ()
     forward: Sequence[tuple[int, int]] = ()
+    pull: Sequence[int] = ()
     repeat: bool = False
     wake_at_s: float = math.inf
     scale: Sequence[ScaleAction] = ()
@@ -84,16 +90,28 @@ class Policy(Protocol):
         """The batch to run now on ``server`` (an empty batch idles it)."""
 
 
+#: What a router returns to keep a request in the central queue of its side instead of
+#: routing it: every server of that side is woken and its policy may pull the request
+#: (:attr:`Batch.pull`).
+HOLD = -1
+
+
 @runtime_checkable
 class Router(Protocol):
-    """Chooses a server for an arriving request."""
+    """Chooses a server for an arriving request.
+
+    A router with the attribute ``central = True`` keeps a central queue: while no server
+    accepts new requests, its requests are held (instead of being an error) until a server
+    pulls them.
+    """
 
     def start(self, instance: Instance, seed: int) -> None:
         """Called once before the run."""
 
     def route(self, request: int, servers: Sequence[Server], now: float) -> int:
         """Index into ``servers`` of the chosen server (``servers``: those accepting new
-        requests, starting or ready, by id)."""
+        requests, starting or ready, by id), or :data:`HOLD` to keep the request in the
+        central queue until a server pulls it."""
 
 
 class PolicyError(RuntimeError):

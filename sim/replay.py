@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from slolab.sim.engine import Server, run
 from slolab.sim.outcome import Outcome
-from slolab.sim.policy import Batch, PolicyError
+from slolab.sim.policy import HOLD, Batch, PolicyError
 from slolab.sim.scaling import ScalePlan
 from slolab.sim.schedule import Schedule
 
@@ -17,11 +17,23 @@ if TYPE_CHECKING:
 
 
 class _FollowRouting:
-    def __init__(self, routing: list[int]) -> None:
+    """Routes each request to its scheduled server; a request whose server is not switched on
+    yet waits in the central queue until that server pulls it."""
+
+    central = True
+
+    def __init__(self, routing: list[int], plan: ScalePlan | None) -> None:
         self.routing = routing
+        # when each server the plan adds is switched on, in id order (initial servers: 0)
+        self.on_s: dict[int, float] = {}
+        if plan is not None:
+            self._ons = [t for t, a in plan.actions if a.kind != "drain"]
+        else:
+            self._ons = []
 
     def start(self, instance: Instance, seed: int) -> None:
-        return None
+        n0 = instance.cluster.servers
+        self.on_s = {n0 + k: t for k, t in enumerate(self._ons)}
 
     def route(self, request: int, servers: Sequence[Server], now: float) -> int:
         s = self.routing[request]
@@ -30,9 +42,11 @@ class _FollowRouting:
         for k, server in enumerate(servers):
             if server.id == s:
                 return k
+        if self.on_s.get(s, -math.inf) > now:
+            return HOLD
         raise PolicyError(
             f"t={now}: the schedule puts request {request} on server {s}, which does not "
-            "accept new requests then (not switched on yet, drained or departed)"
+            "accept new requests then (drained or departed)"
         )
 
 
@@ -70,16 +84,18 @@ class SchedulePolicy:
         if ready_at > server.now:
             return Batch(reject=reject, wake_at_s=ready_at)
         self._next[server.id] = k + 1
+        held = set(server.held)
+        pull = [r for r, _, _ in it.entries if r in held]
         static = [r for r, ph, _ in it.entries if ph == "static"]
         if static:
             if len(static) != len(it.entries):
                 raise PolicyError(
                     f"server {server.id} iteration {k}: static entries mixed with others"
                 )
-            return Batch(static=static, reject=reject)
+            return Batch(static=static, reject=reject, pull=pull)
         prefill = [(r, t) for r, ph, t in it.entries if ph == "prefill"]
         decode = [r for r, ph, _ in it.entries if ph == "decode"]
-        return Batch(prefill=prefill, decode=decode, reject=reject)
+        return Batch(prefill=prefill, decode=decode, reject=reject, pull=pull)
 
 
 def replay(
@@ -92,7 +108,9 @@ def replay(
     """Run ``schedule`` on ``instance`` exactly as planned and return the Outcome.
 
     Supports the colocated and static modes. Every decision comes from the schedule (and the
-    scaling ``plan``); the engine supplies the times (timing model, start-up delays) and
+    scaling ``plan``); a request scheduled on a server the plan switches on after the request
+    arrives waits in the central queue until that server pulls it for its first iteration.
+    The engine supplies the times (timing model, start-up delays) and
     enforces its rules, so a schedule that breaks one (a decode before its prefill, memory over
     capacity, an iteration on a server not ready yet, ...) raises
     :class:`slolab.sim.policy.PolicyError`.
@@ -107,17 +125,19 @@ def replay(
     record_iterations : bool
         Keep the iteration log (for :func:`slolab.sim.check`).
     plan : ScalePlan, optional
-        When servers are switched on, drained or moved. A request must reach a server that
-        accepts new work when it arrives (switched on, not drained); a server's iterations
-        start once it is ready.
+        When servers are switched on, drained or moved (default: the schedule's own
+        ``plan``). A request must reach a server that accepts new work when it arrives
+        (switched on, not drained); a server's iterations start once it is ready.
     """
+    if plan is None:
+        plan = schedule.plan
     if instance.cluster.mode == "disaggregated":
         raise ValueError("replay supports the colocated and static modes, not disaggregated")
     routing = schedule.routing(instance.n_requests)
     out = run(
         instance,
         SchedulePolicy(schedule, plan),
-        _FollowRouting(routing),
+        _FollowRouting(routing, plan),
         seed=0,
         record_iterations=record_iterations,
         plan=plan,

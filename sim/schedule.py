@@ -12,7 +12,10 @@ Per server, an ordered list of iterations, each a tuple of entries ``(request, p
 An iteration may carry an earliest start time (``not_before_s``); the engine starts it at
 ``max(previous iteration end, not_before_s, arrival of every request in it)``.
 Requests listed in ``rejected`` are never served. ``routing[r]`` is the server of request ``r``
-(``-1`` if rejected); it must agree with the iterations.
+(``-1`` if rejected); it must agree with the iterations. A schedule that decides scaling too
+carries its :class:`~slolab.sim.scaling.ScalePlan` (``plan``): servers switched on by the plan
+follow the initial ones in the order of its actions, and :func:`slolab.sim.replay` runs the
+plan with the iterations.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from slolab.sim.outcome import Outcome
+    from slolab.sim.scaling import ScalePlan
 
 PHASES = ("prefill", "decode", "static")
 
@@ -58,10 +62,12 @@ class PlannedIteration:
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
-    """A replayable decision: per-server ordered iterations, routing and rejections."""
+    """A replayable decision: per-server ordered iterations, routing and rejections, and the
+    scaling plan when the method decided one (None: the cluster as the instance gives it)."""
 
     iterations: tuple[tuple[PlannedIteration, ...], ...]
     rejected: frozenset[int] = field(default_factory=frozenset)
+    plan: ScalePlan | None = None
 
     @classmethod
     def static_batches(

@@ -8,6 +8,7 @@ from slolab.solvers.backend import Backend, RawSolve
 from slolab.solvers.base import (
     CpFormulation,
     ExactModel,
+    FrontPoint,
     MilpFormulation,
     Result,
     Status,
@@ -27,6 +28,7 @@ __all__ = [
     "Backend",
     "CpFormulation",
     "ExactModel",
+    "FrontPoint",
     "MilpFormulation",
     "RawSolve",
     "Result",

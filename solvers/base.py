@@ -113,6 +113,70 @@ class Result:
         }
 
 
+@dataclass(frozen=True)
+class FrontPoint:
+    """One point of a cost-attainment Pareto front (the epsilon-constraint method).
+
+    Attributes
+    ----------
+    cost_server_s : float
+        Server-seconds of the point's schedule, replayed (the incumbent of its level).
+    attainment : float
+        Attainment of that schedule, replayed.
+    status : Status
+        OPTIMAL when the least cost at the level is proved; otherwise the cost lies in
+        ``[cost_bound, cost_server_s]``.
+    cost_bound : float or None
+        Proved lower bound on the least cost at the level.
+    level : float
+        The attainment the level required (the point may exceed it).
+    runtime_s : float
+        Wall time of the level's solve (s).
+    backend : str
+        Solver backend.
+    schedule : Schedule or None
+        The schedule (with its scaling plan) behind the point.
+    """
+
+    cost_server_s: float
+    attainment: float
+    status: Status
+    cost_bound: float | None
+    level: float
+    runtime_s: float = 0.0
+    backend: str = ""
+    schedule: Schedule | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.cost_server_s) and self.cost_server_s >= 0):
+            raise ValueError(f"cost_server_s must be finite and >= 0, got {self.cost_server_s}")
+        if not 0.0 <= self.attainment <= 1.0:
+            raise ValueError(f"attainment must be in [0, 1], got {self.attainment}")
+        if not self.runtime_s >= 0:
+            raise ValueError(f"runtime_s must be >= 0, got {self.runtime_s}")
+
+    @property
+    def gap(self) -> float | None:
+        """Relative distance of the cost to its bound (0 when OPTIMAL)."""
+        if self.status == Status.OPTIMAL:
+            return 0.0
+        if self.cost_bound is None:
+            return None
+        return abs(self.cost_server_s - self.cost_bound) / max(abs(self.cost_server_s), 1e-12)
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "cost_server_s": self.cost_server_s,
+            "attainment": self.attainment,
+            "status": self.status.value,
+            "cost_bound": self.cost_bound,
+            "gap": self.gap,
+            "level": self.level,
+            "runtime_s": self.runtime_s,
+            "backend": self.backend,
+        }
+
+
 @dataclass
 class MilpFormulation:
     """A MILP written with PuLP, plus how to read a schedule off its solution.

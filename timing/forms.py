@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ from slolab.timing.base import (
     F_DECODE_TOKENS,
     F_NUM_DECODE,
     F_NUM_PREFILL,
+    F_PREFILL_ATTN,
     F_PREFILL_TOKENS,
     FEATURES,
     LinearTiming,
@@ -38,10 +40,12 @@ from slolab.timing.base import (
 
 __all__ = [
     "MeanLengthTiming",
+    "PhaseAffine",
     "PhaseSumTiming",
     "ProfiledTiming",
     "RooflineTiming",
     "ThresholdTiming",
+    "phase_affine",
 ]
 
 
@@ -591,3 +595,62 @@ class MeanLengthTiming(TimingModel):
             f"prefill_length_coef_s={self.prefill_length_coef_s}, "
             f"decode_context_coef_s={self.decode_context_coef_s})"
         )
+
+
+_PREFILL_FEATURES = (F_PREFILL_TOKENS, F_PREFILL_ATTN, F_NUM_PREFILL)
+_DECODE_FEATURES = (F_DECODE_TOKENS, F_NUM_DECODE, F_DECODE_KV)
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseAffine:
+    """An iteration time affine in the shape once its phases are known.
+
+    ``T = any_s + prefill_s [has prefill] + decode_s [has decode] + coef . features``: a
+    :class:`LinearTiming` has only ``any_s``; a :class:`PhaseSumTiming` of two linear parts (the
+    DistServe / HyperFlexis Eqs. 1-2 form) has ``prefill_s`` and ``decode_s``.
+    """
+
+    any_s: float
+    prefill_s: float
+    decode_s: float
+    coef: np.ndarray
+
+    def prefill_part_s(self, prompt: int) -> float:
+        """Coefficient terms of one whole prompt of ``prompt`` tokens (no intercept)."""
+        c = self.coef
+        work = prompt * ((prompt + 1) / 2.0)
+        return float(c[F_PREFILL_TOKENS] * prompt + c[F_PREFILL_ATTN] * work + c[F_NUM_PREFILL])
+
+    @property
+    def decode_token_s(self) -> float:
+        """Coefficient terms of one decode token, context aside."""
+        return float(self.coef[F_DECODE_TOKENS] + self.coef[F_NUM_DECODE])
+
+    @property
+    def kv_s(self) -> float:
+        """Seconds per KV token a decode reads."""
+        return float(self.coef[F_DECODE_KV])
+
+
+def phase_affine(timing: TimingModel) -> PhaseAffine | None:
+    """The :class:`PhaseAffine` view of ``timing``, or None when it has none.
+
+    Linear models and one-line rooflines have it; a phase sum has it when both parts are
+    linear and each part's coefficients touch only its own phase's features.
+    """
+    view = timing.affine()
+    if view is not None:
+        intercept, coef = view
+        return PhaseAffine(float(intercept), 0.0, 0.0, np.asarray(coef, dtype=float))
+    if not isinstance(timing, PhaseSumTiming):
+        return None
+    parts = []
+    for part, others in ((timing.prefill, _DECODE_FEATURES), (timing.decode, _PREFILL_FEATURES)):
+        if not isinstance(part, LinearTiming | RooflineTiming):
+            return None
+        affine = part.affine()
+        if affine is None or any(affine[1][i] != 0 for i in others):
+            return None
+        parts.append(affine)
+    (b_p, c_p), (b_d, c_d) = parts
+    return PhaseAffine(0.0, float(b_p), float(b_d), np.asarray(c_p + c_d, dtype=float))

@@ -341,6 +341,23 @@ def _opt_13b_a100_distserve() -> TimingModel:
     return PhaseSumTiming(prefill, decode, name=name)
 
 
+def _opt_13b_a100_hyperflexis() -> TimingModel:
+    """HyperFlexis Eqs. 1-2 (DistServe's forms) with DistServe's OPT-13B A100 coefficients:
+    one decode line for every batch size (Eq. 2 is linear in batch and context)."""
+    distserve = _opt_13b_a100_distserve()
+    assert isinstance(distserve, PhaseSumTiming)
+    assert isinstance(distserve.decode, ThresholdTiming)
+    prefill = distserve.prefill
+    below = distserve.decode.below
+    assert isinstance(prefill, LinearTiming) and isinstance(below, LinearTiming)
+    name = "opt-13b-a100-hyperflexis"
+    return PhaseSumTiming(
+        LinearTiming(prefill.intercept_s, prefill.coefficients, name=f"{name}[prefill]"),
+        LinearTiming(below.intercept_s, below.coefficients, name=f"{name}[decode]"),
+        name=name,
+    )
+
+
 def _opt_13b_h100_slos() -> TimingModel:
     return RooflineTiming.from_token_lines([(4.177e-5, 0.0, 0.02743)], name="opt-13b-h100-slos")
 
@@ -403,6 +420,12 @@ _SOURCES: dict[str, str] = {
         "sequences, 7.166 + 0.000580 sum(ctx) + 0.1583 batch ms from 95); mixed iterations "
         "pay both parts"
     ),
+    "opt-13b-a100-hyperflexis": (
+        "HyperFlexis Eqs. 1-2 (Sec. 3, after DistServe): prefill 18.10 + 0.1019 sum(l) + "
+        "7.122e-6 sum(l^2) ms, decode step 19.93 + 0.000627 sum(ctx) + 0.0385 batch ms at "
+        "every batch size; DistServe's OPT-13B A100-80G coefficients (HyperFlexis publishes "
+        "none); mixed iterations pay both parts; see docs/hyperflexis.md"
+    ),
     "opt-13b-h100-slos": "SLOs-Serve batch timer, OPT-13B on H100: 4.177e-5 s/token + 0.02743 s",
     "opt-6.7b-a100-slos": (
         "SLOs-Serve batch timer, OPT-6.7B on A100: max(6.878e-5 tokens + 0.02480, "
@@ -423,6 +446,7 @@ _BUILDERS: dict[str, Callable[[], TimingModel]] = {
     "llama2-7b-h100": _llama2_7b_h100,
     "llama3.1-8b-h200": _llama31_8b_h200,
     "opt-13b-a100-distserve": _opt_13b_a100_distserve,
+    "opt-13b-a100-hyperflexis": _opt_13b_a100_hyperflexis,
     "opt-13b-h100-slos": _opt_13b_h100_slos,
     "opt-6.7b-a100-slos": _opt_6_7b_a100_slos,
     "opt-30b-4gpu-slos": _opt_30b_4gpu_slos,

@@ -155,6 +155,14 @@ _PRESETS: dict[str, StartupPreset] = {
             "1 A100 SXM (PCIe 4.0 x16 31.5 GB/s; d2d NVLink 300 GB/s)",
         ),
         _derived(
+            "opt-13b-a100-hyperflexis",
+            12_853_473_280,
+            1,
+            PCIE_GEN4_X16_BYTES_PER_S,
+            NVLINK_A100_BYTES_PER_S,
+            "1 A100 SXM (PCIe 4.0 x16 31.5 GB/s; d2d NVLink 300 GB/s)",
+        ),
+        _derived(
             "opt-13b-h100-slos",
             12_853_473_280,
             1,

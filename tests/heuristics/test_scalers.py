@@ -127,8 +127,39 @@ def test_elastic_setup_takes_the_start_up_delay_of_the_timing_preset():
     assert isinstance(scaler, ThresholdScaler)
     assert (scaler.params.min_servers, scaler.params.max_servers) == (2, 8)
     assert elastic_setup(inst, None) == (inst, None)
-    with pytest.raises(ValueError, match="unknown scaler 'magic'; known: fixed, threshold"):
+    with pytest.raises(
+        ValueError, match="unknown scaler 'magic'; known: fixed, hyperflexis, threshold"
+    ):
         elastic_setup(inst, "magic")
+
+
+def test_scalers_are_registered_by_name():
+    """A registered scaler is built by name with its bounds; a second one under a taken name,
+    or a setting the scaler lacks, is an error."""
+    from slolab.heuristics.hyperflexis import HyperFlexisScaler
+    from slolab.heuristics.scalers import make_scaler, register_scaler
+
+    scaler = make_scaler("hyperflexis", min_servers=2, max_servers=6, sustain=5)
+    assert isinstance(scaler, HyperFlexisScaler)
+    assert (scaler.params.min_servers, scaler.params.max_servers, scaler.params.sustain) == (
+        2,
+        6,
+        5,
+    )
+    with pytest.raises(ValueError, match="scaler 'threshold' is already registered"):
+        register_scaler("threshold", lambda **_: None, "another")
+    with pytest.raises(ValueError, match="the fixed scaler takes no settings, got metric"):
+        make_scaler("fixed", metric="load")
+
+
+def test_cli_threshold_flags_apply_to_the_threshold_scaler_only(capsys):
+    """--scale-upper with --autoscale hyperflexis is a one-line error naming the flag."""
+    code = main(
+        ["simulate", "azure_conv_2023", "--limit", "5", "--autoscale", "hyperflexis"]
+        + ["--scale-upper", "3", "--json"]
+    )
+    assert code == 2
+    assert "--scale-upper applies to --autoscale threshold only" in capsys.readouterr().err
 
 
 def test_cli_simulate_autoscale_prints_cost_and_scaling(capsys):

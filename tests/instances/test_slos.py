@@ -203,6 +203,17 @@ def test_hyperflexis_table_and_task_sets():
     assert gsm["ttft_slo_s"].tolist() == [0.7, 0.7] and gsm["tpot_slo_s"].tolist() == [0.2, 0.2]
 
 
+def test_hyperflexis_without_task_is_the_4_task_set():
+    """No task column and no task=: the 4-task set, as seeded as task='4-task'."""
+    plain = assign_slos(uniform_workload(8, 40, 20), "hyperflexis", seed=6)
+    named = assign_slos(uniform_workload(8, 40, 20), "hyperflexis", seed=6, task="4-task")
+    # same seed, same shuffle: 2 requests per task in the same rows
+    assert plain["task"].tolist() == named["task"].tolist()
+    assert sorted(set(plain["task"].tolist())) == sorted(
+        ["medical_qa", "tldr_content_gen", "tldr_headline_gen", "wikisql"]
+    )
+
+
 def test_table_scheme_dataframe_and_csv(tmp_path):
     """Explicit per-request SLOs from a DataFrame and from a CSV with an empty cell."""
     w = uniform_workload(3, 100, 10)

@@ -29,12 +29,13 @@ def _prefill(model, prompt):
 
 
 def test_available_presets_and_unknown_name():
-    """Seven presets; an unknown name lists them."""
+    """Eight presets; an unknown name lists them."""
     names = available_presets()
     assert names == [
         "llama2-7b-h100",
         "llama3.1-8b-h200",
         "opt-13b-a100-distserve",
+        "opt-13b-a100-hyperflexis",
         "opt-13b-h100-slos",
         "opt-30b-4gpu-slos",
         "opt-6.7b-a100-slos",
@@ -141,6 +142,17 @@ def test_distserve_decode_regimes_and_prefill():
         decode_kv_tokens=100,
     )
     assert mixed == pytest.approx(147.1532e-3, rel=1e-9)
+
+
+def test_hyperflexis_eq2_is_one_line_at_every_batch_size():
+    """HyperFlexis Eqs. 1-2: DistServe's prefill, and its small-batch decode line everywhere."""
+    model = preset("opt-13b-a100-hyperflexis")
+    # prefill as DistServe: 18.10 + 0.1019 * 1000 + 7.122e-6 * 1000^2 = 127.122 ms
+    assert _prefill(model, 1000) == pytest.approx(127.122e-3, rel=1e-9)
+    # decode batch 100, context 100: 19.93 + 0.000627 * 10,000 + 0.0385 * 100 = 30.05 ms (the
+    # DistServe preset switches lines at 95 sequences and gives 28.796 ms)
+    assert _decode(model, 100, 100) == pytest.approx(30.05e-3, rel=1e-9)
+    assert _decode(model, 1, 100) == pytest.approx(20.0312e-3, rel=1e-9)
 
 
 def test_distserve_chunked_prefill_charges_the_square_increment():
