@@ -39,7 +39,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from slolab.sim.engine import warm_start_state
-from slolab.sim.outcome import PHASE_DECODE, PHASE_PREFILL, PHASE_STATIC, ServerLives, server_lives
+from slolab.sim.outcome import (
+    PHASE_DECODE,
+    PHASE_PREFILL,
+    PHASE_STATIC,
+    ServerLives,
+    pool_seconds,
+    server_lives,
+)
 from slolab.sim.static import member_token_offsets
 from slolab.timing.base import N_FEATURES
 from slolab.timing.presets import preset
@@ -407,8 +414,7 @@ def _check_lives(
                 f"cost_server_s is {outcome.cost_server_s!r} but the servers' on-intervals sum "
                 f"to {total!r}"
             )
-        for k, name in enumerate(lives.pool_names):
-            pool_cost = math.fsum(spans[lives.pool == k].tolist())
+        for name, pool_cost in pool_seconds(lives, outcome.scale_events).items():
             claimed = outcome.cost_by_pool.get(name, math.nan)
             if not _close(float(claimed), pool_cost):
                 bad(

@@ -86,14 +86,29 @@ class Policy(Protocol):
 
 @runtime_checkable
 class Router(Protocol):
-    """Chooses a server for an arriving request."""
+    """Chooses a server for an arriving request.
+
+    A router may also keep a request in its own queue by returning :data:`HOLD` (a central
+    queue, as PolyServe's router keeps per-tier queues). The engine then offers its held
+    requests again, in arrival order, at every *retry point*: when a request leaves a server
+    (it finished, or its prefill server handed it on), when a server becomes ready, and after
+    every scaling action or scaler call. A router with a method
+    ``dispatch(held, servers, now) -> [(request, index), ...]`` gets all its held requests in
+    one call (and may place any subset); otherwise ``route`` is called for each of them.
+    """
 
     def start(self, instance: Instance, seed: int) -> None:
         """Called once before the run."""
 
     def route(self, request: int, servers: Sequence[Server], now: float) -> int:
         """Index into ``servers`` of the chosen server (``servers``: those accepting new
-        requests, starting or ready, by id)."""
+        requests, starting or ready, by id), or :data:`HOLD`."""
+
+
+#: What a router returns to keep a request in its own queue (a central queue) rather than send it
+#: to a server now; the engine offers held requests again at its retry points (see
+#: :class:`Router`).
+HOLD = -1
 
 
 class PolicyError(RuntimeError):
