@@ -317,6 +317,24 @@ def attainment_objective(instance: Instance, outcome: Outcome, table: pd.DataFra
     return attainment_from_table(table, _definition(instance))
 
 
+def goodput_objective(instance: Instance, outcome: Outcome, table: pd.DataFrame) -> float:
+    """Requests meeting their SLO per second: attainment (the instance's definition) times the
+    workload's mean arrival rate (:func:`slolab.instances.mean_rate`).
+
+    References
+    ----------
+    PolyServe, Sec. 5.2 (goodput).
+    """
+    from slolab.instances.transform import mean_rate
+
+    return attainment_from_table(table, _definition(instance)) * mean_rate(instance.workload)
+
+
+def cost_objective(instance: Instance, outcome: Outcome, table: pd.DataFrame) -> float:
+    """Server-seconds of the run (see :func:`server_seconds`)."""
+    return server_seconds(instance, outcome)
+
+
 def g_objective(instance: Instance, outcome: Outcome, table: pd.DataFrame) -> float:
     """The SA paper's G (see :func:`g_ratio`)."""
     return g_ratio_from_table(table)
