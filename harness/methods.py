@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from slolab.heuristics.policies import Scheduler
 from slolab.instances.records import Instance
 from slolab.problems import SOLVER_NAMES, Heuristic, Problem, get_problem
 from slolab.problems.registry import resolve
@@ -31,13 +32,18 @@ from slolab.solvers import Result, Status, build_model, solve
 
 @dataclass(frozen=True, slots=True)
 class MethodRun:
-    """What one method produced on one instance."""
+    """What one method produced on one instance.
+
+    ``instance``: the instance the outcome was run on when the method changed it (a policy
+    with its own cluster layout), else None (the instance given).
+    """
 
     outcome: Outcome | None
     runtime_s: float
     status: str
     result: Result | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    instance: Instance | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +87,19 @@ def _heuristic_method(problem: Problem, h: Heuristic) -> Method:
 
     def simulate(instance: Instance, *, seed: int, **_: Any) -> MethodRun:
         t0 = time.perf_counter()
-        policy, router = resolve(make_policy)(instance)
+        made = resolve(make_policy)(instance)
+        if isinstance(made, Scheduler):  # its own routers, scaler and cluster layout
+            out = run(
+                made.instance,
+                made.policy,
+                made.router,
+                seed=seed,
+                decode_router=made.decode_router,
+                scaler=made.scaler,
+            )
+            ran = made.instance if made.instance is not instance else None
+            return MethodRun(out, time.perf_counter() - t0, "SIMULATED", instance=ran)
+        policy, router = made
         out = run(instance, policy, router, seed=seed)
         return MethodRun(out, time.perf_counter() - t0, "SIMULATED")
 
@@ -89,6 +107,10 @@ def _heuristic_method(problem: Problem, h: Heuristic) -> Method:
 
 
 def _exact_method(name: str, problem: str, model_name: str, solver: str) -> Method:
+    from slolab.solvers import get_model
+
+    kind = "bound" if get_model(model_name).bound_only else "exact"
+
     def runner(
         instance: Instance, *, seed: int, time_limit: float = 60.0, threads: int = 1, **_: Any
     ) -> MethodRun:
@@ -97,7 +119,7 @@ def _exact_method(name: str, problem: str, model_name: str, solver: str) -> Meth
         out = replay(instance, res.schedule) if res.schedule is not None else None
         return MethodRun(out, res.runtime_s, res.status.value, result=res)
 
-    return Method(name, "exact", (problem,), runner, f"{model_name} solved by {solver}")
+    return Method(name, kind, (problem,), runner, f"{model_name} solved by {solver}")
 
 
 def available_methods(problem: str | None = None) -> list[str]:
