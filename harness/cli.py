@@ -125,9 +125,10 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--router",
-        default="least-loaded",
+        default=None,
         help="router, a registered router: round-robin, random, least-loaded, go-routing, ... "
-        "(an unknown name lists them all) (default: least-loaded)",
+        "(an unknown name lists them all; the router 'random' is not the policy 'random') "
+        "(default: least-loaded; policies that route themselves, such as polyserve, take none)",
     )
     p.add_argument(
         "--decode-router",
@@ -139,7 +140,8 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
         "--policy",
         default="sarathi",
         help="scheduler, a registered policy: vllm, sarathi, edf, slos-serve, slide-batching, "
-        "... (an unknown name lists them all) (default: sarathi)",
+        "polyserve (with its baselines random, minimal, chunk: they route themselves, on "
+        "--servers in --mode), ... (an unknown name lists them all) (default: sarathi)",
     )
     p.add_argument(
         "--scenario",
@@ -220,16 +222,20 @@ def _add_scaling_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--startup",
-        default="disk",
-        choices=["disk", "host", "d2d"],
-        help="with --autoscale: where a switched-on server loads its weights from; the delay "
-        "is the --timing preset's start-up preset (default: disk)",
+        default=None,
+        choices=["instant", "disk", "host", "d2d"],
+        help="where a switched-on server loads its weights from; the delay is the --timing "
+        "preset's start-up preset, 0 for instant (default: disk with --autoscale; instant for a "
+        "policy that scales itself, such as polyserve, as the paper assumes)",
     )
 
 
 def _serving_instance(a: argparse.Namespace, rate: float | None):
+    from slolab.heuristics.policies import policy_entry
     from slolab.problems.serving import serving_instance
 
+    # a policy with its own cluster layout gets the servers and the mode, and builds its pools
+    own_layout = policy_entry(a.policy).setup is not None
     return serving_instance(
         a.trace,
         seed=a.seed,
@@ -241,8 +247,8 @@ def _serving_instance(a: argparse.Namespace, rate: float | None):
         },
         rate=rate,
         limit=a.limit,
-        mode=a.mode,
-        prefill_servers=a.prefill_servers,
+        mode="colocated" if own_layout else a.mode,
+        prefill_servers=0 if own_layout else a.prefill_servers,
         kv_capacity_tokens=a.kv_capacity,
         max_batch_tokens=a.max_batch_tokens,
         max_batch_size=a.max_batch_size,
@@ -255,64 +261,73 @@ def _slo_scheme(a: argparse.Namespace) -> str | None:
     return None if scheme == "none" else scheme
 
 
-def _policy_and_router(a: argparse.Namespace, instance):
-    from slolab.heuristics.policies import (
-        make_policy,
-        make_router,
-        parse_token_budget,
-        policy_entry,
-    )
+def _scheduler(a: argparse.Namespace, instance):
+    """The policy of the flags with its routers and scaler (:func:`make_scheduler`)."""
+    from slolab.heuristics.policies import make_scheduler, parse_token_budget, policy_entry
 
     budget = parse_token_budget(a.token_budget)
-    if not policy_entry(a.policy).token_budget:
+    entry = policy_entry(a.policy)
+    if not entry.token_budget:
         budget = None
-    return make_policy(a.policy, instance, token_budget=budget), make_router(a.router)
+    if entry.setup is None:
+        _decode_router(a)  # the flag's own checks
+    return make_scheduler(
+        a.policy,
+        instance,
+        token_budget=budget,
+        router=a.router,
+        decode_router=a.decode_router,
+        mode=a.mode,
+        servers=a.servers,
+        prefill_servers=a.prefill_servers,
+    )
 
 
 def _simulate_serving(a: argparse.Namespace, rate: float | None, progress: bool):
-    """The serving instance of the command's flags at ``rate``, simulated: (instance, outcome)."""
-    from slolab.heuristics.scalers import elastic_setup
+    """The serving instance of the command's flags at ``rate``, simulated:
+    (instance, outcome, scheduler)."""
+    from slolab.heuristics.scalers import elastic_setup, with_startup
     from slolab.sim import run
 
-    inst = _serving_instance(a, rate)
-    policy, router = _policy_and_router(a, inst)
-    inst, scaler = elastic_setup(
-        inst,
-        a.autoscale,
-        min_servers=a.min_servers,
-        max_servers=a.max_servers,
-        startup=a.startup,
-        **{
-            k: v
-            for k, v in (
-                ("metric", a.scale_metric),
-                ("upper", a.scale_upper),
-                ("lower", a.scale_lower),
-            )
-            if v is not None
-        },
-    )
+    sched = _scheduler(a, _serving_instance(a, rate))
+    if sched.scaler is not None:
+        if a.autoscale is not None:
+            raise ValueError(f"policy {a.policy!r} scales the cluster itself: drop --autoscale")
+        inst, scaler = with_startup(sched.instance, a.startup or "instant"), sched.scaler
+    else:
+        inst, scaler = elastic_setup(
+            sched.instance,
+            a.autoscale,
+            min_servers=a.min_servers,
+            max_servers=a.max_servers,
+            startup=a.startup or "disk",
+            **{
+                k: v
+                for k, v in (
+                    ("metric", a.scale_metric),
+                    ("upper", a.scale_upper),
+                    ("lower", a.scale_lower),
+                )
+                if v is not None
+            },
+        )
     out = run(
         inst,
-        policy,
-        router,
+        sched.policy,
+        sched.router,
         seed=a.seed,
-        decode_router=_decode_router(a),
+        decode_router=sched.decode_router,
         record_iterations=False,
         progress=progress,
         scaler=scaler,
     )
-    return inst, out
+    return inst, out, sched
 
 
-def _decode_router(a: argparse.Namespace):
-    from slolab.heuristics.policies import make_router
-
-    if a.decode_router is None:
-        return None
-    if a.mode != "disaggregated":
+def _decode_router(a: argparse.Namespace) -> None:
+    """Check --decode-router against the mode."""
+    if a.decode_router is not None and a.mode != "disaggregated":
         raise ValueError("--decode-router applies to --mode disaggregated only")
-    return make_router(a.decode_router)
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
@@ -321,15 +336,19 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     from slolab.sim import metrics
 
     t0 = time.perf_counter()
-    inst, out = _simulate_serving(a, a.rate, progress=not a.json and not a.quiet)
+    inst, out, sched = _simulate_serving(a, a.rate, progress=not a.json and not a.quiet)
     s = metrics.summary(inst, out)
     s["wall_s"] = time.perf_counter() - t0
     s["simulate_s"] = out.wall_s
+    report = getattr(sched.router, "summary", None)
+    if callable(report):  # a router that reports on its own decisions
+        s.update({f"router_{k}": v for k, v in report().items()})
     s.update(
         {
             "instance": inst.name,
             "policy": a.policy,
-            "router": a.router,
+            "router": a.router or type(sched.router).__name__,
+            "mode": a.mode,
             "servers": a.servers,
             "timing": a.timing,
             "autoscale": a.autoscale or "none",
@@ -562,9 +581,10 @@ def cmd_solve(a: argparse.Namespace) -> int:
             f"problem {inst.problem!r} has no model {model_name!r}; its models: "
             f"{', '.join(problem.models)}"
         )
+    model = build_model(model_name, inst)
     with elapsed_bar(f"solve {a.solver}", a.time_limit, enabled=not a.json and not a.quiet):
         res = solve(
-            build_model(model_name, inst),
+            model,
             solver=a.solver,
             time_limit=a.time_limit,
             threads=a.threads,
@@ -573,6 +593,8 @@ def cmd_solve(a: argparse.Namespace) -> int:
     rec = res.to_record()
     rec["instance"] = inst.name
     rec["runtime_s"] = res.runtime_s
+    rec["kind"] = "bound" if type(model).bound_only else "exact"
+    rec.update(res.details.get("solution", {}))
     if res.schedule is not None:
         out = replay(inst, res.schedule)
         rec["replayed_objective"] = objective(inst, out)
@@ -607,6 +629,7 @@ def cmd_compare(a: argparse.Namespace) -> int:
         "kind",
         "status",
         "objective",
+        "bound",
         "gap_lo",
         "gap_hi",
         "attainment",
@@ -652,7 +675,7 @@ def cmd_capacity(a: argparse.Namespace) -> int:
     show = not a.json and not a.quiet
 
     def probe(rate: float) -> float:
-        inst, out = _simulate_serving(a, rate, progress=show and sys.stderr.isatty())
+        inst, out, _ = _simulate_serving(a, rate, progress=show and sys.stderr.isatty())
         return metrics.attainment(inst, out, a.definition)
 
     res = capacity(
@@ -669,10 +692,12 @@ def cmd_capacity(a: argparse.Namespace) -> int:
         {
             "policy": a.policy,
             "servers": a.servers,
+            "mode": a.mode,
             "trace_rate": trace_rate,
             "definition": a.definition,
         }
     )
+    rec.update(_capacity_bound(a, trace_rate, rec["capacity"]))
     if a.json:
         _print_json(rec)
     else:
@@ -680,9 +705,31 @@ def cmd_capacity(a: argparse.Namespace) -> int:
             f"capacity {rec['capacity']:.4g} req/s at {a.target:.0%} {a.definition} attainment "
             f"({a.policy}, {a.servers} server{'s' if a.servers != 1 else ''}; {len(rec['probes'])} probes)"
         )
+        if "bound" in rec:
+            print(
+                f"  bound {rec['bound']:.4g} req/s ({rec['bound_kind']}); capacity / bound "
+                f"{rec['fraction_of_bound']:.3f}"
+            )
         for p in rec["probes"]:
             print(f"  rate {p['rate']:.4g} req/s -> attainment {p['attainment']:.4f}")
     return 0
+
+
+def _capacity_bound(a: argparse.Namespace, trace_rate: float, capacity: float) -> dict[str, Any]:
+    """``bound`` (req/s) and ``fraction_of_bound`` when the policy registers a capacity bound
+    (an exact model's upper bound on the rate the instance's mix can be served at)."""
+    from slolab.heuristics.policies import policy_entry
+
+    bound_of = policy_entry(a.policy).capacity_bound
+    if bound_of is None:
+        return {}
+    inst = _serving_instance(a, trace_rate if a.arrivals is not None else None)
+    bound = float(bound_of(inst, mode=a.mode, servers=a.servers))
+    return {
+        "bound": bound,
+        "bound_kind": "steady-state upper bound of the policy family's exact model",
+        "fraction_of_bound": capacity / bound if bound > 0 else float("nan"),
+    }
 
 
 def _methods_help() -> str:

@@ -1,7 +1,8 @@
 """Online heuristics, one module per paper, and the baselines they are compared with.
 
 Policies and routers are registered by name (:mod:`slolab.heuristics.policies`): build one
-with :func:`make_policy` / :func:`make_router`.
+with :func:`make_policy` / :func:`make_router`, or, for a policy that brings its own routers
+and scaler (PolyServe), :func:`make_scheduler`.
 """
 
 from slolab.heuristics.baselines import (
@@ -14,11 +15,19 @@ from slolab.heuristics.baselines import (
     StaticFCFS,
 )
 from slolab.heuristics.policies import (
+    Scheduler,
     make_policy,
     make_router,
+    make_scheduler,
     policy_names,
     router_names,
     sarathi_token_budget,
+)
+from slolab.heuristics.polyserve import (
+    MinimalCycleRouter,
+    PolyServeController,
+    PolyServeParams,
+    PolyServePolicy,
 )
 from slolab.heuristics.proserve import (
     FairBatching,
@@ -43,7 +52,11 @@ __all__ = [
     "SCALERS",
     "FixedScaler",
     "LeastLoaded",
+    "MinimalCycleRouter",
     "MostFreeKV",
+    "PolyServeController",
+    "PolyServeParams",
+    "PolyServePolicy",
     "PrefillFirstFCFS",
     "RandomRouter",
     "RoundRobin",
@@ -51,6 +64,7 @@ __all__ = [
     "SLOsServePolicy",
     "SarathiFCFS",
     "SarathiPriority",
+    "Scheduler",
     "SlideBatching",
     "SlideBatchingParams",
     "StaticFCFS",
@@ -60,6 +74,7 @@ __all__ = [
     "algorithm2",
     "make_policy",
     "make_router",
+    "make_scheduler",
     "pb_star",
     "policy_names",
     "router_names",

@@ -3,6 +3,13 @@ build a scheduler from its name.
 
 A policy that runs on a token budget per iteration (Sarathi-style) gets it from one rule,
 :func:`sarathi_token_budget`, unless the caller gives a number.
+
+Most policies only form batches and take any router. A policy that decides across servers
+(PolyServe: its own router, decode router and scaler, and a cluster of its own pools)
+registers a ``setup`` that builds all of it as a :class:`Scheduler`; :func:`make_scheduler`
+builds either kind. A policy may also register a ``capacity_bound``: the largest arrival rate
+an exact bound allows on the instance, which ``slolab capacity`` prints beside the measured
+capacity.
 """
 
 from __future__ import annotations
@@ -19,17 +26,35 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
+class Scheduler:
+    """Everything a run needs from a policy family: the instance it runs on (its cluster may be
+    the policy's own pools), the policy, the routers and the scaler (None: the engine's
+    defaults, no scaling)."""
+
+    instance: Instance
+    policy: Policy
+    router: Router | None = None
+    decode_router: Router | None = None
+    scaler: Any = None
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyEntry:
     """A registered policy: ``make(**params)`` returns a fresh one.
 
     ``token_budget``: the policy takes a ``token_budget`` argument (tokens per iteration),
-    set by :func:`sarathi_token_budget` unless given.
+    set by :func:`sarathi_token_budget` unless given. ``setup(instance, *, mode, servers,
+    token_budget, prefill_servers) -> Scheduler``: the policy brings its own routers, scaler
+    and cluster layout (``make`` is then not called). ``capacity_bound(instance, mode=...,
+    servers=...) -> req/s``: an upper bound of the capacity, from an exact model.
     """
 
     name: str
     make: Callable[..., Any]
     description: str
     token_budget: bool = False
+    setup: Callable[..., Scheduler] | None = None
+    capacity_bound: Callable[..., float] | None = None
 
 
 _POLICIES: dict[str, PolicyEntry] = {}
@@ -37,15 +62,22 @@ _ROUTERS: dict[str, tuple[Callable[[], Any], str]] = {}
 
 
 def register_policy(
-    name: str, make: Callable[..., Any], description: str, *, token_budget: bool = False
+    name: str,
+    make: Callable[..., Any],
+    description: str,
+    *,
+    token_budget: bool = False,
+    setup: Callable[..., Scheduler] | None = None,
+    capacity_bound: Callable[..., float] | None = None,
 ) -> None:
-    """Make ``make`` (a Policy class or factory) available as ``name``."""
+    """Make ``make`` (a Policy class or factory) available as ``name`` (see
+    :class:`PolicyEntry` for ``setup`` and ``capacity_bound``)."""
     if not name or "," in name:
         raise ValueError(f"policy name must be non-empty without ',', got {name!r}")
     existing = _POLICIES.get(name)
     if existing is not None and existing.make is not make:
         raise ValueError(f"policy {name!r} is already registered")
-    _POLICIES[name] = PolicyEntry(name, make, description, token_budget)
+    _POLICIES[name] = PolicyEntry(name, make, description, token_budget, setup, capacity_bound)
 
 
 def register_router(name: str, make: Callable[[], Any], description: str) -> None:
@@ -110,6 +142,11 @@ def make_policy(name: str, instance: Instance, *, token_budget: int | None = Non
     error for the others).
     """
     entry = policy_entry(name)
+    if entry.setup is not None:
+        raise ValueError(
+            f"policy {name!r} brings its own routers and cluster layout: build it with "
+            "make_scheduler"
+        )
     if not entry.token_budget:
         if token_budget is not None:
             raise ValueError(f"policy {name!r} takes no token budget")
@@ -119,6 +156,47 @@ def make_policy(name: str, instance: Instance, *, token_budget: int | None = Non
     if not (isinstance(token_budget, int) and token_budget >= 1) or isinstance(token_budget, bool):
         raise ValueError(f"token budget must be an integer >= 1, got {token_budget!r}")
     return entry.make(token_budget=token_budget)
+
+
+def make_scheduler(
+    name: str,
+    instance: Instance,
+    *,
+    token_budget: int | None = None,
+    router: str | None = None,
+    decode_router: str | None = None,
+    mode: str | None = None,
+    servers: int | None = None,
+    prefill_servers: int = 0,
+) -> Scheduler:
+    """Policy ``name`` ready to run on ``instance``, with its routers and scaler.
+
+    A policy with a ``setup`` builds everything (a router given by name is then an error, since
+    the policy routes itself; ``mode`` and ``servers`` default to the instance's cluster). Any
+    other runs on ``instance`` as it is, with ``router`` (default ``least-loaded``) and
+    ``decode_router`` (default the engine's).
+    """
+    entry = policy_entry(name)
+    if entry.setup is not None:
+        for flag, given in (("--router", router), ("--decode-router", decode_router)):
+            if given is not None:
+                raise ValueError(f"policy {name!r} routes requests itself: drop {flag}")
+        if token_budget is not None and not entry.token_budget:
+            raise ValueError(f"policy {name!r} takes no token budget")
+        return entry.setup(
+            instance,
+            mode=mode,
+            servers=servers,
+            token_budget=token_budget,
+            prefill_servers=prefill_servers,
+        )
+    policy = make_policy(name, instance, token_budget=token_budget)
+    return Scheduler(
+        instance,
+        policy,
+        make_router(router or "least-loaded"),
+        make_router(decode_router) if decode_router is not None else None,
+    )
 
 
 def make_router(name: str) -> Router:
