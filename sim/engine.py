@@ -1157,8 +1157,11 @@ class Engine:
         for j, (r, c) in enumerate(batch.prefill):
             r = int(r)
             c = int(c)
-            if server.role == "decode":
-                raise PolicyError(f"server {sid} t={now}: decode server cannot prefill request {r}")
+            if server.role == "decode" and prefilled[r] >= target[r]:
+                raise PolicyError(
+                    f"server {sid} t={now}: decode server cannot prefill request {r} (a decode "
+                    "server only recomputes the requests it preempted)"
+                )
             if r in server.prefilling:
                 pass
             elif r in server.waiting:
@@ -1187,7 +1190,11 @@ class Engine:
             dset = set(server.decoding)
             for r in dids.tolist():
                 if r not in dset:
-                    if server.role == "decode" and r in server.waiting:
+                    if (
+                        server.role == "decode"
+                        and r in server.waiting
+                        and self.prefilled[r] == self.prefill_target[r]
+                    ):
                         self._admit(server, r)
                         server.decoding.append(r)
                         server.decoding_changed()

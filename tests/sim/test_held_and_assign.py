@@ -7,6 +7,7 @@ from slolab.heuristics.baselines import SarathiFCFS, _decode_server_batch
 from slolab.instances.records import Cluster, Instance, Pool, Workload
 from slolab.sim import (
     HOLD,
+    Batch,
     PolicyError,
     ScaleAction,
     ScaleEvent,
@@ -300,3 +301,66 @@ def test_a_decode_router_may_hold_a_transferred_request():
     np.testing.assert_allclose(out.tokens_of(1), [0.030, 0.066, 0.078], rtol=1e-9)
     assert out.transfer_done_s[1] == pytest.approx(0.054, rel=1e-9)
     assert check(inst, out) == []
+
+
+class RecomputeOnDecode:
+    """Prefill servers: Sarathi; decode servers: decode everything, preempt the newest when the
+    step does not fit, and recompute a preempted request once its KV fits again."""
+
+    def start(self, instance, seed):
+        return None
+
+    def next_batch(self, server):
+        if server.role == "prefill":
+            return SarathiFCFS(64).next_batch(server)
+        decode = list(server.decoding)
+        if len(decode) > server.kv_free_tokens:
+            return Batch(decode=decode[:-1], preempt=[decode[-1]])
+        free = server.kv_free_tokens - len(decode)
+        for r in server.waiting:
+            left = server.remaining_prefill(r)
+            if left and left + 1 <= free:
+                return Batch(prefill=[(r, left)], decode=decode)
+            if not left and server.kv_held(r) + 1 <= free:
+                decode.append(r)
+                free -= server.kv_held(r) + 1
+        return Batch(decode=decode)
+
+
+def test_a_decode_server_recomputes_a_request_it_preempted():
+    """Two requests (10 + 30 tokens) on a 60-token decode server: one is preempted when memory
+    runs out, recomputed after the other finishes, and both finish; the checker is clean."""
+    wl = Workload({"arrival_s": [0.0, 0.0], "prompt_tokens": [10, 10], "output_tokens": [30, 30]})
+    cl = Cluster(
+        servers=2,
+        mode="disaggregated",
+        prefill_servers=1,
+        kv_capacity_tokens=60,
+        max_batch_tokens=64,
+        kv_transfer_bandwidth_bytes_per_s=1e30,
+    )
+    inst = Instance("recompute", wl, cl, ROUND)
+    out = run(inst, RecomputeOnDecode(), seed=0)
+    # both arrive at the decode server holding 11 tokens: 22 + 2 per step fits 19 steps (60),
+    # then one request is preempted and recomputed (a prefill of 10 + 20 = 30 tokens) later
+    assert out.finished.all()
+    assert out.preemptions.tolist() in ([0, 1], [1, 0])
+    decode_server = int(out.server[0])
+    prefills = out.it_features[out.it_server == decode_server, 0]
+    assert prefills.max() == 30.0  # the recompute ran on the decode server
+    assert check(inst, out) == []
+
+
+def test_a_decode_server_never_prefills_a_fresh_prompt():
+    """Prefilling a transferred (not preempted) request on a decode server is a policy error."""
+
+    class Wrong(RecomputeOnDecode):
+        def next_batch(self, server):
+            if server.role == "decode" and server.waiting:
+                return Batch(prefill=[(server.waiting[0], 1)])
+            return super().next_batch(server)
+
+    wl = Workload({"arrival_s": [0.0], "prompt_tokens": [10], "output_tokens": [3]})
+    cl = Cluster(servers=2, mode="disaggregated", prefill_servers=1, max_batch_tokens=64)
+    with pytest.raises(PolicyError, match="only recomputes the requests it preempted"):
+        run(Instance("wrong", wl, cl, ROUND), Wrong(), seed=0)
