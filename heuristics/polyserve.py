@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -48,13 +49,20 @@ from slolab.heuristics.baselines import (
     RandomRouter,
     SarathiFCFS,
     _AdmissionOrder,
-    _decode_server_batch,
     _make_room_for_decode,
 )
 from slolab.heuristics.policies import Scheduler, register_policy
 from slolab.sim.policy import HOLD, Batch
 from slolab.sim.scaling import ClusterView, ScaleAction
-from slolab.timing.forms import ProfiledTiming
+from slolab.timing.base import (
+    F_DECODE_KV,
+    F_DECODE_TOKENS,
+    F_NUM_DECODE,
+    F_NUM_PREFILL,
+    F_PREFILL_ATTN,
+    F_PREFILL_TOKENS,
+)
+from slolab.timing.forms import ProfiledTiming, timing_lines
 from slolab.timing.inverse import time_to_tokens
 
 if TYPE_CHECKING:
@@ -79,6 +87,8 @@ __all__ = [
 H200_LLAMA31_8B_KV_TOKENS = 845_642
 #: Name of the disaggregated prefill pool.
 PREFILL_POOL = "prefill"
+#: Admission outcomes: admitted; refused for batch, memory or TPOT; refused on a deadline.
+_ADMIT, _FULL, _TOO_LATE = 0, 1, 2
 
 
 def tier_pool(tpot_s: float) -> str:
@@ -145,9 +155,9 @@ class Profile:
             np.linspace(0.0, max(float(kv_capacity_tokens), 1.0) * 1.25, 65),
             name=f"profile of {getattr(timing, 'name', 'timing')}",
         )
-        self._xs = self.table.batch_sizes
-        self._ys = self.table.kv_tokens
-        self._t = self.table.times_s
+        self._xs_list = self.table.batch_sizes.tolist()
+        self._ys_list = self.table.kv_tokens.tolist()
+        self._cols = self.table.times_s.T.tolist()  # one list of times per KV grid point
 
     def time(self, tokens: float, kv_tokens: float) -> float:
         """Predicted iteration time (s) of ``tokens`` tokens reading ``kv_tokens`` KV tokens."""
@@ -155,20 +165,34 @@ class Profile:
 
     def max_tokens(self, kv_tokens: float, budget_s: float) -> int:
         """Most tokens an iteration reading ``kv_tokens`` KV tokens may carry within
-        ``budget_s`` (0 when not even one token fits)."""
-        ys = self._ys
-        j = min(max(int(np.searchsorted(ys, kv_tokens, side="right")) - 1, 0), len(ys) - 2)
+        ``budget_s`` (0 when not even one token fits): bisection on the batch grid at that KV
+        (times non-decreasing in the batch), then the bilinear segment solved."""
+        ys = self._ys_list
+        j = min(max(bisect_right(ys, kv_tokens) - 1, 0), len(ys) - 2)
         ty = (kv_tokens - ys[j]) / (ys[j + 1] - ys[j])
-        col = self._t[:, j] + ty * (self._t[:, j + 1] - self._t[:, j])
-        xs = self._xs
-        if col[0] > budget_s:
+        lo_col, hi_col = self._cols[j], self._cols[j + 1]
+
+        def at(i: int) -> float:
+            return lo_col[i] + ty * (hi_col[i] - lo_col[i])
+
+        xs = self._xs_list
+        if at(0) > budget_s:
             return 0
-        i = int(np.searchsorted(col, budget_s, side="right")) - 1  # col is non-decreasing
-        i = min(i, len(xs) - 2)
-        slope = (col[i + 1] - col[i]) / (xs[i + 1] - xs[i])
+        lo, hi = 0, len(xs) - 1
+        if at(hi) <= budget_s:
+            lo = hi - 1  # extrapolate the last segment
+        else:
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if at(mid) <= budget_s:
+                    lo = mid
+                else:
+                    hi = mid
+        t0, t1 = at(lo), at(lo + 1)
+        slope = (t1 - t0) / (xs[lo + 1] - xs[lo])
         if slope <= 0:
-            return int(xs[-1]) if i == len(xs) - 2 else int(xs[i + 1])
-        return max(int(math.floor(xs[i] + (budget_s - col[i]) / slope + 1e-9)), 0)
+            return int(xs[lo + 1])
+        return max(int(math.floor(xs[lo] + (budget_s - t0) / slope + 1e-9)), 0)
 
 
 def kv_peak(contexts: np.ndarray, remaining: np.ndarray) -> float:
@@ -209,6 +233,13 @@ class PolyServeParams:
     min_chunk_tokens : int
         Co-located: prefill tokens an iteration carries even when the decodes fill the TPOT (so
         a prefill never starves).
+    dispatch_lookahead : int
+        Held requests of one queue tried in a row without placing one before the queue waits
+        for the next retry (a request no server can take does not block those behind it).
+    prefill_slack_tpots : float
+        Disaggregated: a prefill server is chosen only if the prompt is predicted done this many
+        of the request's TPOTs before its TTFT deadline, so that its second token (due one TPOT
+        after it) can still find a decode server (Sec. 4.6's worst case).
     tick_s : float
         How often the controller looks at the cluster (scale-ups, retries).
     scale_down_s : float
@@ -230,6 +261,8 @@ class PolyServeParams:
 
     prefill_chunk_tokens: int = 1024
     min_chunk_tokens: int = 32
+    dispatch_lookahead: int = 16
+    prefill_slack_tpots: float = 1.0
     tick_s: float = 0.005
     scale_down_s: float = 1.0
     promotion: str = "lazy"
@@ -238,7 +271,7 @@ class PolyServeParams:
     mean_output_tokens: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("prefill_chunk_tokens", "min_chunk_tokens"):
+        for name in ("prefill_chunk_tokens", "min_chunk_tokens", "dispatch_lookahead"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
@@ -246,6 +279,8 @@ class PolyServeParams:
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be a finite number > 0 (s), got {v!r}")
+        if not (math.isfinite(self.prefill_slack_tpots) and self.prefill_slack_tpots >= 0):
+            raise ValueError(f"prefill_slack_tpots must be >= 0, got {self.prefill_slack_tpots!r}")
         if self.promotion not in ("lazy", "eager", "none"):
             raise ValueError(f"promotion must be lazy, eager or none, got {self.promotion!r}")
         if not 0 <= self.kv_reserve < 1:
@@ -347,6 +382,9 @@ class PolyServeController:
         self.max_seqs = int(pool.max_batch_size)  # type: ignore[arg-type]
         self.max_tokens = int(pool.max_batch_tokens)  # type: ignore[arg-type]
         self.profile = Profile(instance.timing, self.kv_capacity)
+        self._chunk_times = [
+            self.profile.time(i, 0.0) for i in range(2 * self.params.prefill_chunk_tokens + 1)
+        ]
         mean = self.params.mean_output_tokens
         self.d_hat = float(mean if mean is not None else instance.workload.output_tokens.mean())
         self.fleet = int(instance.settings.get("servers", instance.cluster.servers))
@@ -358,6 +396,9 @@ class PolyServeController:
         self.unplaced = np.zeros(len(self.tiers), dtype=bool)  # a tier left requests unplaced
         self.unplaced_prefill = False
         self.next_scale_down = 0.0
+        self.placed: dict[int, int] = {}  # requests placed on each server (tier or decode)
+        self._prefill_queue: tuple[float, dict[int, int]] = (-1.0, {})
+        self._refused: dict[int, dict[int, tuple[int, float, int]]] = {}
         self.decisions = 0
         self.decision_s = 0.0
 
@@ -373,11 +414,13 @@ class PolyServeController:
             k = HOLD if self.held_prefill else self._place_prefill(request, servers, now)
             if k == HOLD:
                 self.held_prefill += 1
+                self.unplaced_prefill = True
         else:
             j = int(self.req.tier[request])
             k = HOLD if self.held_count[j] else self._place(request, servers, now)
             if k == HOLD:
                 self.held_count[j] += 1
+                self.unplaced[j] = True
         self.decision_s += time.perf_counter() - t0
         return k
 
@@ -391,6 +434,7 @@ class PolyServeController:
         k = HOLD if self.held_count[j] else self._place(request, servers, now)
         if k == HOLD:
             self.held_count[j] += 1
+            self.unplaced[j] = True
         self.decision_s += time.perf_counter() - t0
         return k
 
@@ -427,16 +471,20 @@ class PolyServeController:
             if not len(mine):
                 self.unplaced[j] = False
                 continue
-            blocked = False
-            for r in mine[np.argsort(deadline[tier == j], kind="stable")].tolist():
+            d = deadline[tier == j]
+            failures = 0
+            for r in mine[np.lexsort((d, d < now))].tolist():  # on time by deadline, then lost
                 self.decisions += 1
                 k = self._place(r, servers, now)
                 if k == HOLD:
-                    blocked = True
-                    break
+                    failures += 1
+                    if failures >= self.params.dispatch_lookahead:
+                        break
+                    continue
+                failures = 0
                 placed.append((r, k))
                 self.held_count[j] -= 1
-            self.unplaced[j] = blocked
+            self.unplaced[j] = self.held_count[j] > 0
         self.decision_s += time.perf_counter() - t0
         return placed
 
@@ -448,11 +496,16 @@ class PolyServeController:
         deadline = self.req.arrival[ids] + self.req.ttft[ids]
         order = ids[np.lexsort((deadline, deadline < now))]  # on time first, each by deadline
         placed = []
+        failures = 0
         for r in order.tolist():
             self.decisions += 1
             k = place(r, servers, now)
             if k == HOLD:
-                break
+                failures += 1
+                if failures >= self.params.dispatch_lookahead:
+                    break
+                continue
+            failures = 0
             placed.append((r, k))
         self.decision_s += time.perf_counter() - t0
         return placed
@@ -482,13 +535,10 @@ class PolyServeController:
             ks.sort(key=lambda k: (-servers[k].load, rank.get(servers[k].id, 1 << 30)))
             tau = float(self.tiers[t])
             for k in ks:
-                s = servers[k]
-                ok = (
-                    self.admit_colocated(s, r, tau, late)
-                    if s.role == "mixed"
-                    else self.admit_decode(s, r, tau, late)
-                )
-                if ok:
+                if self._admit(servers[k], r, tau, late, now):
+                    sid = servers[k].id
+                    self.placed[sid] = self.placed.get(sid, 0) + 1
+                    self._refused.pop(r, None)
                     return k
         return HOLD
 
@@ -503,25 +553,32 @@ class PolyServeController:
     def _place_prefill(self, r: int, servers: Sequence[Server], now: float) -> int:
         """Highest-load (queued prefill tokens) prefill server that finishes the prompt by the
         TTFT deadline (Sec. 4.7); HOLD."""
-        queued = []
-        for k, s in enumerate(servers):
-            if s.role == "prefill":
-                left = sum(s.remaining_prefill(q) for q in s.waiting) + sum(
-                    s.remaining_prefill(q) for q in s.prefilling
-                )
-                queued.append((left, k))
+        # queued prompt tokens per prefill server, read once per moment (within one moment only
+        # this router's own placements change them, and it adds those itself)
+        cached_at, cache = self._prefill_queue
+        if cached_at != now or len(cache) != len(servers):
+            cache = {
+                k: sum(s.remaining_prefill(q) for q in s.waiting + s.prefilling)
+                for k, s in enumerate(servers)
+                if s.role == "prefill"
+            }
+            self._prefill_queue = (now, cache)
+        queued = [(left, k) for k, left in cache.items()]
         if not queued:
             return HOLD
         rank = {sid: i for i, sid in enumerate(self.prefill_order)}
         queued.sort(key=lambda e: (-e[0], rank.get(servers[e[1]].id, 1 << 30)))
         deadline = self.req.arrival[r] + self.req.ttft[r]
-        if now > deadline:
-            return queued[-1][1]  # lost already: the least-loaded server, behind the others
         p = int(self.req.prompt[r])
+        if now > deadline:
+            k = queued[-1][1]  # lost already: the least-loaded server, behind the others
+            cache[k] += p
+            return k
         for left, k in queued:
             s = servers[k]
             done = s.free_at_s + self.prefill_time(left + p)
-            if done <= deadline:
+            if done <= deadline - self.params.prefill_slack_tpots * self.req.tpot[r]:
+                cache[k] += p
                 return k
         return HOLD
 
@@ -535,31 +592,31 @@ class PolyServeController:
         if tokens - (full - 1) * c < 2 * c and full >= 1:
             full -= 1
         last = tokens - full * c
-        return full * self.profile.time(c, 0.0) + self.profile.time(last, 0.0)
+        times = self._chunk_times  # profile time of i prefill tokens, i <= 2C
+        return full * times[c] + (
+            times[last] if last < len(times) else self.profile.time(last, 0.0)
+        )
 
     # -- admission ----------------------------------------------------------------------------------
-    def _running(self, s: Server) -> tuple[np.ndarray, np.ndarray]:
-        """``(contexts, generated)`` of every request on ``s`` once prefilled: decoding ones at
-        their KV, queued and prefilling ones at their prompt plus what they emitted."""
-        dec = s.decoding_ids()
-        rest = np.array(s.waiting + s.prefilling, dtype=np.int64)
-        if len(rest):
-            gen_rest = s.generated_of(rest)
-            ctx_rest = s.prompt_of(rest) + gen_rest
-            if not len(dec):
-                return ctx_rest.astype(float), gen_rest.astype(float)
-            return (
-                np.concatenate([s.kv_held_of(dec), ctx_rest]).astype(float),
-                np.concatenate([s.generated_of(dec), gen_rest]).astype(float),
-            )
-        return s.kv_held_of(dec).astype(float), s.generated_of(dec).astype(float)
-
     def _peak_with(self, s: Server, context: float, generated: float) -> tuple[float, int]:
         """Predicted KV peak of ``s`` with one more request (``context`` tokens, ``generated``
-        emitted) and the batch it makes; every request's output is predicted as ``d_hat``."""
-        ctx, gen = self._running(s)
-        ctx = np.append(ctx, context)
-        gen = np.append(gen, generated)
+        emitted) and the batch it makes; every request's output is predicted as ``d_hat``.
+
+        Decoding requests count at their KV, queued and prefilling ones at their prompt plus
+        what they emitted (their whole prompt will be resident)."""
+        dec = s.decoding_ids()
+        rest = s.waiting + s.prefilling
+        ctx = np.empty(len(dec) + len(rest) + 1)
+        gen = np.empty(len(ctx))
+        n = len(dec)
+        ctx[:n] = s.kv_held_of(dec)
+        gen[:n] = s.generated_of(dec)
+        for i, q in enumerate(rest, start=n):
+            g = s.generated(q)
+            ctx[i] = s.prompt(q) + g
+            gen[i] = g
+        ctx[-1] = context
+        gen[-1] = generated
         remaining = np.maximum(self.d_hat - gen, 1.0)
         return kv_peak(ctx, remaining), len(ctx)
 
@@ -568,51 +625,102 @@ class PolyServeController:
         KV fits memory, the iteration at the current batch and that peak stays within the tier's
         TPOT, and (unless late) ``r``'s second token, out at the end of the iteration after the
         one in progress, meets its deadline ``arrival + TTFT + TPOT``."""
+        return self._admit_decode(s, r, tau_s, late) == _ADMIT
+
+    def _admit_decode(self, s: Server, r: int, tau_s: float, late: bool) -> int:
         b = s.load + 1
         if b > self.max_seqs or (self.max_tokens and b > self.max_tokens):
-            return False
+            return _FULL
         p = float(self.req.prompt[r])
         kv_now = s.kv_used_tokens + sum(s.kv_held(q) for q in s.waiting) + p + 1
         if self.profile.time(b, kv_now) > tau_s or kv_now > self.kv_admit:
-            return False  # cheap necessary check: the peak is at least the current KV
+            return _FULL  # cheap necessary check: the peak is at least the current KV
         peak, _ = self._peak_with(s, p + 1.0, 1.0)
         if peak > self.kv_admit or self.profile.time(b, peak) > tau_s:
-            return False
+            return _FULL
         if late:
-            return True
+            return _ADMIT
         deadline = self.req.arrival[r] + self.req.ttft[r] + self.req.tpot[r]
-        return s.free_at_s + self.profile.time(b, kv_now) <= deadline
+        return _ADMIT if s.free_at_s + self.profile.time(b, kv_now) <= deadline else _TOO_LATE
 
     def admit_colocated(self, s: Server, r: int, tau_s: float, late: bool = False) -> bool:
         """Co-located admission (Sec. 4.5-4.7): with ``r`` the predicted peak KV fits, the decode
         batch at that peak leaves a prefill chunk ``c >= 1`` within the tier's TPOT (the chunk the
-        whole prefill can keep as the KV grows), and (unless late) the prompts queued on the
-        server and ``r``'s finish by ``r``'s TTFT deadline: ``free_at + ceil((queued + p) / c)
-        t(B + c, peak)``."""
+        whole prefill can keep as the KV grows), and (unless late) ``r``'s prompt, after the
+        prompts queued on the server with earlier first-token deadlines, finishes by its TTFT
+        deadline, ``free_at + ceil((ahead + p) / c) t(B + c, peak)``, and so does every queued
+        prompt with a later deadline (the server prefills in deadline order)."""
+        return self._admit_colocated(s, r, tau_s, late) == _ADMIT
+
+    def _admit_colocated(self, s: Server, r: int, tau_s: float, late: bool) -> int:
         b = s.load + 1
         if b > self.max_seqs:
-            return False
+            return _FULL
         p = float(self.req.prompt[r])
         kv_now = s.kv_used_tokens + p
         if kv_now > self.kv_admit or self.profile.time(b, kv_now) > tau_s:
-            return False
+            return _FULL
+        deadline = self.req.arrival[r] + self.req.ttft[r]
+        # prompts ahead of r (the server prefills by deadline, lost ones last) and behind it
+        ahead, behind = 0, []
+        for q in s.prefilling + s.waiting:
+            dq = self.req.arrival[q] + self.req.ttft[q]
+            if dq <= deadline or dq < s.now:
+                ahead += s.remaining_prefill(q)
+            else:
+                behind.append((dq, s.remaining_prefill(q)))
+        queued = ahead
+        if not late:
+            # cheap necessary check: the chunk is at most the one the current KV allows and
+            # every iteration carries at least the b decode tokens
+            most = self.profile.max_tokens(kv_now, tau_s) - b
+            if most < 1:
+                return _FULL
+            soonest = s.free_at_s + math.ceil((queued + p) / most) * self.profile.time(b, kv_now)
+            if soonest > deadline:
+                return _TOO_LATE
         peak, _ = self._peak_with(s, p, 0.0)
         if peak > self.kv_admit:
-            return False
+            return _FULL
         budget = self.profile.max_tokens(peak, tau_s)
         if self.max_tokens:
             budget = min(budget, self.max_tokens)
         chunk = budget - b
         if chunk < 1:
-            return False
+            return _FULL
         if late:
-            return True
-        queued = sum(s.remaining_prefill(q) for q in s.prefilling) + sum(
-            s.remaining_prefill(q) for q in s.waiting
+            return _ADMIT
+        step = self.profile.time(b + chunk, peak)
+        tokens = queued + p
+        if s.free_at_s + math.ceil(tokens / chunk) * step > deadline:
+            return _TOO_LATE
+        for dq, left in sorted(behind):  # r must not make a later-deadline prompt late
+            tokens += left
+            if s.free_at_s + math.ceil(tokens / chunk) * step > dq:
+                return _TOO_LATE
+        return _ADMIT
+
+    def _admit(self, s: Server, r: int, tau_s: float, late: bool, now: float) -> bool:
+        """Admission with a memory of failures: a server that refused ``r`` for its batch, memory
+        or TPOT (``_FULL``) refuses it again until a request leaves it (the prediction only grows
+        while requests only join and grow); one that refused it on its deadline (``_TOO_LATE``)
+        is asked again after a tick, as PolyServe's tick-driven scheduler would."""
+        sid = s.id
+        departed = self.placed.get(sid, 0) - s.load
+        seen = self._refused.get(r)
+        if seen is not None and sid in seen:
+            at_departed, at_s, reason = seen[sid]
+            if at_departed == departed and (reason == _FULL or now < at_s + self.params.tick_s):
+                return False
+        code = (
+            self._admit_colocated(s, r, tau_s, late)
+            if s.role == "mixed"
+            else self._admit_decode(s, r, tau_s, late)
         )
-        iterations = math.ceil((queued + p) / chunk)
-        done = s.free_at_s + iterations * self.profile.time(b + chunk, peak)
-        return done <= self.req.arrival[r] + self.req.ttft[r]
+        if code == _ADMIT:
+            return True
+        self._refused.setdefault(r, {})[sid] = (departed, now, code)
+        return False
 
     # -- scaling ----------------------------------------------------------------------------------
     def decide(self, cluster: ClusterView) -> Sequence[ScaleAction]:
@@ -624,6 +732,7 @@ class PolyServeController:
         live = {s.id: s for s in cluster.servers}
         self._sync(cluster)
         actions: list[ScaleAction] = []
+        reclaimed: list[ScaleAction] = []  # at most one prefill server reclaimed per tick
         on = len(cluster.servers)
         for j in range(len(self.tiers)):
             if not (self.unplaced[j] and self.held_count[j] > 0):
@@ -641,6 +750,9 @@ class PolyServeController:
             elif on < self.fleet:
                 actions.append(ScaleAction.on(pool))
                 on += 1
+            elif self.mode == "disaggregated" and not self.unplaced_prefill and not reclaimed:
+                reclaimed = self._reclaim_prefill(live)
+                actions += reclaimed
             self.unplaced[j] = False
         if self.mode == "disaggregated" and self.unplaced_prefill and self.held_prefill > 0:
             starting = any(live[i].state == "starting" for i in self.prefill_order if i in live)
@@ -652,6 +764,21 @@ class PolyServeController:
             self.next_scale_down = now + self.params.scale_down_s
             actions += self._scale_down(live)
         return actions
+
+    def _reclaim_prefill(self, live: dict[int, Server]) -> list[ScaleAction]:
+        """A decode tier needs a server and the fleet is full: drain the prefill server with the
+        fewest prompt tokens queued (prefill servers may leave at any time, Sec. 4.3; this one
+        finishes its queue first), keeping one; its device returns to the best-effort pool."""
+        members = [i for i in self.prefill_order if i in live and live[i].accepting]
+        if len(members) <= 1:
+            return []
+
+        def queued(sid: int) -> int:
+            s = live[sid]
+            return sum(s.remaining_prefill(q) for q in s.waiting + s.prefilling)
+
+        victim = min(members, key=lambda sid: (queued(sid), -sid))
+        return [ScaleAction.drain(victim)]
 
     def _sync(self, cluster: ClusterView) -> None:
         """Servers switched on since the last look join the end of their tier's list; departed
@@ -739,6 +866,7 @@ class PolyServePolicy:
     def __init__(self, controller: PolyServeController) -> None:
         self.c = controller
         self._order = _AdmissionOrder({})
+        self._lines: dict[int, Any] = {}
 
     def start(self, instance: Instance, seed: int) -> None:
         self._order = _AdmissionOrder({})
@@ -749,6 +877,64 @@ class PolyServePolicy:
         if server.role == "prefill":
             return self._prefill_batch(server)
         return self._colocated_batch(server)
+
+    def _chunk_within(
+        self,
+        timing: TimingModel,
+        tau_s: float,
+        shape: tuple[int, int, int, float, int],
+        prefix: int,
+        most: int,
+    ) -> int:
+        """Largest chunk (at most ``most``) of a prompt with ``prefix`` tokens cached that keeps
+        the iteration ``shape`` (decode sequences, their KV, prefill tokens, attention work and
+        sequences already in it) within ``tau_s``: a closed form per line of a linear or
+        roofline model (:func:`slolab.timing.time_to_tokens` for other forms)."""
+        lines = self._lines.get(id(timing))
+        if lines is None:
+            try:
+                lines = timing_lines(timing)
+            except ValueError:
+                lines = ()
+            self._lines[id(timing)] = lines
+        decode, decode_kv, tokens, work, seqs = shape
+        if not lines:
+            return time_to_tokens(
+                timing,
+                tau_s,
+                decode,
+                decode_kv,
+                prefix,
+                max_tokens=most,
+                batch_prefill_tokens=tokens,
+                batch_prefill_attention_work=work,
+                batch_prefill_seqs=seqs,
+            )
+        intercepts, coefs = lines
+        best = most
+        for b, row in zip(intercepts.tolist(), coefs.tolist(), strict=True):
+            base = (
+                b
+                + row[F_DECODE_TOKENS] * decode
+                + row[F_NUM_DECODE] * decode
+                + row[F_DECODE_KV] * decode_kv
+                + row[F_PREFILL_TOKENS] * tokens
+                + row[F_PREFILL_ATTN] * work
+                + row[F_NUM_PREFILL] * (seqs + 1)
+            )
+            room = tau_s - base
+            if room < 0:
+                return 0
+            lin = row[F_PREFILL_TOKENS] + row[F_PREFILL_ATTN] * (prefix + 0.5)
+            quad = row[F_PREFILL_ATTN] / 2.0
+            if quad > 0:
+                root = 2.0 * room / (lin + math.sqrt(lin * lin + 4.0 * quad * room))
+            elif lin > 0:
+                root = room / lin
+            else:
+                continue
+            best = min(best, int(math.floor(root)))
+        return max(best, 0)
 
     def _deadline_order(self, ids: Sequence[int], now: float) -> list[int]:
         """``ids`` by first-token deadline, those already past it last (they are lost; they must
@@ -763,16 +949,34 @@ class PolyServePolicy:
 
     def _decode_batch(self, server: Server) -> Batch:
         """Decode every running request and admit the transferred ones (the router admitted
-        them); when the next step does not fit in memory (outputs longer than predicted), only
-        the requests whose next token is due first decode, one KV token each, while the others
-        wait (a decode server cannot recompute a prompt)."""
-        free = server.kv_free_tokens
-        running = list(server.decoding)
-        if len(running) > free:
-            running.sort(key=server.next_token_deadline)
-            return Batch(decode=running[: max(free, 0)])
-        batch = _decode_server_batch(server)
-        return batch
+        them) while memory allows. When the next step does not fit (outputs longer than
+        predicted), the latest admitted requests are preempted; once memory frees, the server
+        recomputes their KV (a prefill of prompt and generated tokens, then they decode on)."""
+        decode = list(server.decoding[: server.max_batch_size])
+        if len(decode) > server.kv_free_tokens:
+            preempt = _make_room_for_decode(server, decode, self._order.of(server))
+            return Batch(decode=decode, preempt=preempt)
+        free = server.kv_free_tokens - len(decode)
+        prefill: list[tuple[int, int]] = []
+        admitted = False
+        for r in server.waiting:
+            if len(decode) + len(prefill) >= server.max_batch_size:
+                break
+            left = server.remaining_prefill(r)
+            need = left + 1 if left else server.kv_held(r) + 1
+            tokens = len(decode) + sum(c for _, c in prefill) + max(left, 1)
+            if need > free or (server.max_batch_tokens and tokens > server.max_batch_tokens):
+                break
+            if left:
+                prefill.append((r, left))  # a preempted request: recompute its KV
+            else:
+                decode.append(r)
+            free -= need
+            admitted = True
+        if not decode and not prefill:
+            return Batch()
+        full = not admitted and len(decode) == len(server.decoding)
+        return Batch(prefill=prefill, decode=server.decoding_ids() if full else decode, repeat=full)
 
     def _prefill_batch(self, server: Server) -> Batch:
         budget = self.c.params.prefill_chunk_tokens
@@ -804,9 +1008,10 @@ class PolyServePolicy:
     def _colocated_batch(self, server: Server) -> Batch:
         c = self.c
         tau = float(c.tiers[c.tier_of_pool[server.pool]])
-        order = self._order.of(server)
         decode = list(server.decoding[: server.max_batch_size])
-        preempt = _make_room_for_decode(server, decode, order)
+        preempt: list[int] = []
+        if len(decode) > server.kv_free_tokens:
+            preempt = _make_room_for_decode(server, decode, self._order.of(server))
         decode_kv = int(server.kv_held_of(np.array(decode, dtype=np.int64)).sum()) if decode else 0
         budget = server.max_batch_tokens - len(decode) if server.max_batch_tokens else 1 << 30
         if c.params.chunk_timing == "profile":
@@ -824,17 +1029,8 @@ class PolyServePolicy:
             prefix = server.kv_held(r) - server.generated(r)
             take = min(left, budget - tokens)
             if c.params.chunk_timing == "model" and take > 0:
-                take = time_to_tokens(
-                    server.timing,
-                    tau,
-                    len(decode),
-                    decode_kv,
-                    prefix,
-                    max_tokens=take,
-                    batch_prefill_tokens=tokens,
-                    batch_prefill_attention_work=work,
-                    batch_prefill_seqs=len(prefill),
-                )
+                shape = (len(decode), decode_kv, tokens, work, len(prefill))
+                take = self._chunk_within(server.timing, tau, shape, prefix, take)
             if take < 1 and not prefill:
                 take = min(left, c.params.min_chunk_tokens)  # never starve the prompts
             if take < 1:
@@ -844,8 +1040,6 @@ class PolyServePolicy:
             if need > free:
                 continue
             prefill.append((r, take))
-            if r in waiting:
-                order.append(r)
             free -= take + extra
             tokens += take
             work += take * (prefix + (take + 1) / 2.0)

@@ -65,10 +65,8 @@ from slolab.timing.base import (
     F_NUM_PREFILL,
     F_PREFILL_ATTN,
     F_PREFILL_TOKENS,
-    LinearTiming,
-    TimingModel,
 )
-from slolab.timing.forms import RooflineTiming
+from slolab.timing.forms import timing_lines
 
 __all__ = [
     "AUTOSCALE_PROBLEM",
@@ -105,25 +103,6 @@ CP_COST_UNITS_PER_S = 1000
 
 
 # -- timing -------------------------------------------------------------------------------------
-
-
-def timing_lines(timing: TimingModel) -> tuple[np.ndarray, np.ndarray]:
-    """``(intercepts (L,), coefficients (L, 7))`` of a model that is a maximum of affine lines.
-
-    A :class:`~slolab.timing.LinearTiming` is one line; a :class:`~slolab.timing.RooflineTiming`
-    its lines. Other forms (profiled tables, phase sums, thresholds) have no such view: the
-    fluid capacity constraints need one, and a ValueError says so.
-    """
-    if isinstance(timing, LinearTiming):
-        b, c = timing.affine()
-        return np.array([b]), np.asarray(c, dtype=float)[None, :]
-    if isinstance(timing, RooflineTiming):
-        return timing.intercepts_s.copy(), timing.coef_matrix.T.copy()
-    raise ValueError(
-        f"the tier models need a linear or roofline timing model (a maximum of affine lines); "
-        f"got the {getattr(timing, 'form', type(timing).__name__)!r} form "
-        f"{getattr(timing, 'name', '')!r}"
-    )
 
 
 # -- requests in tier terms ---------------------------------------------------------------------
@@ -372,7 +351,6 @@ def request_optimum(instance: Instance, mode: str | None = None) -> pd.DataFrame
                 caps,
             )
             batch = np.minimum(t_time, caps)
-            batch = np.minimum(batch, np.ceil(total))  # more tokens per iteration than it has
             n_iter = np.ceil(total / np.maximum(batch, 1))
             per_line_ttft = np.where(
                 q > 0, np.floor((ttft[None, :] / n_iter[None, :] - base) / q), big
