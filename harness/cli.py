@@ -132,8 +132,9 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
         "--router",
         default=None,
         help="router, a registered router: round-robin, random, least-loaded, go-routing, hold, "
-        "... (an unknown name lists them all) (default: the policy's own, hold for the "
-        "hyperflexis dispatcher, else least-loaded)",
+        "... (an unknown name lists them all; the router 'random' is not the policy 'random') "
+        "(default: the policy's own, hold for the hyperflexis dispatcher, else least-loaded; "
+        "policies that route themselves, such as polyserve, take none)",
     )
     p.add_argument(
         "--decode-router",
@@ -146,7 +147,8 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
         "--policy",
         default="sarathi",
         help="scheduler, a registered policy: vllm, sarathi, edf, slos-serve, slide-batching, "
-        "... (an unknown name lists them all) (default: sarathi)",
+        "polyserve (with its baselines random, minimal, chunk: they route themselves, on "
+        "--servers in --mode), ... (an unknown name lists them all) (default: sarathi)",
     )
     p.add_argument(
         "--scenario",
@@ -230,10 +232,11 @@ def _add_scaling_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--startup",
-        default="disk",
-        choices=["disk", "host", "d2d"],
-        help="with --autoscale: where a switched-on server loads its weights from; the delay "
-        "is the --timing preset's start-up preset (default: disk)",
+        default=None,
+        choices=["instant", "disk", "host", "d2d"],
+        help="where a switched-on server loads its weights from; the delay is the --timing "
+        "preset's start-up preset, 0 for instant (default: disk with --autoscale; instant for a "
+        "policy that scales itself, such as polyserve, as the paper assumes)",
     )
 
 
@@ -469,9 +472,10 @@ def cmd_solve(a: argparse.Namespace) -> int:
             f"problem {inst.problem!r} has no model {model_name!r}; its models: "
             f"{', '.join(problem.models)}"
         )
+    model = build_model(model_name, inst)
     with elapsed_bar(f"solve {a.solver}", a.time_limit, enabled=not a.json and not a.quiet):
         res = solve(
-            build_model(model_name, inst),
+            model,
             solver=a.solver,
             time_limit=a.time_limit,
             threads=a.threads,
@@ -480,6 +484,8 @@ def cmd_solve(a: argparse.Namespace) -> int:
     rec = res.to_record()
     rec["instance"] = inst.name
     rec["runtime_s"] = res.runtime_s
+    rec["kind"] = "bound" if type(model).bound_only else "exact"
+    rec.update(res.details.get("solution", {}))
     if res.schedule is not None:
         out = replay(inst, res.schedule)
         rec["replayed_objective"] = objective(inst, out)
@@ -514,6 +520,7 @@ def cmd_compare(a: argparse.Namespace) -> int:
         "kind",
         "status",
         "objective",
+        "bound",
         "gap_lo",
         "gap_hi",
         "attainment",
@@ -567,8 +574,9 @@ def cmd_capacity(a: argparse.Namespace) -> int:
     from slolab.harness.serving import ServingSetup, capacity_search
 
     show = not a.json and not a.quiet
+    setup = ServingSetup.from_namespace(a)
     res, trace_rate = capacity_search(
-        ServingSetup.from_namespace(a),
+        setup,
         rate=a.rate,
         target=a.target,
         definition=a.definition,
@@ -583,10 +591,12 @@ def cmd_capacity(a: argparse.Namespace) -> int:
         {
             "policy": a.policy,
             "servers": a.servers,
+            "mode": a.mode,
             "trace_rate": trace_rate,
             "definition": a.definition,
         }
     )
+    rec.update(_capacity_bound(setup, trace_rate, rec["capacity"]))
     if a.json:
         _print_json(rec)
     else:
@@ -594,9 +604,31 @@ def cmd_capacity(a: argparse.Namespace) -> int:
             f"capacity {rec['capacity']:.4g} req/s at {a.target:.0%} {a.definition} attainment "
             f"({a.policy}, {a.servers} server{'s' if a.servers != 1 else ''}; {len(rec['probes'])} probes)"
         )
+        if "bound" in rec:
+            print(
+                f"  bound {rec['bound']:.4g} req/s ({rec['bound_kind']}); capacity / bound "
+                f"{rec['fraction_of_bound']:.3f}"
+            )
         for p in rec["probes"]:
             print(f"  rate {p['rate']:.4g} req/s -> attainment {p['attainment']:.4f}")
     return 0
+
+
+def _capacity_bound(setup, trace_rate: float, capacity: float) -> dict[str, Any]:
+    """``bound`` (req/s) and ``fraction_of_bound`` when the policy registers a capacity bound
+    (an exact model's upper bound on the rate the instance's mix can be served at)."""
+    from slolab.heuristics.policies import policy_entry
+
+    bound_of = policy_entry(setup.policy).capacity_bound
+    if bound_of is None:
+        return {}
+    inst = setup.instance(trace_rate if setup.arrivals is not None else None)
+    bound = float(bound_of(inst, mode=setup.mode, servers=setup.servers))
+    return {
+        "bound": bound,
+        "bound_kind": "steady-state upper bound of the policy family's exact model",
+        "fraction_of_bound": capacity / bound if bound > 0 else float("nan"),
+    }
 
 
 def _methods_help() -> str:

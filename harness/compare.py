@@ -74,6 +74,8 @@ def _row(
     if out is None:
         row["violations"] = math.nan
         return row
+    if mr.instance is not None:
+        instance = mr.instance  # the method ran on its own cluster layout
     table = metrics.request_table(instance, out)
     row["objective"] = objective(instance, out, table)
     row["attainment"] = metrics.attainment_from_table(table, "deadline")

@@ -22,8 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from slolab.heuristics.policies import Scheduler
 from slolab.instances.records import Instance
-from slolab.problems import SOLVER_NAMES, Heuristic, OnlineRun, Problem, get_problem
+from slolab.problems import SOLVER_NAMES, Heuristic, Problem, get_problem
 from slolab.problems.registry import resolve
 from slolab.sim import Outcome, replay, run
 from slolab.solvers import Result, Status, build_model, solve
@@ -31,13 +32,18 @@ from slolab.solvers import Result, Status, build_model, solve
 
 @dataclass(frozen=True, slots=True)
 class MethodRun:
-    """What one method produced on one instance."""
+    """What one method produced on one instance.
+
+    ``instance``: the instance the outcome was run on when the method changed it (a policy
+    with its own cluster layout), else None (the instance given).
+    """
 
     outcome: Outcome | None
     runtime_s: float
     status: str
     result: Result | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    instance: Instance | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,21 +87,31 @@ def _heuristic_method(problem: Problem, h: Heuristic) -> Method:
 
     def simulate(instance: Instance, *, seed: int, **_: Any) -> MethodRun:
         t0 = time.perf_counter()
-        setup = OnlineRun.of(resolve(make_policy)(instance))
+        made = Scheduler.of(resolve(make_policy)(instance))
+        ran = made.on(instance)
         out = run(
-            instance,
-            setup.policy,
-            setup.router,
+            ran,
+            made.policy,
+            made.router,
             seed=seed,
-            decode_router=setup.decode_router,
-            scaler=setup.scaler,
+            decode_router=made.decode_router,
+            scaler=made.scaler,
         )
-        return MethodRun(out, time.perf_counter() - t0, "SIMULATED")
+        return MethodRun(
+            out,
+            time.perf_counter() - t0,
+            "SIMULATED",
+            instance=ran if ran is not instance else None,
+        )
 
     return Method(h.name, "heuristic", (problem.name,), simulate, h.description)
 
 
 def _exact_method(name: str, problem: str, model_name: str, solver: str) -> Method:
+    from slolab.solvers import get_model
+
+    kind = "bound" if get_model(model_name).bound_only else "exact"
+
     def runner(
         instance: Instance, *, seed: int, time_limit: float = 60.0, threads: int = 1, **_: Any
     ) -> MethodRun:
@@ -104,7 +120,7 @@ def _exact_method(name: str, problem: str, model_name: str, solver: str) -> Meth
         out = replay(instance, res.schedule) if res.schedule is not None else None
         return MethodRun(out, res.runtime_s, res.status.value, result=res)
 
-    return Method(name, "exact", (problem,), runner, f"{model_name} solved by {solver}")
+    return Method(name, kind, (problem,), runner, f"{model_name} solved by {solver}")
 
 
 def available_methods(problem: str | None = None) -> list[str]:

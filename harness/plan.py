@@ -43,7 +43,8 @@ class PlanProbe:
     end_s : float
         When the last request finished (s).
     server_s : float
-        ``servers * end_s``: server-seconds of keeping the fleet on for the run.
+        Server-seconds of the run (:func:`slolab.sim.metrics.server_seconds`): ``servers *
+        end_s`` for a fixed fleet, less when a policy's own scaler switches servers off.
     """
 
     servers: int
@@ -250,8 +251,16 @@ def plan(
                 policy = chosen.policy
                 cluster = dataclasses.replace(base.cluster, servers=count)
                 instance = dataclasses.replace(base, cluster=cluster)
-                scheduler, router = chosen.policy_and_router(instance)
-                outcome = run(instance, scheduler, router, seed=setup.seed, record_iterations=False)
+                instance, sched = chosen.prepare(instance)
+                outcome = run(
+                    instance,
+                    sched.policy,
+                    sched.router,
+                    seed=setup.seed,
+                    decode_router=sched.decode_router,
+                    scaler=sched.scaler,
+                    record_iterations=False,
+                )
                 table = metrics.request_table(instance, outcome)
                 met = table[f"met_{definition}"].to_numpy(dtype=bool)
                 if definition == "e2e":
@@ -264,7 +273,7 @@ def plan(
                         requests=instance.n_requests,
                         met_requests=int(met.sum()),
                         end_s=outcome.end_s,
-                        server_s=count * outcome.end_s,
+                        server_s=metrics.server_seconds(instance, outcome),
                     )
                 )
                 bar.update(1)

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from slolab.harness.capacity import CapacityResult, capacity
+from slolab.heuristics.policies import Scheduler
 from slolab.instances.records import Instance
 
 
@@ -65,8 +66,11 @@ class ServingSetup:
         Token budget and most sequences per iteration.
     autoscale : str or None
         Scaler name (:func:`slolab.heuristics.scalers.elastic_setup`); None: fixed servers.
-    min_servers, max_servers, scale_metric, scale_upper, scale_lower, startup
-        The scaler's bounds and thresholds, and where switched-on servers load weights from.
+    min_servers, max_servers, scale_metric, scale_upper, scale_lower
+        The scaler's bounds and thresholds.
+    startup : str or None
+        Where switched-on servers load weights from (``instant``, ``disk``, ``host``,
+        ``d2d``; None: ``instant`` under a policy's own scaler, else ``disk``).
     """
 
     trace: str
@@ -99,7 +103,7 @@ class ServingSetup:
     scale_metric: str | None = None
     scale_upper: float | None = None
     scale_lower: float | None = None
-    startup: str = "disk"
+    startup: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("seed", "servers", "prefill_servers", "kv_capacity"):
@@ -129,14 +133,14 @@ class ServingSetup:
         return {o.name: getattr(self, o.name) for o in TRACE_OPTIONS}
 
     def instance(self, rate: float | None = None) -> Instance:
-        """The serving instance at ``rate`` req/s (None: the trace's own arrivals).
-
-        With ``autoscale`` the cluster carries the start-up delay of ``startup``.
-        """
-        from slolab.heuristics.scalers import elastic_setup
+        """The serving instance at ``rate`` req/s (None: the trace's own arrivals), before the
+        scheduler lays out its cluster (:meth:`prepare`): a policy with its own layout gets it
+        co-located, the servers to lay out as it does."""
+        from slolab.heuristics.policies import policy_entry
         from slolab.problems.serving import serving_instance
 
-        instance = serving_instance(
+        own_layout = policy_entry(self.policy).setup is not None
+        return serving_instance(
             self.trace,
             seed=self.seed,
             servers=self.servers,
@@ -149,58 +153,61 @@ class ServingSetup:
             },
             rate=rate,
             limit=self.limit,
-            mode=self.mode,
-            prefill_servers=self.prefill_servers,
+            mode="colocated" if own_layout else self.mode,
+            prefill_servers=0 if own_layout else self.prefill_servers,
             kv_capacity_tokens=self.kv_capacity,
             max_batch_tokens=self.max_batch_tokens,
             max_batch_size=self.max_batch_size,
             **self.reading(),
         )
-        instance, _ = elastic_setup(instance, self.autoscale, startup=self.startup)
-        return instance
 
-    def policy_and_router(self, instance: Instance) -> tuple[Any, Any]:
-        """A fresh scheduler and router for ``instance``."""
-        from slolab.heuristics.policies import (
-            make_policy,
-            make_router,
-            parse_token_budget,
-            policy_entry,
-        )
+    @property
+    def router_name(self) -> str:
+        """The router run: ``router``, else the policy's own by name, else ``"own"`` for a
+        policy that routes itself, else ``least-loaded``."""
+        from slolab.heuristics.policies import policy_entry
 
+        entry = policy_entry(self.policy)
+        if self.router:
+            return self.router
+        return entry.router or ("own" if entry.setup is not None else "least-loaded")
+
+    def scheduler(self, instance: Instance) -> Scheduler:
+        """A fresh scheduler for ``instance`` (built by :meth:`instance`): the policy, its
+        routers, and the cluster and scaler of a policy that brings its own
+        (:func:`slolab.heuristics.policies.make_scheduler`; ``instance``'s server count is
+        the fleet)."""
+        from slolab.heuristics.policies import make_scheduler, parse_token_budget, policy_entry
+
+        entry = policy_entry(self.policy)
         budget: int | None = None
-        if policy_entry(self.policy).token_budget:
+        if entry.token_budget:
             budget = (
                 parse_token_budget(self.token_budget)
                 if isinstance(self.token_budget, str)
                 else self.token_budget
             )
-        return make_policy(self.policy, instance, token_budget=budget), make_router(
-            self.router_name
+        if entry.setup is None and self.decode_router is not None:
+            if self.mode != "disaggregated":
+                raise ValueError("--decode-router applies to --mode disaggregated only")
+        return make_scheduler(
+            self.policy,
+            instance,
+            token_budget=budget,
+            router=self.router,
+            decode_router=self.decode_router,
+            mode=self.mode,
+            servers=instance.cluster.servers,
+            prefill_servers=self.prefill_servers,
         )
 
-    @property
-    def router_name(self) -> str:
-        """The router run: ``router``, else the policy's own, else ``least-loaded``."""
-        from slolab.heuristics.policies import policy_entry
+    def prepare(self, instance: Instance) -> tuple[Instance, Scheduler]:
+        """The instance to run and a fresh scheduler with its scaler: the policy's own scaler
+        (``startup`` default ``instant``, as PolyServe assumes) or the ``autoscale`` scaler
+        (``startup`` default ``disk``); the cluster carries that start-up delay."""
+        from slolab.heuristics.scalers import elastic_setup, with_startup
 
-        return self.router or policy_entry(self.policy).router or "least-loaded"
-
-    def decode_router_of(self) -> Any:
-        """A fresh decode router (None: the engine's default)."""
-        from slolab.heuristics.policies import make_router, policy_entry
-
-        if self.decode_router is None:
-            own = policy_entry(self.policy).decode_router
-            return make_router(own) if own is not None and self.mode == "disaggregated" else None
-        if self.mode != "disaggregated":
-            raise ValueError("--decode-router applies to --mode disaggregated only")
-        return make_router(self.decode_router)
-
-    def scaler(self, instance: Instance) -> Any:
-        """A fresh scaler for ``instance`` (None without ``autoscale``)."""
-        from slolab.heuristics.scalers import elastic_setup
-
+        sched = self.scheduler(instance)
         thresholds = {
             name: value
             for name, value in (
@@ -214,35 +221,41 @@ class ServingSetup:
             raise ValueError(
                 f"--scale-{next(iter(thresholds))} applies to --autoscale threshold only"
             )
-        _, scaler = elastic_setup(
-            instance,
+        if sched.scaler is not None:
+            if self.autoscale is not None:
+                raise ValueError(
+                    f"policy {self.policy!r} scales the cluster itself: drop --autoscale"
+                )
+            return with_startup(sched.on(instance), self.startup or "instant"), sched
+        ran, scaler = elastic_setup(
+            sched.on(instance),
             self.autoscale,
             min_servers=self.min_servers,
             max_servers=self.max_servers,
-            startup=self.startup,
+            startup=self.startup or "disk",
             **thresholds,
         )
-        return scaler
+        return ran, dataclasses.replace(sched, scaler=scaler, instance=ran)
 
     def simulate(
         self, rate: float | None = None, *, progress: bool = False
-    ) -> tuple[Instance, Any]:
-        """The instance at ``rate`` and its Outcome under this set-up's scheduler."""
+    ) -> tuple[Instance, Any, Scheduler]:
+        """The instance run at ``rate``, its Outcome under this set-up's scheduler, and the
+        scheduler (its router may report on its own decisions)."""
         from slolab.sim import run
 
-        instance = self.instance(rate)
-        policy, router = self.policy_and_router(instance)
+        instance, sched = self.prepare(self.instance(rate))
         outcome = run(
             instance,
-            policy,
-            router,
+            sched.policy,
+            sched.router,
             seed=self.seed,
-            decode_router=self.decode_router_of(),
-            scaler=self.scaler(instance),
+            decode_router=sched.decode_router,
+            scaler=sched.scaler,
             record_iterations=False,
             progress=progress,
         )
-        return instance, outcome
+        return instance, outcome, sched
 
 
 def simulate_summary(
@@ -252,21 +265,26 @@ def simulate_summary(
 
     The keys of :func:`slolab.sim.metrics.summary` (cost included), with ``wall_s`` the wall
     time of the whole call (building the instance included) and ``simulate_s`` the engine's,
-    plus ``instance``, ``policy``, ``router``, ``servers``, ``timing``, ``autoscale`` and
-    ``startup_s``.
+    plus ``instance``, ``policy``, ``router``, ``mode``, ``servers``, ``timing``,
+    ``autoscale`` and ``startup_s``; a router that reports on its own decisions (a
+    ``summary()`` method, as PolyServe's controller) adds its figures as ``router_*``.
     """
     from slolab.sim import metrics
 
     start = time.perf_counter()
-    instance, outcome = setup.simulate(rate, progress=progress)
+    instance, outcome, sched = setup.simulate(rate, progress=progress)
     summary = metrics.summary(instance, outcome)
     summary["wall_s"] = time.perf_counter() - start
     summary["simulate_s"] = outcome.wall_s
+    report = getattr(sched.router, "summary", None)
+    if callable(report):
+        summary.update({f"router_{k}": v for k, v in report().items()})
     summary.update(
         {
             "instance": instance.name,
             "policy": setup.policy,
             "router": setup.router_name,
+            "mode": setup.mode,
             "servers": setup.servers,
             "timing": setup.timing,
             "autoscale": setup.autoscale or "none",
@@ -316,7 +334,7 @@ def capacity_search(
     show_runs = progress and sys.stderr.isatty()
 
     def probe(probe_rate: float) -> float:
-        instance, outcome = setup.simulate(probe_rate, progress=show_runs)
+        instance, outcome, _ = setup.simulate(probe_rate, progress=show_runs)
         return metrics.attainment(instance, outcome, definition)
 
     found = capacity(

@@ -103,12 +103,14 @@ _COMPARE_COLUMNS = {
     "objective_name": "string",
     "sense": "string",
     "cost_server_s": "float64",
+    "gap": "float64",
 }
 _SERVING_COLUMNS = {
     "trace": "string",
     "rate": "float64",
     "policy": "string",
     "router": "string",
+    "mode": "string",
     "servers": "int64",
     "timing": "string",
     "rejected": "int64",
@@ -138,6 +140,14 @@ _SERVING_COLUMNS = {
     "scale_events": "int64",
     "autoscale": "string",
     "startup_s": "float64",
+    # by-tier figures (JSON objects keyed by the tier), when the SLOs define tiers
+    "attainment_by_tier": "string",
+    "requests_by_tier": "string",
+    # a router that reports on its own decisions (PolyServe's controller)
+    "router_decisions": "float64",
+    "router_decision_mean_s": "float64",
+    "router_arrival_decision_mean_s": "float64",
+    "router_arrival_decision_p99_s": "float64",
 }
 _CAPACITY_COLUMNS = {
     "capacity": "float64",

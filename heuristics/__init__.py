@@ -1,7 +1,8 @@
 """Online heuristics, one module per paper, and the baselines they are compared with.
 
 Policies and routers are registered by name (:mod:`slolab.heuristics.policies`): build one
-with :func:`make_policy` / :func:`make_router`.
+with :func:`make_policy` / :func:`make_router`, or, for a policy that brings its own routers
+and scaler (PolyServe), :func:`make_scheduler`.
 """
 
 from slolab.heuristics.baselines import (
@@ -24,11 +25,19 @@ from slolab.heuristics.hyperflexis import (
     ScorpioPolicy,
 )
 from slolab.heuristics.policies import (
+    Scheduler,
     make_policy,
     make_router,
+    make_scheduler,
     policy_names,
     router_names,
     sarathi_token_budget,
+)
+from slolab.heuristics.polyserve import (
+    MinimalCycleRouter,
+    PolyServeController,
+    PolyServeParams,
+    PolyServePolicy,
 )
 from slolab.heuristics.proserve import (
     FairBatching,
@@ -61,7 +70,11 @@ __all__ = [
     "SCALERS",
     "FixedScaler",
     "LeastLoaded",
+    "MinimalCycleRouter",
     "MostFreeKV",
+    "PolyServeController",
+    "PolyServeParams",
+    "PolyServePolicy",
     "PrefillFirstFCFS",
     "RandomRouter",
     "RoundRobin",
@@ -69,6 +82,7 @@ __all__ = [
     "SLOsServePolicy",
     "SarathiFCFS",
     "SarathiPriority",
+    "Scheduler",
     "SlideBatching",
     "SlideBatchingParams",
     "StaticFCFS",
@@ -78,6 +92,7 @@ __all__ = [
     "algorithm2",
     "make_policy",
     "make_router",
+    "make_scheduler",
     "pb_star",
     "policy_names",
     "router_names",

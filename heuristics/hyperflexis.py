@@ -48,7 +48,7 @@ from slolab.heuristics.baselines import (
     _AdmissionOrder,
     _make_room_for_decode,
 )
-from slolab.heuristics.policies import register_policy, register_router
+from slolab.heuristics.policies import Scheduler, register_policy, register_router
 from slolab.heuristics.scalers import _drain_order, register_scaler
 from slolab.sim.policy import HOLD, Batch
 from slolab.sim.scaling import ClusterView, ScaleAction
@@ -1063,7 +1063,7 @@ class SAOrderingPolicy:
 
 
 def online_setup(name: str, instance: Instance) -> Any:
-    """The :class:`slolab.problems.OnlineRun` of heuristic ``name`` on ``instance``.
+    """The :class:`slolab.heuristics.policies.Scheduler` of heuristic ``name`` on ``instance``.
 
     ``hyperflexis``, ``hyperflexis-pm``: the dispatcher holding every request centrally, on
     the instance's cluster as it is; ``hyperflexis-scaling``: with :class:`HyperFlexisScaler`
@@ -1071,7 +1071,6 @@ def online_setup(name: str, instance: Instance) -> Any:
     so the scaler acts on the scaling slots, else 1 s); ``round-robin``: vLLM workers behind
     round robin (decode side too: RR-PD); ``scorpio-rr``; ``sa-rr``.
     """
-    from slolab.problems import OnlineRun
 
     settings = instance.settings
     max_servers = int(settings.get("max_servers", instance.cluster.servers))
@@ -1087,20 +1086,20 @@ def online_setup(name: str, instance: Instance) -> Any:
                     max_servers=max(max_servers, instance.cluster.servers),
                 )
             )
-        return OnlineRun(
+        return Scheduler(
             dispatcher,
             dispatcher,
             decode_router=dispatcher if disaggregated else None,
             scaler=scaler,
         )
     if name == "round-robin":
-        return OnlineRun(
+        return Scheduler(
             PrefillFirstFCFS(), RoundRobin(), decode_router=RoundRobin() if disaggregated else None
         )
     if name == "scorpio-rr":
-        return OnlineRun(ScorpioPolicy(), RoundRobin())
+        return Scheduler(ScorpioPolicy(), RoundRobin())
     if name == "sa-rr":
-        return OnlineRun(SAOrderingPolicy(), RoundRobin())
+        return Scheduler(SAOrderingPolicy(), RoundRobin())
     raise ValueError(
         f"unknown HyperFlexis setup {name!r}; known: hyperflexis, hyperflexis-scaling, "
         "hyperflexis-pm, round-robin, scorpio-rr, sa-rr"

@@ -3,6 +3,13 @@ build a scheduler from its name.
 
 A policy that runs on a token budget per iteration (Sarathi-style) gets it from one rule,
 :func:`sarathi_token_budget`, unless the caller gives a number.
+
+Most policies only form batches and take any router. A policy that decides across servers
+(PolyServe: its own router, decode router and scaler, and a cluster of its own pools)
+registers a ``setup`` that builds all of it as a :class:`Scheduler`; :func:`make_scheduler`
+builds either kind. A policy may also register a ``capacity_bound``: the largest arrival rate
+an exact bound allows on the instance, which ``slolab capacity`` prints beside the measured
+capacity.
 """
 
 from __future__ import annotations
@@ -19,13 +26,44 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
+class Scheduler:
+    """Everything an online run needs from a policy family: the policy, the routers and the
+    scaler (None: the engine's defaults, no scaling), and the instance it runs on when the
+    family lays out its own cluster (its own pools; None: the instance it was given)."""
+
+    policy: Policy
+    router: Router | None = None
+    decode_router: Router | None = None
+    scaler: Any = None
+    instance: Instance | None = None
+
+    @classmethod
+    def of(cls, made: Any) -> Scheduler:
+        """``made`` (a Scheduler or a ``(policy, router)`` pair) as a Scheduler."""
+        if isinstance(made, Scheduler):
+            return made
+        if isinstance(made, tuple) and len(made) == 2:
+            return cls(made[0], made[1])
+        raise TypeError(
+            f"an online heuristic returns (policy, router) or a Scheduler, got {made!r}"
+        )
+
+    def on(self, instance: Instance) -> Instance:
+        """The instance the run uses: the family's own, else ``instance``."""
+        return self.instance if self.instance is not None else instance
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyEntry:
     """A registered policy: ``make(**params)`` returns a fresh one.
 
     ``token_budget``: the policy takes a ``token_budget`` argument (tokens per iteration),
     set by :func:`sarathi_token_budget` unless given. ``router`` / ``decode_router``: the
-    registered router the policy runs with when the caller names none (a central dispatcher
-    needs the ``hold`` router).
+    registered routers the policy runs with when the caller names none (a central dispatcher
+    needs the ``hold`` router). ``setup(instance, *, mode, servers, token_budget,
+    prefill_servers) -> Scheduler``: the policy brings its own routers, scaler and cluster
+    layout (``make`` is then not called). ``capacity_bound(instance, mode=..., servers=...) ->
+    req/s``: an upper bound of the capacity, from an exact model.
     """
 
     name: str
@@ -34,6 +72,8 @@ class PolicyEntry:
     token_budget: bool = False
     router: str | None = None
     decode_router: str | None = None
+    setup: Callable[..., Scheduler] | None = None
+    capacity_bound: Callable[..., float] | None = None
 
 
 _POLICIES: dict[str, PolicyEntry] = {}
@@ -48,15 +88,20 @@ def register_policy(
     token_budget: bool = False,
     router: str | None = None,
     decode_router: str | None = None,
+    setup: Callable[..., Scheduler] | None = None,
+    capacity_bound: Callable[..., float] | None = None,
 ) -> None:
-    """Make ``make`` (a Policy class or factory) available as ``name`` (``router``,
-    ``decode_router``: the routers it runs with by default, see :class:`PolicyEntry`)."""
+    """Make ``make`` (a Policy class or factory) available as ``name`` (see
+    :class:`PolicyEntry` for ``router``, ``decode_router``, ``setup`` and
+    ``capacity_bound``)."""
     if not name or "," in name:
         raise ValueError(f"policy name must be non-empty without ',', got {name!r}")
     existing = _POLICIES.get(name)
     if existing is not None and existing.make is not make:
         raise ValueError(f"policy {name!r} is already registered")
-    _POLICIES[name] = PolicyEntry(name, make, description, token_budget, router, decode_router)
+    _POLICIES[name] = PolicyEntry(
+        name, make, description, token_budget, router, decode_router, setup, capacity_bound
+    )
 
 
 def register_router(name: str, make: Callable[[], Any], description: str) -> None:
@@ -121,6 +166,11 @@ def make_policy(name: str, instance: Instance, *, token_budget: int | None = Non
     error for the others).
     """
     entry = policy_entry(name)
+    if entry.setup is not None:
+        raise ValueError(
+            f"policy {name!r} brings its own routers and cluster layout: build it with "
+            "make_scheduler"
+        )
     if not entry.token_budget:
         if token_budget is not None:
             raise ValueError(f"policy {name!r} takes no token budget")
@@ -130,6 +180,52 @@ def make_policy(name: str, instance: Instance, *, token_budget: int | None = Non
     if not (isinstance(token_budget, int) and token_budget >= 1) or isinstance(token_budget, bool):
         raise ValueError(f"token budget must be an integer >= 1, got {token_budget!r}")
     return entry.make(token_budget=token_budget)
+
+
+def make_scheduler(
+    name: str,
+    instance: Instance,
+    *,
+    token_budget: int | None = None,
+    router: str | None = None,
+    decode_router: str | None = None,
+    mode: str | None = None,
+    servers: int | None = None,
+    prefill_servers: int = 0,
+) -> Scheduler:
+    """Policy ``name`` ready to run on ``instance``, with its routers and scaler.
+
+    A policy with a ``setup`` builds everything (a router given by name is then an error, since
+    the policy routes itself; ``mode`` and ``servers`` default to the instance's cluster). Any
+    other runs on ``instance`` as it is, with ``router`` (default: the policy's own, else
+    ``least-loaded``) and ``decode_router`` (default: the policy's own in disaggregated mode,
+    else the engine's).
+    """
+    entry = policy_entry(name)
+    if entry.setup is not None:
+        for flag, given in (("--router", router), ("--decode-router", decode_router)):
+            if given is not None:
+                raise ValueError(f"policy {name!r} routes requests itself: drop {flag}")
+        if token_budget is not None and not entry.token_budget:
+            raise ValueError(f"policy {name!r} takes no token budget")
+        return entry.setup(
+            instance,
+            mode=mode,
+            servers=servers,
+            token_budget=token_budget,
+            prefill_servers=prefill_servers,
+        )
+    policy = make_policy(name, instance, token_budget=token_budget)
+    if mode is None:
+        mode = instance.cluster.mode
+    own = entry.decode_router if mode == "disaggregated" else None
+    chosen = decode_router or own
+    return Scheduler(
+        policy,
+        make_router(router or entry.router or "least-loaded"),
+        make_router(chosen) if chosen is not None else None,
+        instance=instance,
+    )
 
 
 def make_router(name: str) -> Router:

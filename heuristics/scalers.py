@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SCALERS",
     "SCALER_METRICS",
+    "STARTUP_SOURCES",
     "FixedScaler",
     "ScalerEntry",
     "ThresholdParams",
@@ -42,7 +43,30 @@ __all__ = [
     "make_scaler",
     "register_scaler",
     "scaler_names",
+    "with_startup",
 ]
+
+#: Where a switched-on server loads its weights from: ``instant`` (no delay, as PolyServe
+#: assumes for servers joining a tier from its best-effort pool) or a start-up preset's source.
+STARTUP_SOURCES = ("instant", "disk", "host", "d2d")
+
+
+def with_startup(instance: Instance, startup: str) -> Instance:
+    """``instance`` whose servers switched on wait the start-up delay of ``startup``:
+    ``"instant"`` (0 s) or ``"disk"``, ``"host"``, ``"d2d"``, the instance's timing preset's
+    delay (:func:`slolab.timing.startup.startup_delay_s`)."""
+    from slolab.timing.startup import startup_delay_s
+
+    if startup not in STARTUP_SOURCES:
+        raise ValueError(f"startup must be one of {', '.join(STARTUP_SOURCES)}, got {startup!r}")
+    delay = (
+        0.0
+        if startup == "instant"
+        else startup_delay_s(getattr(instance.timing, "name", ""), startup)
+    )
+    cluster = dataclasses.replace(instance.cluster, startup_s=delay)
+    return dataclasses.replace(instance, cluster=cluster)
+
 
 #: What the threshold scaler measures, per server of its pool.
 SCALER_METRICS = ("queue", "load", "utilization")
@@ -288,23 +312,19 @@ def elastic_setup(
         is returned unchanged).
     min_servers, max_servers : int
         Bounds of the scaler.
-    startup : {"disk", "host", "d2d"}
+    startup : {"disk", "host", "d2d", "instant"}
         Where a switched-on server loads its weights from; the delay is the start-up preset of
-        the instance's timing model (:func:`slolab.timing.startup.startup_delay_s`).
+        the instance's timing model (:func:`slolab.timing.startup.startup_delay_s`), 0 for
+        ``"instant"``.
     **params
         The scaler's own settings (for ``threshold``: further :class:`ThresholdParams`
         fields).
     """
-    from slolab.timing.startup import startup_delay_s
-
     if autoscale is None:
         return instance, None
     if autoscale not in scaler_names():
         raise ValueError(f"unknown scaler {autoscale!r}; known: {', '.join(scaler_names())}")
-    name = getattr(instance.timing, "name", "")
-    delay = startup_delay_s(name, startup)
-    cluster = dataclasses.replace(instance.cluster, startup_s=delay)
-    instance = dataclasses.replace(instance, cluster=cluster)
+    instance = with_startup(instance, startup)
     return instance, make_scaler(
         autoscale, min_servers=min_servers, max_servers=max_servers, **params
     )

@@ -63,6 +63,7 @@ from slolab.instances.transform import (
     retime_poisson,
     sample,
     scale_rate,
+    uniform_lengths,
     window,
 )
 
@@ -108,6 +109,7 @@ __all__ = [
     "retime_poisson",
     "sample",
     "save_instance",
+    "uniform_lengths",
     "scale_rate",
     "scheme_params",
     "tdg_token_weights",

@@ -434,7 +434,8 @@ class Cluster:
     Parameters
     ----------
     servers : int
-        Number of servers (model replicas) switched on when the run begins, >= 1.
+        Number of servers (model replicas) switched on when the run begins, >= 1 (0 allowed
+        for a cluster of pools that its scaler fills).
     kv_capacity_tokens : int
         KV-cache capacity of one server in tokens (prompt + generated tokens resident).
     mode : str
@@ -474,7 +475,9 @@ class Cluster:
     move_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.servers < 1:
+        if self.servers < 1 and not (self.pools and self.servers == 0):
+            # a cluster of pools may start empty (an elastic cluster whose scaler or router
+            # switches its first servers on)
             raise ValueError(f"servers must be >= 1, got {self.servers}")
         if self.kv_capacity_tokens < 1:
             raise ValueError(f"kv_capacity_tokens must be >= 1, got {self.kv_capacity_tokens}")

@@ -81,6 +81,44 @@ def draw_arrivals(
     return np.concatenate([[0.0], np.cumsum(gaps)])
 
 
+def uniform_lengths(
+    n: int,
+    max_prompt_tokens: int,
+    max_output_tokens: int,
+    *,
+    rate: float,
+    seed: int,
+    arrivals: str = "poisson",
+) -> Workload:
+    """``n`` requests with prompt and output lengths drawn uniformly from
+    ``[1, max_prompt_tokens]`` and ``[1, max_output_tokens]``, arriving by ``arrivals`` at
+    ``rate`` req/s (PolyServe's synthetic ``uniform_4096_1024`` trace is ``8192, 2048``).
+
+    References
+    ----------
+    PolyServe, Sec. 5.1 (Table of traces) and 5.3 (uniform input [1, 8192], output [1, 2048]).
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    for name, value in (
+        ("max_prompt_tokens", max_prompt_tokens),
+        ("max_output_tokens", max_output_tokens),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    rng = np.random.default_rng(_check_seed(seed, "uniform_lengths"))
+    prompt = rng.integers(1, max_prompt_tokens + 1, size=n)
+    output = rng.integers(1, max_output_tokens + 1, size=n)
+    return Workload(
+        {
+            "arrival_s": draw_arrivals(n, arrivals, rate, seed=seed + 1),
+            "prompt_tokens": prompt,
+            "output_tokens": output,
+        },
+        source=f"uniform [1, {max_prompt_tokens}] x [1, {max_output_tokens}] ({n} requests)",
+    )
+
+
 def mean_rate(workload: Workload) -> float:
     """Mean arrival rate (requests per second): ``(n - 1) / (last - first arrival)``.
 

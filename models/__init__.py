@@ -1,5 +1,19 @@
 """Exact formulations, one module per paper problem (importing registers them)."""
 
-from slolab.models import dispatch_scale, proserve, sa_columns, sa_ordering, slos_admission
+from slolab.models import (
+    dispatch_scale,
+    proserve,
+    sa_columns,
+    sa_ordering,
+    slos_admission,
+    tier_partition,
+)
 
-__all__ = ["dispatch_scale", "proserve", "sa_columns", "sa_ordering", "slos_admission"]
+__all__ = [
+    "dispatch_scale",
+    "proserve",
+    "sa_columns",
+    "sa_ordering",
+    "slos_admission",
+    "tier_partition",
+]

@@ -281,7 +281,7 @@ def build(
 
 
 def online(name: str) -> Any:
-    """``instance -> OnlineRun``: the heuristic ``name`` of :mod:`slolab.heuristics.hyperflexis`
+    """``instance -> Scheduler``: the heuristic ``name`` of :mod:`slolab.heuristics.hyperflexis`
     set up on the instance."""
 
     def make(instance: Instance) -> Any:

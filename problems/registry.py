@@ -174,8 +174,9 @@ class Heuristic:
 
     - ``schedule(instance, *, seed) -> Schedule``: the heuristic plans the whole instance; the
       engine replays the plan;
-    - ``policy(instance) -> (Policy, Router or None)``, or an :class:`OnlineRun` when it
-      also brings a scaler or a decode router: the heuristic runs online in the engine.
+    - ``policy(instance) -> (Policy, Router or None)``, or a
+      :class:`slolab.heuristics.policies.Scheduler` when it also brings a scaler, a decode
+      router or its own cluster: the heuristic runs online in the engine.
     """
 
     name: str
@@ -193,28 +194,6 @@ class Heuristic:
             raise ValueError(f"heuristic {self.name!r}: give exactly one of schedule and policy")
         _lazy(
             self.schedule if self.schedule is not None else self.policy, f"heuristic {self.name!r}"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class OnlineRun:
-    """What an online heuristic runs with: its policy, and optionally a router, a decode router
-    (disaggregated clusters) and a scaler (:class:`slolab.sim.Scaler`)."""
-
-    policy: Any
-    router: Any = None
-    decode_router: Any = None
-    scaler: Any = None
-
-    @classmethod
-    def of(cls, made: Any) -> OnlineRun:
-        """``made`` (an OnlineRun or a ``(policy, router)`` pair) as an OnlineRun."""
-        if isinstance(made, OnlineRun):
-            return made
-        if isinstance(made, tuple) and len(made) == 2:
-            return cls(made[0], made[1])
-        raise TypeError(
-            f"an online heuristic returns (policy, router) or an OnlineRun, got {made!r}"
         )
 
 

@@ -18,7 +18,8 @@ Rules checked (each violation is one line naming the rule, server, iteration and
   produced are ``inf``;
 - KV tokens resident on a server never exceed its capacity and equal the logged figure;
 - at most ``max_batch_size`` sequences and ``max_batch_tokens`` tokens per iteration;
-- disaggregated: decode happens only on decode servers, after the KV transfer arrived;
+- disaggregated: decode happens only on decode servers, after the KV transfer arrived; a
+  decode server prefills only to recompute a request it preempted;
 - static mode: members' token times follow the static-batch timelines of
   :mod:`slolab.sim.static`, and a batch lasts as long as its longest member;
 - each server uses its pool's role, limits and timing model;
@@ -39,7 +40,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from slolab.sim.engine import warm_start_state
-from slolab.sim.outcome import PHASE_DECODE, PHASE_PREFILL, PHASE_STATIC, ServerLives, server_lives
+from slolab.sim.outcome import (
+    PHASE_DECODE,
+    PHASE_PREFILL,
+    PHASE_STATIC,
+    ServerLives,
+    pool_seconds,
+    server_lives,
+)
 from slolab.sim.static import member_token_offsets
 from slolab.timing.base import N_FEATURES
 from slolab.timing.presets import preset
@@ -126,6 +134,8 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
     for lst in pre_by_server.values():
         lst.sort()
     pre_pos = dict.fromkeys(pre_by_server, 0)
+    # requests preempted on each server: the only prefill a decode server may run (recompute)
+    recompute: dict[int, set[int]] = {s: set() for s in range(n_servers)}
     last_end = dict.fromkeys(range(n_servers), -np.inf)
     prefill_done_at = np.full(n, np.inf)
     served_on: dict[int, set[int]] = {}
@@ -169,6 +179,7 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
             del kv_held[s][r]
             target[r] = prompt[r] + generated[r]
             prefilled[r] = 0
+            recompute[s].add(r)
         a, b = int(eo[i]), int(eo[i + 1])
         reqs = outcome.entry_request[a:b]
         phases = outcome.entry_phase[a:b]
@@ -208,7 +219,7 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
             if outcome.rejected[r]:
                 bad(f"{where}: rejected request {r} is served")
             if ph == PHASE_PREFILL:
-                if role == "decode":
+                if role == "decode" and r not in recompute[s]:
                     bad(f"{where}: decode server runs a prefill of request {r}")
                 left = int(target[r] - prefilled[r])
                 if not 1 <= c <= left:
@@ -407,8 +418,7 @@ def _check_lives(
                 f"cost_server_s is {outcome.cost_server_s!r} but the servers' on-intervals sum "
                 f"to {total!r}"
             )
-        for k, name in enumerate(lives.pool_names):
-            pool_cost = math.fsum(spans[lives.pool == k].tolist())
+        for name, pool_cost in pool_seconds(lives, outcome.scale_events).items():
             claimed = outcome.cost_by_pool.get(name, math.nan)
             if not _close(float(claimed), pool_cost):
                 bad(

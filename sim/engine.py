@@ -48,7 +48,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from slolab.sim.metrics import deadline_slos, token_deadline_s
-from slolab.sim.outcome import PHASE_DECODE, PHASE_PREFILL, PHASE_STATIC, Outcome
+from slolab.sim.outcome import (
+    PHASE_DECODE,
+    PHASE_PREFILL,
+    PHASE_STATIC,
+    Outcome,
+    ServerLives,
+    pool_seconds,
+)
 from slolab.sim.policy import HOLD, Batch, Policy, PolicyError, Router
 from slolab.sim.scaling import ClusterView, ScaleAction, ScaleEvent, ScalePlan, Scaler
 from slolab.sim.static import member_token_offsets
@@ -72,6 +79,9 @@ log = logging.getLogger("slolab")
 _EV_END, _EV_DECIDE, _EV_READY = 0, 1, 2
 _SC_PLAN, _SC_TICK = 0, 1
 _WINDOW_CHUNK = 128
+#: Scaler ticks in a row with requests held, nothing running or starting, no scaling action and
+#: nothing placed, after which the scaler stops (the held requests stay unserved).
+STALLED_TICKS = 100
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 
 
@@ -168,6 +178,7 @@ class _Srv:
         "off_s",
         "origin",
         "move_to",
+        "first_pool",
         "view",
     )
 
@@ -201,6 +212,7 @@ class _Srv:
         self.off_s = math.inf
         self.origin = origin
         self.move_to = -1
+        self.first_pool = pool
         self.view = Server(self, engine)
 
     def decoding_changed(self) -> None:
@@ -362,6 +374,24 @@ class Server:
         """True while an iteration (or window) is in progress."""
         s = self._s
         return s.pending is not None or s.window is not None
+
+    @property
+    def free_at_s(self) -> float:
+        """When it can start a new iteration: the end of the iteration in progress (also inside
+        a fast-forwarded window), its ready time while starting, else now (s)."""
+        s = self._s
+        now = self._e.now
+        if s.state == _STARTING:
+            return s.ready_s
+        p = s.pending
+        if p is not None:
+            return p.end
+        w = s.window
+        if w is not None:
+            ends = w.ends
+            i = int(np.searchsorted(ends[: w.keep], now, side="right"))
+            return float(ends[i]) if i < w.keep else now
+        return now
 
     @property
     def busy_s(self) -> float:
@@ -526,9 +556,16 @@ class Engine:
         self.live: list[_Srv] = list(self.servers)
         self.entry_views: tuple[Server, ...] = ()
         self.decode_views: tuple[Server, ...] = ()
-        # central queues: requests a router held, until a server pulls them
+        # central queues (entry side, decode side): requests a router held (HOLD), in the order
+        # held, until a server pulls them (a router with central = True) or the router places
+        # them at a retry point (any other router)
         self.central: tuple[list[int], list[int]] = ([], [])
         self._central_t: list[tuple[int, ...] | None] = [(), ()]
+        self.held_entry, self.held_decode = self.central
+        # whether something happened since the last offer that may let held requests be placed,
+        # and the scaler ticks in a row in which nothing ran, changed or was placed
+        self._retry_due = False
+        self._stalled_ticks = 0
         self._refresh_routing()
         # the largest KV capacity of any decode pool: a request that needs more is rejected on
         # arrival (disaggregated)
@@ -673,6 +710,9 @@ class Engine:
                 self._commit(server)
             elif kind == _EV_READY:
                 server.state = _DRAINING if server.drain_s < inf else _READY
+                self._retry_due = True
+            if self._retry_due:
+                self._retry()
             self._decide(server)
             if server.drain_s < inf:
                 self._maybe_depart(server)
@@ -682,22 +722,25 @@ class Engine:
 
     def _arrive(self, r: int) -> None:
         views = self.entry_views
-        if not views:
-            if getattr(self.router, "central", False):
-                self._hold(r, decode=False)
-                return
-            raise PolicyError(
-                f"t={self.now}: request {r} arrived but no server accepts new requests "
-                "(every entry server is drained)"
-            )
         if self.router is None:
+            if not views:
+                raise PolicyError(
+                    f"t={self.now}: request {r} arrived but no server accepts new requests "
+                    "(every entry server is drained)"
+                )
             k = 0 if len(views) == 1 else r % len(views)
+        elif not views and getattr(self.router, "central", False):
+            self._hold(r, decode=False)
+            return
         else:
             k = self._route(self.router, views, r, "")
             if k == HOLD:
                 self._hold(r, decode=False)
                 return
-        server = views[k]._s
+        self._place(views[k]._s, r)
+
+    def _place(self, server: _Srv, r: int) -> None:
+        """Request ``r`` joins ``server`` (its entry server) now."""
         if self.warm is not None and self.warm[0][r]:
             self._place_warm(server, r)
         elif self._too_large(server, r):
@@ -725,18 +768,89 @@ class Engine:
         self.rejected_at[r] = self.now
         return True
 
+    def _too_large_anywhere(self, r: int) -> bool:
+        """Reject a held request ``r`` (True) when no pool of its side could ever hold it."""
+        for p in self.pools:
+            if p.role == "decode" or self.kv_needed(p.role, r) > int(p.kv_capacity_tokens):  # type: ignore[arg-type]
+                continue
+            if p.role != "prefill" or self.kv_needed("decode", r) <= self.decode_kv_max:
+                return False
+        self.rejected[r] = True
+        self.rejected_kv[r] = True
+        self.rejected_at[r] = self.now
+        return True
+
     def _route(self, router: Router, views: tuple[Server, ...], r: int, kind: str) -> int:
-        """The index in ``views`` that ``router`` picks for request ``r``; PolicyError when it is
-        out of range (``kind``: "" or "decode ", for the message)."""
+        """The index in ``views`` that ``router`` picks for request ``r`` (or HOLD); PolicyError
+        when it is out of range (``kind``: "" or "decode ", for the message)."""
         k = router.route(r, views, self.now)
         if k == HOLD:
-            return k
+            return HOLD
         if not 0 <= k < len(views):
+            if not views:
+                raise PolicyError(
+                    f"t={self.now}: {kind}request {r} arrived but no server accepts new requests "
+                    f"(every {kind or 'entry '}server is drained); the router chose {k}"
+                )
             raise PolicyError(
                 f"{kind}router chose server {k} for request {r}; "
                 f"{kind}servers are 0..{len(views) - 1}"
             )
         return k
+
+    # -- held requests -----------------------------------------------------------------------
+    def _retry(self) -> None:
+        """Offer the held requests to their routers again (a retry point was reached)."""
+        self._retry_due = False
+        router, decode_router = self.router, self.decode_router
+        if self.held_entry and router is not None and not getattr(router, "central", False):
+            self._offer(router, self.held_entry, self.entry_views, decode=False)
+        if (
+            self.held_decode
+            and decode_router is not None
+            and not getattr(decode_router, "central", False)
+        ):
+            self._offer(decode_router, self.held_decode, self.decode_views, decode=True)
+
+    def _offer(
+        self, router: Router, held: list[int], views: tuple[Server, ...], decode: bool
+    ) -> int:
+        """Offer ``held`` to ``router`` (its ``dispatch`` if it has one); place what it routes.
+        Returns how many were placed."""
+        kind = "decode " if decode else ""
+        place = self._place_decode if decode else self._place
+        dispatch = getattr(router, "dispatch", None)
+        if dispatch is None:
+            # one at a time, each placed before the next is offered (the router sees it)
+            placed = 0
+            for r in list(held):
+                k = self._route(router, views, r, kind)
+                if k != HOLD:
+                    held.remove(r)
+                    self._central_t[int(decode)] = None
+                    place(views[k]._s, r)
+                    placed += 1
+            return placed
+        pairs = [(int(r), int(k)) for r, k in dispatch(tuple(held), views, self.now)]
+        if not pairs:
+            return 0
+        waiting = set(held)
+        for r, k in pairs:
+            if r not in waiting:
+                raise PolicyError(
+                    f"t={self.now}: {kind}router dispatched request {r}, which it does not hold"
+                )
+            if not 0 <= k < len(views):
+                raise PolicyError(
+                    f"{kind}router chose server {k} for request {r}; "
+                    f"{kind}servers are 0..{len(views) - 1}"
+                )
+            waiting.discard(r)
+        held[:] = [r for r in held if r in waiting]
+        self._central_t[int(decode)] = None
+        for r, k in pairs:
+            place(views[k]._s, r)
+        return len(pairs)
 
     def _place_warm(self, server: _Srv, r: int) -> None:
         """Admit a warm-started request as it was when the run began (see warm_start_state)."""
@@ -781,7 +895,11 @@ class Engine:
             if k == HOLD:
                 self._hold(r, decode=True)
                 return
-        server = views[k]._s
+        self._place_decode(views[k]._s, r)
+
+    def _place_decode(self, server: _Srv, r: int) -> None:
+        """Request ``r``, its prefill done, joins decode server ``server`` now."""
+        need = self.kv_needed("decode", r)
         if need > server.kv_capacity:
             raise PolicyError(
                 f"decode router chose server {server.id} (KV capacity {server.kv_capacity}) for "
@@ -807,20 +925,31 @@ class Engine:
             self._plan_left -= 1
             assert action is not None
             self._apply(action, "plan")
+            if self.held_entry or self.held_decode:
+                self._retry()
             return
         assert self.scaler is not None
-        if (
+        idle = (
             self._next_arrival >= self.n
             and not self._transfers
             and not self._plan_left
-            and not self.central[0]
-            and not self.central[1]
-            and all(s.empty for s in self.live)
-        ):
+            and all(s.empty and s.state != _STARTING for s in self.live)
+        )
+        held = len(self.held_entry) + len(self.held_decode)
+        if idle and not held:
             return  # no work left: the scaler stops
         view = ClusterView(t, self.pools, tuple(s.view for s in self.live))
-        for a in self.scaler.decide(view):
+        actions = self.scaler.decide(view)
+        for a in actions:
             self._apply(a, "scaler")
+        if held:
+            self._retry()
+            stalled = idle and not actions
+            stalled = stalled and len(self.held_entry) + len(self.held_decode) == held
+            self._stalled_ticks = self._stalled_ticks + 1 if stalled else 0
+            if self._stalled_ticks >= STALLED_TICKS:
+                # nothing runs and nothing changes: the held requests stay unserved
+                return
         self._push_scale(t + self.scaler.interval_s, _SC_TICK, None)
 
     def _apply(self, action: ScaleAction, by: str) -> None:
@@ -846,6 +975,10 @@ class Engine:
                 )
                 raise PolicyError(f"t={now}: {by} cannot {action.kind} server {sid}: it {state}")
             srv = self.servers[sid]
+            if action.kind == "assign":
+                self._assign(srv, self._pool_of(action, by), by)
+                self.max_end = max(self.max_end, now)
+                return
             if action.kind == "move":
                 k = self._pool_of(action, by)
                 if self.pools[k].timing != srv.timing_name:
@@ -867,6 +1000,29 @@ class Engine:
             self._refresh_routing()
             self._maybe_depart(srv)
         self.max_end = max(self.max_end, now)
+        self._retry_due = True
+
+    def _assign(self, srv: _Srv, k: int, by: str) -> None:
+        """``srv`` becomes a member of pool ``k`` now, with the requests it holds."""
+        now = self.now
+        here, there = self.pools[srv.pool], self.pools[k]
+        if k == srv.pool:
+            raise PolicyError(
+                f"t={now}: {by} cannot assign server {srv.id} to pool {there.name!r}: it is "
+                "already there"
+            )
+        same = ("role", "timing", "kv_capacity_tokens", "max_batch_size", "max_batch_tokens")
+        differ = [f for f in (*same, "startup_s") if getattr(here, f) != getattr(there, f)]
+        if differ:
+            raise PolicyError(
+                f"t={now}: {by} cannot assign server {srv.id} to pool {there.name!r}: the pools "
+                f"differ in {', '.join(differ)} (assign keeps the server as it is; use move)"
+            )
+        srv.pool = k
+        srv.pool_name = there.name
+        srv.view.pool = there.name
+        self.scale_events.append(ScaleEvent(now, "assign", srv.id, there.name, srv.id))
+        self._retry_due = True
 
     def _pool_of(self, action: ScaleAction, by: str) -> int:
         k = self.pool_index.get(action.pool)  # type: ignore[arg-type]
@@ -907,7 +1063,7 @@ class Engine:
         left = len(self.central[0]) + len(self.central[1])
         if left:
             log.warning(
-                "%d request(s) held in a central queue were never pulled by a server (first: "
+                "%d request(s) held in a central queue never reached a server (first: "
                 "request %d); they are unfinished",
                 left,
                 (self.central[0] or self.central[1])[0],
@@ -965,13 +1121,17 @@ class Engine:
         return t
 
     def _hold(self, r: int, decode: bool) -> None:
-        """Keep request ``r`` in its side's central queue and wake that side's servers (each
-        may pull it)."""
+        """Keep request ``r`` in its side's central queue (an entry request no pool could ever
+        hold is rejected instead); with a ``central`` router wake that side's servers (each may
+        pull it)."""
+        if not decode and self._too_large_anywhere(r):
+            return
         side = int(decode)
         self.central[side].append(r)
         self._central_t[side] = None
-        for view in self.decode_views if decode else self.entry_views:
-            self._wake(view._s)
+        if getattr(self.decode_router if decode else self.router, "central", False):
+            for view in self.decode_views if decode else self.entry_views:
+                self._wake(view._s)
 
     def _pull(self, server: _Srv, r: int) -> None:
         """Move request ``r`` from the central queue of ``server``'s side to the end of its
@@ -1091,8 +1251,11 @@ class Engine:
         for j, (r, c) in enumerate(batch.prefill):
             r = int(r)
             c = int(c)
-            if server.role == "decode":
-                raise PolicyError(f"server {sid} t={now}: decode server cannot prefill request {r}")
+            if server.role == "decode" and prefilled[r] >= target[r]:
+                raise PolicyError(
+                    f"server {sid} t={now}: decode server cannot prefill request {r} (a decode "
+                    "server only recomputes the requests it preempted)"
+                )
             if r in server.prefilling:
                 pass
             elif r in server.waiting:
@@ -1121,7 +1284,11 @@ class Engine:
             dset = set(server.decoding)
             for r in dids.tolist():
                 if r not in dset:
-                    if server.role == "decode" and r in server.waiting:
+                    if (
+                        server.role == "decode"
+                        and r in server.waiting
+                        and self.prefilled[r] == self.prefill_target[r]
+                    ):
                         self._admit(server, r)
                         server.decoding.append(r)
                         server.decoding_changed()
@@ -1280,6 +1447,7 @@ class Engine:
     # -- commits -------------------------------------------------------------------------
     def _finish(self, server: _Srv, r: int) -> None:
         server.kv -= self.kv_held(r)
+        self._retry_due = True
 
     def _commit(self, server: _Srv) -> None:
         p = server.pending
@@ -1467,7 +1635,7 @@ class Engine:
         srv = self.servers
         on = np.array([x.on_s for x in srv], dtype=float)
         off = np.array([x.off_s for x in srv], dtype=float)
-        pool = np.array([x.pool for x in srv], dtype=np.int64)
+        pool = np.array([x.first_pool for x in srv], dtype=np.int64)
         life = np.where(np.isfinite(on), off - on, 0.0)
         if self.rejected_kv.any():
             first = int(np.flatnonzero(self.rejected_kv)[0])
@@ -1522,9 +1690,10 @@ class Engine:
             server_origin=np.array([x.origin for x in srv], dtype=np.int64),
             scale_events=tuple(self.scale_events),
             cost_server_s=math.fsum(life.tolist()),
-            cost_by_pool={
-                p.name: math.fsum(life[pool == k].tolist()) for k, p in enumerate(self.pools)
-            },
+            cost_by_pool=pool_seconds(
+                ServerLives(pool, on, on, on, off, pool, tuple(p.name for p in self.pools)),
+                self.scale_events,
+            ),
         )
 
 

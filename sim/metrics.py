@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from slolab.sim.outcome import server_lives
+from slolab.sim.outcome import pool_seconds, server_lives
 
 if TYPE_CHECKING:
     from slolab.instances.records import Instance, Workload
@@ -317,6 +317,24 @@ def attainment_objective(instance: Instance, outcome: Outcome, table: pd.DataFra
     return attainment_from_table(table, _definition(instance))
 
 
+def goodput_objective(instance: Instance, outcome: Outcome, table: pd.DataFrame) -> float:
+    """Requests meeting their SLO per second: attainment (the instance's definition) times the
+    workload's mean arrival rate (:func:`slolab.instances.mean_rate`).
+
+    References
+    ----------
+    PolyServe, Sec. 5.2 (goodput).
+    """
+    from slolab.instances.transform import mean_rate
+
+    return attainment_from_table(table, _definition(instance)) * mean_rate(instance.workload)
+
+
+def cost_objective(instance: Instance, outcome: Outcome, table: pd.DataFrame) -> float:
+    """Server-seconds of the run (see :func:`server_seconds`)."""
+    return server_seconds(instance, outcome)
+
+
 def g_objective(instance: Instance, outcome: Outcome, table: pd.DataFrame) -> float:
     """The SA paper's G (see :func:`g_ratio`)."""
     return g_ratio_from_table(table)
@@ -374,12 +392,9 @@ def server_seconds(instance: Instance, outcome: Outcome) -> float:
 
 
 def cost_by_pool(instance: Instance, outcome: Outcome) -> dict[str, float]:
-    """:func:`server_seconds` split by pool."""
-    lives = server_lives(instance.cluster, outcome)
-    spans = _lifetimes(instance, outcome)
-    return {
-        name: math.fsum(spans[lives.pool == k].tolist()) for k, name in enumerate(lives.pool_names)
-    }
+    """:func:`server_seconds` split by pool (a server assigned to another pool counts for each
+    pool while it belongs to it)."""
+    return pool_seconds(server_lives(instance.cluster, outcome), outcome.scale_events)
 
 
 def _lifetimes(instance: Instance, outcome: Outcome) -> np.ndarray:
@@ -398,6 +413,26 @@ def servers_max(instance: Instance, outcome: Outcome) -> int:
     return int(np.cumsum(steps[order]).max()) if len(order) else 0
 
 
+def attainment_by_tier(
+    instance: Instance, outcome: Outcome, table: pd.DataFrame | None = None
+) -> dict[str, float]:
+    """Deadline attainment of each tier of the workload's ``tier`` column, keyed by the tier
+    (as a string); empty when the workload has no ``tier`` column.
+
+    References
+    ----------
+    PolyServe, Sec. 5.2 (attainment broken down by TPOT tier).
+    """
+    wl = instance.workload
+    if "tier" not in wl:
+        return {}
+    if table is None:
+        table = request_table(instance, outcome)
+    tier = np.asarray(wl["tier"])
+    met = table["met_deadline"].to_numpy()
+    return {str(t): float(met[tier == t].mean()) for t in np.unique(tier).tolist()}
+
+
 def _pct(values: np.ndarray, q: float) -> float:
     v = values[np.isfinite(values)]
     return float(np.percentile(v, q)) if len(v) else float("nan")
@@ -411,7 +446,8 @@ def summary(instance: Instance, outcome: Outcome) -> dict[str, Any]:
     ``cost_server_s`` (:func:`server_seconds`), ``cost_per_request_s``,
     ``cost_per_met_request_s`` (per request meeting its deadline SLO; inf when none does),
     ``cost_by_pool``, ``servers_max`` and ``scale_events`` (scaling actions executed).
-    ``utilization`` is busy time over cost.
+    ``utilization`` is busy time over cost. A workload with more than one tier (its ``tier``
+    column) also gets ``attainment_by_tier`` and ``requests_by_tier`` (keyed by the tier).
     """
     t = request_table(instance, outcome)
     n = len(t)
@@ -456,4 +492,8 @@ def summary(instance: Instance, outcome: Outcome) -> dict[str, Any]:
             "wall_s": outcome.wall_s,
         }
     )
+    if "tier" in instance.workload and len(np.unique(instance.workload["tier"])) > 1:
+        tiers, counts = np.unique(instance.workload["tier"], return_counts=True)
+        res["attainment_by_tier"] = attainment_by_tier(instance, outcome, t)
+        res["requests_by_tier"] = {str(k): int(c) for k, c in zip(tiers, counts, strict=True)}
     return res

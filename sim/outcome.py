@@ -11,6 +11,8 @@ iteration: server, start, end, the seven shape features, and its entries) is wha
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -76,8 +78,10 @@ class Outcome:
     pool_names : tuple of str
         Names of the cluster's pools (``server_pool`` indexes them).
     server_pool : int array (servers,), optional
-        Pool of each server. A server is one life of a device in one pool: a moved server
-        continues under a new id (``server_origin`` names the one it came from, else -1).
+        Pool of each server when it was switched on. A server is one life of a device: a moved
+        server continues under a new id (``server_origin`` names the one it came from, else
+        -1); an ``assign`` action changes a server's pool without a new life (see
+        ``scale_events``).
     server_on_s, server_ready_s, server_drain_s, server_off_s : float arrays (servers,), optional
         When each server was switched on (paying from then), became ready to serve, was drained
         (inf if never) and was switched off (departed; the run's end for a server still on; inf
@@ -204,3 +208,29 @@ def server_lives(cluster: Cluster, outcome: Outcome) -> ServerLives:
         np.full(n, -1, dtype=np.int64),
         tuple(p.name for p in pools),
     )
+
+
+def pool_seconds(lives: ServerLives, events: Sequence[ScaleEvent] = ()) -> dict[str, float]:
+    """Server-seconds per pool: each server's on-interval, split at its ``assign`` actions.
+
+    A server counts for the pool it was switched on into until it is assigned to another, then
+    for that one (``events``: the outcome's scale events; the others change no pool).
+    """
+    on, off = lives.on_s, lives.off_s
+    names = lives.pool_names
+    spans = np.where(np.isfinite(on), off - on, 0.0)
+    parts: dict[str, list[float]] = {name: [] for name in names}
+    assigned: dict[int, list[tuple[float, str]]] = {}
+    for ev in events:
+        if ev.action == "assign":
+            assigned.setdefault(ev.server, []).append((ev.time_s, ev.pool))
+    for k, name in enumerate(names):
+        rows = np.flatnonzero(lives.pool == k)
+        parts[name].extend(spans[[r for r in rows.tolist() if r not in assigned]].tolist())
+    for s, changes in assigned.items():
+        pool, start = names[int(lives.pool[s])], float(on[s])
+        for t, target in changes:
+            parts[pool].append(t - start)
+            pool, start = target, t
+        parts[pool].append(float(off[s]) - start)
+    return {name: math.fsum(values) for name, values in parts.items()}

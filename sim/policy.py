@@ -100,9 +100,20 @@ HOLD = -1
 class Router(Protocol):
     """Chooses a server for an arriving request.
 
-    A router with the attribute ``central = True`` keeps a central queue: while no server
-    accepts new requests, its requests are held (instead of being an error) until a server
-    pulls them.
+    A router may keep a request in a central queue by returning :data:`HOLD`. What happens
+    to it then depends on the router:
+
+    - a router with the attribute ``central = True`` leaves it to the servers: every server
+      of that side is woken and its policy may pull the request (:attr:`Batch.pull`); while
+      no server accepts new requests, arrivals are held rather than an error;
+    - any other router gets its held requests offered again, in arrival order, at every
+      *retry point*: when a request leaves a server (it finished, or its prefill server
+      handed it on), when a server becomes ready, and after every scaling action or scaler
+      call (PolyServe's per-tier queues). A router with a method
+      ``dispatch(held, servers, now) -> [(request, index), ...]`` gets all its held requests
+      in one call (and may place any subset); otherwise ``route`` is called for each of them.
+
+    Either way a server's policy sees the held requests of its side (:attr:`Server.held`).
     """
 
     def start(self, instance: Instance, seed: int) -> None:
@@ -111,7 +122,7 @@ class Router(Protocol):
     def route(self, request: int, servers: Sequence[Server], now: float) -> int:
         """Index into ``servers`` of the chosen server (``servers``: those accepting new
         requests, starting or ready, by id), or :data:`HOLD` to keep the request in the
-        central queue until a server pulls it."""
+        central queue (see above)."""
 
 
 class PolicyError(RuntimeError):

@@ -64,7 +64,7 @@ class SchedulePolicy:
 
     def start(self, instance: Instance, seed: int) -> None:
         # servers: the cluster's initial ones, then one per 'on' or 'move' of the plan
-        added = sum(1 for _, a in self.plan.actions if a.kind != "drain") if self.plan else 0
+        added = sum(1 for _, a in self.plan.actions if a.kind in ("on", "move")) if self.plan else 0
         servers = instance.cluster.servers + added
         if self.schedule.servers != servers:
             where = f" ({instance.cluster.servers} + {added} the plan adds)" if added else ""

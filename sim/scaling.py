@@ -12,6 +12,10 @@ A server's life::
   when it has none).
 - ``move``: drain, then join another pool: when the drain completes the server's next life
   starts in the target pool, ready after the cluster's ``move_s`` (both delays count).
+- ``assign``: the server joins another pool at once, keeping the requests it holds (PolyServe's
+  pending server joining the tier of the requests it runs). The two pools must be the same
+  hardware and configuration (role, timing, limits, start-up delay); the server keeps its id
+  and its cost is split between the pools at the action's time.
 
 Actions come from a :class:`Scaler` (called every ``interval_s``), from a policy at a
 decision point (:attr:`slolab.sim.Batch.scale`), or from a :class:`ScalePlan` given in advance.
@@ -39,7 +43,7 @@ if TYPE_CHECKING:
     from slolab.sim.outcome import Outcome
 
 #: The scaling actions.
-ACTIONS = ("on", "drain", "move")
+ACTIONS = ("on", "drain", "move", "assign")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +53,8 @@ class ScaleAction:
     Parameters
     ----------
     kind : str
-        ``"on"`` (needs ``pool``), ``"drain"`` (needs ``server``) or ``"move"`` (needs both:
-        the server and its target pool).
+        ``"on"`` (needs ``pool``), ``"drain"`` (needs ``server``), ``"move"`` or ``"assign"``
+        (need both: the server and its target pool).
     pool : str, optional
         Name of the pool a server is switched on into or moved to.
     server : int, optional
@@ -64,11 +68,11 @@ class ScaleAction:
     def __post_init__(self) -> None:
         if self.kind not in ACTIONS:
             raise ValueError(f"kind must be one of {', '.join(ACTIONS)}, got {self.kind!r}")
-        if self.kind in ("on", "move") and not self.pool:
+        if self.kind in ("on", "move", "assign") and not self.pool:
             raise ValueError(f"a {self.kind!r} action needs a pool")
         if self.kind == "on" and self.server is not None:
             raise ValueError("an 'on' action names no server (ids are given in order)")
-        if self.kind in ("drain", "move"):
+        if self.kind in ("drain", "move", "assign"):
             if self.server is None or isinstance(self.server, bool) or self.server < 0:
                 raise ValueError(
                     f"a {self.kind!r} action needs a server id >= 0, got {self.server!r}"
@@ -90,6 +94,11 @@ class ScaleAction:
     def move(cls, server: int, pool: str) -> ScaleAction:
         """Drain ``server``, then start it in ``pool``."""
         return cls("move", pool=pool, server=server)
+
+    @classmethod
+    def assign(cls, server: int, pool: str) -> ScaleAction:
+        """Make ``server`` a member of ``pool`` now, with the requests it holds."""
+        return cls("assign", pool=pool, server=server)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,14 +160,14 @@ class ScaleEvent:
     time_s : float
         When it was executed.
     action : str
-        ``"on"``, ``"drain"`` or ``"move"``.
+        ``"on"``, ``"drain"``, ``"move"`` or ``"assign"``.
     server : int
-        The server switched on (``on``), drained or moved.
+        The server switched on (``on``), drained, moved or assigned.
     pool : str
-        The pool switched on into or moved to; for ``drain`` the server's pool.
+        The pool switched on into, moved or assigned to; for ``drain`` the server's pool.
     new_server : int
-        The id of the server's next life (``move``; -1 otherwise; for ``on`` equal to
-        ``server``).
+        The id of the server's next life (``move``; -1 otherwise; for ``on`` and ``assign``
+        equal to ``server``).
     """
 
     time_s: float

@@ -187,7 +187,7 @@ class MilpFormulation:
     """
 
     problem: Any  # pulp.LpProblem
-    to_schedule: Callable[[], Schedule]
+    to_schedule: Callable[[], Schedule | None]
     objective_of: Callable[[float], float] = lambda v: v
 
 
@@ -200,7 +200,7 @@ class CpFormulation:
     """
 
     model: Any  # ortools.sat.python.cp_model.CpModel
-    to_schedule: Callable[[Any], Schedule]
+    to_schedule: Callable[[Any], Schedule | None]
     objective_of: Callable[[float], float] = lambda v: v
 
 
@@ -213,6 +213,10 @@ class ExactModel:
 
     name: ClassVar[str] = ""
     sense: ClassVar[str] = "max"
+    #: True for a model whose optimum bounds the problem's objective but describes no schedule
+    #: the engine can replay (a steady-state fluid model, say): its Results carry no Schedule
+    #: and the harness labels it ``"bound"``.
+    bound_only: ClassVar[bool] = False
 
     def __init__(self, instance: Any) -> None:
         self.instance = instance
@@ -223,7 +227,7 @@ class ExactModel:
     def cpsat(self) -> CpFormulation:
         raise NotImplementedError(f"model {self.name!r} has no CP-SAT formulation")
 
-    def brute_force(self, time_limit: float) -> tuple[float, Schedule] | None:
+    def brute_force(self, time_limit: float) -> tuple[float, Schedule | None] | None:
         """Exhaustive search: ``(optimum, schedule)``, or None when infeasible.
 
         Raises :class:`TimeoutError` when ``time_limit`` seconds pass first.

@@ -16,6 +16,7 @@ from slolab.timing.forms import (
     ProfiledTiming,
     RooflineTiming,
     ThresholdTiming,
+    timing_lines,
 )
 from slolab.timing.inverse import time2bs, time_to_tokens
 from slolab.timing.presets import (
@@ -71,4 +72,5 @@ __all__ = [
     "startup_table",
     "time2bs",
     "time_to_tokens",
+    "timing_lines",
 ]

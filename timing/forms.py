@@ -46,6 +46,7 @@ __all__ = [
     "RooflineTiming",
     "ThresholdTiming",
     "phase_affine",
+    "timing_lines",
 ]
 
 
@@ -654,3 +655,23 @@ def phase_affine(timing: TimingModel) -> PhaseAffine | None:
         parts.append(affine)
     (b_p, c_p), (b_d, c_d) = parts
     return PhaseAffine(0.0, float(b_p), float(b_d), np.asarray(c_p + c_d, dtype=float))
+
+
+def timing_lines(timing: TimingModel) -> tuple[np.ndarray, np.ndarray]:
+    """``(intercepts (L,), coefficients (L, 7))`` of a model that is a maximum of affine lines.
+
+    A :class:`~slolab.timing.LinearTiming` is one line; a :class:`RooflineTiming` its lines.
+    Other forms (profiled tables, phase sums, thresholds) have no such view (their time is not
+    convex piecewise-linear in the features), and a ValueError says so. The PolyServe tier
+    models and batch formation use this view.
+    """
+    if isinstance(timing, LinearTiming):
+        b, c = timing.affine()
+        return np.array([b]), np.asarray(c, dtype=float)[None, :]
+    if isinstance(timing, RooflineTiming):
+        return timing.intercepts_s.copy(), timing.coef_matrix.T.copy()
+    raise ValueError(
+        f"this needs a linear or roofline timing model (a maximum of affine lines); "
+        f"got the {getattr(timing, 'form', type(timing).__name__)!r} form "
+        f"{getattr(timing, 'name', '')!r}"
+    )

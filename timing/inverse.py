@@ -110,6 +110,9 @@ def time_to_tokens(
     prefill_prefix: int = 0,
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
+    batch_prefill_tokens: int = 0,
+    batch_prefill_attention_work: float = 0.0,
+    batch_prefill_seqs: int = 0,
 ) -> int:
     """Largest prefill chunk that keeps an iteration within a time budget.
 
@@ -134,6 +137,9 @@ def time_to_tokens(
         Tokens of the chunk's sequence already in the KV cache.
     max_tokens : int
         Cap on the answer.
+    batch_prefill_tokens, batch_prefill_attention_work, batch_prefill_seqs : number
+        Prefill chunks already in the batch (their tokens, attention work and sequences): the
+        answer is the chunk that fits beside them.
 
     Returns
     -------
@@ -147,11 +153,19 @@ def time_to_tokens(
     """
     _check_counts(decode_seqs=decode_seqs, decode_kv_tokens=decode_kv_tokens)
     _check_counts(prefill_prefix=prefill_prefix, max_tokens=max_tokens)
+    _check_counts(batch_prefill_tokens=batch_prefill_tokens, batch_prefill_seqs=batch_prefill_seqs)
+    if not batch_prefill_attention_work >= 0:
+        raise ValueError(
+            f"batch_prefill_attention_work must be >= 0, got {batch_prefill_attention_work}"
+        )
     ray = _Ray(
         base={
             F_DECODE_TOKENS: decode_seqs,
             F_NUM_DECODE: decode_seqs,
             F_DECODE_KV: decode_kv_tokens,
+            F_PREFILL_TOKENS: batch_prefill_tokens,
+            F_PREFILL_ATTN: batch_prefill_attention_work,
+            F_NUM_PREFILL: batch_prefill_seqs,
         },
         linear={F_PREFILL_TOKENS: 1.0, F_PREFILL_ATTN: prefill_prefix + 0.5},
         quadratic={F_PREFILL_ATTN: 0.5},

@@ -31,10 +31,10 @@ def test_bad_policy_router_and_budget_raise():
     """Unknown names list the known ones; a token budget must be an integer or auto."""
     instance = ServingSetup("azure_code_2023", limit=20).instance()
     with pytest.raises(ValueError, match=r"unknown policy 'nope'; known: .*sarathi"):
-        ServingSetup("azure_code_2023", policy="nope").policy_and_router(instance)
+        ServingSetup("azure_code_2023", policy="nope").scheduler(instance)
     with pytest.raises(ValueError, match=r"unknown router 'x'; known: .*least-loaded"):
-        ServingSetup("azure_code_2023", router="x").policy_and_router(instance)
+        ServingSetup("azure_code_2023", router="x").scheduler(instance)
     with pytest.raises(ValueError, match="--token-budget must be an integer or auto"):
-        ServingSetup("azure_code_2023", token_budget="many").policy_and_router(instance)
+        ServingSetup("azure_code_2023", token_budget="many").scheduler(instance)
     with pytest.raises(ValueError, match="servers must be >= 1, got 0"):
         dataclasses.replace(ServingSetup("azure_code_2023"), servers=0)

@@ -35,9 +35,10 @@ def test_declaration_is_complete(problem):
     """Models are registered, aliases and heuristics resolve, options match the builder, docs exist."""
     for model in problem.models:
         assert get_model(model).name == model
-    for alias in problem.aliases:
+    for alias, target in problem.aliases.items():
         method = M.get_method(alias, _fake_instance(problem.name))
-        assert method.kind == "exact"
+        # a model without a schedule (a steady-state bound) is labelled a bound
+        assert method.kind == ("bound" if get_model(target.split(":")[0]).bound_only else "exact")
     for h in problem.heuristics:
         assert callable(resolve(h.schedule if h.schedule is not None else h.policy))
     params = inspect.signature(resolve(problem.builder)).parameters

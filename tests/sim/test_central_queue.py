@@ -97,7 +97,7 @@ def test_never_pulled_requests_stay_unfinished_with_a_warning(caplog):
     with caplog.at_level(logging.WARNING, logger="slolab"):
         out = run(inst, PrefillFirstFCFS(), Hold(), seed=0)
     assert np.isinf(out.token_times).all()
-    assert "2 request(s) held in a central queue were never pulled" in caplog.text
+    assert "2 request(s) held in a central queue never reached a server" in caplog.text
 
 
 def test_central_router_holds_while_no_server_accepts():

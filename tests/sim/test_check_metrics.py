@@ -176,3 +176,22 @@ def test_unknown_definition_lists_known(slo_instance):
     out = _outcome_with_tokens(slo_instance, [[0.1, 0.2, 0.3], [1.1, 1.2], [2.8]])
     with pytest.raises(ValueError, match="known: deadline, ttft\\+mean-tpot"):
         metrics.attainment(slo_instance, out, "p99")
+
+
+def test_attainment_by_tier_splits_the_deadline_attainment(slo_instance):
+    """Tiers 0, 0, 1 with requests met, met, missed: tier 0 at 1.0, tier 1 at 0.0."""
+    import dataclasses
+
+    from slolab.instances.records import Workload
+
+    columns = {c: slo_instance.workload[c] for c in slo_instance.workload.columns}
+    wl = Workload({**columns, "tier": [0, 0, 1]})
+    inst = dataclasses.replace(slo_instance, workload=wl)
+    out = _outcome_with_tokens(inst, [[0.4, 0.55, 0.62], [1.3, 1.45], [3.5]])
+    # the hand-made outcome of test_metrics_on_hand_made_outcome: met, met, missed (e2e 1.5 > 1)
+    assert metrics.attainment_by_tier(inst, out) == {"0": 1.0, "1": 0.0}
+    s = metrics.summary(inst, out)
+    assert s["attainment_by_tier"] == {"0": 1.0, "1": 0.0}
+    assert s["requests_by_tier"] == {"0": 2, "1": 1}
+    # without a tier column: no split
+    assert "attainment_by_tier" not in metrics.summary(slo_instance, out)

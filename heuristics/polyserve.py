@@ -1,0 +1,1248 @@
+"""PolyServe's online scheduler and the baselines of its evaluation.
+
+PolyServe (Sec. 4) bins requests by TPOT tier and gives each tier its own servers (one engine
+pool per tier, named ``tpot-20ms`` and so on); every tier grows from, and returns servers to, a
+best-effort pool (servers switched off in the engine: they cost nothing).
+
+- :class:`PolyServeController` is the router (and, disaggregated, the decode router) and the
+  scaler at once, as PolyServe's central scheduler is. It keeps the requests it cannot place in
+  its own queues (the engine's held requests, :data:`slolab.sim.HOLD`), routes each request to
+  the *highest-load* server of its tier that can still meet its deadlines (a load gradient,
+  Sec. 4.3), with profile-based admission (Sec. 4.5: the server's future iterations predicted
+  from a (batch, KV) table and the mean output length) and wait-time-aware admission (Sec.
+  4.6), promotes a request to a tighter tier only when its own is full (lazy promotion, Sec.
+  4.4), moves a *pending* server (its last own-tier request gone) into the tier of the requests
+  it runs when that tier needs a server, and autoscales: a tier with requests it cannot place
+  takes a server from the best-effort pool; the last server of a tier returns to it once empty
+  (Sec. 4.3-4.4).
+- :class:`PolyServePolicy` forms each server's batches: co-located, decode every running request
+  and fill the tier's TPOT with prefill chunks (continuous chunked-prefill prediction, Sec.
+  4.7); disaggregated prefill servers, dynamic chunking (Sec. 4.7); decode servers decode
+  everything the router admitted.
+- Baselines (Sec. 5.1): ``random`` (a random server), ``minimal`` (the server with the lowest
+  predicted cycle time) and ``chunk`` (least-loaded routing and a static token budget, swept
+  by the studies), co-located or disaggregated as ``--mode`` says (``chunk`` is co-located
+  only, as in the paper). These are *policies*; the router registry's ``random`` (a random
+  server for any policy) is a different thing.
+
+Every parameter the paper leaves open is a field of :class:`PolyServeParams`, with the value
+chosen and why in ``docs/polyserve.md``.
+
+References
+----------
+PolyServe: Efficient Multi-SLO Serving at Scale, Sec. 3.4 (batch limits), 4.2-4.7 (design),
+5.1 (setup, baselines).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from slolab.heuristics.baselines import (
+    LeastLoaded,
+    RandomRouter,
+    SarathiFCFS,
+    _AdmissionOrder,
+    _make_room_for_decode,
+)
+from slolab.heuristics.policies import Scheduler, register_policy
+from slolab.sim.policy import HOLD, Batch
+from slolab.sim.scaling import ClusterView, ScaleAction
+from slolab.timing.base import (
+    F_DECODE_KV,
+    F_DECODE_TOKENS,
+    F_NUM_DECODE,
+    F_NUM_PREFILL,
+    F_PREFILL_ATTN,
+    F_PREFILL_TOKENS,
+)
+from slolab.timing.forms import ProfiledTiming, timing_lines
+from slolab.timing.inverse import time_to_tokens
+
+if TYPE_CHECKING:
+    from slolab.instances.records import Instance
+    from slolab.sim.engine import Server
+    from slolab.timing.base import TimingModel
+
+__all__ = [
+    "H200_LLAMA31_8B_KV_TOKENS",
+    "MinimalCycleRouter",
+    "PolyServeController",
+    "PolyServeParams",
+    "PolyServePolicy",
+    "Profile",
+    "kv_peak",
+    "polyserve_cluster",
+    "tier_pool",
+]
+
+#: KV tokens of one H200 serving Llama-3.1-8B: vLLM's 90 % of 141 GB less the 16.06 GB of FP16
+#: weights, over 131,072 B of KV per token (32 layers, 8 KV heads of 128, K and V in FP16).
+H200_LLAMA31_8B_KV_TOKENS = 845_642
+#: Name of the disaggregated prefill pool.
+PREFILL_POOL = "prefill"
+#: Admission outcomes: admitted; refused for batch, memory or TPOT; refused on a deadline.
+_ADMIT, _FULL, _TOO_LATE = 0, 1, 2
+
+
+def tier_pool(tpot_s: float) -> str:
+    """Name of the pool of the tier of TPOT ``tpot_s``: ``"tpot-20ms"``."""
+    return f"tpot-{tpot_s * 1e3:g}ms"
+
+
+def tiers_of(instance: Instance) -> np.ndarray:
+    """The instance's TPOT tiers (s), tightest first: its requests' distinct TPOT SLOs."""
+    tpot = np.asarray(instance.workload["tpot_slo_s"], dtype=float)
+    tiers = np.unique(tpot[np.isfinite(tpot)])
+    if not len(tiers):
+        raise ValueError(
+            f"instance {instance.name!r}: no request has a TPOT SLO; PolyServe bins requests by "
+            "TPOT tier (use --slos polyserve)"
+        )
+    return tiers
+
+
+def polyserve_cluster(instance: Instance, mode: str, servers: int) -> Instance:
+    """``instance`` on PolyServe's pools: one empty pool per TPOT tier (mixed co-located,
+    decode disaggregated, plus an empty ``prefill`` pool), with the instance's limits; the
+    fleet size ``servers`` goes to the settings (the controller's cap)."""
+    from slolab.instances.records import Cluster, Pool
+
+    if mode not in ("colocated", "disaggregated"):
+        raise ValueError(f"PolyServe runs colocated or disaggregated, got mode {mode!r}")
+    cl = instance.cluster
+    role = "mixed" if mode == "colocated" else "decode"
+    pools = [Pool(tier_pool(t), role) for t in tiers_of(instance)]
+    if mode == "disaggregated":
+        pools.insert(0, Pool(PREFILL_POOL, "prefill"))
+    cluster = Cluster.from_pools(
+        pools,
+        kv_capacity_tokens=cl.kv_capacity_tokens,
+        max_batch_size=cl.max_batch_size,
+        max_batch_tokens=cl.max_batch_tokens,
+        kv_bytes_per_token=cl.kv_bytes_per_token,
+        kv_transfer_bandwidth_bytes_per_s=cl.kv_transfer_bandwidth_bytes_per_s,
+        startup_s=cl.startup_s,
+        move_s=cl.move_s,
+    )
+    settings = {**instance.settings, "servers": int(servers), "mode": mode}
+    return dataclasses.replace(instance, cluster=cluster, settings=settings)
+
+
+# -- the profile ----------------------------------------------------------------------------------
+
+
+class Profile:
+    """PolyServe's profiled map (token batch size, KV tokens) -> iteration time (Sec. 4.5).
+
+    Tabulated from the run's timing model on decode shapes (:meth:`ProfiledTiming.from_model`),
+    as a profiler of decode iterations would measure it; prefill attention is not charged (the
+    paper ignores it below 10K-token sequences). Reads are bilinear.
+    """
+
+    def __init__(self, timing: TimingModel, kv_capacity_tokens: int, max_tokens: int = 1 << 16):
+        small = np.arange(1, 64, dtype=float)
+        large = np.unique(np.round(np.geomspace(64, max(max_tokens, 128), 160)))
+        self.table = ProfiledTiming.from_model(
+            timing,
+            np.concatenate([small, large]),
+            np.linspace(0.0, max(float(kv_capacity_tokens), 1.0) * 1.25, 65),
+            name=f"profile of {getattr(timing, 'name', 'timing')}",
+        )
+        self._xs_list = self.table.batch_sizes.tolist()
+        self._ys_list = self.table.kv_tokens.tolist()
+        self._cols = self.table.times_s.T.tolist()  # one list of times per KV grid point
+
+    def time(self, tokens: float, kv_tokens: float) -> float:
+        """Predicted iteration time (s) of ``tokens`` tokens reading ``kv_tokens`` KV tokens."""
+        return self.table._scalar_time(float(tokens), float(kv_tokens))
+
+    def max_tokens(self, kv_tokens: float, budget_s: float) -> int:
+        """Most tokens an iteration reading ``kv_tokens`` KV tokens may carry within
+        ``budget_s`` (0 when not even one token fits): bisection on the batch grid at that KV
+        (times non-decreasing in the batch), then the bilinear segment solved."""
+        ys = self._ys_list
+        j = min(max(bisect_right(ys, kv_tokens) - 1, 0), len(ys) - 2)
+        ty = (kv_tokens - ys[j]) / (ys[j + 1] - ys[j])
+        lo_col, hi_col = self._cols[j], self._cols[j + 1]
+
+        def at(i: int) -> float:
+            return lo_col[i] + ty * (hi_col[i] - lo_col[i])
+
+        xs = self._xs_list
+        if at(0) > budget_s:
+            return 0
+        lo, hi = 0, len(xs) - 1
+        if at(hi) <= budget_s:
+            lo = hi - 1  # extrapolate the last segment
+        else:
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if at(mid) <= budget_s:
+                    lo = mid
+                else:
+                    hi = mid
+        t0, t1 = at(lo), at(lo + 1)
+        slope = (t1 - t0) / (xs[lo + 1] - xs[lo])
+        if slope <= 0:
+            return int(xs[lo + 1])
+        return max(int(math.floor(xs[lo] + (budget_s - t0) / slope + 1e-9)), 0)
+
+
+def kv_peak(contexts: np.ndarray, remaining: np.ndarray) -> float:
+    """Largest KV a set of requests will hold as they grow: request ``i`` holds
+    ``contexts[i] + t`` tokens at step ``t < remaining[i]``, then leaves.
+
+    ``KV(t) = sum_{i: remaining_i > t} (contexts_i + t)`` is largest just before a request
+    leaves (``t = remaining_k - 1``), so it is the maximum over ``k`` of the suffix sums of the
+    contexts sorted by ``remaining`` plus ``(requests left) (remaining_k - 1)``.
+
+    References
+    ----------
+    PolyServe, Sec. 4.5 ("simulates future iterations and computes the maximum KV cache size").
+    """
+    n = len(contexts)
+    if n == 0:
+        return 0.0
+    order = np.argsort(remaining, kind="stable")
+    rem = remaining[order]
+    ctx = contexts[order]
+    suffix = np.cumsum(ctx[::-1])[::-1]
+    alive = n - np.arange(n)
+    return float(np.max(suffix + alive * (rem - 1.0)))
+
+
+# -- parameters -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PolyServeParams:
+    """PolyServe's settings (the paper gives the mechanisms; the values are ours, see
+    docs/polyserve.md).
+
+    Parameters
+    ----------
+    prefill_chunk_tokens : int
+        Disaggregated prefill token budget ``C`` of dynamic chunking (Sec. 4.7's example: 1024).
+    min_chunk_tokens : int
+        Co-located: prefill tokens an iteration carries even when the decodes fill the TPOT (so
+        a prefill never starves).
+    dispatch_lookahead : int
+        Held requests of one queue tried in a row without placing one before the queue waits
+        for the next retry (a request no server can take does not block those behind it).
+    prefill_slack_tpots : float
+        Disaggregated: a prefill server is chosen only if the prompt is predicted done this many
+        of the request's TPOTs before its TTFT deadline, so that its second token (due one TPOT
+        after it) can still find a decode server (Sec. 4.6's worst case).
+    tick_s : float
+        How often the controller looks at the cluster (scale-ups, retries).
+    scale_down_s : float
+        How often it checks each tier's last server ("periodically", Sec. 4.3).
+    promotion : {"lazy", "eager", "none"}
+        Lazy (Sec. 4.4): a tighter tier only when the own tier is full; eager: tighter tiers
+        first; none: own tier only (ablations).
+    chunk_timing : {"model", "profile"}
+        How a co-located server sizes its prefill chunks within the tier's TPOT: with its
+        iteration-time model, prefill attention included (``"model"``), or with the (batch, KV)
+        profile alone, prefill attention ignored as the paper's router does (``"profile"``).
+    kv_reserve : float
+        Share of a server's KV memory admission keeps free (outputs longer than the mean use
+        it; a disaggregated decode server cannot recompute a prompt to make room).
+    mean_output_tokens : float, optional
+        The output length every prediction assumes (Sec. 4.5: the average decode length);
+        default the instance's mean.
+    """
+
+    prefill_chunk_tokens: int = 1024
+    min_chunk_tokens: int = 32
+    dispatch_lookahead: int = 16
+    prefill_slack_tpots: float = 1.0
+    tick_s: float = 0.005
+    scale_down_s: float = 1.0
+    promotion: str = "lazy"
+    chunk_timing: str = "model"
+    kv_reserve: float = 0.05
+    mean_output_tokens: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("prefill_chunk_tokens", "min_chunk_tokens", "dispatch_lookahead"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        for name in ("tick_s", "scale_down_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be a finite number > 0 (s), got {v!r}")
+        if not (math.isfinite(self.prefill_slack_tpots) and self.prefill_slack_tpots >= 0):
+            raise ValueError(f"prefill_slack_tpots must be >= 0, got {self.prefill_slack_tpots!r}")
+        if self.promotion not in ("lazy", "eager", "none"):
+            raise ValueError(f"promotion must be lazy, eager or none, got {self.promotion!r}")
+        if not 0 <= self.kv_reserve < 1:
+            raise ValueError(f"kv_reserve must be in [0, 1), got {self.kv_reserve!r}")
+        if self.chunk_timing not in ("model", "profile"):
+            raise ValueError(f"chunk_timing must be model or profile, got {self.chunk_timing!r}")
+        if self.mean_output_tokens is not None and not self.mean_output_tokens >= 1:
+            raise ValueError(f"mean_output_tokens must be >= 1, got {self.mean_output_tokens}")
+
+
+@dataclass(frozen=True)
+class _Requests:
+    """Per-request arrays the controller and the policy read once."""
+
+    arrival: np.ndarray
+    prompt: np.ndarray
+    ttft: np.ndarray  # inf without a TTFT SLO
+    tpot: np.ndarray  # the tier's TPOT (best effort: the loosest)
+    tier: np.ndarray  # class index, tightest 0 (best effort: the loosest)
+    best_effort: np.ndarray
+
+    @classmethod
+    def of(cls, instance: Instance, tiers: np.ndarray) -> _Requests:
+        wl = instance.workload
+        tpot = np.asarray(wl["tpot_slo_s"], dtype=float)
+        finite = np.isfinite(tpot)
+        tier = np.where(finite, np.searchsorted(tiers, np.where(finite, tpot, 0.0)), len(tiers) - 1)
+        return cls(
+            arrival=wl.arrival_s.astype(float),
+            prompt=wl.prompt_tokens.astype(np.int64),
+            ttft=np.nan_to_num(np.asarray(wl["ttft_slo_s"], dtype=float), nan=np.inf),
+            tpot=tiers[tier],
+            tier=tier.astype(np.int64),
+            best_effort=~finite,
+        )
+
+
+# -- the controller ---------------------------------------------------------------------------------
+
+
+class _DecodeSide:
+    """The controller seen as the decode router of a disaggregated cluster."""
+
+    def __init__(self, controller: PolyServeController) -> None:
+        self.c = controller
+
+    def start(self, instance: Instance, seed: int) -> None:
+        return None
+
+    def route(self, request: int, servers: Sequence[Server], now: float) -> int:
+        return self.c.route_decode(request, servers, now)
+
+    def dispatch(
+        self, held: Sequence[int], servers: Sequence[Server], now: float
+    ) -> list[tuple[int, int]]:
+        return self.c.dispatch_decode(held, servers, now)
+
+
+class PolyServeController:
+    """PolyServe's central scheduler: entry router, decode router (:attr:`decode_router`) and
+    scaler in one object.
+
+    Co-located, a request is placed on a server of its tier (prefill and decode there). Disag-
+    gregated, the prefill side is one shared pool scheduled by earliest first-token deadline
+    (Sec. 4.2); after the KV transfer the request is placed on a decode server of its tier.
+    Placement: see the module docstring; admission: :meth:`admit_colocated`,
+    :meth:`admit_decode`, :meth:`admit_prefill`.
+
+    Parameters
+    ----------
+    params : PolyServeParams, optional
+    """
+
+    name = "polyserve"
+
+    def __init__(self, params: PolyServeParams | None = None) -> None:
+        self.params = params or PolyServeParams()
+        self.interval_s = self.params.tick_s
+        self.decode_router = _DecodeSide(self)
+
+    # -- life -----------------------------------------------------------------------------------
+    def start(self, instance: Instance, seed: int) -> None:
+        """Read the instance: tiers, pools, the profile, the mean output length."""
+        self.tiers = tiers_of(instance)
+        self.req = _Requests.of(instance, self.tiers)
+        self.mode = instance.cluster.mode
+        self.pools = [tier_pool(t) for t in self.tiers]
+        self.tier_of_pool = {p: j for j, p in enumerate(self.pools)}
+        known = {p.name for p in instance.cluster.resolved_pools()}
+        missing = [p for p in self.pools if p not in known]
+        if missing:
+            raise ValueError(
+                f"PolyServe needs one pool per TPOT tier ({', '.join(self.pools)}); the cluster "
+                f"lacks {', '.join(missing)} (build it with polyserve_cluster)"
+            )
+        pool = instance.cluster.resolved_pools()[-1]
+        self.kv_capacity = int(pool.kv_capacity_tokens)  # type: ignore[arg-type]
+        self.kv_admit = self.kv_capacity * (1.0 - self.params.kv_reserve)
+        self.max_seqs = int(pool.max_batch_size)  # type: ignore[arg-type]
+        self.max_tokens = int(pool.max_batch_tokens)  # type: ignore[arg-type]
+        self.profile = Profile(instance.timing, self.kv_capacity)
+        self._chunk_times = [
+            self.profile.time(i, 0.0) for i in range(2 * self.params.prefill_chunk_tokens + 1)
+        ]
+        mean = self.params.mean_output_tokens
+        self.d_hat = float(mean if mean is not None else instance.workload.output_tokens.mean())
+        self.fleet = int(instance.settings.get("servers", instance.cluster.servers))
+        self.order: list[list[int]] = [[] for _ in self.tiers]  # servers of each tier, join order
+        self.prefill_order: list[int] = []
+        self.pending: set[int] = set()  # servers on the pending list (Sec. 4.4)
+        self.held_count = np.zeros(len(self.tiers), dtype=np.int64)  # entry (CO) or decode (PD)
+        self.held_prefill = 0
+        self.unplaced = np.zeros(len(self.tiers), dtype=bool)  # a tier left requests unplaced
+        self.unplaced_prefill = False
+        self.next_scale_down = 0.0
+        self.placed: dict[int, int] = {}  # requests placed on each server (tier or decode)
+        self._prefill_queue: tuple[float, dict[int, int]] = (-1.0, {})
+        self._refused: dict[int, dict[int, tuple[int, float, int]]] = {}
+        self.decisions = 0
+        self.decision_s = 0.0
+
+    # -- routing ----------------------------------------------------------------------------------
+    def route(self, request: int, servers: Sequence[Server], now: float) -> int:
+        """Entry router: the prefill server (disaggregated) or the tier server (co-located) of an
+        arriving request, or HOLD (its queue is not empty, or no server admits it)."""
+        import time
+
+        t0 = time.perf_counter()
+        self.decisions += 1
+        if self.mode == "disaggregated":
+            k = HOLD if self.held_prefill else self._place_prefill(request, servers, now)
+            if k == HOLD:
+                self.held_prefill += 1
+                self.unplaced_prefill = True
+        else:
+            j = int(self.req.tier[request])
+            k = HOLD if self.held_count[j] else self._place(request, servers, now)
+            if k == HOLD:
+                self.held_count[j] += 1
+                self.unplaced[j] = True
+        self.decision_s += time.perf_counter() - t0
+        return k
+
+    def route_decode(self, request: int, servers: Sequence[Server], now: float) -> int:
+        """Decode router: a decode server of the request's tier (or a tighter one), or HOLD."""
+        import time
+
+        t0 = time.perf_counter()
+        self.decisions += 1
+        j = int(self.req.tier[request])
+        k = HOLD if self.held_count[j] else self._place(request, servers, now)
+        if k == HOLD:
+            self.held_count[j] += 1
+            self.unplaced[j] = True
+        self.decision_s += time.perf_counter() - t0
+        return k
+
+    def dispatch(
+        self, held: Sequence[int], servers: Sequence[Server], now: float
+    ) -> list[tuple[int, int]]:
+        """Held entry requests, earliest deadline first: disaggregated, the prefill queue (one
+        queue, EDF on arrival + TTFT); co-located, each tier's queue until its head finds no
+        server."""
+        if self.mode == "disaggregated":
+            placed = self._dispatch_queue(held, servers, now, self._place_prefill)
+            self.held_prefill -= len(placed)
+            self.unplaced_prefill = self.held_prefill > 0
+            return placed
+        return self._dispatch_tiers(held, servers, now)
+
+    def dispatch_decode(
+        self, held: Sequence[int], servers: Sequence[Server], now: float
+    ) -> list[tuple[int, int]]:
+        return self._dispatch_tiers(held, servers, now)
+
+    def _dispatch_tiers(
+        self, held: Sequence[int], servers: Sequence[Server], now: float
+    ) -> list[tuple[int, int]]:
+        import time
+
+        t0 = time.perf_counter()
+        ids = np.asarray(held, dtype=np.int64)
+        tier = self.req.tier[ids]
+        deadline = self.req.arrival[ids] + self.req.ttft[ids]
+        placed: list[tuple[int, int]] = []
+        for j in range(len(self.tiers)):
+            mine = ids[tier == j]
+            if not len(mine):
+                self.unplaced[j] = False
+                continue
+            d = deadline[tier == j]
+            failures = 0
+            for r in mine[np.lexsort((d, d < now))].tolist():  # on time by deadline, then lost
+                self.decisions += 1
+                k = self._place(r, servers, now)
+                if k == HOLD:
+                    failures += 1
+                    if failures >= self.params.dispatch_lookahead:
+                        break
+                    continue
+                failures = 0
+                placed.append((r, k))
+                self.held_count[j] -= 1
+            self.unplaced[j] = self.held_count[j] > 0
+        self.decision_s += time.perf_counter() - t0
+        return placed
+
+    def _dispatch_queue(self, held, servers, now, place) -> list[tuple[int, int]]:
+        import time
+
+        t0 = time.perf_counter()
+        ids = np.asarray(held, dtype=np.int64)
+        deadline = self.req.arrival[ids] + self.req.ttft[ids]
+        order = ids[np.lexsort((deadline, deadline < now))]  # on time first, each by deadline
+        placed = []
+        failures = 0
+        for r in order.tolist():
+            self.decisions += 1
+            k = place(r, servers, now)
+            if k == HOLD:
+                failures += 1
+                if failures >= self.params.dispatch_lookahead:
+                    break
+                continue
+            failures = 0
+            placed.append((r, k))
+        self.decision_s += time.perf_counter() - t0
+        return placed
+
+    def _candidate_tiers(self, j: int) -> list[int]:
+        """Tiers a class-``j`` request may use, in the order tried (Sec. 4.4)."""
+        promotion = self.params.promotion
+        if promotion == "none":
+            return [j]
+        tighter = list(range(j - 1, -1, -1))  # nearest tighter tier first
+        return [j, *tighter] if promotion == "lazy" else [*reversed(tighter), j]
+
+    def _place(self, r: int, servers: Sequence[Server], now: float) -> int:
+        """Highest-load admitting server of the request's tier, then of tighter tiers; HOLD."""
+        j = int(self.req.tier[r])
+        by_tier: dict[int, list[int]] = {}
+        for k, s in enumerate(servers):
+            t = self.tier_of_pool.get(s.pool)
+            if t is not None and s.id not in self.pending:
+                by_tier.setdefault(t, []).append(k)
+        late = self._late(r, now)
+        for t in self._candidate_tiers(j):
+            ks = by_tier.get(t)
+            if not ks:
+                continue
+            rank = {sid: i for i, sid in enumerate(self.order[t])}
+            ks.sort(key=lambda k: (-servers[k].load, rank.get(servers[k].id, 1 << 30)))
+            tau = float(self.tiers[t])
+            for k in ks:
+                if self._admit(servers[k], r, tau, late, now):
+                    sid = servers[k].id
+                    self.placed[sid] = self.placed.get(sid, 0) + 1
+                    self._refused.pop(r, None)
+                    return k
+        return HOLD
+
+    def _late(self, r: int, now: float) -> bool:
+        """The request's next deadline has passed: it is admitted on the TPOT and memory checks
+        alone (it is late anyway; it must not make others late)."""
+        first = self.req.arrival[r] + self.req.ttft[r]
+        if self.mode == "disaggregated":
+            return now > first + self.req.tpot[r]
+        return now > first
+
+    def _place_prefill(self, r: int, servers: Sequence[Server], now: float) -> int:
+        """Highest-load (queued prefill tokens) prefill server that finishes the prompt by the
+        TTFT deadline (Sec. 4.7); HOLD."""
+        # queued prompt tokens per prefill server, read once per moment (within one moment only
+        # this router's own placements change them, and it adds those itself)
+        cached_at, cache = self._prefill_queue
+        if cached_at != now or len(cache) != len(servers):
+            cache = {
+                k: sum(s.remaining_prefill(q) for q in s.waiting + s.prefilling)
+                for k, s in enumerate(servers)
+                if s.role == "prefill"
+            }
+            self._prefill_queue = (now, cache)
+        queued = [(left, k) for k, left in cache.items()]
+        if not queued:
+            return HOLD
+        rank = {sid: i for i, sid in enumerate(self.prefill_order)}
+        queued.sort(key=lambda e: (-e[0], rank.get(servers[e[1]].id, 1 << 30)))
+        deadline = self.req.arrival[r] + self.req.ttft[r]
+        p = int(self.req.prompt[r])
+        if now > deadline:
+            k = queued[-1][1]  # lost already: the least-loaded server, behind the others
+            cache[k] += p
+            return k
+        for left, k in queued:
+            s = servers[k]
+            done = s.free_at_s + self.prefill_time(left + p)
+            if done <= deadline - self.params.prefill_slack_tpots * self.req.tpot[r]:
+                cache[k] += p
+                return k
+        return HOLD
+
+    def prefill_time(self, tokens: int) -> float:
+        """Predicted time of ``tokens`` prompt tokens under dynamic chunking with budget ``C``:
+        iterations of ``C`` tokens, the last two merged when fewer than ``2C`` remain."""
+        c = self.params.prefill_chunk_tokens
+        if tokens <= 0:
+            return 0.0
+        full = max(math.ceil(tokens / c) - 1, 0)
+        if tokens - (full - 1) * c < 2 * c and full >= 1:
+            full -= 1
+        last = tokens - full * c
+        times = self._chunk_times  # profile time of i prefill tokens, i <= 2C
+        return full * times[c] + (
+            times[last] if last < len(times) else self.profile.time(last, 0.0)
+        )
+
+    # -- admission ----------------------------------------------------------------------------------
+    def _peak_with(self, s: Server, context: float, generated: float) -> tuple[float, int]:
+        """Predicted KV peak of ``s`` with one more request (``context`` tokens, ``generated``
+        emitted) and the batch it makes; every request's output is predicted as ``d_hat``.
+
+        Decoding requests count at their KV, queued and prefilling ones at their prompt plus
+        what they emitted (their whole prompt will be resident)."""
+        dec = s.decoding_ids()
+        rest = s.waiting + s.prefilling
+        ctx = np.empty(len(dec) + len(rest) + 1)
+        gen = np.empty(len(ctx))
+        n = len(dec)
+        ctx[:n] = s.kv_held_of(dec)
+        gen[:n] = s.generated_of(dec)
+        for i, q in enumerate(rest, start=n):
+            g = s.generated(q)
+            ctx[i] = s.prompt(q) + g
+            gen[i] = g
+        ctx[-1] = context
+        gen[-1] = generated
+        remaining = np.maximum(self.d_hat - gen, 1.0)
+        return kv_peak(ctx, remaining), len(ctx)
+
+    def admit_decode(self, s: Server, r: int, tau_s: float, late: bool = False) -> bool:
+        """Disaggregated decode admission (Sec. 4.5-4.6): with ``r`` the server's predicted peak
+        KV fits memory, the iteration at the current batch and that peak stays within the tier's
+        TPOT, and (unless late) ``r``'s second token, out at the end of the iteration after the
+        one in progress, meets its deadline ``arrival + TTFT + TPOT``."""
+        return self._admit_decode(s, r, tau_s, late) == _ADMIT
+
+    def _admit_decode(self, s: Server, r: int, tau_s: float, late: bool) -> int:
+        b = s.load + 1
+        if b > self.max_seqs or (self.max_tokens and b > self.max_tokens):
+            return _FULL
+        p = float(self.req.prompt[r])
+        kv_now = s.kv_used_tokens + sum(s.kv_held(q) for q in s.waiting) + p + 1
+        if self.profile.time(b, kv_now) > tau_s or kv_now > self.kv_admit:
+            return _FULL  # cheap necessary check: the peak is at least the current KV
+        peak, _ = self._peak_with(s, p + 1.0, 1.0)
+        if peak > self.kv_admit or self.profile.time(b, peak) > tau_s:
+            return _FULL
+        if late:
+            return _ADMIT
+        deadline = self.req.arrival[r] + self.req.ttft[r] + self.req.tpot[r]
+        return _ADMIT if s.free_at_s + self.profile.time(b, kv_now) <= deadline else _TOO_LATE
+
+    def admit_colocated(self, s: Server, r: int, tau_s: float, late: bool = False) -> bool:
+        """Co-located admission (Sec. 4.5-4.7): with ``r`` the predicted peak KV fits, the decode
+        batch at that peak leaves a prefill chunk ``c >= 1`` within the tier's TPOT (the chunk the
+        whole prefill can keep as the KV grows), and (unless late) ``r``'s prompt, after the
+        prompts queued on the server with earlier first-token deadlines, finishes by its TTFT
+        deadline, ``free_at + ceil((ahead + p) / c) t(B + c, peak)``, and so does every queued
+        prompt with a later deadline (the server prefills in deadline order)."""
+        return self._admit_colocated(s, r, tau_s, late) == _ADMIT
+
+    def _admit_colocated(self, s: Server, r: int, tau_s: float, late: bool) -> int:
+        b = s.load + 1
+        if b > self.max_seqs:
+            return _FULL
+        p = float(self.req.prompt[r])
+        kv_now = s.kv_used_tokens + p
+        if kv_now > self.kv_admit or self.profile.time(b, kv_now) > tau_s:
+            return _FULL
+        deadline = self.req.arrival[r] + self.req.ttft[r]
+        # prompts ahead of r (the server prefills by deadline, lost ones last) and behind it
+        ahead, behind = 0, []
+        for q in s.prefilling + s.waiting:
+            dq = self.req.arrival[q] + self.req.ttft[q]
+            if dq <= deadline or dq < s.now:
+                ahead += s.remaining_prefill(q)
+            else:
+                behind.append((dq, s.remaining_prefill(q)))
+        queued = ahead
+        if not late:
+            # cheap necessary check: the chunk is at most the one the current KV allows and
+            # every iteration carries at least the b decode tokens
+            most = self.profile.max_tokens(kv_now, tau_s) - b
+            if most < 1:
+                return _FULL
+            soonest = s.free_at_s + math.ceil((queued + p) / most) * self.profile.time(b, kv_now)
+            if soonest > deadline:
+                return _TOO_LATE
+        peak, _ = self._peak_with(s, p, 0.0)
+        if peak > self.kv_admit:
+            return _FULL
+        budget = self.profile.max_tokens(peak, tau_s)
+        if self.max_tokens:
+            budget = min(budget, self.max_tokens)
+        chunk = budget - b
+        if chunk < 1:
+            return _FULL
+        if late:
+            return _ADMIT
+        step = self.profile.time(b + chunk, peak)
+        tokens = queued + p
+        if s.free_at_s + math.ceil(tokens / chunk) * step > deadline:
+            return _TOO_LATE
+        for dq, left in sorted(behind):  # r must not make a later-deadline prompt late
+            tokens += left
+            if s.free_at_s + math.ceil(tokens / chunk) * step > dq:
+                return _TOO_LATE
+        return _ADMIT
+
+    def _admit(self, s: Server, r: int, tau_s: float, late: bool, now: float) -> bool:
+        """Admission with a memory of failures: a server that refused ``r`` for its batch, memory
+        or TPOT (``_FULL``) refuses it again until a request leaves it (the prediction only grows
+        while requests only join and grow); one that refused it on its deadline (``_TOO_LATE``)
+        is asked again after a tick, as PolyServe's tick-driven scheduler would."""
+        sid = s.id
+        departed = self.placed.get(sid, 0) - s.load
+        seen = self._refused.get(r)
+        if seen is not None and sid in seen:
+            at_departed, at_s, reason = seen[sid]
+            if at_departed == departed and (reason == _FULL or now < at_s + self.params.tick_s):
+                return False
+        code = (
+            self._admit_colocated(s, r, tau_s, late)
+            if s.role == "mixed"
+            else self._admit_decode(s, r, tau_s, late)
+        )
+        if code == _ADMIT:
+            return True
+        self._refused.setdefault(r, {})[sid] = (departed, now, code)
+        return False
+
+    # -- scaling ----------------------------------------------------------------------------------
+    def decide(self, cluster: ClusterView) -> Sequence[ScaleAction]:
+        """Every tick: keep the tier lists; a tier (or the prefill pool) that left requests
+        unplaced takes a pending server running its requests, else a best-effort server; every
+        ``scale_down_s``: each tier's last server goes to the pending list once none of its
+        requests is of its tier, and returns to the best-effort pool once empty."""
+        now = cluster.now
+        live = {s.id: s for s in cluster.servers}
+        self._sync(cluster)
+        actions: list[ScaleAction] = []
+        reclaimed: list[ScaleAction] = []  # at most one prefill server reclaimed per tick
+        on = len(cluster.servers)
+        for j in range(len(self.tiers)):
+            if not (self.unplaced[j] and self.held_count[j] > 0):
+                continue
+            pool = self.pools[j]
+            if any(live[i].state == "starting" for i in self.order[j] if i in live):
+                continue  # one start-up at a time per tier
+            joiner = self._pending_with(j, live)
+            if joiner is not None:
+                self.pending.discard(joiner)
+                src = self.tier_of_pool[live[joiner].pool]
+                self.order[src].remove(joiner)
+                self.order[j].append(joiner)
+                actions.append(ScaleAction.assign(joiner, pool))
+            elif on < self.fleet:
+                actions.append(ScaleAction.on(pool))
+                on += 1
+            elif self.mode == "disaggregated" and not self.unplaced_prefill and not reclaimed:
+                reclaimed = self._reclaim_prefill(live)
+                actions += reclaimed
+            self.unplaced[j] = False
+        if self.mode == "disaggregated" and self.unplaced_prefill and self.held_prefill > 0:
+            starting = any(live[i].state == "starting" for i in self.prefill_order if i in live)
+            if not starting and on < self.fleet:
+                actions.append(ScaleAction.on(PREFILL_POOL))
+                on += 1
+            self.unplaced_prefill = False
+        if now >= self.next_scale_down:
+            self.next_scale_down = now + self.params.scale_down_s
+            actions += self._scale_down(live)
+        return actions
+
+    def _reclaim_prefill(self, live: dict[int, Server]) -> list[ScaleAction]:
+        """A decode tier needs a server and the fleet is full: drain the prefill server with the
+        fewest prompt tokens queued (prefill servers may leave at any time, Sec. 4.3; this one
+        finishes its queue first), keeping one; its device returns to the best-effort pool."""
+        members = [i for i in self.prefill_order if i in live and live[i].accepting]
+        if len(members) <= 1:
+            return []
+
+        def queued(sid: int) -> int:
+            s = live[sid]
+            return sum(s.remaining_prefill(q) for q in s.waiting + s.prefilling)
+
+        victim = min(members, key=lambda sid: (queued(sid), -sid))
+        return [ScaleAction.drain(victim)]
+
+    def _sync(self, cluster: ClusterView) -> None:
+        """Servers switched on since the last look join the end of their tier's list; departed
+        ones leave the lists."""
+        live = {s.id for s in cluster.servers}
+        listed = set(self.prefill_order).union(*self.order)
+        for s in cluster.servers:
+            if s.id in listed or not s.accepting:
+                continue
+            if s.pool == PREFILL_POOL:
+                self.prefill_order.append(s.id)
+            elif s.pool in self.tier_of_pool:
+                self.order[self.tier_of_pool[s.pool]].append(s.id)
+        for lst in (*self.order, self.prefill_order):
+            lst[:] = [i for i in lst if i in live]
+        self.pending &= live
+
+    def _pending_with(self, j: int, live: dict[int, Server]) -> int | None:
+        """A pending server running class-``j`` requests (Sec. 4.4), or None."""
+        for sid in sorted(self.pending):
+            s = live.get(sid)
+            if s is None or not s.accepting:
+                continue
+            ids = list(s.waiting) + list(s.prefilling) + list(s.decoding)
+            if ids and (self.req.tier[np.array(ids, dtype=np.int64)] == j).any():
+                return sid
+        return None
+
+    def _scale_down(self, live: dict[int, Server]) -> list[ScaleAction]:
+        actions: list[ScaleAction] = []
+        for j in range(len(self.tiers)):
+            if self.held_count[j]:
+                continue
+            members = [i for i in self.order[j] if i in live and live[i].accepting]
+            for sid in list(self.pending):
+                s = live.get(sid)
+                if s is not None and s.accepting and s.load == 0 and sid in members:
+                    actions.append(ScaleAction.drain(sid))
+                    self.pending.discard(sid)
+                    members.remove(sid)
+            last = next((i for i in reversed(members) if i not in self.pending), None)
+            if last is None:
+                continue
+            s = live[last]
+            if s.load == 0:
+                actions.append(ScaleAction.drain(last))
+                continue
+            ids = np.array(list(s.waiting) + list(s.prefilling) + list(s.decoding), dtype=np.int64)
+            if not (self.req.tier[ids] == j).any():
+                self.pending.add(last)
+        if self.mode == "disaggregated" and not self.held_prefill:
+            members = [i for i in self.prefill_order if i in live and live[i].accepting]
+            if members and live[members[-1]].load == 0:
+                actions.append(ScaleAction.drain(members[-1]))
+        return actions
+
+    def summary(self) -> dict[str, float]:
+        """Routing decisions made and their mean latency (s per decision)."""
+        return {
+            "decisions": float(self.decisions),
+            "decision_mean_s": self.decision_s / self.decisions if self.decisions else 0.0,
+        }
+
+
+# -- batch formation ------------------------------------------------------------------------------
+
+
+class PolyServePolicy:
+    """Each server's batches under PolyServe (by the server's role).
+
+    - co-located (``mixed``): every decoding request, then prefill chunks (earliest first-token
+      deadline first) up to the tokens the profile allows within the tier's TPOT at the current
+      KV (at least ``min_chunk_tokens``);
+    - prefill: dynamic chunking (Sec. 4.7): prompts in deadline order fill a budget of ``C``
+      tokens; a prompt with fewer than ``2C`` tokens left is finished in one iteration, and then
+      nothing else joins it;
+    - decode: every running request plus every transferred one memory allows.
+
+    Memory running out (outputs longer than predicted) preempts the latest admitted request
+    (vLLM's recompute), as the baselines do.
+    """
+
+    name = "polyserve"
+
+    def __init__(self, controller: PolyServeController) -> None:
+        self.c = controller
+        self._order = _AdmissionOrder({})
+        self._lines: dict[int, Any] = {}
+
+    def start(self, instance: Instance, seed: int) -> None:
+        self._order = _AdmissionOrder({})
+
+    def next_batch(self, server: Server) -> Batch:
+        if server.role == "decode":
+            return self._decode_batch(server)
+        if server.role == "prefill":
+            return self._prefill_batch(server)
+        return self._colocated_batch(server)
+
+    def _chunk_within(
+        self,
+        timing: TimingModel,
+        tau_s: float,
+        shape: tuple[int, int, int, float, int],
+        prefix: int,
+        most: int,
+    ) -> int:
+        """Largest chunk (at most ``most``) of a prompt with ``prefix`` tokens cached that keeps
+        the iteration ``shape`` (decode sequences, their KV, prefill tokens, attention work and
+        sequences already in it) within ``tau_s``: a closed form per line of a linear or
+        roofline model (:func:`slolab.timing.time_to_tokens` for other forms)."""
+        lines = self._lines.get(id(timing))
+        if lines is None:
+            try:
+                lines = timing_lines(timing)
+            except ValueError:
+                lines = ()
+            self._lines[id(timing)] = lines
+        decode, decode_kv, tokens, work, seqs = shape
+        if not lines:
+            return time_to_tokens(
+                timing,
+                tau_s,
+                decode,
+                decode_kv,
+                prefix,
+                max_tokens=most,
+                batch_prefill_tokens=tokens,
+                batch_prefill_attention_work=work,
+                batch_prefill_seqs=seqs,
+            )
+        intercepts, coefs = lines
+        best = most
+        for b, row in zip(intercepts.tolist(), coefs.tolist(), strict=True):
+            base = (
+                b
+                + row[F_DECODE_TOKENS] * decode
+                + row[F_NUM_DECODE] * decode
+                + row[F_DECODE_KV] * decode_kv
+                + row[F_PREFILL_TOKENS] * tokens
+                + row[F_PREFILL_ATTN] * work
+                + row[F_NUM_PREFILL] * (seqs + 1)
+            )
+            room = tau_s - base
+            if room < 0:
+                return 0
+            lin = row[F_PREFILL_TOKENS] + row[F_PREFILL_ATTN] * (prefix + 0.5)
+            quad = row[F_PREFILL_ATTN] / 2.0
+            if quad > 0:
+                root = 2.0 * room / (lin + math.sqrt(lin * lin + 4.0 * quad * room))
+            elif lin > 0:
+                root = room / lin
+            else:
+                continue
+            best = min(best, int(math.floor(root)))
+        return max(best, 0)
+
+    def _deadline_order(self, ids: Sequence[int], now: float) -> list[int]:
+        """``ids`` by first-token deadline, those already past it last (they are lost; they must
+        not make the others late)."""
+        req = self.c.req
+
+        def key(r: int) -> tuple[bool, float, int]:
+            d = float(req.arrival[r] + req.ttft[r])
+            return (d < now, d, r)
+
+        return sorted(ids, key=key)
+
+    def _decode_batch(self, server: Server) -> Batch:
+        """Decode every running request and admit the transferred ones (the router admitted
+        them) while memory allows. When the next step does not fit (outputs longer than
+        predicted), the latest admitted requests are preempted; once memory frees, the server
+        recomputes their KV (a prefill of prompt and generated tokens, then they decode on)."""
+        decode = list(server.decoding[: server.max_batch_size])
+        if len(decode) > server.kv_free_tokens:
+            preempt = _make_room_for_decode(server, decode, self._order.of(server))
+            return Batch(decode=decode, preempt=preempt)
+        free = server.kv_free_tokens - len(decode)
+        prefill: list[tuple[int, int]] = []
+        admitted = False
+        for r in server.waiting:
+            if len(decode) + len(prefill) >= server.max_batch_size:
+                break
+            left = server.remaining_prefill(r)
+            need = left + 1 if left else server.kv_held(r) + 1
+            tokens = len(decode) + sum(c for _, c in prefill) + max(left, 1)
+            if need > free or (server.max_batch_tokens and tokens > server.max_batch_tokens):
+                break
+            if left:
+                prefill.append((r, left))  # a preempted request: recompute its KV
+            else:
+                decode.append(r)
+            free -= need
+            admitted = True
+        if not decode and not prefill:
+            return Batch()
+        full = not admitted and len(decode) == len(server.decoding)
+        return Batch(prefill=prefill, decode=server.decoding_ids() if full else decode, repeat=full)
+
+    def _prefill_batch(self, server: Server) -> Batch:
+        budget = self.c.params.prefill_chunk_tokens
+        free = server.kv_free_tokens
+        prefill: list[tuple[int, int]] = []
+        tokens = 0
+        waiting = set(server.waiting)
+        for r in self._deadline_order(server.prefilling + server.waiting, server.now):
+            left = server.remaining_prefill(r)
+            room = budget - tokens
+            if room <= 0 or len(prefill) >= server.max_batch_size:
+                break
+            if left <= room:
+                take, stop = left, False
+            elif left < 2 * budget and tokens + left <= 2 * budget:
+                take, stop = left, True  # finish it now; nothing else joins
+            else:
+                take, stop = room, True
+            need = left + 1 if r in waiting else take + (1 if take == left else 0)
+            if need > free:
+                break
+            prefill.append((r, take))
+            free -= take + (1 if take == left else 0)
+            tokens += take
+            if stop:
+                break
+        return Batch(prefill=prefill)
+
+    def _colocated_batch(self, server: Server) -> Batch:
+        c = self.c
+        tau = float(c.tiers[c.tier_of_pool[server.pool]])
+        decode = list(server.decoding[: server.max_batch_size])
+        preempt: list[int] = []
+        if len(decode) > server.kv_free_tokens:
+            preempt = _make_room_for_decode(server, decode, self._order.of(server))
+        decode_kv = int(server.kv_held_of(np.array(decode, dtype=np.int64)).sum()) if decode else 0
+        budget = server.max_batch_tokens - len(decode) if server.max_batch_tokens else 1 << 30
+        if c.params.chunk_timing == "profile":
+            budget = min(budget, c.profile.max_tokens(decode_kv, tau) - len(decode))
+        free = server.kv_free_tokens - len(decode) + sum(server.kv_held(r) for r in preempt)
+        slots = server.max_batch_size - len(decode)
+        prefill: list[tuple[int, int]] = []
+        waiting = set(server.waiting)
+        tokens, work = 0, 0.0
+        candidates = [q for q in server.prefilling + server.waiting if q not in preempt]
+        for r in self._deadline_order(candidates, server.now):
+            if slots <= 0:
+                break
+            left = server.remaining_prefill(r)
+            prefix = server.kv_held(r) - server.generated(r)
+            take = min(left, budget - tokens)
+            if c.params.chunk_timing == "model" and take > 0:
+                shape = (len(decode), decode_kv, tokens, work, len(prefill))
+                take = self._chunk_within(server.timing, tau, shape, prefix, take)
+            if take < 1 and not prefill:
+                take = min(left, c.params.min_chunk_tokens)  # never starve the prompts
+            if take < 1:
+                break
+            extra = 1 if take == left else 0
+            need = left + 1 if r in waiting else take + extra
+            if need > free:
+                continue
+            prefill.append((r, take))
+            free -= take + extra
+            tokens += take
+            work += take * (prefix + (take + 1) / 2.0)
+            slots -= 1
+            if take < left:
+                break  # the budget is used up
+        if not prefill and not decode:
+            return Batch(preempt=preempt)
+        repeat = (
+            not prefill
+            and not preempt
+            and not server.waiting
+            and not server.prefilling
+            and len(decode) == len(server.decoding)
+        )
+        return Batch(prefill=prefill, decode=decode, preempt=preempt, repeat=repeat)
+
+
+# -- baselines ------------------------------------------------------------------------------------
+
+
+class MinimalCycleRouter:
+    """Route to the server with the lowest predicted cycle (iteration) time: its decode tokens
+    plus what its prompts would add up to the token budget, at its KV (the profile of the
+    run's timing model); fewest requests on ties (PolyServe's PD-/CO-Minimal, Sec. 5.1)."""
+
+    name = "minimal-cycle"
+
+    def __init__(self, token_budget: int = 0) -> None:
+        self.token_budget = token_budget
+
+    def start(self, instance: Instance, seed: int) -> None:
+        pool = instance.cluster.resolved_pools()[-1]
+        self.profile = Profile(instance.timing, int(pool.kv_capacity_tokens))  # type: ignore[arg-type]
+        self.budget = self.token_budget or int(instance.cluster.max_batch_tokens) or 2048
+
+    def cycle_s(self, s: Server) -> float:
+        prompts = sum(s.remaining_prefill(q) for q in s.prefilling) + sum(
+            s.remaining_prefill(q) for q in s.waiting
+        )
+        tokens = len(s.decoding) + min(prompts, self.budget)
+        return self.profile.time(max(tokens, 1), s.kv_used_tokens)
+
+    def route(self, request: int, servers: Sequence[Server], now: float) -> int:
+        return min(
+            range(len(servers)), key=lambda k: (self.cycle_s(servers[k]), servers[k].load, k)
+        )
+
+
+def _fixed_split(instance: Instance, mode: str, servers: int, prefill_servers: int) -> Instance:
+    """``instance`` on a fixed cluster of ``servers``: co-located one pool, disaggregated
+    ``prefill_servers`` (0: the tier-partition bound's split, rounded) prefill servers."""
+    from slolab.instances.records import Cluster
+
+    cl = instance.cluster
+    if mode == "disaggregated" and not prefill_servers:
+        prefill_servers = bound_prefill_split(instance, servers)
+    cluster = dataclasses.replace(
+        cl,
+        servers=servers,
+        mode=mode,
+        prefill_servers=prefill_servers if mode == "disaggregated" else 0,
+        pools=(),
+    )
+    Cluster.__post_init__(cluster)
+    settings = {**instance.settings, "servers": servers, "mode": mode}
+    if mode == "disaggregated":
+        settings["prefill_servers"] = prefill_servers
+    return dataclasses.replace(instance, cluster=cluster, settings=settings)
+
+
+def bound_prefill_split(instance: Instance, servers: int) -> int:
+    """Prefill servers of the disaggregated tier-partition bound on ``servers`` servers (between
+    1 and ``servers - 1``): the split the baselines run at."""
+    from slolab.models.tier_partition import PartitionData, _partition_pulp, _pulp_value
+    from slolab.solvers import get_backend
+    from slolab.solvers.base import MilpFormulation
+
+    if servers < 2:
+        raise ValueError(f"disaggregated serving needs at least 2 servers, got {servers}")
+    data = PartitionData.of(instance, mode="disaggregated", servers=servers)
+    prob, v = _partition_pulp(data, None, True)
+    get_backend("highs")().solve_formulation(MilpFormulation(prob, to_schedule=lambda: None), 30.0)
+    value = _pulp_value(v["n_prefill"])
+    split = int(round(value)) if math.isfinite(value) else servers // 2
+    return min(max(split, 1), servers - 1)
+
+
+def _mode_of(mode: str | None, instance: Instance) -> str:
+    mode = mode or instance.cluster.mode
+    if mode not in ("colocated", "disaggregated"):
+        raise ValueError(f"PolyServe's policies run colocated or disaggregated, got {mode!r}")
+    return mode
+
+
+def polyserve_scheduler(
+    instance: Instance,
+    *,
+    mode: str | None = None,
+    servers: int | None = None,
+    params: PolyServeParams | None = None,
+    **_: Any,
+) -> Scheduler:
+    """PolyServe on ``instance`` (its cluster's servers are the fleet): its pools, controller
+    (router, decode router, scaler) and policy."""
+    mode = _mode_of(mode, instance)
+    fleet = int(servers or instance.cluster.servers)
+    inst = polyserve_cluster(instance, mode, fleet)
+    controller = PolyServeController(params)
+    return Scheduler(
+        PolyServePolicy(controller),
+        controller,
+        controller.decode_router if mode == "disaggregated" else None,
+        controller,
+        instance=inst,
+    )
+
+
+def _baseline(kind: str):
+    def make(
+        instance: Instance,
+        *,
+        mode: str | None = None,
+        servers: int | None = None,
+        token_budget: int | None = None,
+        prefill_servers: int = 0,
+        **_: Any,
+    ) -> Scheduler:
+        from slolab.heuristics.policies import sarathi_token_budget
+
+        mode = _mode_of(mode, instance)
+        if kind == "chunk" and mode != "colocated":
+            raise ValueError("chunk (CO-Chunk) is co-located only, as in PolyServe's evaluation")
+        fleet = int(servers or instance.cluster.servers)
+        inst = _fixed_split(instance, mode, fleet, prefill_servers)
+        budget = token_budget or sarathi_token_budget(inst)
+        policy = SarathiFCFS(token_budget=budget)
+        router: Any
+        decode_router: Any = None
+        if kind == "random":
+            router = RandomRouter()
+            decode_router = RandomRouter() if mode == "disaggregated" else None
+        elif kind == "minimal":
+            router = MinimalCycleRouter(budget)
+            decode_router = MinimalCycleRouter(budget) if mode == "disaggregated" else None
+        else:
+            router = LeastLoaded()
+        return Scheduler(policy, router, decode_router, instance=inst)
+
+    make.__name__ = f"{kind}_scheduler"
+    return make
+
+
+def capacity_bound(
+    instance: Instance, mode: str | None = None, servers: int | None = None
+) -> float:
+    """The tier-partition bound (req/s) of ``instance``'s mix on its servers: the largest
+    arrival rate the steady-state fluid model serves in full (HiGHS, 60 s)."""
+    from slolab.models.tier_partition import TierPartition
+    from slolab.solvers import solve
+
+    mode = _mode_of(mode, instance)
+    model = TierPartition(instance, mode=mode, servers=int(servers or instance.cluster.servers))
+    res = solve(model, solver="highs", time_limit=60.0)
+    if res.bound is None:
+        raise RuntimeError(f"the tier-partition bound was not found ({res.status.value})")
+    return float(res.bound)
+
+
+register_policy(
+    "polyserve",
+    PolyServePolicy,
+    "PolyServe: TPOT tiers, highest-load feasible server, lazy promotion, autoscaling from a "
+    "best-effort pool (routes and scales itself; --mode colocated or disaggregated)",
+    setup=polyserve_scheduler,
+    capacity_bound=capacity_bound,
+)
+_RANDOM, _MINIMAL, _CHUNK = _baseline("random"), _baseline("minimal"), _baseline("chunk")
+
+register_policy(
+    "random",
+    _RANDOM,
+    "PolyServe's PD-/CO-Random baseline: a random server, Sarathi token budget (its own "
+    "router; not the 'random' router)",
+    setup=_RANDOM,
+    capacity_bound=capacity_bound,
+    token_budget=True,
+)
+register_policy(
+    "minimal",
+    _MINIMAL,
+    "PolyServe's PD-/CO-Minimal baseline: the server with the lowest predicted cycle time, "
+    "Sarathi token budget",
+    setup=_MINIMAL,
+    capacity_bound=capacity_bound,
+    token_budget=True,
+)
+register_policy(
+    "chunk",
+    _CHUNK,
+    "PolyServe's CO-Chunk baseline: a static token budget (--token-budget; the studies sweep "
+    "it), least-loaded routing; co-located only",
+    setup=_CHUNK,
+    capacity_bound=capacity_bound,
+    token_budget=True,
+)
