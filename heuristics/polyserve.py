@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from slolab.timing.base import TimingModel
 
 __all__ = [
+    "H200_LLAMA31_8B_KV_BYTES_PER_TOKEN",
     "H200_LLAMA31_8B_KV_TOKENS",
     "MinimalCycleRouter",
     "PolyServeController",
@@ -85,6 +86,8 @@ __all__ = [
 #: KV tokens of one H200 serving Llama-3.1-8B: vLLM's 90 % of 141 GB less the 16.06 GB of FP16
 #: weights, over 131,072 B of KV per token (32 layers, 8 KV heads of 128, K and V in FP16).
 H200_LLAMA31_8B_KV_TOKENS = 845_642
+#: KV bytes per token of Llama-3.1-8B (the KV cache moved from a prefill to a decode server).
+H200_LLAMA31_8B_KV_BYTES_PER_TOKEN = 131_072
 #: Name of the disaggregated prefill pool.
 PREFILL_POOL = "prefill"
 #: Admission outcomes: admitted; refused for batch, memory or TPOT; refused on a deadline.
@@ -401,6 +404,9 @@ class PolyServeController:
         self._refused: dict[int, dict[int, tuple[int, float, int]]] = {}
         self.decisions = 0
         self.decision_s = 0.0
+        # each request's first routing decision (s): at the entry router, and disaggregated also
+        # at the decode router when its KV cache arrives (retries of held requests not counted)
+        self.latencies_s: list[float] = []
 
     # -- routing ----------------------------------------------------------------------------------
     def route(self, request: int, servers: Sequence[Server], now: float) -> int:
@@ -421,7 +427,9 @@ class PolyServeController:
             if k == HOLD:
                 self.held_count[j] += 1
                 self.unplaced[j] = True
-        self.decision_s += time.perf_counter() - t0
+        spent = time.perf_counter() - t0
+        self.decision_s += spent
+        self.latencies_s.append(spent)
         return k
 
     def route_decode(self, request: int, servers: Sequence[Server], now: float) -> int:
@@ -435,7 +443,9 @@ class PolyServeController:
         if k == HOLD:
             self.held_count[j] += 1
             self.unplaced[j] = True
-        self.decision_s += time.perf_counter() - t0
+        spent = time.perf_counter() - t0
+        self.decision_s += spent
+        self.latencies_s.append(spent)
         return k
 
     def dispatch(
@@ -762,7 +772,9 @@ class PolyServeController:
             self.unplaced_prefill = False
         if now >= self.next_scale_down:
             self.next_scale_down = now + self.params.scale_down_s
-            actions += self._scale_down(live)
+            # a prefill server reclaimed this tick is already draining: not drained twice
+            drained = {a.server for a in reclaimed}
+            actions += [a for a in self._scale_down(live) if a.server not in drained]
         return actions
 
     def _reclaim_prefill(self, live: dict[int, Server]) -> list[ScaleAction]:
@@ -836,10 +848,15 @@ class PolyServeController:
         return actions
 
     def summary(self) -> dict[str, float]:
-        """Routing decisions made and their mean latency (s per decision)."""
+        """Routing decisions made (arrivals and retries of held requests), their mean latency,
+        and the latency of each request's first decision at each router it meets (mean, p99),
+        in seconds."""
+        lat = np.asarray(self.latencies_s) if self.latencies_s else np.zeros(1)
         return {
             "decisions": float(self.decisions),
             "decision_mean_s": self.decision_s / self.decisions if self.decisions else 0.0,
+            "arrival_decision_mean_s": float(lat.mean()),
+            "arrival_decision_p99_s": float(np.percentile(lat, 99)),
         }
 
 

@@ -50,7 +50,10 @@ def shift_instance(
     PolyServe, Sec. 5.3 (burstiness: the TPOT distribution inverts after 150,000 of 300,000
     requests).
     """
-    from slolab.heuristics.polyserve import H200_LLAMA31_8B_KV_TOKENS
+    from slolab.heuristics.polyserve import (
+        H200_LLAMA31_8B_KV_BYTES_PER_TOKEN,
+        H200_LLAMA31_8B_KV_TOKENS,
+    )
     from slolab.instances import Cluster, Instance, Workload, assign_slos, uniform_lengths
     from slolab.timing import resolve_timing
 
@@ -76,6 +79,7 @@ def shift_instance(
         kv_capacity_tokens=kv_capacity_tokens or H200_LLAMA31_8B_KV_TOKENS,
         max_batch_size=POLYSERVE_MAX_BATCH_SIZE,
         max_batch_tokens=0,
+        kv_bytes_per_token=H200_LLAMA31_8B_KV_BYTES_PER_TOKEN,
     )
     settings = {
         "seed": seed,

@@ -55,11 +55,14 @@ def polyserve_instance(
 ) -> Instance:
     """A PolyServe setup: ``trace`` with PolyServe's SLOs (Sec. 5.1) on ``servers`` servers of
     Llama-3.1-8B on H200 (KV capacity :data:`slolab.heuristics.polyserve.H200_LLAMA31_8B_KV_TOKENS`
-    unless given), ``mode`` in the settings. A length-only trace needs ``arrivals`` (and
-    ``rate``) in ``reading``."""
+    unless given; 131,072 KV bytes per token moved after a disaggregated prefill), ``mode`` in
+    the settings. A length-only trace needs ``arrivals`` (and ``rate``) in ``reading``."""
     import dataclasses
 
-    from slolab.heuristics.polyserve import H200_LLAMA31_8B_KV_TOKENS
+    from slolab.heuristics.polyserve import (
+        H200_LLAMA31_8B_KV_BYTES_PER_TOKEN,
+        H200_LLAMA31_8B_KV_TOKENS,
+    )
     from slolab.problems.serving import serving_instance
 
     if mode not in MODES:
@@ -82,7 +85,90 @@ def polyserve_instance(
     )
     settings = {**inst.settings, "servers": servers, "mode": mode}
     label = name or f"{inst.name}-{mode[:2]}-{servers}srv"
-    return dataclasses.replace(inst, name=label, problem=problem, settings=settings)
+    cluster = dataclasses.replace(
+        inst.cluster, kv_bytes_per_token=H200_LLAMA31_8B_KV_BYTES_PER_TOKEN
+    )
+    return dataclasses.replace(
+        inst, name=label, problem=problem, settings=settings, cluster=cluster
+    )
+
+
+#: PolyServe's synthetic trace (Sec. 5.1's uniform_4096_1024): input [1, 8192], output
+#: [1, 2048].
+UNIFORM_MAX_PROMPT, UNIFORM_MAX_OUTPUT = 8192, 2048
+
+
+def stream_instance(
+    trace: str,
+    n: int,
+    rate: float,
+    *,
+    seed: int,
+    servers: int = 20,
+    mode: str = "colocated",
+    timing: str = POLYSERVE_TIMING,
+    kv_capacity_tokens: int | None = None,
+    name: str | None = None,
+) -> Instance:
+    """PolyServe's evaluation stream (Sec. 5.1-5.2): ``n`` requests whose lengths are drawn from
+    ``trace`` (``"uniform"``: the synthetic [1, 8192] x [1, 2048] trace; otherwise a trace file
+    or vendored name, sampled with replacement), Poisson arrivals at ``rate`` req/s, PolyServe's
+    SLOs; ``servers`` and ``mode`` in the settings. The lengths and SLOs depend on ``seed`` only,
+    so the same requests arrive at every ``rate`` (a goodput search changes the rate alone).
+
+    References
+    ----------
+    PolyServe, Sec. 5.1 ("we randomly sample 300,000 requests per dataset") and 5.2 (Poisson
+    arrivals).
+    """
+    import numpy as np
+    from slolab.heuristics.polyserve import (
+        H200_LLAMA31_8B_KV_BYTES_PER_TOKEN,
+        H200_LLAMA31_8B_KV_TOKENS,
+    )
+    from slolab.instances import (
+        Cluster,
+        Instance,
+        Workload,
+        assign_slos,
+        read_workload,
+        uniform_lengths,
+    )
+    from slolab.instances.transform import draw_arrivals
+    from slolab.timing import resolve_timing
+
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if servers < 1:
+        raise ValueError(f"servers must be >= 1, got {servers}")
+    rng = np.random.default_rng(seed)
+    if trace == "uniform":
+        lengths = uniform_lengths(n, UNIFORM_MAX_PROMPT, UNIFORM_MAX_OUTPUT, rate=1.0, seed=seed)
+        prompt, output = lengths.prompt_tokens, lengths.output_tokens
+        source = lengths.source
+    else:
+        wl = read_workload(trace, order_only=True)
+        rows = rng.integers(0, len(wl), size=n)
+        prompt, output = wl.prompt_tokens[rows], wl.output_tokens[rows]
+        source = f"{n} requests sampled from {wl.source}"
+    arrival = draw_arrivals(n, "poisson", rate, seed=seed + 1)
+    model = resolve_timing(timing)
+    workload = Workload(
+        {"arrival_s": arrival, "prompt_tokens": prompt, "output_tokens": output}, source=source
+    )
+    workload = assign_slos(workload, "polyserve", seed=seed, timing=model)
+    cluster = Cluster(
+        servers=servers,
+        kv_capacity_tokens=kv_capacity_tokens or H200_LLAMA31_8B_KV_TOKENS,
+        max_batch_size=POLYSERVE_MAX_BATCH_SIZE,
+        max_batch_tokens=0,
+        kv_bytes_per_token=H200_LLAMA31_8B_KV_BYTES_PER_TOKEN,
+    )
+    settings = {"seed": seed, "rate": float(rate), "servers": servers, "mode": mode}
+    label = name or f"{trace}-{n}-{mode[:2]}-{servers}srv"
+    return Instance(label, workload, cluster, model, problem="tier-partition", settings=settings)
 
 
 def build(

@@ -21,6 +21,8 @@ def test_simulate_polyserve_prints_tiers_and_cost(capsys):
     assert sum(rec["requests_by_tier"].values()) == 80
     assert rec["cost_server_s"] > 0
     assert rec["router_decisions"] >= 80
+    # every one of the 80 arrivals was timed: a mean and a 99th percentile, both positive
+    assert rec["router_arrival_decision_mean_s"] > 0 and rec["router_arrival_decision_p99_s"] > 0
     assert rec["servers_max"] <= 4  # the fleet caps the tiers
 
 

@@ -226,3 +226,35 @@ def test_h200_kv_capacity():
         (0.9 * 141e9 - 2 * 8.03e9) / LLAMA31_8B.kv_bytes_per_token
     )
     assert preset("llama3.1-8b-h200").name == "llama3.1-8b-h200"
+
+
+def test_reclaimed_prefill_server_is_not_drained_twice_in_one_tick():
+    """Fleet of 3 full (prefill servers 0 and 1 idle, decode server 2): the 20 ms tier holds a
+    request, so the tick reclaims an idle prefill server (1: fewest queued, newest); the scale-down
+    check due at the same tick would drain that same last idle prefill server again, which the
+    engine refuses once it has departed. One drain of server 1, nothing else."""
+    from types import SimpleNamespace
+
+    from slolab.heuristics.polyserve import PREFILL_POOL
+    from slolab.sim.scaling import ClusterView
+
+    inst = _two_tier_instance([0.0, 0.0], [50, 50], [5, 5], [0.02, 0.02])
+    inst = polyserve_cluster(inst, "disaggregated", 3)
+    ctrl = PolyServeController()
+    ctrl.start(inst, seed=0)
+
+    def server(sid, pool, load):
+        return SimpleNamespace(
+            id=sid, pool=pool, state="ready", accepting=True, load=load,
+            waiting=(), prefilling=(), decoding=(0,) if load else (),
+            remaining_prefill=lambda r: 0,
+        )  # fmt: skip
+
+    servers = (
+        server(0, PREFILL_POOL, 0),
+        server(1, PREFILL_POOL, 0),
+        server(2, tier_pool(0.02), 1),
+    )
+    ctrl.held_count[0], ctrl.unplaced[0] = 1, True  # request 1 waits for a 20 ms decode server
+    actions = ctrl.decide(ClusterView(1.0, inst.cluster.resolved_pools(), servers))  # type: ignore[arg-type]
+    assert [(a.kind, a.server) for a in actions] == [("drain", 1)]
