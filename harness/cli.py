@@ -609,6 +609,8 @@ def cmd_capacity(a: argparse.Namespace) -> int:
                 f"  bound {rec['bound']:.4g} req/s ({rec['bound_kind']}); capacity / bound "
                 f"{rec['fraction_of_bound']:.3f}"
             )
+            if "bound_note" in rec:
+                print(f"  note: {rec['bound_note']}")
         for p in rec["probes"]:
             print(f"  rate {p['rate']:.4g} req/s -> attainment {p['attainment']:.4f}")
     return 0
@@ -624,11 +626,19 @@ def _capacity_bound(setup, trace_rate: float, capacity: float) -> dict[str, Any]
         return {}
     inst = setup.instance(trace_rate if setup.arrivals is not None else None)
     bound = float(bound_of(inst, mode=setup.mode, servers=setup.servers))
-    return {
+    rec = {
         "bound": bound,
         "bound_kind": "steady-state upper bound of the policy family's exact model",
         "fraction_of_bound": capacity / bound if bound > 0 else float("nan"),
     }
+    if capacity > bound:
+        # the bound holds in steady state only; a short run at a high rate ends before queues
+        # build up
+        rec["bound_note"] = (
+            "capacity above the steady-state bound: the run is too short to reach a steady "
+            "state (give more requests, --limit)"
+        )
+    return rec
 
 
 def _methods_help() -> str:

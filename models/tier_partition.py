@@ -590,12 +590,12 @@ def _partition_pulp(
     cat = "Integer" if integral else "Continuous"
     sense = pulp.LpMaximize if rate is None else pulp.LpMinimize
     prob = pulp.LpProblem("tier_partition", sense)
-    n = {j: pulp.LpVariable(f"n_{j}", lowBound=0, cat=cat) for j in range(data.tiers)}
+    n = {j: prob.add_variable(f"n_{j}", lowBound=0, cat=cat) for j in range(data.tiers)}
     n_p = (
-        pulp.LpVariable("n_prefill", lowBound=0, cat=cat) if data.mode == "disaggregated" else None
+        prob.add_variable("n_prefill", lowBound=0, cat=cat) if data.mode == "disaggregated" else None
     )
-    y = {(k, j): pulp.LpVariable(f"y_{k}_{j}", lowBound=0) for k, j in data.pairs()}
-    alpha: Any = pulp.LpVariable("alpha", lowBound=0) if rate is None else float(rate)
+    y = {(k, j): prob.add_variable(f"y_{k}_{j}", lowBound=0) for k, j in data.pairs()}
+    alpha: Any = prob.add_variable("alpha", lowBound=0) if rate is None else float(rate)
     servers = pulp.lpSum(n.values()) + (n_p if n_p is not None else 0)
     prob += alpha if rate is None else servers
     _demand(prob, data, y, alpha)
@@ -1035,33 +1035,33 @@ def _plan_pulp(data: PlanData) -> tuple[Any, dict[str, Any]]:
     W, m = data.windows, data.tiers
     prob = pulp.LpProblem("tier_autoscale", pulp.LpMinimize)
     n = {
-        (j, w): pulp.LpVariable(f"n_{j}_{w}", lowBound=0, cat="Integer")
+        (j, w): prob.add_variable(f"n_{j}_{w}", lowBound=0, cat="Integer")
         for j in range(m)
         for w in range(W)
     }
     up = {
-        (j, w): pulp.LpVariable(f"up_{j}_{w}", lowBound=0, cat="Integer")
+        (j, w): prob.add_variable(f"up_{j}_{w}", lowBound=0, cat="Integer")
         for j in range(m)
         for w in range(W)
     }
     down = {
-        (j, w): pulp.LpVariable(f"down_{j}_{w}", lowBound=0, cat="Integer")
+        (j, w): prob.add_variable(f"down_{j}_{w}", lowBound=0, cat="Integer")
         for j in range(m)
         for w in range(W)
     }
     pd_mode = data.mode == "disaggregated"
     n_p = (
-        {w: pulp.LpVariable(f"np_{w}", lowBound=0, cat="Integer") for w in range(W)}
+        {w: prob.add_variable(f"np_{w}", lowBound=0, cat="Integer") for w in range(W)}
         if pd_mode
         else {}
     )
     up_p = (
-        {w: pulp.LpVariable(f"upp_{w}", lowBound=0, cat="Integer") for w in range(W)}
+        {w: prob.add_variable(f"upp_{w}", lowBound=0, cat="Integer") for w in range(W)}
         if pd_mode
         else {}
     )
     y = {
-        (k, j, w): pulp.LpVariable(f"y_{k}_{j}_{w}", lowBound=0)
+        (k, j, w): prob.add_variable(f"y_{k}_{j}_{w}", lowBound=0)
         for w in range(W)
         for k in range(m)
         if data.demand[w, k] > 0

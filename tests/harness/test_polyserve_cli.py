@@ -63,6 +63,8 @@ def test_capacity_prints_the_bound_and_the_fraction(capsys):
     assert rec["bound"] > 0
     assert rec["fraction_of_bound"] == rec["capacity"] / rec["bound"]
     assert "upper bound" in rec["bound_kind"]
+    # 60 requests end before queues build up: above the steady-state bound it says so
+    assert ("bound_note" in rec) == (rec["capacity"] > rec["bound"])
 
 
 def test_instance_build_and_solve_tier_partition(tmp_path, capsys):
