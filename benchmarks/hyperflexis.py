@@ -214,15 +214,7 @@ def studies(quick: bool) -> pd.DataFrame:
             for name in names:
                 setup = online_setup(name, inst)
                 t0 = time.perf_counter()
-                out = run(
-                    inst,
-                    setup.policy,
-                    setup.router,
-                    seed=0,
-                    decode_router=setup.decode_router,
-                    scaler=setup.scaler,
-                    record_iterations=False,
-                )
+                out = setup.run(inst, seed=0, record_iterations=False)
                 s = metrics.summary(inst, out)
                 rows.append(
                     {

@@ -148,15 +148,7 @@ SCALES = {
 
 def simulate(inst, policy: str, mode: str, servers: int, token_budget: int | None = None):
     sched = make_scheduler(policy, inst, mode=mode, servers=servers, token_budget=token_budget)
-    out = run(
-        sched.instance,
-        sched.policy,
-        sched.router,
-        seed=0,
-        decode_router=sched.decode_router,
-        scaler=sched.scaler,
-        record_iterations=False,
-    )
+    out = sched.run(sched.instance, seed=0, record_iterations=False)
     return sched, out
 
 

@@ -26,7 +26,7 @@ from slolab.heuristics.policies import Scheduler
 from slolab.instances.records import Instance
 from slolab.problems import SOLVER_NAMES, Heuristic, Problem, get_problem
 from slolab.problems.registry import resolve
-from slolab.sim import Outcome, replay, run
+from slolab.sim import Outcome, replay
 from slolab.solvers import Result, Status, build_model, solve
 
 
@@ -89,14 +89,7 @@ def _heuristic_method(problem: Problem, h: Heuristic) -> Method:
         t0 = time.perf_counter()
         made = Scheduler.of(resolve(make_policy)(instance))
         ran = made.on(instance)
-        out = run(
-            ran,
-            made.policy,
-            made.router,
-            seed=seed,
-            decode_router=made.decode_router,
-            scaler=made.scaler,
-        )
+        out = made.run(instance, seed=seed)
         return MethodRun(
             out,
             time.perf_counter() - t0,

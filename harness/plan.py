@@ -221,7 +221,7 @@ def plan(
     """
     from slolab.heuristics.policies import policy_names
     from slolab.instances import mean_rate
-    from slolab.sim import metrics, run
+    from slolab.sim import metrics
     from slolab.sim.metrics import DEFINITIONS
     from tqdm.auto import tqdm
 
@@ -252,15 +252,7 @@ def plan(
                 cluster = dataclasses.replace(base.cluster, servers=count)
                 instance = dataclasses.replace(base, cluster=cluster)
                 instance, sched = chosen.prepare(instance)
-                outcome = run(
-                    instance,
-                    sched.policy,
-                    sched.router,
-                    seed=setup.seed,
-                    decode_router=sched.decode_router,
-                    scaler=sched.scaler,
-                    record_iterations=False,
-                )
+                outcome = sched.run(instance, seed=setup.seed, record_iterations=False)
                 table = metrics.request_table(instance, outcome)
                 met = table[f"met_{definition}"].to_numpy(dtype=bool)
                 if definition == "e2e":

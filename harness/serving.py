@@ -242,19 +242,8 @@ class ServingSetup:
     ) -> tuple[Instance, Any, Scheduler]:
         """The instance run at ``rate``, its Outcome under this set-up's scheduler, and the
         scheduler (its router may report on its own decisions)."""
-        from slolab.sim import run
-
         instance, sched = self.prepare(self.instance(rate))
-        outcome = run(
-            instance,
-            sched.policy,
-            sched.router,
-            seed=self.seed,
-            decode_router=sched.decode_router,
-            scaler=sched.scaler,
-            record_iterations=False,
-            progress=progress,
-        )
+        outcome = sched.run(instance, seed=self.seed, record_iterations=False, progress=progress)
         return instance, outcome, sched
 
 

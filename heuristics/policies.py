@@ -22,6 +22,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from slolab.instances.records import Instance
+    from slolab.sim.outcome import Outcome
     from slolab.sim.policy import Policy, Router
 
 
@@ -51,6 +52,21 @@ class Scheduler:
     def on(self, instance: Instance) -> Instance:
         """The instance the run uses: the family's own, else ``instance``."""
         return self.instance if self.instance is not None else instance
+
+    def run(self, instance: Instance, *, seed: int, **options: Any) -> Outcome:
+        """Simulate :meth:`on` ``instance`` with this policy, its routers and its scaler
+        (``options``: further keywords of :func:`slolab.sim.run`)."""
+        from slolab.sim import run
+
+        return run(
+            self.on(instance),
+            self.policy,
+            self.router,
+            seed=seed,
+            decode_router=self.decode_router,
+            scaler=self.scaler,
+            **options,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -228,14 +228,7 @@ def test_every_setup_runs_clean_on_a_task_mix(mode):
     attainment = {}
     for name in names:
         setup = online_setup(name, inst)
-        out = run(
-            inst,
-            setup.policy,
-            setup.router,
-            seed=0,
-            decode_router=setup.decode_router,
-            scaler=setup.scaler,
-        )
+        out = setup.run(inst, seed=0)
         assert check(inst, out) == [], name
         assert np.isfinite(out.last_token_s).all(), name
         attainment[name] = metrics.attainment(inst, out)

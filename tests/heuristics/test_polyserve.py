@@ -62,14 +62,7 @@ def test_pd_dynamic_chunking_merges_the_last_two_chunks():
     )
     inst = Instance("chunk", wl, Cluster(servers=2, kv_capacity_tokens=10**5), LINE)
     sched = make_scheduler("polyserve", inst, mode="disaggregated", servers=2)
-    out = run(
-        sched.instance,
-        sched.policy,
-        sched.router,
-        seed=0,
-        decode_router=sched.decode_router,
-        scaler=sched.scaler,
-    )
+    out = sched.run(sched.instance, seed=0)
     prefill = out.it_features[:, 0]
     assert prefill[prefill > 0].tolist() == [1024.0, 1026.0]
     assert check(sched.instance, out) == []
@@ -155,14 +148,7 @@ def test_polyserve_and_baselines_run_clean(conv, policy, mode):
             make_scheduler(policy, conv, mode=mode, servers=4)
         return
     sched = make_scheduler(policy, conv, mode=mode, servers=4)
-    out = run(
-        sched.instance,
-        sched.policy,
-        sched.router,
-        seed=0,
-        decode_router=sched.decode_router,
-        scaler=sched.scaler,
-    )
+    out = sched.run(sched.instance, seed=0)
     assert out.finished.all()
     assert check(sched.instance, out) == []
     s = metrics.summary(sched.instance, out)
