@@ -226,7 +226,8 @@ class ServingSetup:
                 raise ValueError(
                     f"policy {self.policy!r} scales the cluster itself: drop --autoscale"
                 )
-            return with_startup(sched.on(instance), self.startup or "instant"), sched
+            ran = with_startup(sched.on(instance), self.startup or "instant")
+            return ran, dataclasses.replace(sched, instance=ran)
         ran, scaler = elastic_setup(
             sched.on(instance),
             self.autoscale,

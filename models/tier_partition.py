@@ -592,7 +592,9 @@ def _partition_pulp(
     prob = pulp.LpProblem("tier_partition", sense)
     n = {j: prob.add_variable(f"n_{j}", lowBound=0, cat=cat) for j in range(data.tiers)}
     n_p = (
-        prob.add_variable("n_prefill", lowBound=0, cat=cat) if data.mode == "disaggregated" else None
+        prob.add_variable("n_prefill", lowBound=0, cat=cat)
+        if data.mode == "disaggregated"
+        else None
     )
     y = {(k, j): prob.add_variable(f"y_{k}_{j}", lowBound=0) for k, j in data.pairs()}
     alpha: Any = prob.add_variable("alpha", lowBound=0) if rate is None else float(rate)
