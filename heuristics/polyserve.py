@@ -64,6 +64,7 @@ from slolab.timing.base import (
 )
 from slolab.timing.forms import ProfiledTiming, timing_lines
 from slolab.timing.inverse import time_to_tokens
+from slolab.timing.presets import LLAMA31_8B
 
 if TYPE_CHECKING:
     from slolab.instances.records import Instance
@@ -87,7 +88,7 @@ __all__ = [
 #: weights, over 131,072 B of KV per token (32 layers, 8 KV heads of 128, K and V in FP16).
 H200_LLAMA31_8B_KV_TOKENS = 845_642
 #: KV bytes per token of Llama-3.1-8B (the KV cache moved from a prefill to a decode server).
-H200_LLAMA31_8B_KV_BYTES_PER_TOKEN = 131_072
+H200_LLAMA31_8B_KV_BYTES_PER_TOKEN = LLAMA31_8B.kv_bytes_per_token  # 2 x 32 x 8 x 128 x 2 B
 #: Name of the disaggregated prefill pool.
 PREFILL_POOL = "prefill"
 #: Admission outcomes: admitted; refused for batch, memory or TPOT; refused on a deadline.

@@ -75,6 +75,7 @@ def serving_instance(
         tdg_token_weights,
     )
     from slolab.timing import resolve_timing
+    from slolab.timing.presets import preset_kv_bytes_per_token
 
     if trace is None:
         raise ValueError("a serving instance needs a trace (a file or a vendored trace name)")
@@ -83,6 +84,8 @@ def serving_instance(
     wl = read_workload(path, rate=rate, seed=seed, limit=limit, **reading)
     if slos and slos != "none":
         wl = assign_schemes(wl, slos, seed=seed, timing=model, params=slo_params)
+    # the KV cache a disaggregated cluster moves: the preset's model's, when it names one
+    kv_bytes = preset_kv_bytes_per_token(model)
     cluster = Cluster(
         servers=servers,
         kv_capacity_tokens=kv_capacity_tokens,
@@ -90,6 +93,7 @@ def serving_instance(
         prefill_servers=prefill_servers,
         max_batch_size=max_batch_size,
         max_batch_tokens=max_batch_tokens,
+        **({"kv_bytes_per_token": float(kv_bytes)} if kv_bytes is not None else {}),
     )
     label = name or f"{path.stem}-{len(wl)}"
     settings: dict[str, Any] = {

@@ -45,6 +45,7 @@ __all__ = [
     "attention_terms",
     "available_presets",
     "preset",
+    "preset_kv_bytes_per_token",
     "preset_source",
     "preset_table",
     "refit_llama2_7b_h100",
@@ -489,6 +490,22 @@ def preset(name: str) -> TimingModel:
 def resolve_timing(timing: str | TimingModel) -> TimingModel:
     """A timing model from a preset name, or the model itself."""
     return preset(timing) if isinstance(timing, str) else timing
+
+
+#: The model whose KV cache a preset's servers hold, where the preset names one with its shape.
+_SHAPES: dict[str, TransformerShape] = {
+    "llama2-7b-h100": LLAMA2_7B,
+    "llama3.1-8b-h200": LLAMA31_8B,
+}
+
+
+def preset_kv_bytes_per_token(timing: str | TimingModel) -> int | None:
+    """Bytes of KV cache per token of the model a preset is derived for (what a disaggregated
+    cluster moves per token), or None when the preset (or a model given as an object) names no
+    model shape."""
+    name = timing if isinstance(timing, str) else getattr(timing, "name", "")
+    shape = _SHAPES.get(name)
+    return shape.kv_bytes_per_token if shape is not None else None
 
 
 def preset_source(name: str) -> str:

@@ -200,3 +200,29 @@ def test_sa_predictor_budget_for_a_chunk():
     # chunk n: 43.67 + 5.7 + 0.1 n + 0.01 n = 49.37 + 0.11 n ms; budget 100 ms:
     # 0.11 n <= 100 - 17.205 - 49.37 = 33.425 -> n = 303.86 -> 303
     assert time_to_tokens(model, 0.1, decode_seqs=1, decode_kv_tokens=1000) == 303
+
+
+def test_serving_clusters_move_the_kv_cache_of_their_presets_model():
+    """A disaggregated serving instance moves 131,072 B per token under the Llama-3.1-8B preset
+    (8 KV heads) and 524,288 B under Llama-2-7B's; a preset naming no model shape keeps the
+    cluster default."""
+    from slolab.problems.serving import serving_instance
+    from slolab.timing.presets import preset_kv_bytes_per_token
+
+    def moved(timing: str) -> float:
+        inst = serving_instance(
+            "azure_conv_2023",
+            seed=0,
+            limit=5,
+            timing=timing,
+            mode="disaggregated",
+            prefill_servers=1,
+            servers=2,
+        )
+        return inst.cluster.kv_bytes_per_token
+
+    # 2 x 32 layers x 8 KV heads x 128 x 2 B = 131,072; with 32 KV heads 524,288
+    assert moved("llama3.1-8b-h200") == 131_072
+    assert moved("llama2-7b-h100") == 524_288
+    assert preset_kv_bytes_per_token("opt-13b-h100-slos") is None
+    assert moved("opt-13b-h100-slos") == 524_288  # the Cluster default
