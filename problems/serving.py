@@ -6,6 +6,7 @@ by SLO attainment (``slolab simulate``, ``slolab capacity``, ``compare`` with po
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -84,8 +85,6 @@ def serving_instance(
     wl = read_workload(path, rate=rate, seed=seed, limit=limit, **reading)
     if slos and slos != "none":
         wl = assign_schemes(wl, slos, seed=seed, timing=model, params=slo_params)
-    # the KV cache a disaggregated cluster moves: the preset's model's, when it names one
-    kv_bytes = preset_kv_bytes_per_token(model)
     cluster = Cluster(
         servers=servers,
         kv_capacity_tokens=kv_capacity_tokens,
@@ -93,8 +92,11 @@ def serving_instance(
         prefill_servers=prefill_servers,
         max_batch_size=max_batch_size,
         max_batch_tokens=max_batch_tokens,
-        **({"kv_bytes_per_token": float(kv_bytes)} if kv_bytes is not None else {}),
     )
+    # the KV cache a disaggregated cluster moves: the preset's model's, when it names one
+    kv_bytes = preset_kv_bytes_per_token(model)
+    if kv_bytes is not None:
+        cluster = dataclasses.replace(cluster, kv_bytes_per_token=float(kv_bytes))
     label = name or f"{path.stem}-{len(wl)}"
     settings: dict[str, Any] = {
         "seed": seed,
