@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -413,38 +414,34 @@ class PolyServeController:
     def route(self, request: int, servers: Sequence[Server], now: float) -> int:
         """Entry router: the prefill server (disaggregated) or the tier server (co-located) of an
         arriving request, or HOLD (its queue is not empty, or no server admits it)."""
-        import time
-
         t0 = time.perf_counter()
-        self.decisions += 1
         if self.mode == "disaggregated":
             k = HOLD if self.held_prefill else self._place_prefill(request, servers, now)
             if k == HOLD:
                 self.held_prefill += 1
                 self.unplaced_prefill = True
         else:
-            j = int(self.req.tier[request])
-            k = HOLD if self.held_count[j] else self._place(request, servers, now)
-            if k == HOLD:
-                self.held_count[j] += 1
-                self.unplaced[j] = True
-        spent = time.perf_counter() - t0
-        self.decision_s += spent
-        self.latencies_s.append(spent)
-        return k
+            k = self._route_tier(request, servers, now)
+        return self._timed(k, t0)
 
     def route_decode(self, request: int, servers: Sequence[Server], now: float) -> int:
         """Decode router: a decode server of the request's tier (or a tighter one), or HOLD."""
-        import time
-
         t0 = time.perf_counter()
-        self.decisions += 1
+        return self._timed(self._route_tier(request, servers, now), t0)
+
+    def _route_tier(self, request: int, servers: Sequence[Server], now: float) -> int:
+        """A server of the request's tier (or a tighter one), or HOLD behind its tier's queue."""
         j = int(self.req.tier[request])
         k = HOLD if self.held_count[j] else self._place(request, servers, now)
         if k == HOLD:
             self.held_count[j] += 1
             self.unplaced[j] = True
+        return k
+
+    def _timed(self, k: int, t0: float) -> int:
+        """Count one first routing decision that started at ``t0``; return its answer ``k``."""
         spent = time.perf_counter() - t0
+        self.decisions += 1
         self.decision_s += spent
         self.latencies_s.append(spent)
         return k
@@ -470,8 +467,6 @@ class PolyServeController:
     def _dispatch_tiers(
         self, held: Sequence[int], servers: Sequence[Server], now: float
     ) -> list[tuple[int, int]]:
-        import time
-
         t0 = time.perf_counter()
         ids = np.asarray(held, dtype=np.int64)
         tier = self.req.tier[ids]
@@ -500,8 +495,6 @@ class PolyServeController:
         return placed
 
     def _dispatch_queue(self, held, servers, now, place) -> list[tuple[int, int]]:
-        import time
-
         t0 = time.perf_counter()
         ids = np.asarray(held, dtype=np.int64)
         deadline = self.req.arrival[ids] + self.req.ttft[ids]
