@@ -143,11 +143,8 @@ _SERVING_COLUMNS = {
     # by-tier figures (JSON objects keyed by the tier), when the SLOs define tiers
     "attainment_by_tier": "string",
     "requests_by_tier": "string",
-    # a router that reports on its own decisions (PolyServe's controller)
-    "router_decisions": "float64",
-    "router_decision_mean_s": "float64",
-    "router_arrival_decision_mean_s": "float64",
-    "router_arrival_decision_p99_s": "float64",
+    # what a self-reporting router says of its decisions (JSON: simulate's router_* keys)
+    "router_report": "string",
 }
 _CAPACITY_COLUMNS = {
     "capacity": "float64",
@@ -299,6 +296,9 @@ def _serving_rows(task: Task) -> list[dict[str, Any]]:
     try:
         if task.kind == "simulate":
             summary = simulate_summary(setup, payload["rate"])
+            report = {k[len("router_") :]: v for k, v in summary.items() if k.startswith("router_")}
+            if report:
+                summary["router_report"] = report
             return [{**summary, **fields, "rate": payload["rate"]}]
         found, trace_rate = capacity_search(
             setup,

@@ -259,6 +259,29 @@ def test_simulate_task_row_is_the_simulate_summary(tmp_path):
     assert set(summary) - {"instance"} <= set(SWEEP_COLUMNS) | {"instance"}
 
 
+def test_simulate_row_keeps_a_self_reporting_routers_figures(tmp_path):
+    """A PolyServe simulate task stores its controller's router_* figures in router_report."""
+    path = write_spec(
+        tmp_path,
+        """
+        [[simulate]]
+        traces = ["azure_code_2023"]
+        policies = ["polyserve"]
+        servers = [4]
+        seeds = [0]
+        limit = 40
+        rates = [3.0]
+        """,
+    )
+    (task,) = load_spec(path).tasks
+    (row,) = run_task(task)
+    assert row["error"] is None
+    report = json.loads(row["router_report"])
+    # one first routing decision per arriving request, each timed
+    assert report["decisions"] >= 40
+    assert report["arrival_decision_mean_s"] > 0
+
+
 def test_local_workers_rule(caplog):
     """Workers default to cores // threads; oversubscribing is allowed but warned about."""
     # 8 cores: 1 thread -> 8 workers, 3 threads -> 2 (2 x 3 = 6 <= 8), 16 threads -> 1.
