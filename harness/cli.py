@@ -18,6 +18,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -880,6 +881,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(argv)
     except KeyboardInterrupt:
         print("slolab: interrupted", file=sys.stderr)
+        _exit_now_if_solver_stopping()
         return EXIT_INTERRUPTED
     except AssertionError as exc:
         # imported here: the harness loads pandas and the engine, too slow for every command
@@ -892,6 +894,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_MISMATCH
+
+
+def _exit_now_if_solver_stopping() -> None:
+    """End the process with :data:`EXIT_INTERRUPTED` at once when an interrupted solver is
+    still returning in its thread (HiGHS inside a long LP): the interpreter's teardown would
+    otherwise wait for it or pull its libraries from under it."""
+    backend = sys.modules.get("slolab.solvers.backend")
+    if backend is None or not backend.stopping_solvers():
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(EXIT_INTERRUPTED)
 
 
 def _run(argv: Sequence[str] | None) -> int:

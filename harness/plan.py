@@ -228,6 +228,8 @@ def plan(
     if not policies:
         raise ValueError("give at least one policy")
     for policy in policies:
+        if policies.count(policy) > 1:
+            raise ValueError(f"policy {policy!r} is listed twice")
         if policy not in policy_names():
             raise ValueError(f"unknown policy {policy!r}; known: {', '.join(policy_names())}")
     if definition not in DEFINITIONS:
@@ -371,6 +373,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise ValueError(f"--servers {error}") from None
     policies = [name.strip() for name in args.policies.split(",") if name.strip()]
+    if not policies:
+        raise ValueError(
+            f"--policies names no scheduler (got {args.policies!r}); give one or more, comma-separated"
+        )
+    for name in policies:
+        if policies.count(name) > 1:
+            raise ValueError(f"--policies lists {name!r} twice")
     setup = ServingSetup.from_namespace(
         argparse.Namespace(**{**vars(args), "servers": counts.start, "policy": policies[0]})
     )

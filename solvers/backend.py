@@ -32,6 +32,15 @@ T = TypeVar("T")
 #: Seconds between two checks for Ctrl-C while a solver runs in its worker thread.
 INTERRUPT_POLL_S = 0.05
 
+#: Seconds a solver asked to stop by Ctrl-C is waited for before it is left to stop on its own
+#: (HiGHS reads its interrupt flag only between the LP solves of its MIP search, so a long
+#: root LP can run on for many seconds after the request).
+STOP_GRACE_S = 0.5
+
+# Worker threads of interrupted solves that were still running when KeyboardInterrupt was
+# re-raised (asked to stop; each returns at its solver's next interrupt check).
+_stopping: list[threading.Thread] = []
+
 # Largest seed every backend accepts (CBC takes seed + 1, capped at 2**31 - 1).
 MAX_SEED = 2**31 - 2
 
@@ -221,6 +230,11 @@ def run_interruptibly(work: Callable[[], T], stop: Callable[[], None]) -> T:
     ``work`` to return and re-raises. Off the main thread (where no signal arrives) ``work``
     runs directly.
 
+    A solver that has not returned :data:`STOP_GRACE_S` seconds after ``stop`` is left to
+    stop on its own in its (daemon) thread, and KeyboardInterrupt is re-raised at once:
+    :func:`stopping_solvers` lists such threads and :func:`wait_for_stopping_solvers` waits
+    for them (before a solver with process-wide state runs again, say).
+
     Parameters
     ----------
     work : callable
@@ -248,22 +262,36 @@ def run_interruptibly(work: Callable[[], T], stop: Callable[[], None]) -> T:
             pass
     except KeyboardInterrupt:
         stop()
-        _wait_through_interrupts(done)
+        if not _wait_through_interrupts(done, STOP_GRACE_S):
+            _stopping.append(worker)
         raise
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
 
 
-def _wait_through_interrupts(done: threading.Event) -> None:
-    """Wait for ``done`` even if Ctrl-C is pressed again (the solver is already stopping)."""
+def _wait_through_interrupts(done: threading.Event, within_s: float) -> bool:
+    """Wait up to ``within_s`` seconds for ``done``, even if Ctrl-C is pressed again (the
+    solver is already stopping); True when it is set."""
+    deadline = time.monotonic() + within_s
     while True:
         try:
-            while not done.wait(INTERRUPT_POLL_S):
-                pass
-            return
+            return done.wait(max(0.0, deadline - time.monotonic()))
         except KeyboardInterrupt:
             continue
+
+
+def stopping_solvers() -> list[threading.Thread]:
+    """Worker threads of interrupted solves still running (asked to stop, not yet returned)."""
+    _stopping[:] = [thread for thread in _stopping if thread.is_alive()]
+    return list(_stopping)
+
+
+def wait_for_stopping_solvers() -> None:
+    """Wait until every interrupted solve still running has returned."""
+    for thread in stopping_solvers():
+        thread.join()
+    _stopping.clear()
 
 
 def check_time_limit(time_limit: float) -> None:

@@ -24,6 +24,7 @@ from slolab.solvers.backend import (
     milp_raw_solve,
     proved,
     run_interruptibly,
+    wait_for_stopping_solvers,
 )
 from slolab.solvers.base import MilpFormulation, Status
 
@@ -54,6 +55,12 @@ def run_highs(highs: Any) -> None:
     next interrupt check; KeyboardInterrupt is then re-raised. The callbacks are started only
     on Ctrl-C: a Python callback on every interrupt check would slow every solve. Like
     highspy's own threaded solve, the worker resets its HiGHS scheduler before it ends.
+
+    HiGHS's MIP search reads the flag between LP solves only, not inside one: the root LP
+    of a large model (21,381 simplex iterations, about 10 s, for a 40-request sa-ordering
+    snapshot) runs to its end first. So KeyboardInterrupt is re-raised after
+    :data:`~slolab.solvers.backend.STOP_GRACE_S` even if HiGHS has not returned, and the next
+    solve first waits for it (HiGHS's thread pool is global to the process).
     """
     import highspy
 
@@ -75,6 +82,7 @@ def _use_threads(threads: int) -> None:
     global _pool_threads
     import highspy
 
+    wait_for_stopping_solvers()  # an interrupted solve still returning uses the pool
     if _pool_threads != threads:
         highspy.Highs.resetGlobalScheduler(True)
         _pool_threads = threads

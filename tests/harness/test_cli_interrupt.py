@@ -104,3 +104,20 @@ def test_ctrl_c_leaves_no_cbc_process():
     assert code == EXIT_INTERRUPTED
     _, alive = psutil.wait_procs(cbc, timeout=2.0)
     assert alive == []
+
+
+def test_ctrl_c_on_highs_in_a_long_root_lp_took_18_s(tmp_path):
+    """SIGINT 3 s into HiGHS on a 40-request snapshot (root LP ~10 s, deaf to it): exit 130 at once."""
+    path = tmp_path / "sa40.json"
+    built = subprocess.run(
+        [sys.executable, "-m", "slolab.harness.cli", "instance", "build", "--problem",
+         "sa-ordering", "--n", "40", "--batch", "4", "--seed", "1", "-o", str(path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    proc = start("-v", "solve", str(path), "--solver", "highs", "--time-limit", "60", "--quiet")
+    wait_for_line(proc, "solving sa-ordering")
+    time.sleep(3.0)  # the starting plan and the latency MILP are built; HiGHS is in its root LP
+    code, rest, took = interrupt(proc)
+    assert (code, rest) == (EXIT_INTERRUPTED, "slolab: interrupted\n")
+    assert took < STOP_WITHIN_S

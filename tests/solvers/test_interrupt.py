@@ -57,3 +57,25 @@ def test_solver_works_after_an_interrupt(solver):
     result = solve(Knapsack(data), solver=solver, time_limit=10.0)
     # items 1 and 3 (weights 6 + 4 = 10) are worth 13 + 8 = 21, the best that fits
     assert (result.status, result.objective) == (Status.OPTIMAL, 21.0)
+
+
+def test_ctrl_c_returns_within_the_grace_while_the_solver_ignores_its_stop_flag():
+    """A solver deaf to its stop hook for 2 s (HiGHS in a root LP) gives KeyboardInterrupt at once."""
+    from slolab.solvers.backend import (
+        STOP_GRACE_S,
+        run_interruptibly,
+        stopping_solvers,
+        wait_for_stopping_solvers,
+    )
+
+    start = time.perf_counter()
+    with sigint_after(0.2), pytest.raises(KeyboardInterrupt):
+        run_interruptibly(lambda: time.sleep(2.0), lambda: None)
+    elapsed = time.perf_counter() - start
+    # 0.2 s to the signal + 0.5 s of grace, well before the 2 s the worker sleeps
+    assert 0.2 + STOP_GRACE_S <= elapsed < 1.5
+    assert len(stopping_solvers()) == 1
+    wait_for_stopping_solvers()
+    # the worker returned after its 2 s and is no longer listed
+    assert time.perf_counter() - start >= 2.0
+    assert stopping_solvers() == []
