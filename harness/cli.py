@@ -487,6 +487,10 @@ def cmd_solve(a: argparse.Namespace) -> int:
     rec["runtime_s"] = res.runtime_s
     rec["kind"] = "bound" if type(model).bound_only else "exact"
     rec.update(res.details.get("solution", {}))
+    if res.details.get("stopped_in") == "build":
+        rec["note"] = (
+            "the time limit ran out while the model was built (no solver call): give a smaller instance or a longer --time-limit"
+        )
     if res.schedule is not None:
         out = replay(inst, res.schedule)
         rec["replayed_objective"] = objective(inst, out)

@@ -16,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -207,17 +209,71 @@ class Backend:
     def solve_model(self, model: ExactModel, time_limit: float) -> RawSolve:
         """Build the model's formulation for this backend and solve it once.
 
-        ``details["build_s"]`` is the time spent building the formulation (s); ``time_limit``
-        applies to the solver call.
+        ``time_limit`` bounds both: the build is stopped when it runs out (on the main
+        thread, see :func:`time_limited_build`), which gives TIME_LIMIT with no incumbent
+        and ``details["stopped_in"] = "build"``, and the solver gets what the build left.
+        ``details["build_s"]`` is the time spent building the formulation (s).
         """
         check_time_limit(time_limit)
         if self.formulation == "brute":
             return self.solve_brute(model, time_limit)
         start = time.perf_counter()
-        form = self.build_formulation(model)
+        try:
+            with time_limited_build(time_limit):
+                form = self.build_formulation(model)
+        except BuildTimeLimitError:
+            form = None
         build_s = time.perf_counter() - start
-        raw = self.solve_formulation(form, time_limit)
+        remaining = time_limit - build_s
+        if form is None or remaining <= 0:
+            return RawSolve(
+                status=Status.TIME_LIMIT,
+                objective=None,
+                bound=None,
+                runtime_s=build_s,
+                schedule=None,
+                log=f"{self.name}: the time limit ({time_limit:g} s) ran out while the "
+                f"formulation was built ({build_s:.3g} s)",
+                backend=self.name,
+                details={"solver_status": "not started", "stopped_in": "build", "build_s": build_s},
+            )
+        raw = self.solve_formulation(form, remaining)
         return dataclasses.replace(raw, details={**raw.details, "build_s": build_s})
+
+
+class BuildTimeLimitError(Exception):
+    """The time limit ran out while a formulation was built (raised by :func:`time_limited_build`)."""
+
+
+@contextmanager
+def time_limited_build(seconds: float) -> Iterator[None]:
+    """Raise :class:`BuildTimeLimitError` in the ``with`` block once ``seconds`` have passed.
+
+    Building a formulation is Python code (PuLP or OR-Tools objects, one per variable and
+    constraint) that checks no clock: a 100,000-request dispatch-scale window asks for about
+    10^11 variables and would build for hours. A one-shot ``SIGALRM`` timer stops it. The timer
+    needs the main thread of a POSIX process and a free ``ITIMER_REAL``; elsewhere the block
+    runs unbounded.
+    """
+    usable = (
+        hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+        and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    )
+    if not usable:
+        yield
+        return
+
+    def expired(signum: int, frame: Any) -> None:
+        raise BuildTimeLimitError(f"time limit of {seconds:g} s reached while building")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0.0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def run_interruptibly(work: Callable[[], T], stop: Callable[[], None]) -> T:

@@ -106,7 +106,8 @@ class CpSatBackend(Backend):
             native_bound = finite_or_none(solver.best_objective_bound)
         elif code == cp_model.OPTIMAL:
             native_bound = native_objective
-        timed_out = solver.wall_time >= _TIME_LIMIT_FRACTION * time_limit
+        # CP-SAT's own clock starts after it has loaded the model: ours counts that too
+        timed_out = max(solver.wall_time, runtime_s) >= _TIME_LIMIT_FRACTION * time_limit
 
         if code == cp_model.OPTIMAL:
             status = Status.OPTIMAL if proved(native_objective, native_bound) else Status.FEASIBLE

@@ -185,8 +185,10 @@ def solve(
     solver : str
         Backend name: ``"highs"``, ``"cbc"``, ``"cpsat"``, ``"brute"`` or any registered one.
     time_limit : float
-        Seconds granted to the solver (finite, > 0). Building the formulation is not counted
-        against it; a model with its own loop spends it across its solver calls.
+        Seconds granted to building the formulation and solving it (finite, > 0): a build
+        still running when it runs out is stopped and gives TIME_LIMIT with no incumbent
+        (:meth:`Backend.solve_model`); a model with its own loop spends it across its solver
+        calls.
     threads : int
         Solver threads (>= 1).
     seed : int
