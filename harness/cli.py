@@ -790,7 +790,11 @@ def build_parser() -> argparse.ArgumentParser:
         "solver names (the default model) or MODEL:SOLVER. By problem: " + _methods_help(),
     )
     p.add_argument(
-        "--time-limit", type=float, default=60.0, help="seconds per exact method (default: 60)"
+        "--time-limit",
+        type=float,
+        default=60.0,
+        help="seconds per exact method, building its model included; heuristics simulate the "
+        "whole instance (a progress bar shows how far) (default: 60)",
     )
     p.add_argument("--threads", type=int, default=1, help="solver threads (default: 1)")
     p.add_argument(

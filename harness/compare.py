@@ -153,6 +153,8 @@ def compare(
     """Run ``methods`` on ``instance`` and return one row per method.
 
     Every method name is resolved (and an unknown one reported) before any method runs.
+    ``time_limit`` bounds each exact method (building its model included); a heuristic runs
+    its whole simulation (with ``progress``, a bar of the arrivals simulated).
 
     Columns: instance, problem, requests, method, kind (heuristic / exact / bound), status,
     objective_name, objective (recomputed from the Outcome), sense (max / min),
@@ -169,7 +171,9 @@ def compare(
 
         it = tqdm(resolved, desc=f"compare {instance.name}", leave=False)
     for m in it:
-        mr = m.runner(instance, seed=seed, time_limit=time_limit, threads=threads)
+        mr = m.runner(
+            instance, seed=seed, time_limit=time_limit, threads=threads, progress=progress
+        )
         rows.append(_row(instance, m.name, m.kind, mr, run_checks))
     return with_gaps(pd.DataFrame(rows))
 

@@ -48,7 +48,11 @@ class MethodRun:
 
 @dataclass(frozen=True, slots=True)
 class Method:
-    """A named method: ``kind`` is ``"heuristic"``, ``"exact"`` or ``"bound"``."""
+    """A named method: ``kind`` is ``"heuristic"``, ``"exact"`` or ``"bound"``.
+
+    ``runner(instance, *, seed, time_limit, threads, progress)`` returns a :class:`MethodRun`;
+    a runner takes ``**kwargs`` for the keywords it does not use.
+    """
 
     name: str
     kind: str
@@ -85,11 +89,11 @@ def _heuristic_method(problem: Problem, h: Heuristic) -> Method:
     assert h.policy is not None
     make_policy = h.policy
 
-    def simulate(instance: Instance, *, seed: int, **_: Any) -> MethodRun:
+    def simulate(instance: Instance, *, seed: int, progress: bool = False, **_: Any) -> MethodRun:
         t0 = time.perf_counter()
         made = Scheduler.of(resolve(make_policy)(instance))
         ran = made.on(instance)
-        out = made.run(instance, seed=seed)
+        out = made.run(instance, seed=seed, progress=progress)
         return MethodRun(
             out,
             time.perf_counter() - t0,

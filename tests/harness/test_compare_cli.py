@@ -166,3 +166,12 @@ def test_every_command_has_help(command, capsys):
         main([command, "--help"])
     assert exc.value.code == 0
     assert "usage: slolab" in capsys.readouterr().out
+
+
+def test_compare_simulating_a_heuristic_ran_without_a_word(small_serving, capsys):
+    """compare with progress draws the simulation's bar of arrivals (150 requests) on stderr."""
+    compare(small_serving, ["sarathi"], seed=0, progress=True)
+    err = capsys.readouterr().err
+    # the engine's bar: "simulate" and its total, the 150 requests of the instance
+    assert "simulate" in err
+    assert "/150" in err
