@@ -38,3 +38,35 @@ def test_bad_policy_router_and_budget_raise():
         ServingSetup("azure_code_2023", token_budget="many").scheduler(instance)
     with pytest.raises(ValueError, match="servers must be >= 1, got 0"):
         dataclasses.replace(ServingSetup("azure_code_2023"), servers=0)
+
+
+def test_a_million_servers_ran_110_s_without_a_word():
+    """--servers 1000000 for 200 requests is announced: ~110 s of routing and 0.75 GiB."""
+    from slolab.harness.serving import warn_large_fleet
+
+    message = warn_large_fleet(1_000_000, 200)
+    assert message is not None
+    # 0.55 us x 1e6 servers x 200 requests = 110 s; 800 B x 1e6 = 8e8 B = 0.745 GiB
+    assert "about 110 s of routing" in message
+    assert "0.75 GiB" in message
+    assert "at most 200 servers ever hold a request" in message
+    # the whole conv trace (19,366 requests) on 32 servers: 0.34 s of routing, no warning
+    assert warn_large_fleet(32, 19_366) is None
+
+
+def test_large_fleet_warning_comes_before_the_run(monkeypatch, caplog):
+    """simulate logs the fleet warning once, before the engine runs (threshold lowered to 0 s)."""
+    from slolab.harness import serving
+
+    monkeypatch.setattr(serving, "LARGE_FLEET_S", 0.0)
+    monkeypatch.setattr(serving, "_announced", set())
+    setup = ServingSetup(trace="azure_conv_2023", servers=3, limit=20)
+    with caplog.at_level("WARNING", logger="slolab"):
+        setup.simulate()
+        setup.simulate()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    # 0.55 us x 3 servers x 20 requests = 33 us, rounded to 0 s; announced once for both runs
+    assert warnings == [
+        "3 servers for 20 requests: about 0 s of routing (the least-loaded router looks at "
+        "every server for each request) and 2.2e-06 GiB of server state"
+    ]
