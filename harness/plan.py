@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from slolab.harness.capacity import CountSearchResult, smallest_count
-from slolab.harness.serving import ServingSetup
+from slolab.harness.serving import ServingSetup, warn_large_fleet
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -254,6 +254,7 @@ def plan(
                 cluster = dataclasses.replace(base.cluster, servers=count)
                 instance = dataclasses.replace(base, cluster=cluster)
                 instance, sched = chosen.prepare(instance)
+                warn_large_fleet(instance.cluster.servers, instance.n_requests)
                 outcome = sched.run(instance, seed=setup.seed, record_iterations=False)
                 table = metrics.request_table(instance, outcome)
                 met = table[f"met_{definition}"].to_numpy(dtype=bool)
