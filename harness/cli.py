@@ -15,11 +15,14 @@ status 1.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import logging
 import math
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -60,6 +63,19 @@ def _load_instance(ref: str):
     return load_shipped(ref)
 
 
+def _seed(text: str) -> int:
+    """A ``--seed`` value: an integer every solver backend and random generator accepts."""
+    from slolab.solvers.backend import MAX_SEED
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, {MAX_SEED}], got {value}")
+    return value
+
+
 def _add_serving_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "trace",
@@ -98,7 +114,7 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--seed",
-        type=int,
+        type=_seed,
         default=0,
         help="seed of every random choice (SLO draws, random routing) (default: 0)",
     )
@@ -121,7 +137,10 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
         "--max-batch-tokens",
         type=int,
         default=2048,
-        help="token budget per iteration (default: 2048)",
+        help="the servers' cap on tokens per iteration, 0 for no cap; budgeted policies "
+        "(sarathi, edf) run at --token-budget, whose auto value is the batch that fits the "
+        "tightest TPOT SLO, at most this cap (2048 with no cap); simulate prints the budget "
+        "used (default: 2048)",
     )
     p.add_argument(
         "--max-batch-size",
@@ -245,7 +264,10 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     from slolab.harness.serving import ServingSetup, simulate_summary
 
     s = simulate_summary(
-        ServingSetup.from_namespace(a), a.rate, progress=not a.json and not a.quiet
+        ServingSetup.from_namespace(a),
+        a.rate,
+        progress=not a.json and not a.quiet,
+        token_budget=True,
     )
     if a.json:
         _print_json(s)
@@ -253,6 +275,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         keys = [
             "instance",
             "policy",
+            "token_budget",
             "servers",
             "requests",
             "finished",
@@ -300,6 +323,7 @@ def cmd_instance_build(a: argparse.Namespace) -> int:
         options[accepted[dest].name] = value
     inst = problem.build(**options)
     path = save_instance(inst, a.output)
+    _committed()
     if a.json:
         _print_json(
             {
@@ -772,7 +796,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--time-limit", type=float, default=60.0, help="seconds (default: 60)")
     p.add_argument("--threads", type=int, default=1, help="solver threads (default: 1)")
-    p.add_argument("--seed", type=int, default=0, help="solver seed (default: 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="solver seed (default: 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_solve)
@@ -798,7 +822,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--threads", type=int, default=1, help="solver threads (default: 1)")
     p.add_argument(
-        "--seed", type=int, default=0, help="seed of stochastic methods and solvers (default: 0)"
+        "--seed", type=_seed, default=0, help="seed of stochastic methods and solvers (default: 0)"
     )
     p.add_argument("--json", action="store_true", help="print a JSON list of rows")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -817,7 +841,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--time-limit", type=float, default=60.0, help="seconds per level (default: 60)")
     p.add_argument("--threads", type=int, default=1, help="solver threads (default: 1)")
-    p.add_argument("--seed", type=int, default=0, help="solver seed (default: 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="solver seed (default: 0)")
     p.add_argument(
         "--json",
         action="store_true",
@@ -884,7 +908,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     line, at any point of any command; a solver objective that differs from its replayed
     schedule's (:class:`slolab.harness.compare.ObjectiveMismatchError`) exits with status 1
     and one line.
+
+    A command that has committed its work (``instance build`` once its file is in place)
+    ignores Ctrl-C from then on and ends with status 0, and so does the interpreter's exit
+    after any command: a late Ctrl-C neither reports "interrupted" for a file that was written
+    nor kills the process by the signal.
     """
+    _ignore_sigint_at_exit()
+    handler = signal.getsignal(signal.SIGINT) if _on_main_thread() else None
+    if handler is signal.default_int_handler:
+        # Python's own handler, as a Python function: with the C default, a Ctrl-C that
+        # lands in some library calls ends the process by the signal (exit -2 for its
+        # parent) after main() has caught it and returned 130
+        signal.signal(signal.SIGINT, _raise_interrupt)
     try:
         return _run(argv)
     except KeyboardInterrupt:
@@ -902,6 +938,43 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_MISMATCH
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGINT, handler)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _committed() -> None:
+    """The command's work is done and kept (a file replaced): Ctrl-C is ignored until
+    :func:`main` returns (its output is printed; nothing is left to stop)."""
+    if _on_main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+_at_exit_registered = False
+
+
+def _ignore_sigint_at_exit() -> None:
+    """Ignore Ctrl-C once the interpreter starts to exit (registered once per process): the
+    teardown of a large run takes up to a second or two, and a Ctrl-C then would end the
+    process by the signal after the command's own exit status was set."""
+    global _at_exit_registered
+    if _at_exit_registered:
+        return
+    _at_exit_registered = True
+
+    def ignore() -> None:
+        if _on_main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    atexit.register(ignore)
 
 
 def _exit_now_if_solver_stopping() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from slolab.harness.capacity import CapacityResult, capacity
 from slolab.heuristics.policies import Scheduler
 from slolab.instances.records import Instance
+from slolab.problems.registry import OptionValueError
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -113,6 +114,19 @@ class ServingSetup:
                 raise TypeError(f"{name} must be an int, got {value!r}")
         if self.servers < 1:
             raise ValueError(f"servers must be >= 1, got {self.servers}")
+        if self.seed < 0:
+            raise OptionValueError(
+                f"seed must be >= 0, got {self.seed}", f"--seed must be >= 0, got {self.seed}"
+            )
+        if isinstance(self.max_batch_tokens, bool) or not (
+            isinstance(self.max_batch_tokens, int) and self.max_batch_tokens >= 0
+        ):
+            raise OptionValueError(
+                f"max_batch_tokens must be an integer >= 0 (the servers' cap on tokens per "
+                f"iteration, 0 for none), got {self.max_batch_tokens!r}",
+                f"--max-batch-tokens must be >= 0 (the servers' cap on tokens per iteration, 0 "
+                f"for none), got {self.max_batch_tokens!r}",
+            )
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
 
@@ -187,6 +201,12 @@ class ServingSetup:
                 parse_token_budget(self.token_budget)
                 if isinstance(self.token_budget, str)
                 else self.token_budget
+            )
+        if budget is not None and 0 < self.max_batch_tokens < budget:
+            raise OptionValueError(
+                f"token_budget {budget} exceeds max_batch_tokens {self.max_batch_tokens}",
+                f"--token-budget {budget} exceeds --max-batch-tokens {self.max_batch_tokens} "
+                "(the servers' cap on tokens per iteration)",
             )
         if entry.setup is None and self.decode_router is not None:
             if self.mode != "disaggregated":
@@ -291,7 +311,11 @@ def warn_large_fleet(servers: int, requests: int) -> str | None:
 
 
 def simulate_summary(
-    setup: ServingSetup, rate: float | None = None, *, progress: bool = False
+    setup: ServingSetup,
+    rate: float | None = None,
+    *,
+    progress: bool = False,
+    token_budget: bool = False,
 ) -> dict[str, Any]:
     """What ``slolab simulate --json`` prints: one run's metrics and its set-up.
 
@@ -299,7 +323,9 @@ def simulate_summary(
     time of the whole call (building the instance included) and ``simulate_s`` the engine's,
     plus ``instance``, ``policy``, ``router``, ``mode``, ``servers``, ``timing``,
     ``autoscale`` and ``startup_s``; a router that reports on its own decisions (a
-    ``summary()`` method, as PolyServe's controller) adds its figures as ``router_*``.
+    ``summary()`` method, as PolyServe's controller) adds its figures as ``router_*``. With
+    ``token_budget``, also ``token_budget``: the tokens per iteration a budgeted policy ran at
+    (``--token-budget auto`` resolved; None for other policies).
     """
     from slolab.sim import metrics
 
@@ -308,6 +334,8 @@ def simulate_summary(
     summary = metrics.summary(instance, outcome)
     summary["wall_s"] = time.perf_counter() - start
     summary["simulate_s"] = outcome.wall_s
+    if token_budget:
+        summary["token_budget"] = getattr(sched.policy, "token_budget", None)
     report = getattr(sched.router, "summary", None)
     if callable(report):
         summary.update({f"router_{k}": v for k, v in report().items()})

@@ -320,7 +320,22 @@ class ResultsStore:
         self.directory = Path(directory)
         self.key = key
         self.schema = _schema(columns, key)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if self.directory.exists() and not self.directory.is_dir():
+            raise NotADirectoryError(
+                f"results store {self.directory} is a file; a store is a directory of Parquet "
+                "files (give another path)"
+            )
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise OSError(
+                f"results store {self.directory}: cannot create the directory: {error.strerror}"
+                + (
+                    f" ({error.filename})"
+                    if error.filename not in (None, str(self.directory))
+                    else ""
+                )
+            ) from None
         self._host = _host_tag()
         removed = self.clean_temp_files()
         if removed:

@@ -596,6 +596,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
         text = path.read_text()
     except OSError as error:
         raise SpecError(f"{path}: cannot read the sweep spec: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise SpecError(
+            f"{path}: not a sweep spec (not UTF-8 text: {error.reason} at byte {error.start})"
+        ) from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

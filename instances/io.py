@@ -252,6 +252,9 @@ def instance_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Insta
     name = _field(data, "name", str, source)
     problem = _field(data, "problem", str, source)
     settings = _field(data, "settings", dict, source)
+    mismatch = _problem_mismatch(problem, settings)
+    if mismatch is not None:
+        raise InstanceFileError(source, "problem", mismatch)
     cluster_fields = _field(data, "cluster", dict, source)
     timing_data = _field(data, "timing", dict, source)
     dtypes = _field(data, "request_dtypes", dict, source)
@@ -301,14 +304,36 @@ def instance_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Insta
         raise InstanceFileError(source, None, str(exc)) from None
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _problem_mismatch(problem: str, settings: dict[str, Any]) -> str | None:
+    """Why ``settings`` are not those of a ``problem`` instance (a file relabelled to another
+    problem), or None; a problem not registered here is not checked."""
+    from slolab.problems.registry import get_problem, problem_names
+
+    if problem not in problem_names():
+        return None
+    return get_problem(problem).check_instance(settings)
+
+
 # -- files --------------------------------------------------------------------------------------
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory and ``os.replace``."""
+    """Write via a temporary file in the same directory and ``os.replace``.
+
+    The file gets the permissions ``open()`` would give a new file (0666 less the umask);
+    the temporary file is created 0600.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

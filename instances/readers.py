@@ -624,7 +624,7 @@ def _csv_chunks(
     first_line = 2
     try:
         with reader, _decoding(path):
-            for chunk in reader:
+            while (chunk := _next_chunk(reader)) is not None:
                 yield first_line + np.arange(len(chunk)), chunk[list(columns)]
                 first_line += len(chunk)
     except pd.errors.ParserError as exc:
@@ -635,6 +635,15 @@ def _csv_chunks(
         if int_columns:
             raise _TypedParseFailed(str(exc)) from exc
         raise
+
+
+def _next_chunk(reader: Any) -> pd.DataFrame | None:
+    """The reader's next chunk (None at the end), without the RuntimeWarning ("invalid value
+    encountered in cast") the C parser emits for ``inf`` in an int64 column: that value fails
+    the typed pass, and the text pass reports it with its line."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return next(reader, None)
 
 
 def _read_csv(

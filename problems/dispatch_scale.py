@@ -316,7 +316,7 @@ PROBLEM = register_problem(
                 "HyperFlexis task set (Table 1)",
                 choices=("4-task", "2-task"),
             ),
-            Option("n", int, 4, "requests in the window"),
+            Option("n", int, 4, "requests in the window", minimum=1),
             Option("rate", float, 8.0, "arrival rate of the stream the window is cut from (req/s)"),
             Option("max_output_tokens", int, 3, "output tokens kept per request"),
             Option("slo_scale", float, 1.0, "multiply every Table 1 SLO by this"),
@@ -340,7 +340,7 @@ PROBLEM = register_problem(
             Option("timing", str, HYPERFLEXIS_TIMING, "timing preset (Eqs. 1-2 form)"),
             Option("trace", str, None, "cut from this trace instead of the task mix"),
             Option("format", str, None, "trace format (default: detected)"),
-            Option("seed", int, 0, "seed of the draws, the arrivals and the cut"),
+            Option("seed", int, 0, "seed of the draws, the arrivals and the cut", minimum=0),
         ),
         models=("dispatch-scale",),
         heuristics=(
@@ -379,6 +379,7 @@ PROBLEM = register_problem(
             ),
         ),
         docs="hyperflexis.md",
+        settings=("task_set", "slot_s", "max_servers", "cost_weight_per_server_s"),
         front="slolab.models.dispatch_scale:pareto_front",
     )
 )

@@ -49,6 +49,14 @@ def _lazy(target: object, what: str) -> None:
         )
 
 
+class OptionValueError(ValueError):
+    """A builder option out of its range; ``cli_message`` names its command-line flag."""
+
+    def __init__(self, message: str, cli_message: str) -> None:
+        super().__init__(message)
+        self.cli_message = cli_message
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
     """One option of a problem's instance builder.
@@ -68,6 +76,9 @@ class Option:
         Allowed values.
     flag : str, optional
         Command-line flag, when it differs from the name (``--batch`` for ``batch_size``).
+    minimum : int or float, optional
+        Smallest value accepted (a count of requests 1, a seed 0); a smaller one is an error
+        naming the flag.
     """
 
     name: str
@@ -76,6 +87,7 @@ class Option:
     help: str
     choices: tuple[Any, ...] | None = None
     flag: str | None = None
+    minimum: int | float | None = None
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
@@ -250,6 +262,10 @@ class Problem:
         ``front(instance, *, solver, time_limit, threads, seed) -> list of FrontPoint``: the
         exact cost-attainment Pareto front of an instance (``slolab pareto``); None when the
         problem has one objective only.
+    settings : tuple of str
+        Keys every instance of the problem carries in ``Instance.settings`` (written by its
+        builder): an instance file labelled with this problem but without them was built for
+        another one (see :meth:`check_instance`).
     """
 
     name: str
@@ -262,6 +278,7 @@ class Problem:
     heuristics: tuple[Heuristic, ...] = ()
     docs: str = ""
     front: str | Callable[..., Any] | None = None
+    settings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name or ":" in self.name or "/" in self.name:
@@ -344,6 +361,12 @@ class Problem:
                     f"option {name!r} of problem {self.name!r} must be one of "
                     f"{', '.join(map(str, choices))}, got {value!r}"
                 )
+            least = known[name].minimum
+            if least is not None and value is not None and not value >= least:
+                raise OptionValueError(
+                    f"option {name!r} of problem {self.name!r} must be >= {least}, got {value!r}",
+                    f"{known[name].cli_flag} must be >= {least}, got {value!r}",
+                )
         builder = resolve(self.builder)
         accepted = inspect.signature(builder).parameters
         missing = [n for n in values if n not in accepted]
@@ -357,7 +380,32 @@ class Problem:
                 f"the builder of problem {self.name!r} made an instance of problem "
                 f"{instance.problem!r}"
             )
+        missing = self.missing_settings(instance.settings)
+        if missing:
+            raise ValueError(
+                f"the builder of problem {self.name!r} made an instance without its settings "
+                f"{', '.join(missing)}"
+            )
         return instance
+
+    def missing_settings(self, settings: Mapping[str, Any]) -> list[str]:
+        """The declared :attr:`settings` keys ``settings`` lacks."""
+        return [key for key in self.settings if key not in settings]
+
+    def check_instance(self, settings: Mapping[str, Any]) -> str | None:
+        """Why an instance with ``settings`` labelled with this problem is not one of its
+        instances (it lacks the problem's settings; the problems whose settings it has are
+        named), or None when it has them."""
+        missing = self.missing_settings(settings)
+        if not missing:
+            return None
+        fits = [p.name for p in problems() if p.settings and not p.missing_settings(settings)]
+        built = f"; its settings are those of {' or '.join(map(repr, fits))}" if fits else ""
+        return (
+            f"labelled {self.name!r} but it lacks the settings every {self.name} instance "
+            f"carries ({', '.join(missing)}){built}: rebuild it with 'slolab instance build "
+            f"--problem {self.name}' instead of relabelling it"
+        )
 
 
 _PROBLEMS: dict[str, Problem] = {}

@@ -155,7 +155,7 @@ PROBLEM = register_problem(
         ),
         builder=build,
         options=(
-            Option("n", int, 10, "queued requests"),
+            Option("n", int, 10, "queued requests", minimum=1),
             Option("batch_size", int, 4, "largest batch size B", flag="--batch"),
             Option(
                 "task",
@@ -169,7 +169,7 @@ PROBLEM = register_problem(
             ),
             *READ_OPTIONS,
             Option("timing", str, "sa-qwen2.5-7b-v100", "timing preset"),
-            Option("seed", int, 0, "seed of the cut, the mix and the SLO draws"),
+            Option("seed", int, 0, "seed of the cut, the mix and the SLO draws", minimum=0),
         ),
         models=("sa-ordering", "sa-ordering-columns"),
         aliases={"columns": "sa-ordering-columns:highs", "columns-cbc": "sa-ordering-columns:cbc"},
@@ -199,5 +199,6 @@ PROBLEM = register_problem(
             ),
         ),
         docs="sa_ordering.md",
+        settings=("batch_size",),
     )
 )

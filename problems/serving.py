@@ -171,9 +171,11 @@ PROBLEM = register_problem(
                 "polyserve",
                 "SLO scheme, or schemes joined by + applied in order (see docs/instances.md)",
             ),
-            Option("limit", int, None, "use the first N requests of the trace", flag="--n"),
+            Option(
+                "limit", int, None, "use the first N requests of the trace", flag="--n", minimum=1
+            ),
             Option("rate", float, None, RATE_HELP),
-            Option("seed", int, 0, "seed of the SLO draws and of the arrival process"),
+            Option("seed", int, 0, "seed of the SLO draws and of the arrival process", minimum=0),
         ),
         heuristics=(
             Heuristic(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from slolab.instances.hints import SuggestingError, Suggestion
 from slolab.problems.registry import (
     TRACE_OPTIONS,
     Heuristic,
@@ -184,6 +185,10 @@ def slos_snapshots_from_simulation(
     return out
 
 
+#: Requests of the online run a scheduler call is captured from (``--from-simulation``).
+SIMULATED_REQUESTS = 300
+
+
 def build(
     *,
     seed: int,
@@ -194,7 +199,7 @@ def build(
     scenario: str = "chatbot",
     slack: str = "tight",
     from_simulation: bool = False,
-    n: int = 300,
+    n: int | None = None,
     rate: float | None = None,
     **reading: Any,
 ) -> Instance:
@@ -203,9 +208,20 @@ def build(
     With ``from_simulation`` the call of an online SLOs-Serve run of ``n`` requests of
     ``scenario`` (at ``rate`` req/s) whose new and running counts are closest to ``new`` and
     ``running`` is returned (see :func:`slos_snapshots_from_simulation`); ``trace`` and the
-    reading options (``**reading``: ``format``, ``arrivals``, ...) do not apply then.
+    reading options (``**reading``: ``format``, ``arrivals``, ...) do not apply then. ``n``
+    (default :data:`SIMULATED_REQUESTS`) applies with ``from_simulation`` only.
     """
     if not from_simulation:
+        if n is not None:
+            raise SuggestingError(
+                Suggestion("n"),
+                " applies with ",
+                Suggestion("from_simulation"),
+                " only (the requests simulated); a cut of the trace takes ",
+                Suggestion("new"),
+                " and ",
+                Suggestion("running"),
+            )
         return slos_snapshot(
             trace,
             new=new,
@@ -217,6 +233,8 @@ def build(
             rate=rate,
             **reading,
         )
+    if n is None:
+        n = SIMULATED_REQUESTS
     calls = slos_snapshots_from_simulation(
         scenario, seed=seed, n=n, rate=rate, timing=timing, slack=slack
     )
@@ -257,7 +275,13 @@ PROBLEM = register_problem(
                 "capture the call from an online SLOs-Serve run of the scenario (n requests "
                 "at --rate) closest to --new/--running, instead of cutting the trace",
             ),
-            Option("n", int, 300, "with --from-simulation: requests simulated"),
+            Option(
+                "n",
+                int,
+                None,
+                f"with --from-simulation: requests simulated (default: {SIMULATED_REQUESTS})",
+                minimum=1,
+            ),
             Option(
                 "rate",
                 float,
@@ -266,7 +290,7 @@ PROBLEM = register_problem(
                 "drawn process with --arrivals; else the trace is time-scaled to it",
             ),
             Option("timing", str, "opt-13b-h100-slos", "timing preset"),
-            Option("seed", int, 0, "seed of the cut and the SLO draws"),
+            Option("seed", int, 0, "seed of the cut and the SLO draws", minimum=0),
         ),
         models=("slos-b1", "slos-b2"),
         aliases={"b1": "slos-b1:highs", "b2": "slos-b2:highs"},
@@ -278,5 +302,6 @@ PROBLEM = register_problem(
             ),
         ),
         docs="slos_serve.md",
+        settings=("call_time_s", "kv_capacity_tokens"),
     )
 )

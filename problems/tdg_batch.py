@@ -138,10 +138,10 @@ PROBLEM = register_problem(
             Option("trace", str, "azure_conv_2023", "trace file or vendored trace name"),
             Option("format", str, None, "trace format (default: detected)"),
             Option("queue", int, 8, "queued requests wanted at the captured point"),
-            Option("n", int, 200, "requests simulated to capture scheduling points"),
+            Option("n", int, 200, "requests simulated to capture scheduling points", minimum=1),
             Option("rate", float, 20.0, "arrival rate of the simulated trace (req/s)"),
             Option("timing", str, "proserve-affine", "timing: proserve-affine or a preset"),
-            Option("seed", int, 0, "seed of the SLO and priority draws"),
+            Option("seed", int, 0, "seed of the SLO and priority draws", minimum=0),
         ),
         models=("tdg-batch",),
         heuristics=(
@@ -164,5 +164,6 @@ PROBLEM = register_problem(
             ),
         ),
         docs="proserve.md",
+        settings=("latency_budget_s", "w_prefill", "w_decode"),
     )
 )

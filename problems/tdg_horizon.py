@@ -263,7 +263,7 @@ PROBLEM = register_problem(
         options=(
             Option("trace", str, "azure_conv_2023", "trace file or vendored trace name"),
             Option("format", str, None, "trace format (default: detected)"),
-            Option("n", int, 4, "requests in the window"),
+            Option("n", int, 4, "requests in the window", minimum=1),
             Option(
                 "load",
                 str,
@@ -280,7 +280,7 @@ PROBLEM = register_problem(
                 "iterations the exact model may use (default: output tokens + requests)",
             ),
             Option("timing", str, "proserve-affine", "timing: proserve-affine or a preset"),
-            Option("seed", int, 0, "seed of the cut, the SLO and the priority draws"),
+            Option("seed", int, 0, "seed of the cut, the SLO and the priority draws", minimum=0),
         ),
         models=("tdg-horizon",),
         heuristics=(
@@ -303,5 +303,6 @@ PROBLEM = register_problem(
             ),
         ),
         docs="proserve.md",
+        settings=("load", "w_prefill", "w_decode"),
     )
 )

@@ -121,13 +121,15 @@ PROBLEM = register_problem(
         ),
         builder=build,
         options=(
-            Option("n", int, 2000, "requests (the mix inverts after n // 2)"),
+            Option("n", int, 2000, "requests (the mix inverts after n // 2)", minimum=2),
             Option("rate", float, 20.0, "Poisson arrival rate (req/s)"),
             Option("servers", int, 20, "fleet: the most servers on at once"),
             Option("mode", str, "colocated", "serving mode", choices=MODES),
             Option("window_s", float, 30.0, "length of the plan's windows (s)"),
             Option("timing", str, POLYSERVE_TIMING, "timing preset"),
-            Option("seed", int, 0, "seed of the lengths, the arrivals and the SLO draws"),
+            Option(
+                "seed", int, 0, "seed of the lengths, the arrivals and the SLO draws", minimum=0
+            ),
         ),
         models=("tier-autoscale",),
         heuristics=(
@@ -144,5 +146,6 @@ PROBLEM = register_problem(
             ),
         ),
         docs="polyserve.md",
+        settings=("servers", "mode", "window_s"),
     )
 )

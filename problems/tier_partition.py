@@ -240,7 +240,9 @@ PROBLEM = register_problem(
             Option("servers", int, 20, "servers N to partition"),
             Option("mode", str, "colocated", "serving mode", choices=MODES),
             Option("rate", float, None, RATE_HELP),
-            Option("limit", int, 2000, "use the first N requests of the trace", flag="--n"),
+            Option(
+                "limit", int, 2000, "use the first N requests of the trace", flag="--n", minimum=1
+            ),
             Option("timing", str, POLYSERVE_TIMING, "timing preset"),
             Option(
                 "kv_capacity_tokens",
@@ -249,7 +251,7 @@ PROBLEM = register_problem(
                 "KV tokens per server (default: Llama-3.1-8B on an H200, 845,642)",
                 flag="--kv-capacity",
             ),
-            Option("seed", int, 0, "seed of the SLO draws and of the arrival process"),
+            Option("seed", int, 0, "seed of the SLO draws and of the arrival process", minimum=0),
         ),
         models=("tier-partition", "tier-partition-fluid"),
         aliases={"fluid": "tier-partition-fluid:highs"},
@@ -261,5 +263,6 @@ PROBLEM = register_problem(
             ),
         ),
         docs="polyserve.md",
+        settings=("servers", "mode"),
     )
 )

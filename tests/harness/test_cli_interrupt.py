@@ -11,6 +11,7 @@ import time
 import psutil
 import pytest
 from slolab.harness.cli import EXIT_INTERRUPTED
+from slolab.instances import load_instance
 
 #: Seconds from Ctrl-C to the end of the process, interpreter teardown included (about 0.7 s
 #: of it on a loaded 2-core machine; the solvers themselves stop within a second).
@@ -121,3 +122,24 @@ def test_ctrl_c_on_highs_in_a_long_root_lp_took_18_s(tmp_path):
     code, rest, took = interrupt(proc)
     assert (code, rest) == (EXIT_INTERRUPTED, "slolab: interrupted\n")
     assert took < STOP_WITHIN_S
+
+
+def test_ctrl_c_after_instance_build_wrote_its_file_was_swallowed_or_killed(tmp_path):
+    """SIGINT right after 'wrote FILE' is printed: exit 0 with the file whole (was 130 or -2)."""
+    path = tmp_path / "ta.json"
+    codes = []
+    for _ in range(2):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "slolab.harness.cli", "instance", "build", "--problem",
+             "tier-autoscale", "--n", "20000", "-o", str(path)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # the file is in place once this line is out
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert line.startswith(f"wrote {path}")
+        codes.append((proc.returncode, err))
+    # before: 130 "interrupted" for a file that was written, or death by the signal (-2)
+    assert codes == [(0, "")] * 2
+    assert load_instance(path).n_requests == 20_000
