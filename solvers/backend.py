@@ -241,6 +241,10 @@ class Backend:
         return dataclasses.replace(raw, details={**raw.details, "build_s": build_s})
 
 
+#: Seconds between two firings of :func:`time_limited_build`'s timer once the limit is reached.
+BUILD_TIMER_REPEAT_S = 0.05
+
+
 class BuildTimeLimitError(Exception):
     """The time limit ran out while a formulation was built (raised by :func:`time_limited_build`)."""
 
@@ -253,7 +257,9 @@ def time_limited_build(seconds: float) -> Iterator[None]:
     constraint) that checks no clock: a 100,000-request dispatch-scale window asks for about
     10^11 variables and would build for hours. A one-shot ``SIGALRM`` timer stops it. The timer
     needs the main thread of a POSIX process and a free ``ITIMER_REAL``; elsewhere the block
-    runs unbounded.
+    runs unbounded. It fires again every :data:`BUILD_TIMER_REPEAT_S` until the block has
+    ended: an exception raised while the interpreter runs a garbage-collector callback or a
+    ``__del__`` is printed and dropped, not propagated.
     """
     usable = (
         hasattr(signal, "setitimer")
@@ -268,12 +274,17 @@ def time_limited_build(seconds: float) -> Iterator[None]:
         raise BuildTimeLimitError(f"time limit of {seconds:g} s reached while building")
 
     previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, BUILD_TIMER_REPEAT_S)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0.0)
-        signal.signal(signal.SIGALRM, previous)
+        while True:  # a repeat firing here is caught until the timer is off
+            try:
+                signal.setitimer(signal.ITIMER_REAL, 0.0)
+                signal.signal(signal.SIGALRM, previous)
+                break
+            except BuildTimeLimitError:
+                continue
 
 
 def run_interruptibly(work: Callable[[], T], stop: Callable[[], None]) -> T:

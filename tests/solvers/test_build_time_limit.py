@@ -33,3 +33,16 @@ def test_a_small_model_still_solves_to_optimality_under_the_build_timer():
     assert result.status == Status.OPTIMAL
     assert "stopped_in" not in result.details
     assert 0.0 <= result.details["build_s"] < 30.0
+
+
+def test_compare_time_limit_on_a_large_window_ran_past_60_s(tmp_path, capsys):
+    """compare --methods highs --time-limit 1 on 20,000 requests gives a TIME_LIMIT row, no objective."""
+    inst = get_problem("dispatch-scale").build(n=20_000, seed=0)
+    path = save_instance(inst, tmp_path / "ds.json")
+    start = time.perf_counter()
+    code = main(["compare", str(path), "--methods", "highs", "--time-limit", "1", "--json"])
+    took = time.perf_counter() - start
+    (row,) = json.loads(capsys.readouterr().out)
+    # the build is stopped at 1 s: no incumbent to replay, so no objective and no bound
+    assert (code, row["status"], row["objective"], row["bound"]) == (0, "TIME_LIMIT", None, None)
+    assert took < 6.0
