@@ -322,6 +322,7 @@ def cmd_instance_build(a: argparse.Namespace) -> int:
             )
         options[accepted[dest].name] = value
     inst = problem.build(**options)
+    _stop_if_interrupted()
     path = save_instance(inst, a.output)
     _committed()
     if a.json:
@@ -912,17 +913,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     A command that has committed its work (``instance build`` once its file is in place)
     ignores Ctrl-C from then on and ends with status 0, and so does the interpreter's exit
     after any command: a late Ctrl-C neither reports "interrupted" for a file that was written
-    nor kills the process by the signal.
+    nor kills the process by the signal. A Ctrl-C whose KeyboardInterrupt the interpreter
+    dropped (raised inside a ``__del__`` or a garbage-collector callback, where it is printed
+    and ignored) still ends the command with status 130, before it writes its file.
     """
     _ignore_sigint_at_exit()
+    _interrupt.update(seen=False, committed=False)
     handler = signal.getsignal(signal.SIGINT) if _on_main_thread() else None
     if handler is signal.default_int_handler:
-        # Python's own handler, as a Python function: with the C default, a Ctrl-C that
-        # lands in some library calls ends the process by the signal (exit -2 for its
-        # parent) after main() has caught it and returned 130
         signal.signal(signal.SIGINT, _raise_interrupt)
     try:
-        return _run(argv)
+        code = _run(argv)
+        if _interrupt["seen"] and not _interrupt["committed"]:
+            raise KeyboardInterrupt
+        return code
     except KeyboardInterrupt:
         print("slolab: interrupted", file=sys.stderr)
         _exit_now_if_solver_stopping()
@@ -943,8 +947,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGINT, handler)
 
 
+# Whether the running command saw Ctrl-C (its KeyboardInterrupt may have been dropped) and
+# whether it has committed its work.
+_interrupt = {"seen": False, "committed": False}
+
+
 def _raise_interrupt(signum: int, frame: Any) -> None:
+    """Python's own Ctrl-C handler, remembering that the signal came."""
+    _interrupt["seen"] = True
     raise KeyboardInterrupt
+
+
+def _stop_if_interrupted() -> None:
+    """Raise KeyboardInterrupt if Ctrl-C came and its KeyboardInterrupt was dropped."""
+    if _interrupt["seen"]:
+        raise KeyboardInterrupt
 
 
 def _on_main_thread() -> bool:
@@ -954,6 +971,7 @@ def _on_main_thread() -> bool:
 def _committed() -> None:
     """The command's work is done and kept (a file replaced): Ctrl-C is ignored until
     :func:`main` returns (its output is printed; nothing is left to stop)."""
+    _interrupt["committed"] = True
     if _on_main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 

@@ -143,3 +143,36 @@ def test_ctrl_c_after_instance_build_wrote_its_file_was_swallowed_or_killed(tmp_
     # before: 130 "interrupted" for a file that was written, or death by the signal (-2)
     assert codes == [(0, "")] * 2
     assert load_instance(path).n_requests == 20_000
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_ctrl_c_dropped_inside_a_finalizer_was_swallowed(tmp_path, monkeypatch, capsys):
+    """A KeyboardInterrupt raised in a __del__ (printed, dropped) still stops the build: 130."""
+    import gc
+    import os
+
+    from slolab.harness import cli
+
+    class Dropper:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGINT)  # the handler raises here, inside __del__
+            time.sleep(0.05)
+
+    from slolab.problems import registry
+
+    original = registry.Problem.build
+
+    def build_then_drop(self, **options):
+        instance = original(self, **options)
+        Dropper()
+        gc.collect()
+        return instance
+
+    monkeypatch.setattr(registry.Problem, "build", build_then_drop)
+    out = tmp_path / "sa.json"
+    code = cli.main(["instance", "build", "--problem", "sa-ordering", "--n", "4", "-o", str(out)])
+    err = capsys.readouterr().err
+    # the interpreter dropped the exception (pytest records it); the command still stopped
+    # before writing (before: exit 0 and the file written)
+    assert (code, err.splitlines()[-1]) == (EXIT_INTERRUPTED, "slolab: interrupted")
+    assert not out.exists()
