@@ -915,10 +915,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     after any command: a late Ctrl-C neither reports "interrupted" for a file that was written
     nor kills the process by the signal. A Ctrl-C whose KeyboardInterrupt the interpreter
     dropped (raised inside a ``__del__`` or a garbage-collector callback, where it is printed
-    and ignored) still ends the command with status 130, before it writes its file.
+    and ignored) still ends the command with status 130, before it writes its file. Called as
+    the program (``argv`` None) and interrupted, it ends the process itself with status 130
+    (see :func:`_exit_now`).
     """
     _ignore_sigint_at_exit()
-    _interrupt.update(seen=False, committed=False)
+    _interrupt.update(seen=False, committed=False, command=None)
     handler = signal.getsignal(signal.SIGINT) if _on_main_thread() else None
     if handler is signal.default_int_handler:
         signal.signal(signal.SIGINT, _raise_interrupt)
@@ -930,6 +932,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("slolab: interrupted", file=sys.stderr)
         _exit_now_if_solver_stopping()
+        if argv is None and _interrupt["command"] != "sweep":
+            _exit_now()
         return EXIT_INTERRUPTED
     except AssertionError as exc:
         # imported here: the harness loads pandas and the engine, too slow for every command
@@ -949,7 +953,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # Whether the running command saw Ctrl-C (its KeyboardInterrupt may have been dropped) and
 # whether it has committed its work.
-_interrupt = {"seen": False, "committed": False}
+_interrupt: dict[str, Any] = {"seen": False, "committed": False, "command": None}
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -1002,6 +1006,18 @@ def _exit_now_if_solver_stopping() -> None:
     backend = sys.modules.get("slolab.solvers.backend")
     if backend is None or not backend.stopping_solvers():
         return
+    _exit_now()
+
+
+def _exit_now() -> None:
+    """End the process with :data:`EXIT_INTERRUPTED` now, its output flushed.
+
+    Used when :func:`main` is the program (its own command line) and was interrupted: a
+    KeyboardInterrupt that passed through ``exec`` of a string (dataclasses build their
+    methods so, on import) makes CPython end the process by SIGINT at exit even though
+    ``main`` caught it (status -2 for its parent instead of 130). Sweeps exit normally (their
+    worker processes are shut down at exit).
+    """
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(EXIT_INTERRUPTED)
@@ -1010,6 +1026,7 @@ def _exit_now_if_solver_stopping() -> None:
 def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _interrupt["command"] = args.command
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
     )
