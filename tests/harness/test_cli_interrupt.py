@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import select
 import signal
 import subprocess
@@ -149,7 +150,6 @@ def test_ctrl_c_after_instance_build_wrote_its_file_was_swallowed_or_killed(tmp_
 def test_ctrl_c_dropped_inside_a_finalizer_was_swallowed(tmp_path, monkeypatch, capsys):
     """A KeyboardInterrupt raised in a __del__ (printed, dropped) still stops the build: 130."""
     import gc
-    import os
 
     from slolab.harness import cli
 
@@ -176,3 +176,27 @@ def test_ctrl_c_dropped_inside_a_finalizer_was_swallowed(tmp_path, monkeypatch, 
     # before writing (before: exit 0 and the file written)
     assert (code, err.splitlines()[-1]) == (EXIT_INTERRUPTED, "slolab: interrupted")
     assert not out.exists()
+
+
+def test_ctrl_c_through_exec_of_a_string_ended_by_the_signal(tmp_path):
+    """A KeyboardInterrupt raised inside exec("...") (as dataclasses build methods) exits 130, not -2."""
+    # run with -m, as `python -m slolab.harness.cli` is (a -c script exits another way)
+    (tmp_path / "interrupted_in_exec.py").write_text(
+        "import sys\n"
+        "from slolab.harness import cli\n"
+        "cli.cmd_presets = lambda args: exec('raise KeyboardInterrupt')\n"
+        "sys.argv = ['slolab', 'presets']\n"
+        "sys.exit(cli.main())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    done = subprocess.run(
+        [sys.executable, "-m", "interrupted_in_exec"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    # CPython marks an interrupt that leaves exec(str) as unhandled and, at exit, ended the
+    # process by SIGINT (returncode -2) although main() had caught it and returned 130
+    assert (done.returncode, done.stderr) == (EXIT_INTERRUPTED, "slolab: interrupted\n")
