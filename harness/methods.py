@@ -116,6 +116,40 @@ def _exact_method(name: str, problem: str, model_name: str, solver: str) -> Meth
     return Method(name, kind, (problem,), runner, f"{model_name} solved by {solver}")
 
 
+def _policy_method(problem: Problem, name: str) -> Method | None:
+    """``name`` as an online policy on ``problem`` when the problem runs online policies (a
+    heuristic of it is a policy) and ``name`` is a registered policy (a plugin's included) or
+    ``package.module:Name`` of a Policy class; None otherwise."""
+    from slolab.heuristics.policies import is_policy, make_scheduler, policy_entry
+    from slolab.plugins import is_reference
+
+    if not any(h.policy is not None for h in problem.heuristics):
+        return None
+    if name in problem.aliases or name in SOLVER_NAMES:
+        return None
+    if is_reference(name):
+        if name.partition(":")[0] in problem.models:
+            return None
+        policy_entry(name)  # an import error is the message
+    elif not is_policy(name):
+        return None
+    entry = policy_entry(name)
+
+    def simulate(instance: Instance, *, seed: int, **_: Any) -> MethodRun:
+        t0 = time.perf_counter()
+        made = make_scheduler(name, instance)
+        ran = made.on(instance)
+        out = made.run(instance, seed=seed)
+        return MethodRun(
+            out,
+            time.perf_counter() - t0,
+            "SIMULATED",
+            instance=ran if ran is not instance else None,
+        )
+
+    return Method(name, "heuristic", (problem.name,), simulate, entry.description)
+
+
 def available_methods(problem: str | None = None) -> list[str]:
     """Method names of ``problem`` (heuristics, exact aliases, bare solvers, extra methods).
 
@@ -136,7 +170,10 @@ def _extra_names(problem: str, declared: list[str]) -> list[str]:
 def method_help(problem: str) -> str:
     """The names ``problem`` accepts, as one line for error messages and help texts."""
     spec = get_problem(problem)
-    return spec.method_help(tuple(_extra_names(problem, spec.method_names())))
+    text = spec.method_help(tuple(_extra_names(problem, spec.method_names())))
+    if any(h.policy is not None for h in spec.heuristics):
+        text += "; or any policy of 'slolab simulate --policy' (package.module:Name included)"
+    return text
 
 
 def get_method(name: str, instance: Instance | None = None) -> Method:
@@ -148,6 +185,9 @@ def get_method(name: str, instance: Instance | None = None) -> Method:
     for h in problem.heuristics:
         if h.name == name:
             return _heuristic_method(problem, h)
+    policy = _policy_method(problem, name)
+    if policy is not None:
+        return policy
     target = problem.aliases.get(name, name)
     model, _, solver = target.partition(":")
     if not solver and name in SOLVER_NAMES and problem.default_model is not None:

@@ -14,6 +14,7 @@ capacity.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -128,8 +129,65 @@ def register_router(name: str, make: Callable[[], Any], description: str) -> Non
     _ROUTERS[name] = (make, description)
 
 
+_REFERENCED: dict[str, PolicyEntry] = {}
+
+
 def _load() -> None:
     import slolab.heuristics  # noqa: F401  (its modules register their policies)
+    from slolab.plugins import load_plugins
+
+    load_plugins("policies", _register_plugin_policy)
+    load_plugins("routers", _register_plugin_router)
+
+
+def _as_entry(name: str, obj: Any) -> PolicyEntry:
+    """``obj`` (a PolicyEntry, or a Policy class or factory) as the entry ``name``."""
+    from slolab.plugins import accepted_keywords, description_of
+
+    if isinstance(obj, PolicyEntry):
+        return dataclasses.replace(obj, name=name)
+    if not callable(obj):
+        raise TypeError(
+            f"a policy must be a Policy class or factory, or a PolicyEntry, got {type(obj).__name__}"
+        )
+    accepted = accepted_keywords(obj)
+    return PolicyEntry(
+        name,
+        obj,
+        description_of(obj, "a plugin policy"),
+        token_budget=accepted is not None and "token_budget" in accepted,
+    )
+
+
+def _register_plugin_policy(name: str, obj: Any) -> None:
+    entry = _as_entry(name, obj)
+    register_policy(
+        name,
+        entry.make,
+        entry.description,
+        token_budget=entry.token_budget,
+        router=entry.router,
+        decode_router=entry.decode_router,
+        setup=entry.setup,
+        capacity_bound=entry.capacity_bound,
+    )
+
+
+def _register_plugin_router(name: str, obj: Any) -> None:
+    from slolab.plugins import description_of
+
+    if not callable(obj):
+        raise TypeError(f"a router must be a Router class or factory, got {type(obj).__name__}")
+    register_router(name, obj, description_of(obj, "a plugin router"))
+
+
+def is_policy(name: str) -> bool:
+    """True when ``name`` is a registered policy or an importable ``module:Name`` one."""
+    try:
+        policy_entry(name)
+    except ValueError:
+        return False
+    return True
 
 
 def policy_names() -> list[str]:
@@ -147,9 +205,18 @@ def router_names() -> list[str]:
 def policy_entry(name: str) -> PolicyEntry:
     """The registered policy ``name``; ValueError listing the known ones."""
     _load()
-    if name not in _POLICIES:
-        raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(_POLICIES))}")
-    return _POLICIES[name]
+    if name in _POLICIES:
+        return _POLICIES[name]
+    from slolab.plugins import import_reference, is_reference
+
+    if is_reference(name):
+        if name not in _REFERENCED:
+            _REFERENCED[name] = _as_entry(name, import_reference(name, "policy"))
+        return _REFERENCED[name]
+    raise ValueError(
+        f"unknown policy {name!r}; known: {', '.join(sorted(_POLICIES))} "
+        "(or package.module:Name of a Policy class)"
+    )
 
 
 def sarathi_token_budget(instance: Instance) -> int:
@@ -246,10 +313,35 @@ def make_scheduler(
 
 def make_router(name: str) -> Router:
     """A fresh router ``name``; ValueError listing the known ones."""
+    return router_factory(name)()
+
+
+def router_factory(name: str) -> Callable[[], Any]:
+    """The class or factory of router ``name`` (registered, or ``package.module:Name``);
+    ValueError listing the known ones."""
     _load()
-    if name not in _ROUTERS:
-        raise ValueError(f"unknown router {name!r}; known: {', '.join(sorted(_ROUTERS))}")
-    return _ROUTERS[name][0]()
+    if name in _ROUTERS:
+        return _ROUTERS[name][0]
+    from slolab.plugins import import_reference, is_reference
+
+    if is_reference(name):
+        found = import_reference(name, "router")
+        if not callable(found):
+            raise ValueError(f"router {name!r} is not a Router class or factory")
+        return found
+    raise ValueError(
+        f"unknown router {name!r}; known: {', '.join(sorted(_ROUTERS))} "
+        "(or package.module:Name of a Router class)"
+    )
+
+
+def is_router(name: str) -> bool:
+    """True when ``name`` is a registered router or an importable ``module:Name`` one."""
+    try:
+        router_factory(name)
+    except ValueError:
+        return False
+    return True
 
 
 def describe() -> dict[str, dict[str, str]]:
