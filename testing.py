@@ -88,14 +88,16 @@ def contract_instances(
     n_requests: int = 40,
     servers: int = 2,
     timing: str = "llama2-7b-h100",
+    mode: str = "colocated",
 ) -> list[Instance]:
     """One random serving instance per seed, small enough to check in a fraction of a second.
 
     ``n_requests`` requests arrive by a Poisson process at 20 req/s with prompts of 1-1024
-    and outputs of 1-128 tokens (uniform), a TTFT SLO of 0.3, 0.5 or 1 s and a TPOT SLO of
+    and outputs of 1-512 tokens (uniform), a TTFT SLO of 0.3, 0.5 or 1 s and a TPOT SLO of
     20, 50 or 100 ms (uniform choices, PolyServe's levels), priority 1 or 2; on ``servers``
-    co-located servers of 16,384 KV tokens (so memory runs out under load), at most 512
-    tokens and 64 sequences per iteration, timed by the preset ``timing``.
+    servers of 8,192 KV tokens (so memory runs out under load), at most 2,048 tokens (above any prompt) and 64
+    sequences per iteration, timed by the preset ``timing``, in ``mode`` (``colocated``,
+    ``static``, or ``disaggregated`` with one prefill server).
     """
     from slolab.timing import preset
 
@@ -109,14 +111,19 @@ def contract_instances(
             {
                 "arrival_s": np.cumsum(rng.exponential(1 / 20.0, n_requests)),
                 "prompt_tokens": rng.integers(1, 1025, n_requests),
-                "output_tokens": rng.integers(1, 129, n_requests),
+                "output_tokens": rng.integers(1, 513, n_requests),
                 "ttft_slo_s": rng.choice([0.3, 0.5, 1.0], n_requests),
                 "tpot_slo_s": rng.choice([0.02, 0.05, 0.1], n_requests),
                 "priority": rng.choice([1.0, 2.0], n_requests),
             }
         )
         cluster = Cluster(
-            servers=servers, kv_capacity_tokens=16_384, max_batch_tokens=512, max_batch_size=64
+            servers=servers,
+            kv_capacity_tokens=8192,
+            max_batch_tokens=2048,
+            max_batch_size=64,
+            mode=mode,
+            prefill_servers=1 if mode == "disaggregated" else 0,
         )
         found.append(Instance(f"contract-seed{seed}", workload, cluster, model))
     return found
@@ -139,6 +146,7 @@ def check_policy(
     seeds: Sequence[int] = (0, 1, 2),
     n_requests: int = 40,
     servers: int = 2,
+    mode: str = "colocated",
 ) -> list[ContractViolation]:
     """Every violation of the policy contract (module docstring) on
     :func:`contract_instances` of ``seeds``; empty when the policy keeps it.
@@ -153,12 +161,16 @@ def check_policy(
         One random instance per seed; the run uses the same seed.
     n_requests, servers : int
         Size of each instance.
+    mode : str
+        Serving mode of the instances (a static-batching policy needs ``static``).
     """
     from slolab.sim import PolicyError, check
 
     found: list[ContractViolation] = []
     for seed, instance in zip(
-        seeds, contract_instances(seeds, n_requests=n_requests, servers=servers), strict=True
+        seeds,
+        contract_instances(seeds, n_requests=n_requests, servers=servers, mode=mode),
+        strict=True,
     ):
         sched = _scheduler(policy, instance)
         ran = sched.on(instance)

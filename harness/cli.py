@@ -418,7 +418,9 @@ def cmd_check_policy(a: argparse.Namespace) -> int:
 
     policy_entry(a.policy)
     seeds = list(range(a.seed, a.seed + a.seeds))
-    found = check_policy(a.policy, seeds=seeds, n_requests=a.requests, servers=a.servers)
+    found = check_policy(
+        a.policy, seeds=seeds, n_requests=a.requests, servers=a.servers, mode=a.mode
+    )
     if a.json:
         _print_json(
             {
@@ -929,6 +931,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="first seed (default: 0)")
     p.add_argument("--requests", type=int, default=40, help="requests per instance (default: 40)")
     p.add_argument("--servers", type=int, default=2, help="servers (default: 2)")
+    p.add_argument(
+        "--mode",
+        default="colocated",
+        choices=["colocated", "static", "disaggregated"],
+        help="serving mode (disaggregated: one prefill server) (default: colocated)",
+    )
     p.add_argument("--show", type=int, default=20, help="violations printed (default: 20)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_check_policy)

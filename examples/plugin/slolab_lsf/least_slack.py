@@ -32,18 +32,24 @@ class LeastSlackFirst:
                 break
             decode.append(r)
             left -= 1
+        # admit a request only when its prompt and every output token fit beside the peak
+        # memory of those admitted, so memory never runs out
+        running = (*server.prefilling, *server.decoding)
+        free_kv = server.kv_capacity_tokens - sum(
+            server.prompt(r) + server.output(r) for r in running
+        )
         prefill = []
-        free_kv = server.kv_free_tokens - len(decode)
         for r in sorted((*server.prefilling, *server.waiting), key=slack):
             if left < 1 or len(decode) + len(prefill) >= seqs:
                 break
-            need = server.remaining_prefill(r)
-            if r in server.waiting:
-                # admit only what can finish in memory: prompt and every output token
+            if r not in running:
                 if server.prompt(r) + server.output(r) > free_kv:
                     continue
                 free_kv -= server.prompt(r) + server.output(r)
-            chunk = min(need, left)
+            chunk = min(server.remaining_prefill(r), left)
             prefill.append((r, chunk))
             left -= chunk
-        return Batch(prefill=prefill, decode=decode)
+        # decoding every running request and nothing else: the same batch until a request
+        # finishes or arrives, so the engine may fast-forward it
+        repeat = not prefill and len(decode) == len(server.decoding)
+        return Batch(prefill=prefill, decode=decode, repeat=repeat)
