@@ -153,16 +153,28 @@ def test_check_policy_reports_rule_request_and_time(tmp_path):
     names the budget rule, the request and the time; a built-in policy passes (exit 0)."""
     _budget_breaker(tmp_path)
     env = _env()
-    res = _slolab(["check-policy", "breaker:WholePrompts", "--seeds", "1", "--json"], env, tmp_path)
+    res = _slolab(
+        ["check-policy", "breaker:WholePrompts", "--seeds", "1", "--requests", "5", "--json"],
+        env,
+        tmp_path,
+    )
     assert res.returncode == 1, res.stderr
     found = json.loads(res.stdout)["violations"]
     budget = [v for v in found if v["rule"] == "budget"]
     assert budget, found
     first = budget[0]
-    assert first["seed"] == 0 and first["request"] is not None and first["time_s"] >= 0
-    assert "the policy declares a budget of 64" in first["message"]
+    # request 0 (666 prompt tokens) arrives first, at 0.0339966 s, and is prefilled at once:
+    # min(666, 500) = 500 tokens against a budget of 64; then its last 666 - 500 = 166
+    assert (first["seed"], first["request"]) == (0, 0)
+    assert first["time_s"] == pytest.approx(0.0339966, abs=1e-7)
+    assert first["message"] == (
+        "server 0: an iteration carries 500 tokens, the policy declares a budget of 64"
+    )
+    assert budget[1]["message"].startswith("server 0: an iteration carries 166 tokens")
     text = _slolab(
-        ["check-policy", "breaker:WholePrompts", "--seeds", "1", "--show", "1"], env, tmp_path
+        ["check-policy", "breaker:WholePrompts", "--seeds", "1", "--requests", "5", "--show", "1"],
+        env,
+        tmp_path,
     )
     assert text.stdout.splitlines()[1].startswith(
         f"  budget (seed 0, request {first['request']}, t="
@@ -245,6 +257,42 @@ def test_plugin_compared_with_the_optimum_on_a_tdg_horizon_window(site, tmp_path
     assert rows["least-slack"]["violations"] == 0
     # a feasible schedule's TDG cannot exceed the proved maximum
     assert rows["least-slack"]["objective"] <= rows["highs"]["objective"] + 1e-9
+
+
+def test_problem_plugin_is_built_solved_and_compared_through_the_cli(site, tmp_path):
+    """The example package's one-queue problem: listed by `slolab problems`, an instance of 6
+    requests built, the assignment MILP proved optimal by HiGHS and CBC alike, shortest job
+    first equal to it (optimal for total latency on one server), FCFS no better."""
+    env = _env(site, PLUGIN)
+    listed = _slolab(["problems"], env).stdout
+    assert "one-queue: order one queue served one request at a time" in listed
+    queue = tmp_path / "q.json"
+    built = _slolab(
+        [
+            "instance",
+            "build",
+            "--problem",
+            "one-queue",
+            "--n",
+            "6",
+            "--seed",
+            "1",
+            "-o",
+            str(queue),
+        ],
+        env,
+    )
+    assert built.returncode == 0, built.stderr
+    res = _slolab(["compare", str(queue), "--methods", "highs,cbc,fcfs,sjf", "--json"], env)
+    assert res.returncode == 0, res.stderr
+    rows = {r["method"]: r for r in json.loads(res.stdout)}
+    assert rows["highs"]["status"] == rows["cbc"]["status"] == "OPTIMAL"
+    assert all(r["violations"] == 0 for r in rows.values())
+    optimum = rows["highs"]["objective"]
+    assert rows["cbc"]["objective"] == pytest.approx(optimum, rel=1e-9)
+    # SJF minimizes the sum of completion times on one machine (Smith's rule, unit weights)
+    assert rows["sjf"]["objective"] == pytest.approx(optimum, rel=1e-9)
+    assert rows["fcfs"]["objective"] >= optimum - 1e-9
 
 
 def test_sweep_resolves_plugin_and_module_names_on_dask_workers(site, tmp_path):
