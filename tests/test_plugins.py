@@ -9,37 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
-ROOT = Path(__file__).resolve().parents[1]
-PLUGIN = ROOT / "examples" / "plugin"
-
-
-def _dist_info(site: Path, name: str, groups: dict[str, dict[str, str]]) -> None:
-    """A ``*.dist-info`` folder declaring ``groups`` of entry points: what pip writes, minus the
-    files, so importlib.metadata finds the entry points without an install."""
-    folder = site / f"{name.replace('-', '_')}-0.1.0.dist-info"
-    folder.mkdir(parents=True)
-    (folder / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1.0\n")
-    lines = []
-    for group, entries in groups.items():
-        lines.append(f"[{group}]")
-        lines += [f"{key} = {value}" for key, value in entries.items()]
-    (folder / "entry_points.txt").write_text("\n".join(lines) + "\n")
+from plugin_site import PLUGIN, example_site
+from plugin_site import dist_info as _dist_info
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    """A site folder holding the example plugin's distribution metadata (its entry points as
-    its pyproject declares them)."""
-    site = tmp_path_factory.mktemp("site")
-    spec = tomllib.loads((PLUGIN / "pyproject.toml").read_text())
-    _dist_info(site, spec["project"]["name"], spec["project"]["entry-points"])
-    return site
+    """A site folder holding the example plugin's distribution metadata."""
+    return example_site(tmp_path_factory.mktemp("site"))
 
 
 def _env(*paths: Path) -> dict[str, str]:
@@ -224,39 +201,6 @@ def test_sa_online_prefill_batch_within_max_batch_tokens():
     from slolab.testing import check_policy
 
     assert check_policy("sa-online", seeds=(0, 1, 2), n_requests=30) == []
-
-
-def test_plugin_compared_with_the_optimum_on_a_tdg_horizon_window(site, tmp_path):
-    """compare runs an installed plugin policy beside the exact model on a 4-request tdg-horizon
-    window; the plugin's TDG is at most the proved optimum."""
-    env = _env(site, PLUGIN)
-    window = tmp_path / "w.json"
-    built = _slolab(
-        [
-            "instance",
-            "build",
-            "--problem",
-            "tdg-horizon",
-            "--n",
-            "4",
-            "--seed",
-            "1",
-            "-o",
-            str(window),
-        ],
-        env,
-    )
-    assert built.returncode == 0, built.stderr
-    res = _slolab(
-        ["compare", str(window), "--methods", "highs,least-slack", "--time-limit", "60", "--json"],
-        env,
-    )
-    assert res.returncode == 0, res.stderr
-    rows = {r["method"]: r for r in json.loads(res.stdout)}
-    assert rows["highs"]["status"] == "OPTIMAL"
-    assert rows["least-slack"]["violations"] == 0
-    # a feasible schedule's TDG cannot exceed the proved maximum
-    assert rows["least-slack"]["objective"] <= rows["highs"]["objective"] + 1e-9
 
 
 def test_problem_plugin_is_built_solved_and_compared_through_the_cli(site, tmp_path):
