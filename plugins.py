@@ -36,7 +36,7 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import Any
 
@@ -51,6 +51,7 @@ __all__ = [
     "installed_plugins",
     "is_reference",
     "load_plugins",
+    "lookup",
 ]
 
 #: Version of the plugin API (:data:`PUBLIC_API`): raised whenever a public name is removed or
@@ -178,6 +179,28 @@ def import_reference(reference: str, what: str) -> Any:
     return found
 
 
+def lookup(
+    name: str,
+    registry: Mapping[str, Any],
+    referenced: dict[str, Any],
+    convert: Callable[[str, Any], Any],
+    what: str,
+) -> Any:
+    """``registry[name]``, else for ``package.module:Name`` the imported object converted by
+    ``convert(name, obj)`` (cached in ``referenced``); ValueError listing the known names of
+    ``what`` (``"policy"``, ``"router"``, ``"scaler"``) otherwise."""
+    if name in registry:
+        return registry[name]
+    if is_reference(name):
+        if name not in referenced:
+            referenced[name] = convert(name, import_reference(name, what))
+        return referenced[name]
+    raise ValueError(
+        f"unknown {what} {name!r}; known: {', '.join(sorted(registry))} "
+        f"(or package.module:Name of a {what.capitalize()} class)"
+    )
+
+
 def _import(module_name: str) -> Any:
     try:
         return importlib.import_module(module_name)
@@ -215,7 +238,7 @@ def load_plugins(kind: str, register: Callable[[str, Any], None]) -> None:
             register(ep.name, ep.load())
         except Exception as exc:
             warnings.warn(
-                f"slolab plugin {ep.name!r} ({group} = {ep.value}) is skipped: "
+                f"plugin {ep.name!r} ({group} = {ep.value}) is skipped: "
                 f"{type(exc).__name__}: {exc}",
                 PluginWarning,
                 stacklevel=2,

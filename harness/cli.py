@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -981,7 +982,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_MISMATCH
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A plugin's warning as one line on stderr; any other warning as Python shows it."""
+    from slolab.plugins import PluginWarning
+
+    if issubclass(category, PluginWarning):
+        print(f"slolab: warning: {message}", file=sys.stderr)
+    else:
+        _SHOW_WARNING(message, category, filename, lineno, file, line)
+
+
+_SHOW_WARNING = warnings.showwarning
+
+
 def _run(argv: Sequence[str] | None) -> int:
+    warnings.showwarning = _show_warning
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

@@ -84,10 +84,22 @@ def _heuristic_method(problem: Problem, h: Heuristic) -> Method:
         return Method(h.name, "heuristic", (problem.name,), plan, h.description)
     assert h.policy is not None
     make_policy = h.policy
+    return _online_method(
+        h.name,
+        problem,
+        lambda instance: Scheduler.of(resolve(make_policy)(instance)),
+        h.description,
+    )
+
+
+def _online_method(
+    name: str, problem: Problem, make: Callable[[Instance], Scheduler], description: str
+) -> Method:
+    """A method simulating the scheduler ``make(instance)`` online in the engine."""
 
     def simulate(instance: Instance, *, seed: int, **_: Any) -> MethodRun:
         t0 = time.perf_counter()
-        made = Scheduler.of(resolve(make_policy)(instance))
+        made = make(instance)
         ran = made.on(instance)
         out = made.run(instance, seed=seed)
         return MethodRun(
@@ -97,7 +109,7 @@ def _heuristic_method(problem: Problem, h: Heuristic) -> Method:
             instance=ran if ran is not instance else None,
         )
 
-    return Method(h.name, "heuristic", (problem.name,), simulate, h.description)
+    return Method(name, "heuristic", (problem.name,), simulate, description)
 
 
 def _exact_method(name: str, problem: str, model_name: str, solver: str) -> Method:
@@ -133,21 +145,12 @@ def _policy_method(problem: Problem, name: str) -> Method | None:
         policy_entry(name)  # an import error is the message
     elif not is_policy(name):
         return None
-    entry = policy_entry(name)
-
-    def simulate(instance: Instance, *, seed: int, **_: Any) -> MethodRun:
-        t0 = time.perf_counter()
-        made = make_scheduler(name, instance)
-        ran = made.on(instance)
-        out = made.run(instance, seed=seed)
-        return MethodRun(
-            out,
-            time.perf_counter() - t0,
-            "SIMULATED",
-            instance=ran if ran is not instance else None,
-        )
-
-    return Method(name, "heuristic", (problem.name,), simulate, entry.description)
+    return _online_method(
+        name,
+        problem,
+        lambda instance: make_scheduler(name, instance),
+        policy_entry(name).description,
+    )
 
 
 def available_methods(problem: str | None = None) -> list[str]:

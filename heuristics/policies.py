@@ -130,6 +130,7 @@ def register_router(name: str, make: Callable[[], Any], description: str) -> Non
 
 
 _REFERENCED: dict[str, PolicyEntry] = {}
+_REFERENCED_ROUTERS: dict[str, tuple[Callable[[], Any], str]] = {}
 
 
 def _load() -> None:
@@ -174,11 +175,7 @@ def _register_plugin_policy(name: str, obj: Any) -> None:
 
 
 def _register_plugin_router(name: str, obj: Any) -> None:
-    from slolab.plugins import description_of
-
-    if not callable(obj):
-        raise TypeError(f"a router must be a Router class or factory, got {type(obj).__name__}")
-    register_router(name, obj, description_of(obj, "a plugin router"))
+    register_router(name, *_as_router(name, obj))
 
 
 def is_policy(name: str) -> bool:
@@ -204,19 +201,10 @@ def router_names() -> list[str]:
 
 def policy_entry(name: str) -> PolicyEntry:
     """The registered policy ``name``; ValueError listing the known ones."""
-    _load()
-    if name in _POLICIES:
-        return _POLICIES[name]
-    from slolab.plugins import import_reference, is_reference
+    from slolab.plugins import lookup
 
-    if is_reference(name):
-        if name not in _REFERENCED:
-            _REFERENCED[name] = _as_entry(name, import_reference(name, "policy"))
-        return _REFERENCED[name]
-    raise ValueError(
-        f"unknown policy {name!r}; known: {', '.join(sorted(_POLICIES))} "
-        "(or package.module:Name of a Policy class)"
-    )
+    _load()
+    return lookup(name, _POLICIES, _REFERENCED, _as_entry, "policy")
 
 
 def sarathi_token_budget(instance: Instance) -> int:
@@ -319,20 +307,18 @@ def make_router(name: str) -> Router:
 def router_factory(name: str) -> Callable[[], Any]:
     """The class or factory of router ``name`` (registered, or ``package.module:Name``);
     ValueError listing the known ones."""
-    _load()
-    if name in _ROUTERS:
-        return _ROUTERS[name][0]
-    from slolab.plugins import import_reference, is_reference
+    from slolab.plugins import lookup
 
-    if is_reference(name):
-        found = import_reference(name, "router")
-        if not callable(found):
-            raise ValueError(f"router {name!r} is not a Router class or factory")
-        return found
-    raise ValueError(
-        f"unknown router {name!r}; known: {', '.join(sorted(_ROUTERS))} "
-        "(or package.module:Name of a Router class)"
-    )
+    _load()
+    return lookup(name, _ROUTERS, _REFERENCED_ROUTERS, _as_router, "router")[0]
+
+
+def _as_router(name: str, obj: Any) -> tuple[Callable[[], Any], str]:
+    from slolab.plugins import description_of
+
+    if not callable(obj):
+        raise ValueError(f"router {name!r} is not a Router class or factory")
+    return obj, description_of(obj, "a plugin router")
 
 
 def is_router(name: str) -> bool:

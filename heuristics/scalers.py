@@ -324,19 +324,10 @@ def scaler_names() -> list[str]:
 def scaler_entry(name: str) -> ScalerEntry:
     """The scaler ``name``: registered, or ``package.module:Name`` of a Scaler class;
     ValueError listing the known ones."""
-    _load()
-    if name in SCALERS:
-        return SCALERS[name]
-    from slolab.plugins import import_reference, is_reference
+    from slolab.plugins import lookup
 
-    if is_reference(name):
-        if name not in _REFERENCED:
-            _REFERENCED[name] = _as_entry(name, import_reference(name, "scaler"))
-        return _REFERENCED[name]
-    raise ValueError(
-        f"unknown scaler {name!r}; known: {', '.join(sorted(SCALERS))} "
-        "(or package.module:Name of a Scaler class)"
-    )
+    _load()
+    return lookup(name, SCALERS, _REFERENCED, _as_entry, "scaler")
 
 
 def make_scaler(name: str, *, min_servers: int = 1, max_servers: int = 16, **params: Any) -> Any:
