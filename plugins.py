@@ -30,6 +30,7 @@ fails. The public protocols and registries a plugin relies on are listed in
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import logging
@@ -213,8 +214,14 @@ def _import(module_name: str) -> Any:
         return importlib.import_module(module_name)
 
 
+@functools.cache
+def _installed() -> metadata.EntryPoints:
+    """Every installed entry point, read once (one scan of the installed distributions)."""
+    return metadata.entry_points()
+
+
 def _entry_points(group: str) -> list[metadata.EntryPoint]:
-    found = metadata.entry_points(group=group)
+    found = _installed().select(group=group)
     seen: dict[str, metadata.EntryPoint] = {}
     for ep in found:
         # one entry per name: an editable install can show a distribution twice

@@ -93,7 +93,8 @@ def test_plan_takes_a_plugin_policy(site):
 
 def test_module_reference_from_the_working_directory(tmp_path):
     """--policy least_slack:LeastSlackFirst imports the file from the working directory (no
-    install); an unknown module is one error line naming the reference (exit 2)."""
+    install), --router and --autoscale take module:Name of an importable class; an unknown
+    module is one error line naming the reference (exit 2)."""
     shutil.copy(PLUGIN / "slolab_lsf" / "least_slack.py", tmp_path / "least_slack.py")
     env = _env()
     args = ["simulate", "azure_conv_2023", "--limit", "40", "--servers", "2", "--json"]
@@ -101,6 +102,14 @@ def test_module_reference_from_the_working_directory(tmp_path):
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["policy"] == "least_slack:LeastSlackFirst" and out["requests"] == 40
+    extras = ["--router", "slolab_lsf.extras:FewestWaiting", "--startup", "instant"]
+    extras += ["--autoscale", "slolab_lsf.extras:QueueStepScaler", "--max-servers", "3"]
+    routed = _slolab([*args, "--quiet", *extras], _env(PLUGIN), tmp_path)
+    assert routed.returncode == 0, routed.stderr
+    out = json.loads(routed.stdout)
+    assert out["router"] == "slolab_lsf.extras:FewestWaiting"
+    assert out["autoscale"] == "slolab_lsf.extras:QueueStepScaler"
+    assert out["finished"] == 40 and 2 <= out["servers_max"] <= 3
     bad = _slolab([*args, "--policy", "no_such_file:Policy"], env, tmp_path)
     assert bad.returncode == 2
     assert bad.stderr.strip() == (
