@@ -417,6 +417,9 @@ def cmd_check_policy(a: argparse.Namespace) -> int:
     from slolab.heuristics.policies import policy_entry
     from slolab.testing import CONTRACT_RULES, check_policy
 
+    for flag, value in (("--seeds", a.seeds), ("--requests", a.requests), ("--servers", a.servers)):
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
     policy_entry(a.policy)
     seeds = list(range(a.seed, a.seed + a.seeds))
     found = check_policy(
@@ -446,7 +449,8 @@ def cmd_check_policy(a: argparse.Namespace) -> int:
         if not found:
             print(
                 f"policy {a.policy}: keeps the contract ({', '.join(CONTRACT_RULES)}) on {runs} "
-                f"of {a.requests} requests, {a.servers} servers (seeds {seeds[0]}..{seeds[-1]})"
+                f"of {a.requests} requests, {a.servers} server{'s' if a.servers != 1 else ''} "
+                f"(seeds {seeds[0]}..{seeds[-1]})"
             )
         else:
             print(f"policy {a.policy}: {len(found)} violation(s) on {runs}")

@@ -179,6 +179,8 @@ def test_check_policy_reports_rule_request_and_time(tmp_path):
     )
     ok = _slolab(["check-policy", "sarathi", "--seeds", "2"], env)
     assert ok.returncode == 0 and "keeps the contract" in ok.stdout
+    none = _slolab(["check-policy", "sarathi", "--seeds", "0"], env)
+    assert (none.returncode, none.stderr) == (2, "slolab: error: --seeds must be >= 1, got 0\n")
 
 
 #: Policies that form static batches (the engine's static mode).
