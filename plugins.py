@@ -152,7 +152,8 @@ def is_reference(name: str) -> bool:
     """True when ``name`` reads ``package.module:Name`` (a class to import, not a registered
     name)."""
     module, sep, attribute = name.partition(":")
-    return bool(sep) and bool(module) and attribute.replace(".", "_").isidentifier()
+    dotted = (*module.split("."), *attribute.split("."))
+    return bool(sep) and all(part.isidentifier() for part in dotted)
 
 
 def import_reference(reference: str, what: str) -> Any:
@@ -215,7 +216,7 @@ def _import(module_name: str) -> Any:
 
 
 @functools.cache
-def _installed() -> metadata.EntryPoints:
+def _installed() -> Any:
     """Every installed entry point, read once (one scan of the installed distributions)."""
     return metadata.entry_points()
 

@@ -128,19 +128,20 @@ def _exact_method(name: str, problem: str, model_name: str, solver: str) -> Meth
     return Method(name, kind, (problem,), runner, f"{model_name} solved by {solver}")
 
 
-def _policy_method(problem: Problem, name: str) -> Method | None:
+def policy_method(problem: Problem, name: str) -> Method | None:
     """``name`` as an online policy on ``problem`` when the problem runs online policies (a
     heuristic of it is a policy) and ``name`` is a registered policy (a plugin's included) or
     ``package.module:Name`` of a Policy class; None otherwise."""
     from slolab.heuristics.policies import is_policy, make_scheduler, policy_entry
     from slolab.plugins import is_reference
+    from slolab.solvers import available_models
 
     if not any(h.policy is not None for h in problem.heuristics):
         return None
     if name in problem.aliases or name in SOLVER_NAMES:
         return None
     if is_reference(name):
-        if name.partition(":")[0] in problem.models:
+        if name.partition(":")[0] in available_models():
             return None
         policy_entry(name)  # an import error is the message
     elif not is_policy(name):
@@ -188,7 +189,7 @@ def get_method(name: str, instance: Instance | None = None) -> Method:
     for h in problem.heuristics:
         if h.name == name:
             return _heuristic_method(problem, h)
-    policy = _policy_method(problem, name)
+    policy = policy_method(problem, name)
     if policy is not None:
         return policy
     target = problem.aliases.get(name, name)
@@ -236,6 +237,7 @@ __all__ = [
     "available_methods",
     "get_method",
     "method_help",
+    "policy_method",
     "register_method",
     "resolve_methods",
 ]

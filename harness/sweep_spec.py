@@ -313,12 +313,18 @@ def _file_reference(path: Path) -> dict[str, str]:
 
 
 def _check_method(reader: _Reader, key: str, name: str, problem: str) -> None:
-    from slolab.harness.methods import SOLVER_NAMES, available_methods
+    from slolab.harness.methods import SOLVER_NAMES, available_methods, policy_method
+    from slolab.problems import get_problem
     from slolab.solvers import available_models
 
     known = available_methods(problem)
     if name in known:
         return
+    try:
+        if policy_method(get_problem(problem), name) is not None:
+            return
+    except ValueError as exc:
+        raise reader.fail(key, name, str(exc)) from None
     model, colon, solver = name.partition(":")
     if colon and model in available_models() and solver in SOLVER_NAMES:
         return

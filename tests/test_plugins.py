@@ -259,7 +259,8 @@ def test_problem_plugin_is_built_solved_and_compared_through_the_cli(site, tmp_p
 
 def test_sweep_resolves_plugin_and_module_names_on_dask_workers(site, tmp_path):
     """A sweep on two local Dask worker processes runs the plugin by name and the file in the
-    working directory by module:Name: 4 rows (2 policies x 2 rates), no error."""
+    working directory by module:Name: 4 simulate rows (2 policies x 2 rates) and, on a
+    tdg-horizon window, 3 compare rows; no error."""
     import pandas as pd
 
     shutil.copy(PLUGIN / "slolab_lsf" / "least_slack.py", tmp_path / "least_slack.py")
@@ -269,6 +270,9 @@ def test_sweep_resolves_plugin_and_module_names_on_dask_workers(site, tmp_path):
         'policies = ["least-slack", "least_slack:LeastSlackFirst"]\n'
         "rates = [2.0, 4.0]\n"
         "limit = 40\n"
+        "[[compare]]\n"
+        'builds = [{ problem = "tdg-horizon", n = 3, seeds = [1] }]\n'
+        'methods = ["slide-batching", "least-slack", "least_slack:LeastSlackFirst"]\n'
     )
     env = _env(site, PLUGIN)
     res = _slolab(
@@ -276,9 +280,21 @@ def test_sweep_resolves_plugin_and_module_names_on_dask_workers(site, tmp_path):
     )
     assert res.returncode == 0, res.stdout + res.stderr
     rows = pd.read_parquet(tmp_path / "out")
-    assert len(rows) == 4
-    assert sorted(set(rows["policy"])) == ["least-slack", "least_slack:LeastSlackFirst"]
     assert "error" not in rows.columns or rows["error"].isna().all()
+    simulated = rows[rows["task_kind"] == "simulate"]
+    assert len(simulated) == 4
+    assert sorted(set(simulated["policy"])) == ["least-slack", "least_slack:LeastSlackFirst"]
+    compared = rows[rows["task_kind"] == "compare"].set_index("method")
+    assert sorted(compared.index) == [
+        "least-slack",
+        "least_slack:LeastSlackFirst",
+        "slide-batching",
+    ]
+    # the installed plugin and the file are the same policy: the same replay, the same TDG
+    assert (
+        compared.loc["least-slack", "objective"]
+        == compared.loc["least_slack:LeastSlackFirst", "objective"]
+    )
 
 
 def test_example_package_tests_pass_with_its_entry_points(site):

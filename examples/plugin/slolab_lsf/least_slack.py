@@ -26,7 +26,7 @@ class LeastSlackFirst:
         if server.max_batch_tokens:
             left = min(left, server.max_batch_tokens)
         seqs = server.max_batch_size
-        decode = []
+        decode: list[int] = []
         for r in sorted(server.decoding, key=slack):
             if left < 1 or len(decode) >= seqs:
                 break
@@ -38,7 +38,7 @@ class LeastSlackFirst:
         free_kv = server.kv_capacity_tokens - sum(
             server.prompt(r) + server.output(r) for r in running
         )
-        prefill = []
+        prefill: list[tuple[int, int]] = []
         for r in sorted((*server.prefilling, *server.waiting), key=slack):
             if left < 1 or len(decode) + len(prefill) >= seqs:
                 break
