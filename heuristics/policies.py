@@ -148,8 +148,9 @@ def _as_entry(name: str, obj: Any) -> PolicyEntry:
     if isinstance(obj, PolicyEntry):
         return dataclasses.replace(obj, name=name)
     if not callable(obj):
-        raise TypeError(
-            f"a policy must be a Policy class or factory, or a PolicyEntry, got {type(obj).__name__}"
+        raise ValueError(
+            f"policy {name!r} must be a Policy class or factory, or a PolicyEntry, got "
+            f"{type(obj).__name__}"
         )
     accepted = accepted_keywords(obj)
     return PolicyEntry(
@@ -200,7 +201,8 @@ def router_names() -> list[str]:
 
 
 def policy_entry(name: str) -> PolicyEntry:
-    """The registered policy ``name``; ValueError listing the known ones."""
+    """The policy ``name``: registered (a plugin's included), or ``package.module:Name`` of a
+    Policy class, imported; ValueError listing the known ones."""
     from slolab.plugins import lookup
 
     _load()
@@ -245,12 +247,24 @@ def make_policy(name: str, instance: Instance, *, token_budget: int | None = Non
     if not entry.token_budget:
         if token_budget is not None:
             raise ValueError(f"policy {name!r} takes no token budget")
-        return entry.make()
+        return _checked(name, entry.make())
     if token_budget is None:
         token_budget = sarathi_token_budget(instance)
     if not (isinstance(token_budget, int) and token_budget >= 1) or isinstance(token_budget, bool):
         raise ValueError(f"token budget must be an integer >= 1, got {token_budget!r}")
-    return entry.make(token_budget=token_budget)
+    return _checked(name, entry.make(token_budget=token_budget))
+
+
+def _checked(name: str, policy: Any) -> Policy:
+    """``policy``, when it has the Policy protocol's methods; ValueError otherwise."""
+    from slolab.sim.policy import Policy
+
+    if not isinstance(policy, Policy):
+        raise ValueError(
+            f"policy {name!r} made a {type(policy).__name__}, which lacks the Policy methods "
+            "start(instance, seed) and next_batch(server)"
+        )
+    return policy
 
 
 def make_scheduler(

@@ -293,8 +293,9 @@ def _as_entry(name: str, obj: Any) -> ScalerEntry:
     if isinstance(obj, ScalerEntry):
         return dataclasses.replace(obj, name=name)
     if not callable(obj):
-        raise TypeError(
-            f"a scaler must be a Scaler class or factory, or a ScalerEntry, got {type(obj).__name__}"
+        raise ValueError(
+            f"scaler {name!r} must be a Scaler class or factory, or a ScalerEntry, got "
+            f"{type(obj).__name__}"
         )
     accepted = accepted_keywords(obj)
 

@@ -115,6 +115,12 @@ def test_module_reference_from_the_working_directory(tmp_path):
     assert bad.stderr.strip() == (
         "slolab: error: policy 'no_such_file:Policy': No module named 'no_such_file'"
     )
+    other = _slolab([*args, "--policy", "collections:OrderedDict"], env, tmp_path)
+    assert (other.returncode, other.stderr.strip()) == (
+        2,
+        "slolab: error: policy 'collections:OrderedDict' made a OrderedDict, which lacks the "
+        "Policy methods start(instance, seed) and next_batch(server)",
+    )
 
 
 def test_broken_plugin_is_one_warning_and_nothing_else_fails(tmp_path, site):
