@@ -1,6 +1,7 @@
 """The ``slolab`` command line.
 
-Commands: ``simulate`` (a trace under a scheduler), ``instance build`` (write an instance
+Commands: ``simulate`` (a trace under a scheduler), ``check-policy`` (a policy against the
+policy contract), ``instance build`` (write an instance
 file), ``instances`` (list shipped instances), ``presets`` (list timing presets), ``solve``
 (an exact model), ``compare`` (heuristics vs optimum), ``pareto`` (the exact cost-attainment
 front), ``capacity`` (largest rate meeting an
@@ -23,6 +24,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -154,7 +156,8 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
         help="router, a registered router: round-robin, random, least-loaded, go-routing, hold, "
         "... (an unknown name lists them all; the router 'random' is not the policy 'random') "
         "(default: the policy's own, hold for the hyperflexis dispatcher, else least-loaded; "
-        "policies that route themselves, such as polyserve, take none)",
+        "policies that route themselves, such as polyserve, take none); or "
+        "package.module:Name of a Router class" + _plugin_help("slolab.routers"),
     )
     p.add_argument(
         "--decode-router",
@@ -168,7 +171,9 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
         default="sarathi",
         help="scheduler, a registered policy: vllm, sarathi, edf, slos-serve, slide-batching, "
         "polyserve (with its baselines random, minimal, chunk: they route themselves, on "
-        "--servers in --mode), ... (an unknown name lists them all) (default: sarathi)",
+        "--servers in --mode), ... (an unknown name lists them all); or "
+        "package.module:Name of a Policy class, e.g. my_policy:LeastSlack (default: sarathi)"
+        + _plugin_help("slolab.policies"),
     )
     p.add_argument(
         "--scenario",
@@ -183,6 +188,14 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
         "(5x); without --scenario the TPOT follows it (tight 50 ms, loose 100 ms), with "
         "--scenario the TPOT stays the scenario's (SLOs-Serve Tables 1 and 3)",
     )
+
+
+def _plugin_help(group: str) -> str:
+    """`` (plugins: a, b)`` naming the installed plugins of ``group`` (empty without any)."""
+    from slolab.plugins import installed_plugins
+
+    names = sorted(installed_plugins()[group])
+    return f" (plugins: {', '.join(names)})" if names else ""
 
 
 def _add_trace_flags(p: argparse.ArgumentParser) -> None:
@@ -219,10 +232,10 @@ def _add_scaling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--autoscale",
         default=None,
-        choices=names,
+        metavar="SCALER",
         help="scale the cluster while it runs: "
-        + "; ".join(f"{n} ({SCALERS[n].description})" for n in names)
-        + " (default: no scaler)",
+        + "; ".join(f"{n} ({SCALERS[n].description})" for n in names).replace("%", "%%")
+        + "; or package.module:Name of a Scaler class (default: no scaler)",
     )
     p.add_argument(
         "--min-servers", type=int, default=1, help="with --autoscale: fewest servers (default: 1)"
@@ -384,6 +397,7 @@ def _add_problem_options(b: argparse.ArgumentParser) -> None:
 
 def cmd_problems(a: argparse.Namespace) -> int:
     from slolab.harness.methods import method_help
+    from slolab.plugins import installed_plugins
     from slolab.problems import problems
 
     rows = [
@@ -416,7 +430,61 @@ def cmd_problems(a: argparse.Namespace) -> int:
         )
         if r["docs"]:
             print(f"  docs        {r['docs']}")
+    plugins = {group: found for group, found in installed_plugins().items() if found}
+    if plugins:
+        print("plugins (installed packages' entry points):")
+        for group, found in plugins.items():
+            listed = ", ".join(f"{name} ({target})" for name, target in sorted(found.items()))
+            print(f"  {group:<18}  {listed}")
     return 0
+
+
+def cmd_check_policy(a: argparse.Namespace) -> int:
+    from slolab.heuristics.policies import policy_entry
+    from slolab.testing import CONTRACT_RULES, check_policy
+
+    for flag, value in (("--seeds", a.seeds), ("--requests", a.requests), ("--servers", a.servers)):
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    policy_entry(a.policy)
+    seeds = list(range(a.seed, a.seed + a.seeds))
+    found = check_policy(
+        a.policy, seeds=seeds, n_requests=a.requests, servers=a.servers, mode=a.mode
+    )
+    if a.json:
+        _print_json(
+            {
+                "policy": a.policy,
+                "seeds": seeds,
+                "requests": a.requests,
+                "servers": a.servers,
+                "violations": [
+                    {
+                        "seed": v.seed,
+                        "rule": v.rule,
+                        "request": v.request,
+                        "time_s": v.time_s,
+                        "message": v.message,
+                    }
+                    for v in found
+                ],
+            }
+        )
+    else:
+        runs = f"{len(seeds)} random instance{'s' if len(seeds) != 1 else ''}"
+        if not found:
+            print(
+                f"policy {a.policy}: keeps the contract ({', '.join(CONTRACT_RULES)}) on {runs} "
+                f"of {a.requests} requests, {a.servers} server{'s' if a.servers != 1 else ''} "
+                f"(seeds {seeds[0]}..{seeds[-1]})"
+            )
+        else:
+            print(f"policy {a.policy}: {len(found)} violation(s) on {runs}")
+            for v in found[: a.show]:
+                print(f"  {v}")
+            if len(found) > a.show:
+                print(f"  ... {len(found) - a.show} more (--show N, or --json for all)")
+    return 1 if found else 0
 
 
 def cmd_instances(a: argparse.Namespace) -> int:
@@ -888,6 +956,30 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scaling_args(p)
     p.set_defaults(func=cmd_capacity)
 
+    p = sub.add_parser(
+        "check-policy",
+        help="check a policy against the policy contract",
+        description="Run a policy (built-in, a plugin's, or package.module:Name) on seeded "
+        "random instances and print every broken rule of the contract with its request and "
+        "time: the engine accepts its batches, the checker finds nothing, every request is "
+        "finished or rejected, no iteration exceeds the policy's declared token_budget. Exit "
+        "status 1 when it breaks a rule.",
+    )
+    p.add_argument("policy", help="policy name, or package.module:Name of a Policy class")
+    p.add_argument("--seeds", type=int, default=3, help="random instances (default: 3)")
+    p.add_argument("--seed", type=int, default=0, help="first seed (default: 0)")
+    p.add_argument("--requests", type=int, default=40, help="requests per instance (default: 40)")
+    p.add_argument("--servers", type=int, default=2, help="servers (default: 2)")
+    p.add_argument(
+        "--mode",
+        default="colocated",
+        choices=["colocated", "static", "disaggregated"],
+        help="serving mode (disaggregated: one prefill server) (default: colocated)",
+    )
+    p.add_argument("--show", type=int, default=20, help="violations printed (default: 20)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_check_policy)
+
     from slolab.harness import plan, sweep
 
     sweep.add_parser(sub)
@@ -1023,7 +1115,21 @@ def _exit_now() -> None:
     os._exit(EXIT_INTERRUPTED)
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A plugin's warning as one line on stderr; any other warning as Python shows it."""
+    from slolab.plugins import PluginWarning
+
+    if issubclass(category, PluginWarning):
+        print(f"slolab: warning: {message}", file=sys.stderr)
+    else:
+        _SHOW_WARNING(message, category, filename, lineno, file, line)
+
+
+_SHOW_WARNING = warnings.showwarning
+
+
 def _run(argv: Sequence[str] | None) -> int:
+    warnings.showwarning = _show_warning
     parser = build_parser()
     args = parser.parse_args(argv)
     _interrupt["command"] = args.command

@@ -88,10 +88,22 @@ def _heuristic_method(problem: Problem, h: Heuristic) -> Method:
         return Method(h.name, "heuristic", (problem.name,), plan, h.description)
     assert h.policy is not None
     make_policy = h.policy
+    return _online_method(
+        h.name,
+        problem,
+        lambda instance: Scheduler.of(resolve(make_policy)(instance)),
+        h.description,
+    )
+
+
+def _online_method(
+    name: str, problem: Problem, make: Callable[[Instance], Scheduler], description: str
+) -> Method:
+    """A method simulating the scheduler ``make(instance)`` online in the engine."""
 
     def simulate(instance: Instance, *, seed: int, progress: bool = False, **_: Any) -> MethodRun:
         t0 = time.perf_counter()
-        made = Scheduler.of(resolve(make_policy)(instance))
+        made = make(instance)
         ran = made.on(instance)
         out = made.run(instance, seed=seed, progress=progress)
         return MethodRun(
@@ -101,7 +113,7 @@ def _heuristic_method(problem: Problem, h: Heuristic) -> Method:
             instance=ran if ran is not instance else None,
         )
 
-    return Method(h.name, "heuristic", (problem.name,), simulate, h.description)
+    return Method(name, "heuristic", (problem.name,), simulate, description)
 
 
 def _exact_method(name: str, problem: str, model_name: str, solver: str) -> Method:
@@ -118,6 +130,32 @@ def _exact_method(name: str, problem: str, model_name: str, solver: str) -> Meth
         return MethodRun(out, res.runtime_s, res.status.value, result=res)
 
     return Method(name, kind, (problem,), runner, f"{model_name} solved by {solver}")
+
+
+def policy_method(problem: Problem, name: str) -> Method | None:
+    """``name`` as an online policy on ``problem`` when the problem runs online policies (a
+    heuristic of it is a policy) and ``name`` is a registered policy (a plugin's included) or
+    ``package.module:Name`` of a Policy class; None otherwise."""
+    from slolab.heuristics.policies import is_policy, make_scheduler, policy_entry
+    from slolab.plugins import is_reference
+    from slolab.solvers import available_models
+
+    if not any(h.policy is not None for h in problem.heuristics):
+        return None
+    if name in problem.aliases or name in SOLVER_NAMES:
+        return None
+    if is_reference(name):
+        if name.partition(":")[0] in available_models():
+            return None
+        policy_entry(name)  # an import error is the message
+    elif not is_policy(name):
+        return None
+    return _online_method(
+        name,
+        problem,
+        lambda instance: make_scheduler(name, instance),
+        policy_entry(name).description,
+    )
 
 
 def available_methods(problem: str | None = None) -> list[str]:
@@ -140,7 +178,10 @@ def _extra_names(problem: str, declared: list[str]) -> list[str]:
 def method_help(problem: str) -> str:
     """The names ``problem`` accepts, as one line for error messages and help texts."""
     spec = get_problem(problem)
-    return spec.method_help(tuple(_extra_names(problem, spec.method_names())))
+    text = spec.method_help(tuple(_extra_names(problem, spec.method_names())))
+    if any(h.policy is not None for h in spec.heuristics):
+        text += "; or any policy of 'slolab simulate --policy' (package.module:Name included)"
+    return text
 
 
 def get_method(name: str, instance: Instance | None = None) -> Method:
@@ -152,6 +193,9 @@ def get_method(name: str, instance: Instance | None = None) -> Method:
     for h in problem.heuristics:
         if h.name == name:
             return _heuristic_method(problem, h)
+    policy = policy_method(problem, name)
+    if policy is not None:
+        return policy
     target = problem.aliases.get(name, name)
     model, _, solver = target.partition(":")
     if not solver and name in SOLVER_NAMES and problem.default_model is not None:
@@ -197,6 +241,7 @@ __all__ = [
     "available_methods",
     "get_method",
     "method_help",
+    "policy_method",
     "register_method",
     "resolve_methods",
 ]

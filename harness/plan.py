@@ -219,7 +219,7 @@ def plan(
     list of PolicyPlan
         One per policy, in the order given.
     """
-    from slolab.heuristics.policies import policy_names
+    from slolab.heuristics.policies import policy_entry
     from slolab.instances import mean_rate
     from slolab.sim import metrics
     from slolab.sim.metrics import DEFINITIONS
@@ -230,8 +230,7 @@ def plan(
     for policy in policies:
         if policies.count(policy) > 1:
             raise ValueError(f"policy {policy!r} is listed twice")
-        if policy not in policy_names():
-            raise ValueError(f"unknown policy {policy!r}; known: {', '.join(policy_names())}")
+        policy_entry(policy)
     if definition not in DEFINITIONS:
         raise ValueError(f"unknown definition {definition!r}; known: {', '.join(DEFINITIONS)}")
     if not (math.isfinite(traffic) and traffic > 0):

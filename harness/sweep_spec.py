@@ -313,12 +313,18 @@ def _file_reference(path: Path) -> dict[str, str]:
 
 
 def _check_method(reader: _Reader, key: str, name: str, problem: str) -> None:
-    from slolab.harness.methods import SOLVER_NAMES, available_methods
+    from slolab.harness.methods import SOLVER_NAMES, available_methods, policy_method
+    from slolab.problems import get_problem
     from slolab.solvers import available_models
 
     known = available_methods(problem)
     if name in known:
         return
+    try:
+        if policy_method(get_problem(problem), name) is not None:
+            return
+    except ValueError as exc:
+        raise reader.fail(key, name, str(exc)) from None
     model, colon, solver = name.partition(":")
     if colon and model in available_models() and solver in SOLVER_NAMES:
         return
@@ -447,14 +453,13 @@ def _compare_tasks(
 
 def _setup_options(reader: _Reader, group: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The ServingSetup fields a group sets, type-checked against the field defaults."""
-    from slolab.heuristics.policies import router_names
-    from slolab.instances import SCHEMES
+    from slolab.heuristics.policies import is_router, router_names
+    from slolab.heuristics.scalers import scaler_entry
+    from slolab.instances import scheme_names
     from slolab.instances.records import MODES
     from slolab.timing import available_presets
 
     choices: dict[str, Sequence[str]] = {
-        "router": router_names(),
-        "decode_router": router_names(),
         "timing": available_presets(),
         "mode": list(MODES),
         "slack": ["tight", "loose"],
@@ -477,11 +482,23 @@ def _setup_options(reader: _Reader, group: Mapping[str, Any], where: str) -> dic
             value = reader.value(group, where, name, str)
         if name in choices and value not in choices[name]:
             raise reader.fail(f"{where}.{name}", value, f"known: {', '.join(choices[name])}")
+        if name in ("router", "decode_router") and not is_router(value):
+            raise reader.fail(
+                f"{where}.{name}",
+                value,
+                f"known: {', '.join(router_names())} (or package.module:Name)",
+            )
+        if name == "autoscale":
+            try:
+                scaler_entry(value)
+            except ValueError as exc:
+                raise reader.fail(f"{where}.{name}", value, str(exc)) from None
         if name == "slos" and value != "none":
-            unknown = [part for part in value.split("+") if part not in SCHEMES]
+            schemes = scheme_names()
+            unknown = [part for part in value.split("+") if part not in schemes]
             if unknown:
                 raise reader.fail(
-                    f"{where}.{name}", value, f"known schemes (joined by +): {', '.join(SCHEMES)}"
+                    f"{where}.{name}", value, f"known schemes (joined by +): {', '.join(schemes)}"
                 )
         options[name] = value
     return options
@@ -511,7 +528,7 @@ def _traces(reader: _Reader, group: Mapping[str, Any], where: str) -> list[tuple
 def _serving_tasks(
     reader: _Reader, spec: Mapping[str, Any], kind: str, sweep: str, threads: int
 ) -> list[Task]:
-    from slolab.heuristics.policies import policy_names
+    from slolab.heuristics.policies import is_policy, policy_names
     from slolab.sim.metrics import DEFINITIONS
 
     groups = spec.get(kind, [])
@@ -524,9 +541,11 @@ def _serving_tasks(
         traces = _traces(reader, group, where)
         policies = reader.strings(group, where, "policies", required=True)
         for index, policy in enumerate(policies):
-            if policy not in policy_names():
+            if not is_policy(policy):
                 raise reader.fail(
-                    f"{where}.policies[{index}]", policy, f"known: {', '.join(policy_names())}"
+                    f"{where}.policies[{index}]",
+                    policy,
+                    f"known: {', '.join(policy_names())} (or package.module:Name)",
                 )
         servers = reader.ints(group, where, "servers", [1])
         if min(servers) < 1:

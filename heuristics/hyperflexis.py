@@ -968,8 +968,8 @@ class SAOrderingPolicy:
     annealing (:func:`slolab.heuristics.sa_ordering.sa_order`) plans the first
     ``queue_limit`` waiting requests as a snapshot taken now (each one's TTFT reduced by the
     time it has waited) into static batches of at most ``batch_size``; the worker prefills the
-    plan's first batch (whole prompts) and decodes it until every member finishes, then plans
-    again. This is the adapter that lets the SA paper's one-queue, static-batch scheduler run
+    plan's first batch (whole prompts, as many as fit in memory and in the iteration's
+    ``max_batch_tokens``) and decodes it until every member finishes, then plans again. This is the adapter that lets the SA paper's one-queue, static-batch scheduler run
     behind a router on co-located workers (docs/hyperflexis.md).
 
     References
@@ -1046,13 +1046,15 @@ class SAOrderingPolicy:
             return Batch()
         members = self._plan(server, queue)
         free = server.kv_free_tokens
+        room = server.max_batch_tokens or 1 << 62
         prefill = []
         for r in members:
             need = server.prompt(r) + server.output(r)
-            if need > free:
+            if need > free or server.prompt(r) > room:
                 break
             prefill.append((r, server.prompt(r)))
             free -= need
+            room -= server.prompt(r)
         if not prefill:
             r = queue[0]
             prefill = [(r, server.prompt(r))]

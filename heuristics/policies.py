@@ -14,6 +14,7 @@ capacity.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -128,8 +129,63 @@ def register_router(name: str, make: Callable[[], Any], description: str) -> Non
     _ROUTERS[name] = (make, description)
 
 
+_REFERENCED: dict[str, PolicyEntry] = {}
+_REFERENCED_ROUTERS: dict[str, tuple[Callable[[], Any], str]] = {}
+
+
 def _load() -> None:
     import slolab.heuristics  # noqa: F401  (its modules register their policies)
+    from slolab.plugins import load_plugins
+
+    load_plugins("policies", _register_plugin_policy)
+    load_plugins("routers", _register_plugin_router)
+
+
+def _as_entry(name: str, obj: Any) -> PolicyEntry:
+    """``obj`` (a PolicyEntry, or a Policy class or factory) as the entry ``name``."""
+    from slolab.plugins import accepted_keywords, description_of
+
+    if isinstance(obj, PolicyEntry):
+        return dataclasses.replace(obj, name=name)
+    if not callable(obj):
+        raise ValueError(
+            f"policy {name!r} must be a Policy class or factory, or a PolicyEntry, got "
+            f"{type(obj).__name__}"
+        )
+    accepted = accepted_keywords(obj)
+    return PolicyEntry(
+        name,
+        obj,
+        description_of(obj, "a plugin policy"),
+        token_budget=accepted is not None and "token_budget" in accepted,
+    )
+
+
+def _register_plugin_policy(name: str, obj: Any) -> None:
+    entry = _as_entry(name, obj)
+    register_policy(
+        name,
+        entry.make,
+        entry.description,
+        token_budget=entry.token_budget,
+        router=entry.router,
+        decode_router=entry.decode_router,
+        setup=entry.setup,
+        capacity_bound=entry.capacity_bound,
+    )
+
+
+def _register_plugin_router(name: str, obj: Any) -> None:
+    register_router(name, *_as_router(name, obj))
+
+
+def is_policy(name: str) -> bool:
+    """True when ``name`` is a registered policy or an importable ``module:Name`` one."""
+    try:
+        policy_entry(name)
+    except ValueError:
+        return False
+    return True
 
 
 def policy_names() -> list[str]:
@@ -145,11 +201,12 @@ def router_names() -> list[str]:
 
 
 def policy_entry(name: str) -> PolicyEntry:
-    """The registered policy ``name``; ValueError listing the known ones."""
+    """The policy ``name``: registered (a plugin's included), or ``package.module:Name`` of a
+    Policy class, imported; ValueError listing the known ones."""
+    from slolab.plugins import lookup
+
     _load()
-    if name not in _POLICIES:
-        raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(_POLICIES))}")
-    return _POLICIES[name]
+    return lookup(name, _POLICIES, _REFERENCED, _as_entry, "policy")
 
 
 def sarathi_token_budget(instance: Instance) -> int:
@@ -190,12 +247,24 @@ def make_policy(name: str, instance: Instance, *, token_budget: int | None = Non
     if not entry.token_budget:
         if token_budget is not None:
             raise ValueError(f"policy {name!r} takes no token budget")
-        return entry.make()
+        return _checked(name, entry.make())
     if token_budget is None:
         token_budget = sarathi_token_budget(instance)
     if not (isinstance(token_budget, int) and token_budget >= 1) or isinstance(token_budget, bool):
         raise ValueError(f"token budget must be an integer >= 1, got {token_budget!r}")
-    return entry.make(token_budget=token_budget)
+    return _checked(name, entry.make(token_budget=token_budget))
+
+
+def _checked(name: str, policy: Any) -> Policy:
+    """``policy``, when it has the Policy protocol's methods; ValueError otherwise."""
+    from slolab.sim.policy import Policy
+
+    if not isinstance(policy, Policy):
+        raise ValueError(
+            f"policy {name!r} made a {type(policy).__name__}, which lacks the Policy methods "
+            "start(instance, seed) and next_batch(server)"
+        )
+    return policy
 
 
 def make_scheduler(
@@ -246,10 +315,33 @@ def make_scheduler(
 
 def make_router(name: str) -> Router:
     """A fresh router ``name``; ValueError listing the known ones."""
+    return router_factory(name)()
+
+
+def router_factory(name: str) -> Callable[[], Any]:
+    """The class or factory of router ``name`` (registered, or ``package.module:Name``);
+    ValueError listing the known ones."""
+    from slolab.plugins import lookup
+
     _load()
-    if name not in _ROUTERS:
-        raise ValueError(f"unknown router {name!r}; known: {', '.join(sorted(_ROUTERS))}")
-    return _ROUTERS[name][0]()
+    return lookup(name, _ROUTERS, _REFERENCED_ROUTERS, _as_router, "router")[0]
+
+
+def _as_router(name: str, obj: Any) -> tuple[Callable[[], Any], str]:
+    from slolab.plugins import description_of
+
+    if not callable(obj):
+        raise ValueError(f"router {name!r} is not a Router class or factory")
+    return obj, description_of(obj, "a plugin router")
+
+
+def is_router(name: str) -> bool:
+    """True when ``name`` is a registered router or an importable ``module:Name`` one."""
+    try:
+        router_factory(name)
+    except ValueError:
+        return False
+    return True
 
 
 def describe() -> dict[str, dict[str, str]]:

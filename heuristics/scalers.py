@@ -42,6 +42,7 @@ __all__ = [
     "elastic_setup",
     "make_scaler",
     "register_scaler",
+    "scaler_entry",
     "scaler_names",
     "with_startup",
 ]
@@ -277,19 +278,62 @@ register_scaler(
 )
 
 
-def scaler_names() -> list[str]:
-    """Names of the registered scalers (imports the heuristics, which register theirs)."""
+def _load() -> None:
     import slolab.heuristics  # noqa: F401  (its modules register their scalers)
+    from slolab.plugins import load_plugins
 
+    load_plugins("scalers", _register_plugin_scaler)
+
+
+def _as_entry(name: str, obj: Any) -> ScalerEntry:
+    """``obj`` (a ScalerEntry, or a Scaler class or factory) as the entry ``name``: a factory
+    is passed ``min_servers`` and ``max_servers`` only when it accepts them."""
+    from slolab.plugins import accepted_keywords, description_of
+
+    if isinstance(obj, ScalerEntry):
+        return dataclasses.replace(obj, name=name)
+    if not callable(obj):
+        raise ValueError(
+            f"scaler {name!r} must be a Scaler class or factory, or a ScalerEntry, got "
+            f"{type(obj).__name__}"
+        )
+    accepted = accepted_keywords(obj)
+
+    def make(min_servers: int = 1, max_servers: int = 16, **params: Any) -> Any:
+        bounds = {"min_servers": min_servers, "max_servers": max_servers}
+        if accepted is not None:
+            bounds = {k: v for k, v in bounds.items() if k in accepted}
+        return obj(**bounds, **params)
+
+    return ScalerEntry(name, make, description_of(obj, "a plugin scaler"))
+
+
+def _register_plugin_scaler(name: str, obj: Any) -> None:
+    entry = _as_entry(name, obj)
+    register_scaler(name, entry.make, entry.description)
+
+
+_REFERENCED: dict[str, ScalerEntry] = {}
+
+
+def scaler_names() -> list[str]:
+    """Names of the registered scalers (the heuristics' and the plugins')."""
+    _load()
     return sorted(SCALERS)
+
+
+def scaler_entry(name: str) -> ScalerEntry:
+    """The scaler ``name``: registered, or ``package.module:Name`` of a Scaler class;
+    ValueError listing the known ones."""
+    from slolab.plugins import lookup
+
+    _load()
+    return lookup(name, SCALERS, _REFERENCED, _as_entry, "scaler")
 
 
 def make_scaler(name: str, *, min_servers: int = 1, max_servers: int = 16, **params: Any) -> Any:
     """A fresh scaler ``name``; ValueError listing the known ones."""
-    known = scaler_names()
-    if name not in SCALERS:
-        raise ValueError(f"unknown scaler {name!r}; known: {', '.join(known)}")
-    return SCALERS[name].make(min_servers=min_servers, max_servers=max_servers, **params)
+    return scaler_entry(name).make(min_servers=min_servers, max_servers=max_servers, **params)
 
 
 def elastic_setup(
@@ -308,8 +352,8 @@ def elastic_setup(
     instance : Instance
         The run's instance; its cluster's start-up delay is set from ``startup``.
     autoscale : str or None
-        A registered scaler name (:func:`scaler_names`), or None for no scaler (the instance
-        is returned unchanged).
+        A registered scaler name (:func:`scaler_names`) or ``package.module:Name`` of a
+        Scaler class, or None for no scaler (the instance is returned unchanged).
     min_servers, max_servers : int
         Bounds of the scaler.
     startup : {"disk", "host", "d2d", "instant"}
@@ -322,8 +366,7 @@ def elastic_setup(
     """
     if autoscale is None:
         return instance, None
-    if autoscale not in scaler_names():
-        raise ValueError(f"unknown scaler {autoscale!r}; known: {', '.join(scaler_names())}")
+    scaler_entry(autoscale)
     instance = with_startup(instance, startup)
     return instance, make_scaler(
         autoscale, min_servers=min_servers, max_servers=max_servers, **params

@@ -18,7 +18,8 @@
    the leftover budget decodes admitted requests ahead of their cadence.
 3. **Best effort.** Declined requests use what is left of the budget and the memory not
    reserved for the admitted requests' remaining growth; they are preempted (recomputed
-   later) when admitted work needs their memory.
+   later) when admitted work needs their memory, and the latest started one is preempted
+   when memory is full and only best-effort requests could grow (the others go on).
 4. **Sequential routing.** With several replicas a declined request is forwarded to the next
    replica (the next server id, cyclically, among those accepting new requests) until it has
    made ``max_hops`` hops; then it
@@ -442,6 +443,16 @@ class SLOsServePolicy:
             if budget <= 0 or slots <= 0:
                 break
             add_prefill(r, False, reserve)
+        stuck = [r for r in server.decoding if r not in adm and r not in preempt]
+        if not in_batch and not preempt and stuck and free - reserve < 1:
+            # memory is full and only best-effort requests could grow: preempt the latest
+            # started one (recomputed later) so that the others go on, rather than stall
+            victim = next((v for v in reversed(order) if v in stuck), stuck[-1])
+            preempt.append(victim)
+            free += server.kv_held(victim)
+            for r in stuck:
+                if r != victim:
+                    add_decode(r, False, reserve)
         reject = [
             r
             for r in be_waiting

@@ -410,10 +410,42 @@ SCHEMES: dict[str, Scheme] = {
 }
 
 
+def register_scheme(name: str, scheme: Scheme) -> None:
+    """Make ``scheme(workload, rng, timing, **params) -> {column: array}`` available as
+    ``name`` (``--slos NAME``): it returns columns of :data:`TABLE_COLUMNS`, one value per
+    request, drawing only from ``rng``; its keyword-only parameters are the scheme's."""
+    if not name or "+" in name or name == "none":
+        raise ValueError(
+            f"SLO scheme name must be non-empty, without '+', not 'none'; got {name!r}"
+        )
+    if not callable(scheme):
+        raise TypeError(f"SLO scheme {name!r} must be callable, got {type(scheme).__name__}")
+    existing = SCHEMES.get(name)
+    if existing is not None and existing is not scheme:
+        raise ValueError(f"SLO scheme {name!r} is already registered")
+    SCHEMES[name] = scheme
+
+
+def _load() -> None:
+    from slolab.plugins import load_plugins
+
+    load_plugins("slo_schemes", register_scheme)
+
+
+def scheme_names() -> list[str]:
+    """Names of the SLO schemes (the built-in ones, then the plugins')."""
+    _load()
+    return list(SCHEMES)
+
+
+def _known_scheme(scheme: str) -> None:
+    if scheme not in scheme_names():
+        raise ValueError(f"unknown SLO scheme {scheme!r}; known: {', '.join(SCHEMES)}")
+
+
 def scheme_params(scheme: str) -> list[str]:
     """Names of the parameters a scheme accepts (besides workload, seed and timing)."""
-    if scheme not in SCHEMES:
-        raise ValueError(f"unknown SLO scheme {scheme!r}; known: {', '.join(SCHEMES)}")
+    _known_scheme(scheme)
     signature = inspect.signature(SCHEMES[scheme])
     return [
         name for name, p in signature.parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY
@@ -433,8 +465,9 @@ def assign_slos(
     ----------
     workload : Workload
         The requests (lengths and arrivals are not changed).
-    scheme : {"polyserve", "proserve", "slos-serve", "sa", "hyperflexis", "table"}
-        The assignment, as the paper's evaluation describes it:
+    scheme : {"polyserve", "proserve", "slos-serve", "sa", "hyperflexis", "table"} or a plugin's
+        The assignment, as the paper's evaluation describes it (a plugin's: its own,
+        :func:`register_scheme`):
 
         - ``"polyserve"``: TPOT tier drawn from ``tpot_tiers_s`` (20/30/50/100 ms) with
           ``tier_probabilities`` (10/20/30/40 %), TTFT uniform over ``ttft_choices_s``
@@ -480,8 +513,7 @@ def assign_slos(
     PolyServe Sec. 5.1 ("SLO Tiers"); ProServe Sec. 2 and 5.1; SLOs-Serve Tables 1 and 3 and
     Sec. 6; SA-ordering Sec. 5.1 ("SLOs"); HyperFlexis Sec. 7.3, Table 1.
     """
-    if scheme not in SCHEMES:
-        raise ValueError(f"unknown SLO scheme {scheme!r}; known: {', '.join(SCHEMES)}")
+    _known_scheme(scheme)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise ValueError(f"seed must be an integer, got {seed!r}")
     accepted = scheme_params(scheme)
@@ -514,6 +546,8 @@ __all__ = [
     "TABLE_COLUMNS",
     "assign_slos",
     "idle_decode_s",
+    "register_scheme",
+    "scheme_names",
     "scheme_params",
     "tdg_token_weights",
     "zero_load_prefill_s",

@@ -433,6 +433,17 @@ def _load() -> None:
         if info.name != "registry":
             importlib.import_module(f"slolab.problems.{info.name}")
     _LOADED = True
+    from slolab.plugins import load_plugins
+
+    load_plugins("problems", _register_plugin_problem)
+
+
+def _register_plugin_problem(name: str, problem: Any) -> None:
+    if not isinstance(problem, Problem):
+        raise TypeError(f"the entry point must name a Problem, got {type(problem).__name__}")
+    if problem.name != name:
+        raise ValueError(f"the entry point is named {name!r}, its problem {problem.name!r}")
+    register_problem(problem)
 
 
 def problems() -> list[Problem]:

@@ -4,6 +4,11 @@ A :class:`Policy` is asked, whenever a server is free, for the server's next bat
 :class:`Router` picks a server for each arriving request among the servers that accept new
 work. Both see servers through the read-only view :class:`slolab.sim.engine.Server`: a policy
 changes state only by returning a Batch.
+
+These protocols, the Server view and Batch are public API for policies written outside the
+package (:data:`slolab.plugins.PUBLIC_API`, versioned by
+:data:`slolab.plugins.PLUGIN_API_VERSION`; docs/extending.md states what each call may read,
+must return and is promised).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from slolab.timing.presets import (
     preset,
     preset_source,
     refit_llama2_7b_h100,
+    register_preset,
     resolve_timing,
 )
 from slolab.timing.startup import (
@@ -67,6 +68,7 @@ __all__ = [
     "preset",
     "preset_source",
     "refit_llama2_7b_h100",
+    "register_preset",
     "resolve_timing",
     "startup_delay_s",
     "startup_table",

@@ -49,6 +49,7 @@ __all__ = [
     "preset_source",
     "preset_table",
     "refit_llama2_7b_h100",
+    "register_preset",
 ]
 
 logger = logging.getLogger("slolab")
@@ -455,13 +456,36 @@ _BUILDERS: dict[str, Callable[[], TimingModel]] = {
 }
 
 
+def register_preset(name: str, build: Callable[[], TimingModel], source: str) -> None:
+    """Make ``build() -> TimingModel`` available as the timing preset ``name`` (``--timing
+    NAME``); ``source`` says where its numbers come from."""
+    if not name:
+        raise ValueError("a timing preset needs a name")
+    if not callable(build):
+        raise TypeError(f"timing preset {name!r} must be callable, got {type(build).__name__}")
+    existing = _BUILDERS.get(name)
+    if existing is not None and existing is not build:
+        raise ValueError(f"timing preset {name!r} is already registered")
+    _BUILDERS[name] = build
+    _SOURCES[name] = source
+
+
+def _register_plugin_preset(name: str, build: Any) -> None:
+    from slolab.plugins import description_of
+
+    register_preset(name, build, description_of(build, "a plugin preset"))
+
+
 def available_presets() -> list[str]:
-    """Names of the presets, sorted."""
+    """Names of the presets (the built-in ones and the plugins'), sorted."""
+    from slolab.plugins import load_plugins
+
+    load_plugins("presets", _register_plugin_preset)
     return sorted(_BUILDERS)
 
 
 def _known(name: str) -> None:
-    if name not in _BUILDERS:
+    if name not in available_presets():
         raise ValueError(f"unknown timing preset {name!r}; known: {', '.join(available_presets())}")
 
 
