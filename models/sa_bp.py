@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,11 +41,10 @@ from slolab.models.sa_columns import (
     SAOrderingColumns,
     latency_floor,
     ratio_bound,
-    restricted_milp,
 )
 from slolab.models.sa_ordering import PROBLEM, RATIO_TOLERANCE, Batches, PlanValue
 from slolab.solvers.backend import run_interruptibly
-from slolab.solvers.base import MilpFormulation, Result, Status
+from slolab.solvers.base import Result, Status
 from slolab.solvers.registry import register_model
 
 __all__ = ["Decisions", "SAOrderingBranchPrice", "branch_and_price"]
@@ -318,22 +318,13 @@ class _Master:
                 decisions.with_forbidden(overlapping_arcs(self.all_arcs, split)),
             )
             return "branched"
-        share: dict[tuple[int, Arc], float] = {}
-        for col, v in values:
-            for r in col.members:
-                key = (r, (col.end, col.size))
-                share[key] = share.get(key, 0.0) + v
+        share = _pair_sums(values, lambda col: col.members)
         pair = _most_fractional(share)
         if pair is not None:
             r, arc = pair
             self._children(decisions.with_excluded(r, arc), decisions.with_fixed(r, arc))
             return "branched"
-        claims: dict[tuple[int, Arc], float] = {}
-        for col, v in values:
-            for r in col.met:
-                key = (r, (col.end, col.size))
-                claims[key] = claims.get(key, 0.0) + v
-        pair = _most_fractional(claims)
+        pair = _most_fractional(_pair_sums(values, lambda col: col.met))
         if pair is not None:
             r, arc = pair
             self._children(decisions.with_unclaimed(r, arc), decisions.with_claimed(r, arc))
@@ -381,6 +372,18 @@ class _Master:
         if sum(c.size for c in used) != self.master.n:
             return None
         return tuple(c.members for c in sorted(used, key=lambda c: c.end))
+
+
+def _pair_sums(
+    values: list[tuple[Column, float]], requests: Callable[[Column], tuple[int, ...]]
+) -> dict[tuple[int, Arc], float]:
+    """``sum_{c at a, r in requests(c)} lambda_c`` for every (request, arc) pair."""
+    out: dict[tuple[int, Arc], float] = {}
+    for col, v in values:
+        for r in requests(col):
+            key = (r, (col.end, col.size))
+            out[key] = out.get(key, 0.0) + v
+    return out
 
 
 def _most_fractional(values: dict[Any, float]) -> Any:
@@ -622,9 +625,3 @@ class SAOrderingBranchPrice(SAOrderingColumns):
             if math.isfinite(step.f_lower):
                 bound = min(bound, ratio_bound(lam, step.f_lower, latency_lb))
             return finish(Status.TIME_LIMIT, bound)
-
-    def _restricted(self, master: ColumnMaster, columns: list[Column]) -> MilpFormulation:
-        import pulp
-
-        prob, read_plan = restricted_milp(master, columns, pulp)
-        return MilpFormulation(problem=prob, to_schedule=lambda: self._to_schedule(read_plan()))

