@@ -28,6 +28,7 @@ plan of ``F < 0`` (a better G) or proves ``min F >= -tol`` (the incumbent is opt
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -48,6 +49,8 @@ from slolab.solvers.base import Result, Status
 from slolab.solvers.registry import register_model
 
 __all__ = ["Decisions", "SAOrderingBranchPrice", "branch_and_price"]
+
+logger = logging.getLogger("slolab")
 
 #: A column enters SCIP's master when its reduced cost is below ``-PRICING_TOLERANCE`` (s).
 PRICING_TOLERANCE = 1e-6
@@ -602,6 +605,12 @@ class SAOrderingBranchPrice(SAOrderingColumns):
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 return finish(Status.TIME_LIMIT, bound)
+            logger.info(
+                "branch-and-price on SCIP at lambda = %.6g (bound %.6g, %d columns)",
+                lam,
+                bound,
+                len(known),
+            )
             step = branch_and_price(
                 master,
                 sorted(known, key=lambda c: (c.end, c.members, c.met)),
