@@ -161,6 +161,7 @@ class _Master:
         model.hideOutput()
         model.setPresolve(scip_mod.SCIP_PARAMSETTING.OFF)
         model.setSeparating(scip_mod.SCIP_PARAMSETTING.OFF)
+        model.setHeuristics(scip_mod.SCIP_PARAMSETTING.OFF)
         model.setParam("misc/catchctrlc", False)
         model.setParam("randomization/randomseedshift", int(seed))
         model.setParam("parallel/maxnthreads", 1)
