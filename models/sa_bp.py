@@ -43,7 +43,7 @@ from slolab.models.sa_columns import (
     latency_floor,
     ratio_bound,
 )
-from slolab.models.sa_ordering import PROBLEM, RATIO_TOLERANCE, Batches, PlanValue
+from slolab.models.sa_ordering import PROBLEM, RATIO_TOLERANCE, Batches, PlanValue, batches_of
 from slolab.solvers.backend import run_interruptibly
 from slolab.solvers.base import Result, Status
 from slolab.solvers.registry import register_model
@@ -58,8 +58,8 @@ PRICING_TOLERANCE = 1e-6
 INTEGRALITY_TOLERANCE = 1e-6
 #: Shift (s) that makes a request required at an arc cheaper than any column without it.
 REQUIRED_SHIFT = 1e7
-#: Share of the time limit the restricted MILP over the root columns may use (warm start).
-WARM_START_SHARE = 0.1
+#: Share of the time limit the column method may use first (warm start: its incumbent and bound).
+WARM_START_SHARE = 0.3
 
 Arc = tuple[int, int]
 
@@ -68,13 +68,16 @@ Arc = tuple[int, int]
 class Decisions:
     """Branching decisions of a node: forbidden arcs ``(p, s)``, requests fixed to one arc
     (``fixed``: pairs ``(r, arc)``), excluded (request, arc) pairs, and (request, arc) pairs
-    whose request is claimed met (``claimed``) or never claimed (``unclaimed``) there."""
+    whose request is claimed met (``claimed``) or never claimed (``unclaimed``) there; requests
+    claimed met by every column that holds them (``met``) or by none (``missed``)."""
 
     forbidden: frozenset[Arc] = frozenset()
     fixed: tuple[tuple[int, Arc], ...] = ()
     excluded: frozenset[tuple[int, Arc]] = frozenset()
     claimed: frozenset[tuple[int, Arc]] = frozenset()
     unclaimed: frozenset[tuple[int, Arc]] = frozenset()
+    met: frozenset[int] = frozenset()
+    missed: frozenset[int] = frozenset()
     _fixed_map: dict[int, Arc] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -97,6 +100,10 @@ class Decisions:
             if (r, arc) in self.excluded or self._fixed_map.get(r, arc) != arc:
                 return False
         members, met = set(col.members), set(col.met)
+        if any(r in met for r in self.missed) or any(
+            r in members and r not in met for r in self.met
+        ):
+            return False
         if any(r in met for r, a in self.unclaimed if a == arc):
             return False
         if not all(r in met for r, a in self.claimed if a == arc):
@@ -115,6 +122,8 @@ class Decisions:
             "excluded": self.excluded,
             "claimed": self.claimed,
             "unclaimed": self.unclaimed,
+            "met": self.met,
+            "missed": self.missed,
         }
         fields.update(changes)
         return Decisions(**fields)
@@ -134,6 +143,12 @@ class Decisions:
     def with_unclaimed(self, request: int, arc: Arc) -> Decisions:
         return self._with(unclaimed=self.unclaimed | {(request, arc)})
 
+    def with_met(self, request: int) -> Decisions:
+        return self._with(met=self.met | {request})
+
+    def with_missed(self, request: int) -> Decisions:
+        return self._with(missed=self.missed | {request})
+
 
 def overlapping_arcs(arcs: list[Arc], arc: Arc) -> set[Arc]:
     """Every arc of ``arcs`` other than ``arc`` that covers one of its positions."""
@@ -152,7 +167,9 @@ class _Master:
     """The column master of one Dinkelbach step as a SCIP model (rows as in
     :class:`ColumnMaster`); a node whose LP has no solution is priced by its Farkas ray."""
 
-    def __init__(self, master: ColumnMaster, columns: list[Column], seed: int) -> None:
+    def __init__(
+        self, master: ColumnMaster, columns: list[Column], seed: int, met_first: bool = True
+    ) -> None:
         scip_mod = _scip()
         self.master = master
         n = master.n
@@ -205,6 +222,7 @@ class _Master:
             self._add(col, priced=False)
         self.decisions: dict[int, Decisions] = {}
         self.closed: list[Batches] = []
+        self.met_first = met_first
         self.counters = {"priced": 0, "pricing_rounds": 0, "closed_nodes": 0}
 
     def entries(self, col: Column) -> list[tuple[int, float]]:
@@ -259,11 +277,19 @@ class _Master:
         decisions = self.node_decisions()
         self.counters["pricing_rounds"] += 1
         candidates: list[Column] = []
-        generic = duals.copy()
+        # a request always met costs REQUIRED_SHIFT more in any column and gains it back when
+        # claimed; a request never met is never eligible
+        met = sorted(decisions.met)
+        bonus = np.zeros(m.n)
+        bonus[met] = REQUIRED_SHIFT
+        base = duals.copy()
+        base[[m.row_assign + r for r in met]] -= REQUIRED_SHIFT
+        missed = sorted(decisions.missed)
+        generic = base.copy()
         for r, _ in decisions.fixed:
             generic[m.row_assign + r] = -math.inf
         special = decisions.special_arcs()
-        for table in m._pricing_tables(generic):
+        for table in m._pricing_tables(generic, unclaimed=missed, bonus=bonus):
             s = table["s"]
             for p in range(s, m.n + 1):
                 arc = (p, s)
@@ -274,7 +300,7 @@ class _Master:
                     candidates.append(col)
         for arc in sorted(special - decisions.forbidden):
             p, s = arc
-            local = duals.copy()
+            local = base.copy()
             required = set(decisions.required(arc))
             for r in range(m.n):
                 fixed = decisions.fixed_arc(r)
@@ -282,12 +308,12 @@ class _Master:
                     local[m.row_assign + r] = -math.inf
                 elif r in required:
                     local[m.row_assign + r] += REQUIRED_SHIFT
-            bonus = np.zeros(m.n)
+            local_bonus = bonus.copy()
             for r, a in decisions.claimed:
                 if a == arc:
-                    bonus[r] = REQUIRED_SHIFT
-            never = [r for r, a in decisions.unclaimed if a == arc]
-            (table,) = m._pricing_tables(local, sizes=[s], unclaimed=never, bonus=bonus)
+                    local_bonus[r] += REQUIRED_SHIFT
+            never = missed + [r for r, a in decisions.unclaimed if a == arc]
+            (table,) = m._pricing_tables(local, sizes=[s], unclaimed=never, bonus=local_bonus)
             col, _ = m.price_arc(table, local, p)
             candidates.append(col)
         added = 0
@@ -312,6 +338,15 @@ class _Master:
         """Branch at the focus node (module docstring): ``"branched"`` or ``"closed"``."""
         values = self.lp_values()
         decisions = self.node_decisions()
+        if self.met_first:
+            claimed: dict[int, float] = {}
+            for col, v in values:
+                for r in col.met:
+                    claimed[r] = claimed.get(r, 0.0) + v
+            request = _most_fractional(claimed)
+            if request is not None:
+                self._children(decisions.with_missed(request), decisions.with_met(request))
+                return "branched"
         flow: dict[Arc, float] = {}
         for col, v in values:
             flow[col.end, col.size] = flow.get((col.end, col.size), 0.0) + v
@@ -449,6 +484,7 @@ def branch_and_price(
     objective_limit: float,
     time_limit: float,
     seed: int,
+    met_first: bool = True,
 ) -> StepOutcome:
     """Minimize ``F`` at ``master.ratio`` by branch-and-price on SCIP, keeping only plans with
     ``F < objective_limit`` (s).
@@ -460,7 +496,7 @@ def branch_and_price(
     the bound, covers them.
     """
     scip_mod = _scip()
-    bp = _Master(master, columns, seed)
+    bp = _Master(master, columns, seed, met_first)
     model = bp.model
     pricer, branching, fixing = _plugins(bp)
     model.includePricer(pricer, "columns", "exact batch-column pricing", priority=1, delay=True)
@@ -513,14 +549,15 @@ class SAOrderingBranchPrice(SAOrderingColumns):
     """SA ordering solved by branch-and-price on SCIP (snapshots; module docstring, docs
     Sec. 6).
 
-    ``solve(model, "highs" | "cbc")`` warm-starts from the better of the deterministic
-    starting plans and the SA paper's annealing (seed 0), solves the root column LP with HiGHS
-    and runs the column method's restricted MILP over its columns on the chosen backend for
-    a tenth of the time limit; then each Dinkelbach step is a branch-and-price run on SCIP
-    (PySCIPOpt), seeded with every column generated so far. The result's backend is
-    ``"scip"``. ``warm_start=False`` starts from the deterministic plans alone (no annealing, no
-    restricted MILP), which leaves more of the work to SCIP. Instances with different arrivals fall back to the position-arc MILP; CP-SAT
-    and brute force are the parent's.
+    ``solve(model, "highs" | "cbc")`` first runs the column method (column generation,
+    enumeration, restricted MILP on the chosen backend) from the better of the deterministic
+    starting plans and the SA paper's annealing (seed 0), for 30% of the time limit: its proof
+    ends the run, otherwise its incumbent and bound are the warm start. Then each Dinkelbach
+    step is a branch-and-price run on SCIP (PySCIPOpt), seeded with the columns of the root LP
+    and of every earlier step; the result's backend is then ``"scip"``.
+    ``warm_start=False`` starts SCIP from the deterministic plans alone (no annealing, no column
+    method), which leaves all the work to SCIP. Instances with different arrivals fall back to
+    the position-arc MILP; CP-SAT and brute force are the parent's.
     """
 
     name = f"{PROBLEM}-bp"
@@ -534,11 +571,14 @@ class SAOrderingBranchPrice(SAOrderingColumns):
             return self._branch_and_price(backend, time_limit, int(getattr(backend, "seed", 0)))
         return super().solve_with(backend, time_limit, **params)
 
-    def warm_start(self) -> tuple[Batches, PlanValue]:
-        """The better of the starting plans and the SA paper's annealing (seed 0)."""
+    def starting_plan(self) -> tuple[Batches, PlanValue]:
+        """With the warm start: the better of the deterministic starting plans and the SA
+        paper's annealing (seed 0); without: the deterministic plans alone."""
         from slolab.heuristics.sa_ordering import sa_order
 
-        plan, value = self.starting_plan()
+        plan, value = super().starting_plan()
+        if not self.use_warm_start:
+            return plan, value
         annealed, _ = sa_order(self.problem, seed=0)
         other = self.problem.evaluate(annealed)
         if other.g > value.g * (1.0 + 1e-12):
@@ -549,8 +589,24 @@ class SAOrderingBranchPrice(SAOrderingColumns):
         start = time.perf_counter()
         deadline = start + time_limit
         data = self.problem
-        plan, value = self.warm_start() if self.use_warm_start else self.starting_plan()
         counters: dict[str, Any] = {"iterations": 0, "scip_runs": 0, "nodes": 0, "columns": 0}
+        bound = math.inf
+        if self.use_warm_start:
+            # the column method first: its incumbent, its bound, and sometimes its proof
+            first = self._columns(backend, WARM_START_SHARE * time_limit)
+            counters["warm_start_status"] = first.status.value
+            if first.bound is not None:
+                bound = first.bound
+            assert first.schedule is not None  # the column method always keeps a plan
+            plan = batches_of(first.schedule)
+            value = data.evaluate(plan)
+            if first.status == Status.OPTIMAL:
+                counters["proved_by"] = "columns"
+                return self._result(
+                    Status.OPTIMAL, plan, value, first.bound, backend, start, **counters
+                )
+        else:
+            plan, value = self.starting_plan()
 
         class _Scip:
             name = "scip"
@@ -572,12 +628,11 @@ class SAOrderingBranchPrice(SAOrderingColumns):
                 return finish(Status.OPTIMAL, 0.0)
             plan, value = other, data.evaluate(other)
         latency_lb = latency_floor(data, plan, deadline)
-        bound = data.meetable_requests / latency_lb
+        bound = min(bound, data.meetable_requests / latency_lb)
         if bound <= value.g * (1.0 + RATIO_TOLERANCE):
             return finish(Status.OPTIMAL, bound)
         tolerance = 0.5 * RATIO_TOLERANCE * latency_lb
         known: set[Column] = set()
-        warm = self.use_warm_start
         while True:
             counters["iterations"] += 1
             lam = value.g
@@ -592,17 +647,6 @@ class SAOrderingBranchPrice(SAOrderingColumns):
             counters.setdefault("root_bound", bound)
             if converged and -lb <= tolerance:
                 return finish(Status.OPTIMAL, bound)
-            if warm:
-                warm = False
-                share = WARM_START_SHARE * (deadline - time.perf_counter())
-                if share > 0:
-                    form = self._restricted(master, master.columns)
-                    raw = backend.solve_formulation(form, share)
-                    better = self.improvement(raw, value)
-                    if better is not None:
-                        plan, value = better
-                        counters["warm_start_milp"] = value.g
-                        continue
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 return finish(Status.TIME_LIMIT, bound)
