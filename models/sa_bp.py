@@ -42,6 +42,7 @@ from slolab.models.sa_columns import (
     SAOrderingColumns,
     latency_floor,
     ratio_bound,
+    seeded_master,
 )
 from slolab.models.sa_ordering import PROBLEM, RATIO_TOLERANCE, Batches, PlanValue, batches_of
 from slolab.solvers.backend import run_interruptibly
@@ -636,11 +637,7 @@ class SAOrderingBranchPrice(SAOrderingColumns):
         while True:
             counters["iterations"] += 1
             lam = value.g
-            master = ColumnMaster(data, lam)
-            master.add_plan(plan)
-            for col in sorted(known, key=lambda c: (c.end, c.members, c.met)):
-                if master.valid(col):
-                    master.add(col)
+            master = seeded_master(data, lam, plan, known)
             _, lb, _, converged = master.solve_lp(deadline)
             known.update(master.columns)
             bound = min(bound, ratio_bound(lam, lb, latency_lb))

@@ -62,6 +62,7 @@ __all__ = [
     "latency_floor",
     "ratio_bound",
     "restricted_milp",
+    "seeded_master",
 ]
 
 #: Reduced costs below ``-PRICING_TOLERANCE`` (s) enter the master.
@@ -560,6 +561,18 @@ def latency_floor(problem: Any, plan: Any, deadline: float) -> float:
     return max(problem.latency_lower_bound_s(), lower)
 
 
+def seeded_master(problem: Any, ratio: float, plan: Any, known: Iterable[Column]) -> ColumnMaster:
+    """The master at ``ratio`` holding the columns of ``plan`` and every valid column of
+    ``known`` (columns from earlier Dinkelbach steps: their validity does not depend on the
+    ratio, only their cost)."""
+    master = ColumnMaster(problem, ratio)
+    master.add_plan(plan)
+    for col in sorted(known, key=lambda c: (c.end, c.members, c.met)):
+        if master.valid(col):
+            master.add(col)
+    return master
+
+
 def ratio_bound(ratio: float, f_lower: float, latency_lb: float) -> float:
     """``G* <= lambda (1 + max(0, -LB) / L_lb)`` from a lower bound ``LB`` on ``min F`` at
     ``lambda`` = ``ratio`` and the latency floor ``L_lb`` (docs Sec. 6, "Bound")."""
@@ -701,11 +714,7 @@ class SAOrderingColumns(SAOrderingModel):
         while True:
             counters["iterations"] += 1
             lam = value.g
-            master = ColumnMaster(data, lam)
-            master.add_plan(plan)
-            for col in sorted(known, key=lambda c: (c.end, c.members, c.met)):
-                if master.valid(col):
-                    master.add(col)
+            master = seeded_master(data, lam, plan, known)
             _, lb, duals, converged = master.solve_lp(deadline)
             known.update(master.columns)
             counters["columns"] = max(counters["columns"], len(master.columns))
