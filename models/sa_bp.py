@@ -7,9 +7,11 @@ reduced-cost enumeration: the column master is SCIP's LP, the columns come from 
 :class:`pyscipopt.Pricer` that runs the column method's exact pricing, and a branching rule
 splits the tree in a way the pricing can follow (docs/sa_ordering.md Sec. 6, "Branch-and-price"):
 
-1. on an arc ``a = (p, s)`` whose flow ``f_a = sum_{c at a} lambda_c`` is fractional:
-   ``f_a = 0`` (the pricer skips arc ``a``) or ``f_a = 1`` (it skips every other arc that
-   overlaps positions ``p - s + 1 .. p``);
+0. on a request ``r`` with ``y_r = sum_{c: r in T_c} lambda_c`` fractional: ``r`` never claimed
+   met, or claimed by every column that holds it;
+1. once every ``y_r`` is integral, on an arc ``a = (p, s)`` whose flow
+   ``f_a = sum_{c at a} lambda_c`` is fractional: ``f_a = 0`` (the pricer skips arc ``a``) or
+   ``f_a = 1`` (it skips every other arc that overlaps positions ``p - s + 1 .. p``);
 2. when every arc flow is integral, on a pair (request ``r``, arc ``a`` of the path) with
    ``x_ra = sum_{c at a, r in c} lambda_c`` fractional: ``r`` never at ``a``, or ``r`` at ``a``
    (never elsewhere, and every column at ``a`` holds it);
@@ -19,10 +21,10 @@ splits the tree in a way the pricing can follow (docs/sa_ordering.md Sec. 6, "Br
 With flows, members and claims integral, every column in the LP solution at an arc has the same
 members and claims, so the LP solution is integral: the rule is complete.
 
-Each decision is a set of forbidden arcs or (request, arc) pairs, so the pricing stays the same
-sorted-prefix computation (a forbidden request gets an infinite value, a required one a large
-negative shift) and stays exact at every node; a propagator fixes the existing columns a node
-forbids. Each Dinkelbach step is one SCIP run with the objective limit ``-tol``: it ends with a
+Each decision is a set of forbidden arcs, requests or (request, arc) pairs, so the pricing stays
+the same sorted-prefix computation (a forbidden request gets an infinite value, a required one a
+large negative shift) and stays exact at every node; a propagator fixes the existing columns a
+node forbids, and a node whose LP has no solution is priced by its Farkas ray. Each Dinkelbach step is one SCIP run with the objective limit ``-tol``: it ends with a
 plan of ``F < 0`` (a better G) or proves ``min F >= -tol`` (the incumbent is optimal).
 """
 
@@ -492,9 +494,9 @@ def branch_and_price(
 
     ``columns`` seed the master. Honours ``time_limit`` (s, SCIP's own limit); Ctrl-C stops
     SCIP and re-raises KeyboardInterrupt. ``f_lower`` is SCIP's proved bound, or
-    ``objective_limit`` when SCIP proves no plan goes below it; plans of nodes closed by the
-    branching rule (module docstring, step 3) are among ``plans`` and their exact ``F``, not
-    the bound, covers them.
+    ``objective_limit`` when SCIP proves no plan goes below it. A node whose LP solution is
+    integral in flows, members and claims but not in ``lambda`` (rounding only) is closed with
+    its plan among ``plans``; its exact ``F`` enters ``f_lower``.
     """
     scip_mod = _scip()
     bp = _Master(master, columns, seed, met_first)
