@@ -10,11 +10,20 @@
 3. SA decision latency per call (the paper's default hyperparameters) at N = 10, 40, 100.
 4. With ``--intervals``: the column method at N = 10, 15, ..., 40 (no stop at the first
    unproved size; also with ``--quick``), with its incumbent, bound and relative gap.
+5. With ``--bp``: branch-and-price on SCIP (``sa-ordering-bp``) against the column method and
+   the position-arc MILP on HiGHS at N = 20, 30, 40, 50, 60 (``--bp-sizes``), three snapshots
+   each (seeds 0, 1, 2; ``--bp-seeds``), 60 s per solve up to N = 40 and 300 s above
+   (``--bp-limit`` overrides both): status, time, incumbent, bound, final gap and
+   branch-and-price's root gap (the bound after its root column LP over the final G, minus
+   one), and the proved-within-limit rate per size and method. ``--bp-only`` runs this part
+   alone.
 
 Prints tables and writes ``benchmarks/out/sa_ordering.csv``. Asserts only stable facts: every
 proved optimum agrees across backends (1e-9 relative) and every schedule passes the checker.
 
-Usage: ``python benchmarks/sa_ordering.py [--quick] [--intervals] [--brute-limit S]``.
+Usage: ``python benchmarks/sa_ordering.py [--quick] [--intervals] [--bp | --bp-only]
+[--bp-sizes 20,30] [--bp-seeds 3] [--bp-methods bp,columns,highs] [--bp-limit S]
+[--brute-limit S]``.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from slolab.heuristics.sa_ordering import sa_order
 from slolab.problems.sa_ordering import sa_snapshot
 from slolab.sim import check, metrics, replay
 from slolab.solvers import build_model, solve
+from tqdm import tqdm
 
 OUT = Path(__file__).parent / "out"
 
@@ -41,6 +51,7 @@ METHODS = {
     "cbc": ("sa-ordering", "cbc"),
     "cpsat": ("sa-ordering", "cpsat"),
     "columns": ("sa-ordering-columns", "highs"),
+    "bp": ("sa-ordering-bp", "highs"),
 }
 
 
@@ -58,6 +69,9 @@ def prove(inst, method: str, time_limit: float) -> dict:
         out = replay(inst, res.schedule)
         assert check(inst, out) == [], f"{solver} schedule breaks a rule"
         row["replayed_g"] = metrics.g_ratio(inst, out)
+        assert abs(row["replayed_g"] - res.objective) <= 1e-9 * res.objective, "replay differs"
+    if "root_bound" in res.details:
+        row["root_bound"] = res.details["root_bound"]
     return row
 
 
@@ -109,6 +123,42 @@ def part_intervals(sizes: list[int], time_limit: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def bp_limit(n: int, override: float | None) -> float:
+    """Seconds per solve in the branch-and-price part: 60 up to N = 40, 300 above."""
+    if override is not None:
+        return override
+    return 60.0 if n <= 40 else 300.0
+
+
+def part_bp(sizes: list[int], seeds: int, methods: list[str], limit: float | None) -> pd.DataFrame:
+    """Branch-and-price against the column method and the arc MILP on snapshots
+    ``sa_snapshot(n, 4, seed=s)``: one row per (N, seed, method), with the relative gap
+    ``bound / G - 1`` and branch-and-price's root gap (its root bound over the final G)."""
+    rows = []
+    jobs = [(n, s, m) for n in sizes for s in range(seeds) for m in methods]
+    for n, seed, method in tqdm(jobs, desc="branch-and-price part", unit="solve"):
+        inst = sa_snapshot(n, 4, seed=seed)
+        r = prove(inst, method, bp_limit(n, limit))
+        obj, bound = r["objective"], r["bound"]
+        r["gap"] = bound / obj - 1.0 if obj and bound is not None else None
+        root = r.get("root_bound")
+        r["root_gap"] = root / obj - 1.0 if obj and root is not None else None
+        r.update({"part": "bp", "n": n, "batch": 4, "seed": seed, "limit_s": bp_limit(n, limit)})
+        rows.append(r)
+        tqdm.write(
+            f"  {method} N={n} seed={seed}: {r['status']} in {r['runtime_s']:.1f}s, "
+            f"G {obj:.6f}, bound {bound:.6f}"
+        )
+    frame = pd.DataFrame(rows)
+    for n, g in frame.groupby("n"):
+        optimal = g[g.status == "OPTIMAL"]
+        if len(optimal) > 1:
+            for seed, h in optimal.groupby("seed"):
+                vals = h["objective"].tolist()
+                assert all(abs(v - vals[0]) <= 1e-9 * vals[0] for v in vals), (n, seed, vals)
+    return frame
+
+
 def part_latency(sizes: list[int], repeats: int) -> pd.DataFrame:
     rows = []
     for n in sizes:
@@ -132,6 +182,18 @@ def part_latency(sizes: list[int], repeats: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def report_bp(frame: pd.DataFrame) -> None:
+    """Print the branch-and-price part: every run, then the proved rate per N and method."""
+    print("\nBranch-and-price against the column method and the arc MILP (B = 4):")
+    cols = ["n", "seed", "solver", "status", "runtime_s", "objective", "bound", "gap", "root_gap"]
+    print(frame[cols].to_string(index=False))
+    rate = frame.assign(proved=frame.status == "OPTIMAL").groupby(["n", "solver"])
+    summary = rate.agg(
+        proved=("proved", "sum"), runs=("proved", "size"), median_s=("runtime_s", "median")
+    )
+    print(summary.to_string())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -151,8 +213,47 @@ def main() -> None:
         help="also run the column method at N = 10, 15, ..., 40 without stopping at the "
         "first unproved size, and print its intervals",
     )
+    ap.add_argument(
+        "--bp", action="store_true", help="also run the branch-and-price part (section 5)"
+    )
+    ap.add_argument("--bp-only", action="store_true", help="run the branch-and-price part only")
+    ap.add_argument(
+        "--bp-sizes",
+        default="20,30,40,50,60",
+        help="comma-separated N of the branch-and-price part (default: 20,30,40,50,60)",
+    )
+    ap.add_argument(
+        "--bp-seeds", type=int, default=3, help="snapshots per N, seeds 0.. (default: 3)"
+    )
+    ap.add_argument(
+        "--bp-methods",
+        default="bp,columns,highs",
+        help="comma-separated methods of the branch-and-price part (default: bp,columns,highs)",
+    )
+    ap.add_argument(
+        "--bp-limit",
+        type=float,
+        default=None,
+        help="seconds per solve in the branch-and-price part (default: 60 up to N = 40, 300 above)",
+    )
     args = ap.parse_args()
     pd.set_option("display.width", 200)
+    if args.bp or args.bp_only:
+        try:
+            bp_sizes = [int(v) for v in args.bp_sizes.split(",")]
+        except ValueError:
+            ap.error(f"--bp-sizes must be comma-separated integers, got {args.bp_sizes!r}")
+        bp_methods = args.bp_methods.split(",")
+        unknown = [m for m in bp_methods if m not in METHODS]
+        if unknown:
+            ap.error(f"--bp-methods: unknown {unknown[0]!r}; known: {', '.join(METHODS)}")
+    if args.bp_only:
+        OUT.mkdir(exist_ok=True)
+        frame = part_bp(bp_sizes, args.bp_seeds, bp_methods, args.bp_limit)
+        report_bp(frame)
+        frame.to_csv(OUT / "sa_ordering_bp.csv", index=False)
+        print(f"wrote {OUT / 'sa_ordering_bp.csv'}")
+        return
     prove_sizes = [6, 8] if args.quick else [6, 8, 10]
     proved = part_exhaustive(prove_sizes, args.brute_limit)
     ratios = []
@@ -187,6 +288,10 @@ def main() -> None:
             )
         )
         parts.append(intervals)
+    if args.bp:
+        frame = part_bp(bp_sizes, args.bp_seeds, bp_methods, args.bp_limit)
+        report_bp(frame)
+        parts.append(frame)
     print("\nSA decision latency per call (paper defaults):")
     latency = part_latency([10, 40, 100], 5 if args.quick else 20)
     print(latency[["n", "runtime_s", "max_s", "repeats"]].to_string(index=False))

@@ -3,6 +3,7 @@
 from slolab.models import (
     dispatch_scale,
     proserve,
+    sa_bp,
     sa_columns,
     sa_ordering,
     slos_admission,
@@ -12,6 +13,7 @@ from slolab.models import (
 __all__ = [
     "dispatch_scale",
     "proserve",
+    "sa_bp",
     "sa_columns",
     "sa_ordering",
     "slos_admission",

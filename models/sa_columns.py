@@ -62,6 +62,7 @@ __all__ = [
     "latency_floor",
     "ratio_bound",
     "restricted_milp",
+    "seeded_master",
 ]
 
 #: Reduced costs below ``-PRICING_TOLERANCE`` (s) enter the master.
@@ -148,6 +149,8 @@ class ColumnMaster:
         self.lb = problem.start_lower_bounds_s()
         self.ub = problem.start_upper_bounds_s()
         self.reward = 0.0 if ratio is None else 1.0 / ratio
+        #: 1 prices by reduced cost; 0 prices a Farkas ray (the columns' costs left out)
+        self.cost_scale = 1.0
         self.highs = highspy.Highs()
         self.highs.setOptionValue("output_flag", False)
         self.highs.setOptionValue("threads", 1)
@@ -297,35 +300,51 @@ class ColumnMaster:
             raise RuntimeError(f"column master LP ended {h.modelStatusToString(status)}")
         return np.array(h.getSolution().row_dual), float(h.getInfo().objective_function_value)
 
-    def _pricing_tables(self, duals: np.ndarray) -> list[dict[str, Any]]:
-        """Per batch size: members sorted by ``(e_r(s), r)``, their dual-adjusted values and
-        the member-selection tables of every deadline setter (independent of the position)."""
+    def _pricing_tables(
+        self,
+        duals: np.ndarray,
+        sizes: Iterable[int] | None = None,
+        unclaimed: Iterable[int] = (),
+        bonus: np.ndarray | None = None,
+    ) -> list[dict[str, Any]]:
+        """Per batch size (every size, or ``sizes``): members sorted by ``(e_r(s), r)``, their
+        dual-adjusted values and the member-selection tables of every deadline setter
+        (independent of the position). A request whose dual is ``-inf`` is never chosen, one
+        in ``unclaimed`` never claimed, and a claim of request ``r`` is worth ``bonus[r]`` (s)
+        more than ``1 / lambda``."""
         n = self.n
         pi = duals[self.row_assign : self.row_assign + n]
+        never = list(unclaimed)
         tables = []
-        for s in range(1, self.b + 1):
+        for s in range(1, self.b + 1) if sizes is None else sizes:
             keys = np.array(sorted(range(n), key=lambda r: (self.exec[r, s], r)))
             e = self.exec[keys, s]
-            value = e - pi[keys]
-            late = self.latest[keys, s]
+            value = self.cost_scale * e - pi[keys]
+            latest = self.latest[:, s].copy()
+            latest[never] = -np.inf
+            late = latest[keys]
             none = value + _smallest_prefix_sums(value[None, :], s - 1)[0]
             table = {"s": s, "keys": keys, "e": e, "value": value, "late": late, "none": none}
             if self.ratio is not None:
-                table.update(self._claim_tables(value, late, s))
+                reward = self.cost_scale * self.reward + (0.0 if bonus is None else bonus[keys])
+                table.update(self._claim_tables(value, late, s, reward))
             tables.append(table)
         return tables
 
-    def _claim_tables(self, value: np.ndarray, late: np.ndarray, s: int) -> dict[str, np.ndarray]:
+    def _claim_tables(
+        self, value: np.ndarray, late: np.ndarray, s: int, reward: Any
+    ) -> dict[str, np.ndarray]:
         """``eligible[k, i]`` (member ``i`` may be claimed when ``k`` sets the deadline; key
-        order on ties), the claim-adjusted values and ``base[k, j]``: the best members of a
-        column with leader ``j`` and setter ``k`` (inf where ``k`` is after ``j``)."""
+        order on ties), the claim-adjusted values (``reward``: per member, in key order, or one
+        number) and ``base[k, j]``: the best members of a column with leader ``j`` and setter
+        ``k`` (inf where ``k`` is after ``j``)."""
         n = self.n
         idx = np.arange(n)
         eligible = (late[None, :] > late[:, None]) | (
             (late[None, :] == late[:, None]) & (idx[None, :] >= idx[:, None])
         )
         eligible &= late[None, :] > -np.inf
-        with_claims = value[None, :] - eligible * self.reward
+        with_claims = value[None, :] - eligible * np.broadcast_to(reward, value.shape)[None, :]
         base = np.full((n, n), np.inf)
         if s >= 2:
             excluded = with_claims.copy()
@@ -343,7 +362,7 @@ class ColumnMaster:
         rows, ``nu``: floor rows)."""
         n = self.n
         q = p - s
-        lead = float(n - p)
+        lead = self.cost_scale * float(n - p)
         const = -float(duals[self.row_flow + q])
         if p < n:
             const += float(duals[self.row_flow + p])
@@ -392,25 +411,29 @@ class ColumnMaster:
         found = []
         rc_min = math.inf
         for table in self._pricing_tables(duals):
-            s = table["s"]
-            for p in range(s, self.n + 1):
-                none, claims = self._arc_matrix(table, duals, p)
-                j0 = int(np.argmin(none))
-                flat = int(np.argmin(claims))
-                k, j = divmod(flat, self.n)
-                best = min(float(none[j0]), float(claims[k, j]))
+            for p in range(table["s"], self.n + 1):
+                col, best = self.price_arc(table, duals, p)
                 rc_min = min(rc_min, best)
-                if best >= -PRICING_TOLERANCE:
-                    continue
-                if none[j0] <= claims[k, j]:
-                    order = sorted(range(j0), key=lambda i: table["value"][i])
-                    found.append(self._build(table, p, None, j0, order[: s - 1]))
-                else:
-                    w = table["with_claims"][k]
-                    pool = sorted((i for i in range(j) if i != k), key=lambda i: w[i])
-                    need = s - 1 if k == j else s - 2
-                    found.append(self._build(table, p, k, j, pool[:need]))
+                if best < -PRICING_TOLERANCE:
+                    found.append(col)
         return found, rc_min
+
+    def price_arc(self, table: dict[str, Any], duals: np.ndarray, p: int) -> tuple[Column, float]:
+        """The column of smallest reduced cost at arc ``(p, s)`` (``s`` from ``table``) and that
+        reduced cost, as pricing computes it from the table."""
+        s = table["s"]
+        none, claims = self._arc_matrix(table, duals, p)
+        j0 = int(np.argmin(none))
+        flat = int(np.argmin(claims))
+        k, j = divmod(flat, self.n)
+        best = min(float(none[j0]), float(claims[k, j]))
+        if none[j0] <= claims[k, j]:
+            order = sorted(range(j0), key=lambda i: table["value"][i])
+            return self._build(table, p, None, j0, order[: s - 1]), best
+        w = table["with_claims"][k]
+        pool = sorted((i for i in range(j) if i != k), key=lambda i: w[i])
+        need = s - 1 if k == j else s - 2
+        return self._build(table, p, k, j, pool[:need]), best
 
     def solve_lp(self, deadline: float) -> tuple[float, float, np.ndarray, bool]:
         """Column generation until no column prices out (or ``deadline``, a perf_counter time).
@@ -453,7 +476,7 @@ class ColumnMaster:
     def reduced_cost(self, col: Column, duals: np.ndarray) -> float:
         """``rc_c = cost_c - y^T A_c`` computed from the column itself (a cross-check of
         pricing)."""
-        rc = self.cost(col)
+        rc = self.cost_scale * self.cost(col)
         rc -= float(sum(duals[self.row_assign + r] for r in col.members))
         rc -= float(duals[self.row_flow + col.start])
         if col.end < self.n:
@@ -536,6 +559,18 @@ def latency_floor(problem: Any, plan: Any, deadline: float) -> float:
     floor.add_plan(plan)
     _, lower, _, _ = floor.solve_lp(deadline)
     return max(problem.latency_lower_bound_s(), lower)
+
+
+def seeded_master(problem: Any, ratio: float, plan: Any, known: Iterable[Column]) -> ColumnMaster:
+    """The master at ``ratio`` holding the columns of ``plan`` and every valid column of
+    ``known`` (columns from earlier Dinkelbach steps: their validity does not depend on the
+    ratio, only their cost)."""
+    master = ColumnMaster(problem, ratio)
+    master.add_plan(plan)
+    for col in sorted(known, key=lambda c: (c.end, c.members, c.met)):
+        if master.valid(col):
+            master.add(col)
+    return master
 
 
 def ratio_bound(ratio: float, f_lower: float, latency_lb: float) -> float:
@@ -679,11 +714,7 @@ class SAOrderingColumns(SAOrderingModel):
         while True:
             counters["iterations"] += 1
             lam = value.g
-            master = ColumnMaster(data, lam)
-            master.add_plan(plan)
-            for col in sorted(known, key=lambda c: (c.end, c.members, c.met)):
-                if master.valid(col):
-                    master.add(col)
+            master = seeded_master(data, lam, plan, known)
             _, lb, duals, converged = master.solve_lp(deadline)
             known.update(master.columns)
             counters["columns"] = max(counters["columns"], len(master.columns))

@@ -1,8 +1,9 @@
 """The SA-ordering problem: order and batch N queued requests to maximize G = #met / sum of latencies.
 
 Exact models: ``sa-ordering`` (position-arc MILP, CP-SAT, brute force; Dinkelbach on the
-ratio) and ``sa-ordering-columns`` (column generation plus enumeration); heuristic: the SA
-paper's simulated annealing; baselines: FCFS, EDF, shortest first, in full batches.
+ratio), ``sa-ordering-columns`` (column generation plus enumeration) and ``sa-ordering-bp``
+(branch-and-price on SCIP); heuristic: the SA paper's simulated annealing; baselines: FCFS,
+EDF, shortest first, in full batches.
 See docs/sa_ordering.md.
 """
 
@@ -171,8 +172,12 @@ PROBLEM = register_problem(
             Option("timing", str, "sa-qwen2.5-7b-v100", "timing preset"),
             Option("seed", int, 0, "seed of the cut, the mix and the SLO draws", minimum=0),
         ),
-        models=("sa-ordering", "sa-ordering-columns"),
-        aliases={"columns": "sa-ordering-columns:highs", "columns-cbc": "sa-ordering-columns:cbc"},
+        models=("sa-ordering", "sa-ordering-columns", "sa-ordering-bp"),
+        aliases={
+            "columns": "sa-ordering-columns:highs",
+            "columns-cbc": "sa-ordering-columns:cbc",
+            "bp": "sa-ordering-bp:highs",
+        },
         heuristics=(
             Heuristic(
                 "sa",

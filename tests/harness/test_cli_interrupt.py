@@ -70,6 +70,18 @@ def test_ctrl_c_during_solve_exits_130_with_one_line(solver):
     assert took < STOP_WITHIN_S
 
 
+def test_ctrl_c_inside_branch_and_price_exits_130_with_one_line():
+    """SIGINT while SCIP runs branch-and-price on the 40-request snapshot: exit 130 at once."""
+    proc = start(
+        "-v", "solve", "sa-azure-n40-b4", "--model", "sa-ordering-bp", "--time-limit", "20"
+    )
+    wait_for_line(proc, "branch-and-price on SCIP")
+    time.sleep(0.3)  # into the search
+    code, rest, took = interrupt(proc)
+    assert (code, rest) == (EXIT_INTERRUPTED, "slolab: interrupted\n")
+    assert took < STOP_WITHIN_S
+
+
 def test_ctrl_c_during_compare_is_not_an_unknown_row():
     """CP-SAT interrupted inside compare ends the run with 130, not a row UNKNOWN and exit 0."""
     proc = start(

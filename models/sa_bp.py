@@ -1,0 +1,680 @@
+"""SA ordering by branch-and-price on SCIP (PySCIPOpt): the column master with a pricer plugin.
+
+A fourth exact method for :mod:`slolab.models.sa_ordering`, for snapshots. It solves the
+Dinkelbach subproblem ``min F = L - M / lambda`` (seconds) of the column method
+(:mod:`slolab.models.sa_columns`, docs/sa_ordering.md Sec. 6) by branch-and-price instead of
+reduced-cost enumeration: the column master is SCIP's LP, the columns come from a
+:class:`pyscipopt.Pricer` that runs the column method's exact pricing, and a branching rule
+splits the tree in a way the pricing can follow (docs/sa_ordering.md Sec. 6, "Branch-and-price"):
+
+0. on a request ``r`` with ``y_r = sum_{c: r in T_c} lambda_c`` fractional: ``r`` never claimed
+   met, or claimed by every column that holds it;
+1. once every ``y_r`` is integral, on an arc ``a = (p, s)`` whose flow
+   ``f_a = sum_{c at a} lambda_c`` is fractional: ``f_a = 0`` (the pricer skips arc ``a``) or
+   ``f_a = 1`` (it skips every other arc that overlaps positions ``p - s + 1 .. p``);
+2. when every arc flow is integral, on a pair (request ``r``, arc ``a`` of the path) with
+   ``x_ra = sum_{c at a, r in c} lambda_c`` fractional: ``r`` never at ``a``, or ``r`` at ``a``
+   (never elsewhere, and every column at ``a`` holds it);
+3. when the ``x`` are integral too, on a claim ``y_ra = sum_{c at a, r in T_c} lambda_c``
+   that is fractional: ``r`` never claimed at ``a``, or every column at ``a`` claims ``r``.
+
+With flows, members and claims integral, every column in the LP solution at an arc has the same
+members and claims, so the LP solution is integral: the rule is complete.
+
+Each decision is a set of forbidden arcs, requests or (request, arc) pairs, so the pricing stays
+the same sorted-prefix computation (a forbidden request gets an infinite value, a required one a
+large negative shift) and stays exact at every node; a propagator fixes the existing columns a
+node forbids, and a node whose LP has no solution is priced by its Farkas ray. Each Dinkelbach step is one SCIP run with the objective limit ``-tol``: it ends with a
+plan of ``F < 0`` (a better G) or proves ``min F >= -tol`` (the incumbent is optimal).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from slolab.models.sa_columns import (
+    Column,
+    ColumnMaster,
+    SAOrderingColumns,
+    latency_floor,
+    ratio_bound,
+    seeded_master,
+)
+from slolab.models.sa_ordering import PROBLEM, RATIO_TOLERANCE, Batches, PlanValue, batches_of
+from slolab.solvers.backend import run_interruptibly
+from slolab.solvers.base import Result, Status
+from slolab.solvers.registry import register_model
+
+__all__ = ["Decisions", "SAOrderingBranchPrice", "branch_and_price"]
+
+logger = logging.getLogger("slolab")
+
+#: A column enters SCIP's master when its reduced cost is below ``-PRICING_TOLERANCE`` (s).
+PRICING_TOLERANCE = 1e-6
+#: Arc flows and request shares within this of 0 or 1 count as integral.
+INTEGRALITY_TOLERANCE = 1e-6
+#: Shift (s) that makes a request required at an arc cheaper than any column without it.
+REQUIRED_SHIFT = 1e7
+#: Share of the time limit the column method may use first (warm start: its incumbent and bound).
+WARM_START_SHARE = 0.3
+
+Arc = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    """Branching decisions of a node: forbidden arcs ``(p, s)``, requests fixed to one arc
+    (``fixed``: pairs ``(r, arc)``), excluded (request, arc) pairs, and (request, arc) pairs
+    whose request is claimed met (``claimed``) or never claimed (``unclaimed``) there; requests
+    claimed met by every column that holds them (``met``) or by none (``missed``)."""
+
+    forbidden: frozenset[Arc] = frozenset()
+    fixed: tuple[tuple[int, Arc], ...] = ()
+    excluded: frozenset[tuple[int, Arc]] = frozenset()
+    claimed: frozenset[tuple[int, Arc]] = frozenset()
+    unclaimed: frozenset[tuple[int, Arc]] = frozenset()
+    met: frozenset[int] = frozenset()
+    missed: frozenset[int] = frozenset()
+    _fixed_map: dict[int, Arc] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._fixed_map.update(dict(self.fixed))
+
+    def fixed_arc(self, request: int) -> Arc | None:
+        """The arc request ``request`` is fixed to, or None."""
+        return self._fixed_map.get(request)
+
+    def required(self, arc: Arc) -> list[int]:
+        """Requests every column at ``arc`` must hold."""
+        return [r for r, a in self.fixed if a == arc] + [r for r, a in self.claimed if a == arc]
+
+    def allows(self, col: Column) -> bool:
+        """Whether column ``col`` is allowed at this node."""
+        arc = (col.end, col.size)
+        if arc in self.forbidden:
+            return False
+        for r in col.members:
+            if (r, arc) in self.excluded or self._fixed_map.get(r, arc) != arc:
+                return False
+        members, met = set(col.members), set(col.met)
+        if any(r in met for r in self.missed) or any(
+            r in members and r not in met for r in self.met
+        ):
+            return False
+        if any(r in met for r, a in self.unclaimed if a == arc):
+            return False
+        if not all(r in met for r, a in self.claimed if a == arc):
+            return False
+        return all(r in members for r in self.required(arc))
+
+    def special_arcs(self) -> set[Arc]:
+        """Arcs whose pricing differs from the generic one (a decision on one request)."""
+        pairs = [*self.fixed, *self.excluded, *self.claimed, *self.unclaimed]
+        return {a for _, a in pairs}
+
+    def _with(self, **changes: Any) -> Decisions:
+        fields: dict[str, Any] = {
+            "forbidden": self.forbidden,
+            "fixed": self.fixed,
+            "excluded": self.excluded,
+            "claimed": self.claimed,
+            "unclaimed": self.unclaimed,
+            "met": self.met,
+            "missed": self.missed,
+        }
+        fields.update(changes)
+        return Decisions(**fields)
+
+    def with_forbidden(self, arcs: set[Arc]) -> Decisions:
+        return self._with(forbidden=self.forbidden | arcs)
+
+    def with_fixed(self, request: int, arc: Arc) -> Decisions:
+        return self._with(fixed=(*self.fixed, (request, arc)))
+
+    def with_excluded(self, request: int, arc: Arc) -> Decisions:
+        return self._with(excluded=self.excluded | {(request, arc)})
+
+    def with_claimed(self, request: int, arc: Arc) -> Decisions:
+        return self._with(claimed=self.claimed | {(request, arc)})
+
+    def with_unclaimed(self, request: int, arc: Arc) -> Decisions:
+        return self._with(unclaimed=self.unclaimed | {(request, arc)})
+
+    def with_met(self, request: int) -> Decisions:
+        return self._with(met=self.met | {request})
+
+    def with_missed(self, request: int) -> Decisions:
+        return self._with(missed=self.missed | {request})
+
+
+def overlapping_arcs(arcs: list[Arc], arc: Arc) -> set[Arc]:
+    """Every arc of ``arcs`` other than ``arc`` that covers one of its positions."""
+    p, s = arc
+    q = p - s
+    return {(p2, s2) for p2, s2 in arcs if (p2, s2) != arc and p2 - s2 < p and p2 > q}
+
+
+def _scip() -> Any:
+    import pyscipopt
+
+    return pyscipopt
+
+
+class _Master:
+    """The column master of one Dinkelbach step as a SCIP model (rows as in
+    :class:`ColumnMaster`); a node whose LP has no solution is priced by its Farkas ray."""
+
+    def __init__(
+        self, master: ColumnMaster, columns: list[Column], seed: int, met_first: bool = True
+    ) -> None:
+        scip_mod = _scip()
+        self.master = master
+        n = master.n
+        self.all_arcs = [(p, s) for p in range(1, n + 1) for s in range(1, min(master.b, p) + 1)]
+        model = scip_mod.Model("sa_ordering_bp")
+        model.hideOutput()
+        model.setPresolve(scip_mod.SCIP_PARAMSETTING.OFF)
+        model.setSeparating(scip_mod.SCIP_PARAMSETTING.OFF)
+        model.setHeuristics(scip_mod.SCIP_PARAMSETTING.OFF)
+        model.setParam("misc/catchctrlc", False)
+        model.setParam("randomization/randomseedshift", int(seed))
+        model.setParam("parallel/maxnthreads", 1)
+        self.model = model
+        # every row starts with a variable fixed at 0, so that no row is empty
+        zero = model.addVar("zero", lb=0.0, ub=0.0)
+        self.rows: list[Any] = [None] * master.n_rows
+        for r in range(n):
+            self.rows[master.row_assign + r] = model.addCons(
+                zero == 1.0, f"assign_{r}", modifiable=True
+            )
+        for q in range(n):
+            rhs = 1.0 if q == 0 else 0.0
+            self.rows[master.row_flow + q] = model.addCons(
+                zero == rhs, f"flow_{q}", modifiable=True
+            )
+        ub = master.ub
+        sigma = {
+            a: model.addVar(f"sigma_{a[0]}_{a[1]}", lb=0.0, ub=float(ub[a[0] - a[1]]))
+            for a in master.arcs
+        }
+        for q in range(1, n):
+            out = [sigma[a] for a in master.arcs if a[0] - a[1] == q]
+            into = [sigma[a] for a in master.arcs if a[0] == q]
+            self.rows[master.row_time + q - 1] = model.addCons(
+                zero + scip_mod.quicksum(out) - scip_mod.quicksum(into) == 0.0,
+                f"time_{q}",
+                modifiable=True,
+            )
+        for a in master.arcs:
+            self.rows[master.claim_row[a]] = model.addCons(
+                sigma[a] <= 0.0, f"claim_{a[0]}_{a[1]}", modifiable=True
+            )
+            self.rows[master.floor_row[a]] = model.addCons(
+                sigma[a] >= 0.0, f"floor_{a[0]}_{a[1]}", modifiable=True
+            )
+        self.columns: list[Column] = []
+        self.vars: list[Any] = []
+        self.index: dict[Column, int] = {}
+        for col in columns:
+            self._add(col, priced=False)
+        self.decisions: dict[int, Decisions] = {}
+        self.closed: list[Batches] = []
+        self.met_first = met_first
+        self.counters = {"priced": 0, "pricing_rounds": 0, "closed_nodes": 0}
+
+    def entries(self, col: Column) -> list[tuple[int, float]]:
+        """``(row, coefficient)`` of ``col`` in the master (the rows of :class:`ColumnMaster`)."""
+        m = self.master
+        out = [(m.row_assign + r, 1.0) for r in col.members]
+        out.append((m.row_flow + col.start, 1.0))
+        if col.end < m.n:
+            out.append((m.row_flow + col.end, -1.0))
+        idx, val = m._time_entries(col)
+        out += list(zip(idx, val, strict=True))
+        return out
+
+    def _add(self, col: Column, priced: bool) -> None:
+        var = self.model.addVar(
+            f"col_{len(self.columns)}", vtype="B", obj=self.master.cost(col), pricedVar=priced
+        )
+        for row, coef in self.entries(col):
+            self.model.addConsCoeff(self.rows[row], var, coef)
+        self.index[col] = len(self.columns)
+        self.columns.append(col)
+        self.vars.append(var)
+
+    def transform(self) -> None:
+        """Swap the stored constraints and variables for SCIP's transformed ones."""
+        self.rows = [self.model.getTransformedCons(c) for c in self.rows]
+        self.vars = [self.model.getTransformedVar(v) for v in self.vars]
+
+    def node_decisions(self) -> Decisions:
+        node = self.model.getCurrentNode()
+        return self.decisions.get(node.getNumber(), Decisions()) if node else Decisions()
+
+    # -- pricing -----------------------------------------------------------------------------
+    def duals(self, farkas: bool) -> np.ndarray:
+        if farkas:
+            return np.array([self.model.getDualfarkasLinear(c) for c in self.rows])
+        return np.array([self.model.getDualsolLinear(c) for c in self.rows])
+
+    def price(self, farkas: bool = False) -> int:
+        """Add every column the node allows whose reduced cost (from SCIP's duals; with
+        ``farkas``, its Farkas value: the costs left out) is below ``-PRICING_TOLERANCE``: the
+        best of each arc. Returns how many entered."""
+        m = self.master
+        m.cost_scale = 0.0 if farkas else 1.0
+        try:
+            return self._price(self.duals(farkas))
+        finally:
+            m.cost_scale = 1.0
+
+    def _price(self, duals: np.ndarray) -> int:
+        m = self.master
+        decisions = self.node_decisions()
+        self.counters["pricing_rounds"] += 1
+        candidates: list[Column] = []
+        # a request always met costs REQUIRED_SHIFT more in any column and gains it back when
+        # claimed; a request never met is never eligible
+        met = sorted(decisions.met)
+        bonus = np.zeros(m.n)
+        bonus[met] = REQUIRED_SHIFT
+        base = duals.copy()
+        base[[m.row_assign + r for r in met]] -= REQUIRED_SHIFT
+        missed = sorted(decisions.missed)
+        generic = base.copy()
+        for r, _ in decisions.fixed:
+            generic[m.row_assign + r] = -math.inf
+        special = decisions.special_arcs()
+        for table in m._pricing_tables(generic, unclaimed=missed, bonus=bonus):
+            s = table["s"]
+            for p in range(s, m.n + 1):
+                arc = (p, s)
+                if arc in decisions.forbidden or arc in special:
+                    continue
+                col, best = m.price_arc(table, generic, p)
+                if best < -PRICING_TOLERANCE:
+                    candidates.append(col)
+        for arc in sorted(special - decisions.forbidden):
+            p, s = arc
+            local = base.copy()
+            required = set(decisions.required(arc))
+            for r in range(m.n):
+                fixed = decisions.fixed_arc(r)
+                if (r, arc) in decisions.excluded or (fixed is not None and fixed != arc):
+                    local[m.row_assign + r] = -math.inf
+                elif r in required:
+                    local[m.row_assign + r] += REQUIRED_SHIFT
+            local_bonus = bonus.copy()
+            for r, a in decisions.claimed:
+                if a == arc:
+                    local_bonus[r] += REQUIRED_SHIFT
+            never = missed + [r for r, a in decisions.unclaimed if a == arc]
+            (table,) = m._pricing_tables(local, sizes=[s], unclaimed=never, bonus=local_bonus)
+            col, _ = m.price_arc(table, local, p)
+            candidates.append(col)
+        added = 0
+        for col in candidates:
+            if col in self.index or not decisions.allows(col) or not m.valid(col):
+                continue
+            if m.reduced_cost(col, duals) < -PRICING_TOLERANCE:
+                self._add(col, priced=True)
+                added += 1
+        self.counters["priced"] += added
+        return added
+
+    # -- branching ---------------------------------------------------------------------------
+    def lp_values(self) -> list[tuple[Column, float]]:
+        return [
+            (col, float(var.getLPSol()))
+            for col, var in zip(self.columns, self.vars, strict=True)
+            if var.getLPSol() > INTEGRALITY_TOLERANCE
+        ]
+
+    def branch(self) -> str:
+        """Branch at the focus node (module docstring): ``"branched"`` or ``"closed"``."""
+        values = self.lp_values()
+        decisions = self.node_decisions()
+        if self.met_first:
+            claimed: dict[int, float] = {}
+            for col, v in values:
+                for r in col.met:
+                    claimed[r] = claimed.get(r, 0.0) + v
+            request = _most_fractional(claimed)
+            if request is not None:
+                self._children(decisions.with_missed(request), decisions.with_met(request))
+                return "branched"
+        flow: dict[Arc, float] = {}
+        for col, v in values:
+            flow[col.end, col.size] = flow.get((col.end, col.size), 0.0) + v
+        split = _most_fractional(flow)
+        if split is not None:
+            self._children(
+                decisions.with_forbidden({split}),
+                decisions.with_forbidden(overlapping_arcs(self.all_arcs, split)),
+            )
+            return "branched"
+        share = _pair_sums(values, lambda col: col.members)
+        pair = _most_fractional(share)
+        if pair is not None:
+            r, arc = pair
+            self._children(decisions.with_excluded(r, arc), decisions.with_fixed(r, arc))
+            return "branched"
+        pair = _most_fractional(_pair_sums(values, lambda col: col.met))
+        if pair is not None:
+            r, arc = pair
+            self._children(decisions.with_unclaimed(r, arc), decisions.with_claimed(r, arc))
+            return "branched"
+        # flows, members and claims integral: the LP solution is one plan up to rounding
+        path = sorted(a for a, v in flow.items() if v > 0.5)
+        members: dict[Arc, set[int]] = {a: set() for a in path}
+        for (r, arc), v in share.items():
+            if v > 0.5 and arc in members:
+                members[arc].add(r)
+        plan = tuple(tuple(sorted(members[a])) for a in path)
+        if sum(len(b) for b in plan) == self.master.n and all(plan):
+            self.closed.append(plan)
+        self.counters["closed_nodes"] += 1
+        return "closed"
+
+    def _children(self, first: Decisions, second: Decisions) -> None:
+        estimate = self.model.getLocalEstimate()
+        for decisions in (first, second):
+            child = self.model.createChild(0.0, estimate)
+            self.decisions[child.getNumber()] = decisions
+
+    def fix_forbidden(self) -> bool:
+        """Fix to 0 every existing column the focus node forbids; True when one was fixed."""
+        decisions = self.node_decisions()
+        if decisions == Decisions():
+            return False
+        changed = False
+        for col, var in zip(self.columns, self.vars, strict=True):
+            if var.getUbLocal() > 0.5 and not decisions.allows(col):
+                self.model.chgVarUb(var, 0.0)
+                changed = True
+        return changed
+
+    def best_plan(self) -> Batches | None:
+        """The plan of SCIP's best solution (None without one)."""
+        if self.model.getNSols() == 0:
+            return None
+        sol = self.model.getBestSol()
+        used = [
+            col
+            for col, var in zip(self.columns, self.vars, strict=True)
+            if self.model.getSolVal(sol, var) > 0.5
+        ]
+        if sum(c.size for c in used) != self.master.n:
+            return None
+        return tuple(c.members for c in sorted(used, key=lambda c: c.end))
+
+
+def _pair_sums(
+    values: list[tuple[Column, float]], requests: Callable[[Column], tuple[int, ...]]
+) -> dict[tuple[int, Arc], float]:
+    """``sum_{c at a, r in requests(c)} lambda_c`` for every (request, arc) pair."""
+    out: dict[tuple[int, Arc], float] = {}
+    for col, v in values:
+        for r in requests(col):
+            key = (r, (col.end, col.size))
+            out[key] = out.get(key, 0.0) + v
+    return out
+
+
+def _most_fractional(values: dict[Any, float]) -> Any:
+    """The key whose value is farthest from an integer (ties: the smallest key), or None."""
+    best, best_key = INTEGRALITY_TOLERANCE, None
+    for key in sorted(values):
+        v = values[key]
+        frac = min(v - math.floor(v), math.ceil(v) - v)
+        if frac > best + 1e-12:
+            best, best_key = frac, key
+    return best_key
+
+
+def _plugins(master: _Master) -> tuple[Any, Any, Any]:
+    scip_mod = _scip()
+    result = scip_mod.SCIP_RESULT
+
+    class Pricer(scip_mod.Pricer):  # type: ignore[misc,name-defined]
+        def pricerinit(self) -> None:
+            master.transform()
+
+        def pricerredcost(self) -> dict[str, Any]:
+            master.price()
+            return {"result": result.SUCCESS}
+
+        def pricerfarkas(self) -> dict[str, Any]:
+            master.price(farkas=True)
+            return {"result": result.SUCCESS}
+
+    class Branching(scip_mod.Branchrule):  # type: ignore[misc,name-defined]
+        def branchexeclp(self, allowaddcons: bool) -> dict[str, Any]:
+            outcome = master.branch()
+            return {"result": result.BRANCHED if outcome == "branched" else result.CUTOFF}
+
+    class Fixing(scip_mod.Prop):  # type: ignore[misc,name-defined]
+        def propexec(self, proptiming: Any) -> dict[str, Any]:
+            changed = master.fix_forbidden()
+            return {"result": result.REDUCEDDOM if changed else result.DIDNOTFIND}
+
+    return Pricer(), Branching(), Fixing()
+
+
+@dataclass
+class StepOutcome:
+    """One Dinkelbach step on SCIP: the best plan it found (or None), a lower bound on
+    ``min F`` at its ``lambda`` (s; ``-inf`` when unknown), whether the step finished, and the
+    counters."""
+
+    plans: list[Batches]
+    f_lower: float
+    finished: bool
+    columns: list[Column]
+    details: dict[str, Any]
+
+
+def branch_and_price(
+    master: ColumnMaster,
+    columns: list[Column],
+    objective_limit: float,
+    time_limit: float,
+    seed: int,
+    met_first: bool = True,
+) -> StepOutcome:
+    """Minimize ``F`` at ``master.ratio`` by branch-and-price on SCIP, keeping only plans with
+    ``F < objective_limit`` (s).
+
+    ``columns`` seed the master. Honours ``time_limit`` (s, SCIP's own limit); Ctrl-C stops
+    SCIP and re-raises KeyboardInterrupt. ``f_lower`` is SCIP's proved bound, or
+    ``objective_limit`` when SCIP proves no plan goes below it. A node whose LP solution is
+    integral in flows, members and claims but not in ``lambda`` (rounding only) is closed with
+    its plan among ``plans``; its exact ``F`` enters ``f_lower``.
+    """
+    scip_mod = _scip()
+    bp = _Master(master, columns, seed, met_first)
+    model = bp.model
+    pricer, branching, fixing = _plugins(bp)
+    model.includePricer(pricer, "columns", "exact batch-column pricing", priority=1, delay=True)
+    model.includeBranchrule(
+        branching, "arcs-then-pairs", "arc flow, then request in arc", 1_000_000, -1, 1.0
+    )
+    model.includeProp(
+        fixing,
+        "decisions",
+        "fix columns a node forbids",
+        0,
+        0,
+        scip_mod.SCIP_PROPTIMING.BEFORELP,
+        priority=1_000_000,
+        freq=1,
+        delay=False,
+    )
+    model.setObjlimit(objective_limit)
+    model.setParam("limits/time", max(time_limit, 1e-3))
+    run_interruptibly(model.optimize, model.interruptSolve)
+    status = model.getStatus()
+    if status == "userinterrupt":
+        raise KeyboardInterrupt
+    plans = list(bp.closed)
+    found = bp.best_plan()
+    if found is not None:
+        plans.append(found)
+    details = {
+        **bp.counters,
+        "nodes": model.getNNodes(),
+        "scip_status": status,
+        "root_bound": model.getDualboundRoot(),
+        "columns": len(bp.columns),
+    }
+    closed = [master.problem.evaluate(plan) for plan in bp.closed]
+    closed_f = min(
+        (v.total_latency_s - master.reward * v.met_requests for v in closed), default=math.inf
+    )
+    if status == "infeasible":
+        return StepOutcome(plans, min(objective_limit, closed_f), True, bp.columns, details)
+    if status == "optimal":
+        return StepOutcome(plans, min(model.getDualbound(), closed_f), True, bp.columns, details)
+    bound = model.getDualbound()
+    f_lower = bound if math.isfinite(bound) else -math.inf
+    return StepOutcome(plans, min(f_lower, objective_limit, closed_f), False, bp.columns, details)
+
+
+@register_model(f"{PROBLEM}-bp")
+class SAOrderingBranchPrice(SAOrderingColumns):
+    """SA ordering solved by branch-and-price on SCIP (snapshots; module docstring, docs
+    Sec. 6).
+
+    ``solve(model, "highs" | "cbc")`` first runs the column method (column generation,
+    enumeration, restricted MILP on the chosen backend) from the better of the deterministic
+    starting plans and the SA paper's annealing (seed 0), for 30% of the time limit: its proof
+    ends the run, otherwise its incumbent and bound are the warm start. Then each Dinkelbach
+    step is a branch-and-price run on SCIP (PySCIPOpt), seeded with the columns of the root LP
+    and of every earlier step; the result's backend is then ``"scip"``.
+    ``warm_start=False`` starts SCIP from the deterministic plans alone (no annealing, no column
+    method), which leaves all the work to SCIP. Instances with different arrivals fall back to
+    the position-arc MILP; CP-SAT and brute force are the parent's.
+    """
+
+    name = f"{PROBLEM}-bp"
+
+    def __init__(self, instance: Any, warm_start: bool = True) -> None:
+        super().__init__(instance)
+        self.use_warm_start = bool(warm_start)
+
+    def solve_with(self, backend: Any, time_limit: float, **params: Any) -> Result | None:
+        if backend.formulation == "milp" and self.problem.snapshot:
+            return self._branch_and_price(backend, time_limit, int(getattr(backend, "seed", 0)))
+        return super().solve_with(backend, time_limit, **params)
+
+    def starting_plan(self) -> tuple[Batches, PlanValue]:
+        """With the warm start: the better of the deterministic starting plans and the SA
+        paper's annealing (seed 0); without: the deterministic plans alone."""
+        from slolab.heuristics.sa_ordering import sa_order
+
+        plan, value = super().starting_plan()
+        if not self.use_warm_start:
+            return plan, value
+        annealed, _ = sa_order(self.problem, seed=0)
+        other = self.problem.evaluate(annealed)
+        if other.g > value.g * (1.0 + 1e-12):
+            return annealed, other
+        return plan, value
+
+    def _branch_and_price(self, backend: Any, time_limit: float, seed: int) -> Result:
+        start = time.perf_counter()
+        deadline = start + time_limit
+        data = self.problem
+        counters: dict[str, Any] = {"iterations": 0, "scip_runs": 0, "nodes": 0, "columns": 0}
+        bound = math.inf
+        if self.use_warm_start:
+            # the column method first: its incumbent, its bound, and sometimes its proof
+            first = self._columns(backend, WARM_START_SHARE * time_limit)
+            counters["warm_start_status"] = first.status.value
+            if first.bound is not None:
+                bound = first.bound
+            assert first.schedule is not None  # the column method always keeps a plan
+            plan = batches_of(first.schedule)
+            value = data.evaluate(plan)
+            if first.status == Status.OPTIMAL:
+                counters["proved_by"] = "columns"
+                return self._result(
+                    Status.OPTIMAL, plan, value, first.bound, backend, start, **counters
+                )
+        else:
+            plan, value = self.starting_plan()
+
+        class _Scip:
+            name = "scip"
+
+        def finish(status: Status, bound: float | None) -> Result:
+            return self._result(status, plan, value, bound, _Scip, start, **counters)
+
+        def adopt(candidate: Batches) -> bool:
+            nonlocal plan, value
+            cand = data.evaluate(candidate)
+            if cand.g > value.g * (1.0 + 1e-12) or (value.g == 0 and cand.g > 0):
+                plan, value = candidate, cand
+                return True
+            return False
+
+        if value.met_requests == 0:
+            other = self.plan_meeting_one()
+            if other is None:
+                return finish(Status.OPTIMAL, 0.0)
+            plan, value = other, data.evaluate(other)
+        latency_lb = latency_floor(data, plan, deadline)
+        bound = min(bound, data.meetable_requests / latency_lb)
+        if bound <= value.g * (1.0 + RATIO_TOLERANCE):
+            return finish(Status.OPTIMAL, bound)
+        tolerance = 0.5 * RATIO_TOLERANCE * latency_lb
+        known: set[Column] = set()
+        while True:
+            counters["iterations"] += 1
+            lam = value.g
+            master = seeded_master(data, lam, plan, known)
+            _, lb, _, converged = master.solve_lp(deadline)
+            known.update(master.columns)
+            bound = min(bound, ratio_bound(lam, lb, latency_lb))
+            counters.setdefault("root_bound", bound)
+            if converged and -lb <= tolerance:
+                return finish(Status.OPTIMAL, bound)
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                return finish(Status.TIME_LIMIT, bound)
+            logger.info(
+                "branch-and-price on SCIP at lambda = %.6g (bound %.6g, %d columns)",
+                lam,
+                bound,
+                len(known),
+            )
+            step = branch_and_price(
+                master,
+                sorted(known, key=lambda c: (c.end, c.members, c.met)),
+                -tolerance,
+                remaining,
+                seed,
+            )
+            counters["scip_runs"] += 1
+            counters["nodes"] += int(step.details["nodes"])
+            counters["columns"] = max(counters["columns"], int(step.details["columns"]))
+            counters["closed_nodes"] = counters.get("closed_nodes", 0) + int(
+                step.details["closed_nodes"]
+            )
+            known.update(step.columns)
+            if any([adopt(p) for p in step.plans]):
+                continue
+            if step.finished:
+                bound = min(bound, ratio_bound(lam, step.f_lower, latency_lb))
+                proved = bound <= value.g * (1.0 + RATIO_TOLERANCE)
+                return finish(Status.OPTIMAL if proved else Status.FEASIBLE, bound)
+            if math.isfinite(step.f_lower):
+                bound = min(bound, ratio_bound(lam, step.f_lower, latency_lb))
+            return finish(Status.TIME_LIMIT, bound)

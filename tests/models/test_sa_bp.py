@@ -1,0 +1,161 @@
+"""SA ordering by branch-and-price on SCIP: complete branching, the optima of the other methods."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sa_ordering_cases import random_ordering_instance, split_or_batch
+from slolab import sim
+from slolab.harness.compare import compare
+from slolab.models.sa_bp import Decisions, SAOrderingBranchPrice, branch_and_price
+from slolab.models.sa_columns import Column, ColumnMaster, SAOrderingColumns
+from slolab.models.sa_ordering import OrderingProblem, SAOrderingModel, batches_of
+from slolab.solvers import Status, available_models, build_model, solve
+from test_sa_ordering import defer_the_strict
+
+pytest.importorskip("pyscipopt")
+
+
+def every_plan(items: tuple[int, ...], b: int):
+    """Every ordered split of ``items`` into batches of 1..``b`` requests."""
+    if not items:
+        yield ()
+        return
+    for s in range(1, min(b, len(items)) + 1):
+        for batch in itertools.combinations(items, s):
+            left = tuple(i for i in items if i not in batch)
+            for tail in every_plan(left, b):
+                yield (batch, *tail)
+
+
+def min_f(problem: OrderingProblem, ratio: float) -> float:
+    """``min_plan L - M / ratio`` (s) by listing every plan."""
+    values = (problem.evaluate(p) for p in every_plan(tuple(range(problem.n_requests)), 3))
+    return min(v.total_latency_s - v.met_requests / ratio for v in values)
+
+
+def root_master(seed: int, ratio_share: float) -> tuple[OrderingProblem, ColumnMaster, float]:
+    """The column LP of random snapshot ``seed`` (6 requests, B = 3) at ``ratio_share`` x G*,
+    solved to convergence; returns the problem, the master and its LP value."""
+    instance = random_ordering_instance(seed, 6, 3)
+    problem = OrderingProblem.from_instance(instance)
+    optimum = solve(SAOrderingModel(instance), "brute", time_limit=30).objective
+    master = ColumnMaster(problem, ratio_share * optimum)
+    master.add_plan(SAOrderingModel(problem).starting_plan()[0])
+    value, _, _, converged = master.solve_lp(time.perf_counter() + 30)
+    assert converged
+    return problem, master, value
+
+
+def test_branching_is_complete_where_the_root_lp_is_fractional() -> None:
+    """Seed 15 at lambda = 0.97 G*: the root LP (-0.524 s) is below every plan; branch-and-price
+    without an objective limit finds the exact minimum of F over all plans (brute force)."""
+    problem, master, lp_value = root_master(15, 0.97)
+    exact = min_f(problem, master.ratio)
+    # the LP is fractional: its value is 0.399 s below the best plan's F
+    assert lp_value < exact - 0.3
+    step = branch_and_price(master, list(master.columns), 1e20, 30.0, seed=0)
+    assert step.finished
+    assert step.details["nodes"] > 1
+    assert step.f_lower == pytest.approx(exact, abs=1e-9)
+    best = min(
+        problem.evaluate(p).total_latency_s - problem.evaluate(p).met_requests / master.ratio
+        for p in step.plans
+    )
+    assert best == pytest.approx(exact, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", [9, 18, 50, 55])
+def test_branch_and_price_minimizes_f_like_brute_force(seed: int) -> None:
+    """On four fractional roots (seeds found by listing), the proved min F equals brute force's."""
+    problem, master, lp_value = root_master(seed, 0.97)
+    exact = min_f(problem, master.ratio)
+    assert lp_value < exact - 1e-6
+    step = branch_and_price(master, list(master.columns), 1e20, 30.0, seed=0)
+    assert step.finished
+    assert step.f_lower == pytest.approx(exact, abs=1e-9)
+
+
+def test_decisions_forbid_what_they_say() -> None:
+    """A column at a forbidden arc, one missing a fixed request, one claiming an unclaimed one
+    and one leaving a claimed one unclaimed are refused; the rest pass."""
+    decisions = Decisions().with_forbidden({(2, 2)}).with_fixed(0, (1, 1))
+    assert not decisions.allows(Column((1, 2), 2, ()))  # arc (2, 2) forbidden
+    assert not decisions.allows(Column((0, 1), 3, ()))  # request 0 belongs to arc (1, 1)
+    assert not decisions.allows(Column((1,), 1, ()))  # arc (1, 1) must hold request 0
+    assert decisions.allows(Column((0,), 1, (0,)))
+    claims = Decisions().with_unclaimed(3, (4, 2)).with_claimed(1, (2, 1))
+    assert not claims.allows(Column((2, 3), 4, (2, 3)))
+    assert claims.allows(Column((2, 3), 4, (2,)))
+    assert not claims.allows(Column((1,), 2, ()))
+    assert claims.allows(Column((1,), 2, (1,)))
+
+
+@pytest.mark.parametrize("solver", ["highs", "cbc"])
+def test_hand_solved_instances(solver: str) -> None:
+    """The two hand-solved instances of test_sa_ordering: G = 0.2 and 2 / 17.5."""
+    result = solve(SAOrderingBranchPrice(split_or_batch()), solver, time_limit=20)
+    assert result.status == Status.OPTIMAL
+    assert result.objective == pytest.approx(0.2, rel=1e-12)
+    assert batches_of(result.schedule) == ((1,), (0,))
+    result = solve(SAOrderingBranchPrice(defer_the_strict()), solver, time_limit=20)
+    assert result.status == Status.OPTIMAL
+    assert result.objective == pytest.approx(2 / 17.5, rel=1e-12)
+
+
+def test_registered_and_reached_by_alias() -> None:
+    """'sa-ordering-bp' is a registered model; 'bp' is a compare method on SA instances."""
+    assert "sa-ordering-bp" in available_models()
+    assert isinstance(build_model("sa-ordering-bp", split_or_batch()), SAOrderingBranchPrice)
+    table = compare(defer_the_strict(), ["bp", "brute"], seed=0, time_limit=20)
+    rows = table.set_index("method")
+    assert rows.loc["bp", "status"] == "OPTIMAL"
+    # both recomputed from their replays: 2 / 17.5
+    assert rows.loc["bp", "objective"] == pytest.approx(2 / 17.5, rel=1e-9)
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(4, 6), b=st.integers(2, 3))
+def test_bp_agrees_with_brute_force_arc_milp_and_columns(seed: int, n: int, b: int) -> None:
+    """On random snapshots branch-and-price proves brute force's G*, as do the arc MILP and the
+    column method; its plan replays to that G with no violation."""
+    instance = random_ordering_instance(seed, n, b)
+    brute = solve(SAOrderingModel(instance), "brute", time_limit=30)
+    assert brute.status == Status.OPTIMAL
+    models = [
+        SAOrderingBranchPrice(instance),
+        SAOrderingBranchPrice(instance, warm_start=False),
+        SAOrderingColumns(instance),
+        SAOrderingModel(instance),
+    ]
+    for model in models:
+        result = solve(model, "highs", time_limit=30)
+        assert result.status == Status.OPTIMAL, model.name
+        assert result.objective == pytest.approx(brute.objective, rel=1e-9), model.name
+        assert result.bound >= result.objective
+    result = solve(SAOrderingBranchPrice(instance, warm_start=False), "highs", time_limit=30)
+    outcome = sim.replay(instance, result.schedule)
+    assert sim.check(instance, outcome) == []
+    assert sim.metrics.g_ratio(instance, outcome) == pytest.approx(result.objective, rel=1e-9)
+
+
+def test_time_limit_gives_an_honest_interval() -> None:
+    """A 3 s run on a 20-request snapshot whose LP gap is wide ends unproved, with the optimum
+    bracketed: incumbent <= bound, and the incumbent replays to its G."""
+    from slolab.problems.sa_ordering import sa_snapshot
+
+    instance = sa_snapshot(20, 4, seed=0)
+    result = solve(SAOrderingBranchPrice(instance), "highs", time_limit=3)
+    assert result.status in (Status.TIME_LIMIT, Status.FEASIBLE)
+    lo, hi = result.optimum_interval
+    assert 0 < lo < hi < math.inf
+    # SCIP's own limit stops the search: far below the 60 s an unlimited run takes
+    assert result.runtime_s < 30
+    outcome = sim.replay(instance, result.schedule)
+    assert sim.check(instance, outcome) == []
+    assert sim.metrics.g_ratio(instance, outcome) == pytest.approx(lo, rel=1e-9)
