@@ -331,7 +331,7 @@ def test_help_lists_method_model_and_solver_names(capsys):
     """compare --help lists each problem's methods; solve --help its models and the solvers."""
     sub = build_parser()._subparsers._group_actions[0].choices
     compare_help = " ".join(sub["compare"].format_help().split())
-    assert "sa-ordering [sa, fcfs, edf, sjf, columns, columns-cbc, highs, cbc, cpsat, brute;" in (
+    assert "sa-ordering [sa, fcfs, edf, sjf, bp, columns, columns-cbc, highs, cbc, cpsat, brute;" in (
         compare_help.replace("- ", "-")
     )
     assert "serving [vllm, sarathi, edf, slos-serve]" in compare_help
