@@ -45,7 +45,7 @@ __all__ = ["DispatchBound", "RelaxationBound", "ideal_bound", "relaxation_bound"
 logger = logging.getLogger("slolab")
 
 #: Default number of time buckets of the relaxation.
-DEFAULT_BUCKETS = 96
+DEFAULT_BUCKETS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +135,7 @@ def relaxation_bound(
     instance: Instance,
     *,
     buckets: int = DEFAULT_BUCKETS,
-    integral: bool = True,
+    integral: bool = False,
     time_limit: float = 60.0,
     threads: int = 1,
 ) -> RelaxationBound:
@@ -224,12 +224,20 @@ def relaxation_bound(
     for r in meets:
         release, due, work = profiles[r]
         total = float(work[-1])
-        cmax = max(float(np.diff(np.concatenate(([0.0], work))).max()), 1e-15)
-        share = overhead / cmax
+        entries = np.diff(np.concatenate(([0.0], work)))
+        share = overhead / max(float(entries.max()), 1e-15)
+        prefill_work = float(entries[0])
+        # decode entries: each in its own iteration, which pays the decode intercept
+        share_dec = (
+            (v.any_s + v.decode_s) / max(float(entries[1:].max()), 1e-15)
+            if len(entries) > 1
+            else 0.0
+        )
         first = int(np.searchsorted(t[1:], release[0], side="right"))
         last = int(np.searchsorted(t[1:], due[-1], side="left"))
         last = min(last, B - 1)
         prev: int | None = None
+        prev_dec: int | None = None
         for b in range(first, last + 1):
             end = t[b + 1]
             F = var("F", 0.0, total, 0.0)
@@ -248,6 +256,27 @@ def relaxation_bound(
             row(f_terms, 0.0, math.inf)
             row([(j, a * (1.0 + share)) for j, a in f_terms] + [(m[r], -length[b])], -math.inf, 0.0)
             row([(overhead_s[b], 1.0)] + [(j, -a * share) for j, a in f_terms], 0.0, math.inf)
+            if share_dec > share:
+                # G: cumulative decode work, max(0, F - P m) in a schedule (the prefill's work
+                # comes first); g = G - Gprev >= 0 pays the decode intercept per token entry
+                G = var("G", 0.0, total - prefill_work, 0.0)
+                row([(G, 1.0), (F, -1.0), (m[r], prefill_work)], 0.0, math.inf)
+                row([(G, 1.0), (F, -1.0)], -math.inf, 0.0)
+                if b == last:
+                    row([(G, 1.0), (m[r], -(total - prefill_work))], 0.0, 0.0)
+                g_terms = [(G, 1.0)] + ([(prev_dec, -1.0)] if prev_dec is not None else [])
+                row(g_terms, 0.0, math.inf)
+                row(
+                    f_terms + [(j, a * share_dec) for j, a in g_terms] + [(m[r], -length[b])],
+                    -math.inf,
+                    0.0,
+                )
+                row(
+                    [(overhead_s[b], 1.0)] + [(j, -a * share_dec) for j, a in g_terms],
+                    0.0,
+                    math.inf,
+                )
+                prev_dec = G
             work_in[b].extend(f_terms)
             prev = F
     for b in range(B):
@@ -262,36 +291,46 @@ def relaxation_bound(
             row([(X0[b], 1.0), (X0[b - 1], -1.0)], -math.inf, 0.0)
         row([(up[b], 1.0), (Xn[b], -1.0)] + ([(Xn[b - 1], 1.0)] if b else []), 0.0, math.inf)
     A = coo_array((vals, (rows, colidx)), shape=(len(rlo), len(cols))).tocsr()
-    remaining = max(time_limit - (time.perf_counter() - start), 0.1)
-    res = milp(
+    problem = (
         np.asarray(cost),
-        constraints=LinearConstraint(A, np.asarray(rlo), np.asarray(rhi)),
-        bounds=Bounds(np.asarray(lo), np.asarray(hi)),
-        integrality=np.asarray(integrality),
-        options={"time_limit": remaining, "disp": False, "presolve": True},
+        LinearConstraint(A, np.asarray(rlo), np.asarray(rhi)),
+        Bounds(np.asarray(lo), np.asarray(hi)),
     )
-    if (
-        integral
-        and getattr(res, "mip_dual_bound", None) is not None
-        and math.isfinite(res.mip_dual_bound)
-    ):
-        bound = -float(res.mip_dual_bound)
-    elif res.status == 0:
-        bound = -float(res.fun)
-    else:
-        # no proof within the limit: the LP relaxation is still a bound
-        if integral:
-            lp = relaxation_bound(
-                instance, buckets=buckets, integral=False, time_limit=time_limit, threads=threads
-            )
-            return lp
-        raise RuntimeError(f"{PROBLEM} relaxation: HiGHS stopped with {res.message}")
-    x = res.x if res.x is not None else np.zeros(len(cols))
+
+    def run(kinds: np.ndarray) -> Any:
+        remaining = max(time_limit - (time.perf_counter() - start), 0.1)
+        return milp(
+            problem[0],
+            constraints=problem[1],
+            bounds=problem[2],
+            integrality=kinds,
+            options={"time_limit": remaining, "disp": False, "presolve": True},
+        )
+
+    # the LP first (its optimum is a bound), then binary m_r within what is left
+    res = run(np.zeros(len(cols), dtype=int))
+    if res.status != 0:
+        raise RuntimeError(f"{PROBLEM} relaxation: HiGHS stopped the LP with {res.message}")
+    bound = -float(res.fun)
+    status = "optimal"
+    if integral and time.perf_counter() - start < time_limit:
+        mip = run(np.asarray(integrality))
+        dual = getattr(mip, "mip_dual_bound", None)
+        if mip.status == 0:
+            bound, res = min(bound, -float(mip.fun)), mip
+        else:
+            status = "time limit"
+            if dual is not None and math.isfinite(dual):
+                bound = min(bound, -float(dual))
+            if mip.x is not None:
+                res = mip
+    elif integral:
+        status = "time limit"
+    x = res.x
     met = float(sum(x[m[r]] for r in meets))
     c_on = float(
         sum(length[b] * (x[X0[b]] + x[Xn[b]]) + data.startup_s * x[up[b]] for b in range(B))
     )
-    status = "optimal" if res.status == 0 else "time limit"
     return RelaxationBound(
         bound=min(bound, ideal),
         ideal=ideal,
@@ -311,14 +350,14 @@ class DispatchBound(ExactModel):
     """The relaxation of :func:`relaxation_bound` as a bound-only model of ``dispatch-scale``
     (method ``bound``): HiGHS on the bucketed MILP, its dual bound reported.
 
-    Options: ``buckets`` (default :data:`DEFAULT_BUCKETS`), ``integral`` (default True).
+    Options: ``buckets`` (default :data:`DEFAULT_BUCKETS`), ``integral`` (default False: the LP).
     """
 
     sense = "max"
     bound_only = True
 
     def __init__(
-        self, instance: Instance, *, buckets: int = DEFAULT_BUCKETS, integral: bool = True
+        self, instance: Instance, *, buckets: int = DEFAULT_BUCKETS, integral: bool = False
     ) -> None:
         super().__init__(instance)
         self.data = ScaleWindow.of(instance)

@@ -86,51 +86,77 @@ class _Worker:
 
 def greedy_worker(
     data: ScaleWindow, members: Sequence[int], ready_s: float
-) -> tuple[Composition, ...]:
-    """Iterations of one worker serving ``members`` from ``ready_s``: each prefills every
-    arrived prompt that can still meet its first-token deadline (prompts already late wait
-    until nothing else is waiting or running) and decodes every running request, within the
-    batch cap."""
+) -> tuple[tuple[Composition, ...], int, float]:
+    """Iterations of one worker serving ``members`` from ``ready_s``, with the requests they
+    meet and the end of the last one.
+
+    Every iteration decodes every running request (within the batch cap) and prefills, in
+    first-token-deadline order, the arrived prompts that can still meet that deadline while
+    the iteration ends before the next token of every on-time running request is due (a
+    worker with nothing running takes the first such prompt whatever its length). Prompts
+    already late are prefilled in iterations that take no on-time prompt."""
     v = data.view
     order = sorted(members, key=lambda r: (float(data.arrival_s[r]), r))
     generated = {r: 0 for r in order}
     waiting = list(order)
     running: list[int] = []
+    late: set[int] = set()
     comps: list[Composition] = []
     t = ready_s
     cap = data.max_batch_size
+    tol = ON_TIME_TOLERANCE_S
     while waiting or running:
         arrived = [r for r in waiting if float(data.arrival_s[r]) <= t + 1e-12]
         if not arrived and not running:
-            t = float(data.arrival_s[waiting[0]])
+            t = max(t, float(data.arrival_s[waiting[0]]))
             continue
-        viable = [
-            r
-            for r in arrived
-            if t + v.any_s + v.prefill_s + v.prefill_part_s(int(data.prompt[r]))
-            <= data.deadline_s(r, 1) + ON_TIME_TOLERANCE_S
-        ]
-        prefill = viable if (viable or running) else arrived[:1]
-        prefill = prefill[: max(cap - len(running), 0)] if running else prefill[:cap]
-        decode = running[: cap - len(prefill)]
-        if data.max_batch_tokens:
-            kept, tokens = [], len(decode)
-            for r in prefill:
-                if tokens + int(data.prompt[r]) <= data.max_batch_tokens:
-                    kept.append(r)
-                    tokens += int(data.prompt[r])
-            prefill = kept
+        decode = running[:cap]
         ctx = [(r, int(data.prompt[r]) + generated[r]) for r in decode]
+        due = [data.deadline_s(r, generated[r] + 1) + tol for r in decode if r not in late]
+        limit = min(due, default=math.inf)
+        viable = sorted(
+            (
+                r
+                for r in arrived
+                if t + v.any_s + v.prefill_s + v.prefill_part_s(int(data.prompt[r]))
+                <= data.deadline_s(r, 1) + tol
+            ),
+            key=lambda r: (data.deadline_s(r, 1), r),
+        )
+        chosen = viable or [r for r in arrived if r not in viable]
+        prefill: list[int] = []
+        tokens = len(decode)
+        for r in chosen:
+            if len(prefill) + len(decode) >= cap:
+                break
+            if data.max_batch_tokens and tokens + int(data.prompt[r]) > data.max_batch_tokens:
+                continue
+            end = t + data.iteration_s([*prefill, r], ctx)
+            first_due = data.deadline_s(r, 1) + tol
+            if decode and end > limit:
+                continue
+            if viable and any(end > data.deadline_s(q, 1) + tol for q in prefill):
+                continue
+            if viable and end > first_due:
+                continue
+            prefill.append(r)
+            tokens += int(data.prompt[r])
+        if not prefill and not decode:
+            prefill = [chosen[0]]
         t = t + data.iteration_s(prefill, ctx)
         for r in decode:
             generated[r] += 1
+            if t > data.deadline_s(r, generated[r]) + tol:
+                late.add(r)
         for r in prefill:
             generated[r] = 1
             waiting.remove(r)
+            if t > data.deadline_s(r, 1) + tol:
+                late.add(r)
         running = [r for r in running if generated[r] < int(data.output[r])]
         running += [r for r in prefill if int(data.output[r]) > 1]
         comps.append((tuple(sorted(prefill)), tuple(sorted(decode))))
-    return tuple(comps)
+    return tuple(comps), len(order) - len(late), t
 
 
 def _score(data: ScaleWindow, comps: Sequence[Composition], ready_s: float) -> tuple[int, float]:
@@ -174,8 +200,7 @@ class _State:
     def rebuilt(self, w: _Worker, members: Sequence[int], slot: int | None) -> _Worker:
         out = _Worker(tuple(sorted(members)), slot, (), 0, 0.0)
         ready = self.ready_s(out)
-        out.comps = greedy_worker(self.d, out.members, ready) if members else ()
-        out.met, out.end_s = _score(self.d, out.comps, ready)
+        out.comps, out.met, out.end_s = greedy_worker(self.d, out.members, ready)
         return out
 
     def retimed(self, w: _Worker, slot: int) -> _Worker:
@@ -313,6 +338,9 @@ def lns(
     empty: list[tuple[Composition, ...]] = [()] * W
     greedy = _state_of(data, ScaleDecision(rr, (None,) * W, tuple(empty)))
     greedy.workers = [greedy.rebuilt(w, w.members, w.slot) for w in greedy.workers]
+    one = _state_of(data, ScaleDecision((0,) * data.n, (None,) * W, tuple(empty)))
+    one.workers = [one.rebuilt(w, w.members, w.slot) for w in one.workers]
+    candidates.append(("greedy-one-worker", one))
     candidates.append(("greedy-round-robin", greedy))
     interrupted = False
     try:
@@ -381,10 +409,19 @@ def _move(state: _State, rng: np.random.Generator) -> tuple[list[int], list[_Wor
     d = state.d
     workers = state.workers
     used = [i for i, w in enumerate(workers) if w.members]
-    kind = int(rng.integers(0, 4))
-    if kind == 0:  # relocate one request
-        r = int(rng.integers(0, d.n))
-        src = next(i for i, w in enumerate(workers) if r in w.members)
+    kind = int(rng.integers(0, 6))
+    if kind == 4:  # rebuild one worker's iterations
+        if not used:
+            return None
+        i = int(rng.choice(used))
+        return [i], [state.rebuilt(workers[i], workers[i].members, workers[i].slot)]
+    if kind in (0, 5):  # relocate one request (5: the one whose last token ends its worker)
+        if kind == 5 and used:
+            src = int(rng.choice(used))
+            r = _last_finisher(d, workers[src])
+        else:
+            r = int(rng.integers(0, d.n))
+            src = next(i for i, w in enumerate(workers) if r in w.members)
         dst = int(rng.integers(0, len(workers)))
         if dst == src:
             return None
@@ -439,6 +476,14 @@ def _move(state: _State, rng: np.random.Generator) -> tuple[list[int], list[_Wor
     return [i], [state.retimed(workers[i], shifted)]
 
 
+def _last_finisher(d: ScaleWindow, w: _Worker) -> int:
+    """The request of worker ``w`` whose last token is emitted last (its iterations' order)."""
+    for prefill, decode in reversed(w.comps):
+        for r in (*decode, *prefill):
+            return r
+    return w.members[-1]
+
+
 def _slot_before(d: ScaleWindow, t: float) -> int:
     """The latest slot whose worker is ready by ``t`` (slot 0 when none is)."""
     return max(int(math.floor((t - d.startup_s) / d.slot_s + 1e-9)), 0)
@@ -461,26 +506,36 @@ class DispatchLns(ExactModel):
         return frozenset({"milp"})
 
     def solve_with(self, backend: Backend, time_limit: float, **params: Any) -> Result | None:
-        from slolab.models.dispatch_bounds import DEFAULT_BUCKETS, relaxation_bound
+        from slolab.models.dispatch_bounds import (
+            DEFAULT_BUCKETS,
+            RelaxationBound,
+            relaxation_bound,
+        )
 
         if backend.name != "highs":
             raise ValueError(f"model 'dispatch-lns' runs on highs only, got {backend.name!r}")
         start = time.perf_counter()
-        bound = relaxation_bound(
-            self.instance,
-            buckets=self.buckets or DEFAULT_BUCKETS,
-            time_limit=BOUND_SHARE * time_limit,
-            threads=backend.threads,
-        )
+        try:
+            bound: RelaxationBound | None = relaxation_bound(
+                self.instance,
+                buckets=self.buckets or DEFAULT_BUCKETS,
+                time_limit=BOUND_SHARE * time_limit,
+                threads=backend.threads,
+            )
+        except RuntimeError as err:  # the LP did not finish in its share of the time
+            logger.warning("dispatch-lns: no bound (%s)", err)
+            bound = None
         left = max(time_limit - (time.perf_counter() - start), 0.0)
         found = lns(self.instance, seed=backend.seed, time_limit=left)
-        if found.objective > bound.bound + 1e-6 * max(1.0, abs(bound.bound)):
-            raise RuntimeError(
-                f"dispatch-lns on {self.instance.name}: the replayed incumbent "
-                f"{found.objective!r} beats the relaxation bound {bound.bound!r}"
-            )
-        upper = max(bound.bound, found.objective)
-        reached = found.objective >= upper - 1e-9 * max(1.0, abs(upper))
+        upper: float | None = None
+        if bound is not None:
+            if found.objective > bound.bound + 1e-6 * max(1.0, abs(bound.bound)):
+                raise RuntimeError(
+                    f"dispatch-lns on {self.instance.name}: the replayed incumbent "
+                    f"{found.objective!r} beats the relaxation bound {bound.bound!r}"
+                )
+            upper = max(bound.bound, found.objective)
+        reached = upper is not None and found.objective >= upper - 1e-9 * max(1.0, abs(upper))
         return Result(
             status=Status.OPTIMAL if reached else Status.FEASIBLE,
             objective=found.objective,
@@ -496,7 +551,7 @@ class DispatchLns(ExactModel):
                 "moves_tried": found.moves_tried,
                 "moves_kept": found.moves_kept,
                 "interrupted": found.interrupted,
-                "bound_status": bound.status,
-                "ideal_bound": bound.ideal,
+                "bound_status": bound.status if bound is not None else "none",
+                "ideal_bound": bound.ideal if bound is not None else None,
             },
         )
