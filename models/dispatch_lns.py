@@ -96,65 +96,69 @@ def greedy_worker(
     worker with nothing running takes the first such prompt whatever its length). Prompts
     already late are prefilled in iterations that take no on-time prompt."""
     v = data.view
+    tol = ON_TIME_TOLERANCE_S
     order = sorted(members, key=lambda r: (float(data.arrival_s[r]), r))
-    generated = {r: 0 for r in order}
-    waiting = list(order)
+    arrival = {r: float(data.arrival_s[r]) for r in order}
+    # the metrics' deadline, arrival + TTFT + (k - 1) TPOT, with its tolerance
+    first_due = {r: arrival[r] + float(data.ttft_s[r]) for r in order}
+    tpot = {r: float(data.tpot_s[r]) for r in order}
+    prompt = {r: int(data.prompt[r]) for r in order}
+    output = {r: int(data.output[r]) for r in order}
+    alone = {r: v.any_s + v.prefill_s + v.prefill_part_s(prompt[r]) for r in order}
+    generated = dict.fromkeys(order, 0)
+    nxt = 0
+    pending: list[int] = []
     running: list[int] = []
     late: set[int] = set()
     comps: list[Composition] = []
     t = ready_s
     cap = data.max_batch_size
-    tol = ON_TIME_TOLERANCE_S
-    while waiting or running:
-        arrived = [r for r in waiting if float(data.arrival_s[r]) <= t + 1e-12]
-        if not arrived and not running:
-            t = max(t, float(data.arrival_s[waiting[0]]))
+    while nxt < len(order) or pending or running:
+        while nxt < len(order) and arrival[order[nxt]] <= t + 1e-12:
+            pending.append(order[nxt])
+            nxt += 1
+        if not pending and not running:
+            t = max(t, arrival[order[nxt]])
             continue
         decode = running[:cap]
-        ctx = [(r, int(data.prompt[r]) + generated[r]) for r in decode]
-        due = [data.deadline_s(r, generated[r] + 1) + tol for r in decode if r not in late]
-        limit = min(due, default=math.inf)
-        viable = sorted(
-            (
-                r
-                for r in arrived
-                if t + v.any_s + v.prefill_s + v.prefill_part_s(int(data.prompt[r]))
-                <= data.deadline_s(r, 1) + tol
-            ),
-            key=lambda r: (data.deadline_s(r, 1), r),
+        ctx = [(r, prompt[r] + generated[r]) for r in decode]
+        limit = min(
+            (first_due[r] + generated[r] * tpot[r] + tol for r in decode if r not in late),
+            default=math.inf,
         )
-        chosen = viable or [r for r in arrived if r not in viable]
+        viable = sorted(
+            (r for r in pending if t + alone[r] <= first_due[r] + tol),
+            key=lambda r: (first_due[r], r),
+        )
+        chosen = viable or pending
         prefill: list[int] = []
         tokens = len(decode)
         for r in chosen:
             if len(prefill) + len(decode) >= cap:
                 break
-            if data.max_batch_tokens and tokens + int(data.prompt[r]) > data.max_batch_tokens:
+            if data.max_batch_tokens and tokens + prompt[r] > data.max_batch_tokens:
                 continue
             end = t + data.iteration_s([*prefill, r], ctx)
-            first_due = data.deadline_s(r, 1) + tol
             if decode and end > limit:
                 continue
-            if viable and any(end > data.deadline_s(q, 1) + tol for q in prefill):
-                continue
-            if viable and end > first_due:
+            if viable and any(end > first_due[q] + tol for q in (*prefill, r)):
                 continue
             prefill.append(r)
-            tokens += int(data.prompt[r])
+            tokens += prompt[r]
         if not prefill and not decode:
             prefill = [chosen[0]]
         t = t + data.iteration_s(prefill, ctx)
         for r in decode:
             generated[r] += 1
-            if t > data.deadline_s(r, generated[r]) + tol:
+            if t > first_due[r] + (generated[r] - 1) * tpot[r] + tol:
                 late.add(r)
         for r in prefill:
             generated[r] = 1
-            waiting.remove(r)
-            if t > data.deadline_s(r, 1) + tol:
+            pending.remove(r)
+            if t > first_due[r] + tol:
                 late.add(r)
-        running = [r for r in running if generated[r] < int(data.output[r])]
-        running += [r for r in prefill if int(data.output[r]) > 1]
+        running = [r for r in running if generated[r] < output[r]]
+        running += [r for r in prefill if output[r] > 1]
         comps.append((tuple(sorted(prefill)), tuple(sorted(decode))))
     return tuple(comps), len(order) - len(late), t
 
