@@ -157,7 +157,8 @@ def relaxation_bound(
     Returns
     -------
     RelaxationBound
-        The bound, never above :func:`ideal_bound`.
+        The bound, never above :func:`ideal_bound`; the ideal bound itself, status
+        ``time limit``, when the LP does not finish within ``time_limit``.
     """
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_array
@@ -310,7 +311,20 @@ def relaxation_bound(
     # the LP first (its optimum is a bound), then binary m_r within what is left
     res = run(np.zeros(len(cols), dtype=int))
     if res.status != 0:
-        raise RuntimeError(f"{PROBLEM} relaxation: HiGHS stopped the LP with {res.message}")
+        # no LP optimum within the limit: the ideal bound is all that is proved
+        logger.warning("%s relaxation: %s; reporting the ideal bound", PROBLEM, res.message)
+        return RelaxationBound(
+            bound=ideal,
+            ideal=ideal,
+            met=float(len(meets)),
+            cost_server_s=0.0,
+            status="time limit",
+            integral=integral,
+            buckets=B,
+            variables=len(cols),
+            constraints=len(rlo),
+            runtime_s=time.perf_counter() - start,
+        )
     bound = -float(res.fun)
     status = "optimal"
     if integral and time.perf_counter() - start < time_limit:

@@ -510,36 +510,26 @@ class DispatchLns(ExactModel):
         return frozenset({"milp"})
 
     def solve_with(self, backend: Backend, time_limit: float, **params: Any) -> Result | None:
-        from slolab.models.dispatch_bounds import (
-            DEFAULT_BUCKETS,
-            RelaxationBound,
-            relaxation_bound,
-        )
+        from slolab.models.dispatch_bounds import DEFAULT_BUCKETS, relaxation_bound
 
         if backend.name != "highs":
             raise ValueError(f"model 'dispatch-lns' runs on highs only, got {backend.name!r}")
         start = time.perf_counter()
-        try:
-            bound: RelaxationBound | None = relaxation_bound(
-                self.instance,
-                buckets=self.buckets or DEFAULT_BUCKETS,
-                time_limit=BOUND_SHARE * time_limit,
-                threads=backend.threads,
-            )
-        except RuntimeError as err:  # the LP did not finish in its share of the time
-            logger.warning("dispatch-lns: no bound (%s)", err)
-            bound = None
+        bound = relaxation_bound(
+            self.instance,
+            buckets=self.buckets or DEFAULT_BUCKETS,
+            time_limit=BOUND_SHARE * time_limit,
+            threads=backend.threads,
+        )
         left = max(time_limit - (time.perf_counter() - start), 0.0)
         found = lns(self.instance, seed=backend.seed, time_limit=left)
-        upper: float | None = None
-        if bound is not None:
-            if found.objective > bound.bound + 1e-6 * max(1.0, abs(bound.bound)):
-                raise RuntimeError(
-                    f"dispatch-lns on {self.instance.name}: the replayed incumbent "
-                    f"{found.objective!r} beats the relaxation bound {bound.bound!r}"
-                )
-            upper = max(bound.bound, found.objective)
-        reached = upper is not None and found.objective >= upper - 1e-9 * max(1.0, abs(upper))
+        if found.objective > bound.bound + 1e-6 * max(1.0, abs(bound.bound)):
+            raise RuntimeError(
+                f"dispatch-lns on {self.instance.name}: the replayed incumbent "
+                f"{found.objective!r} beats the relaxation bound {bound.bound!r}"
+            )
+        upper = max(bound.bound, found.objective)
+        reached = found.objective >= upper - 1e-9 * max(1.0, abs(upper))
         return Result(
             status=Status.OPTIMAL if reached else Status.FEASIBLE,
             objective=found.objective,
@@ -555,7 +545,7 @@ class DispatchLns(ExactModel):
                 "moves_tried": found.moves_tried,
                 "moves_kept": found.moves_kept,
                 "interrupted": found.interrupted,
-                "bound_status": bound.status if bound is not None else "none",
-                "ideal_bound": bound.ideal if bound is not None else None,
+                "bound_status": bound.status,
+                "ideal_bound": bound.ideal,
             },
         )
