@@ -101,7 +101,7 @@ def clairvoyance(trace: str, load: str, n: int) -> list[dict[str, Any]]:
     """Each heuristic's run as it ran, and the same iterations replayed with every worker
     leaving when its last iteration ends (knowing that no later request will reach it): the
     part of its gap that knowing the future buys without changing a single decision."""
-    from slolab.models.dispatch_lns import online_decision
+    from slolab.models.dispatch_lns import lives_window, online_decision
     from slolab.models.dispatch_scale import DispatchScale, ScaleWindow, decision_schedule
 
     inst = window(trace, load, n)
@@ -112,7 +112,7 @@ def clairvoyance(trace: str, load: str, n: int) -> list[dict[str, Any]]:
         decision = online_decision(data, inst, h, seed=0)
         ran = float(frame[frame.method == h].objective.iloc[0])
         left = (
-            DispatchScale(inst).evaluate(decision_schedule(data, decision))
+            DispatchScale(inst).evaluate(decision_schedule(lives_window(data, decision), decision))
             if decision is not None
             else float("nan")
         )
@@ -132,7 +132,7 @@ def clairvoyance(trace: str, load: str, n: int) -> list[dict[str, Any]]:
 def clairvoyance_small(seeds: range = range(6)) -> list[dict[str, Any]]:
     """The same on the 4-request windows of ``benchmarks/hyperflexis.py --part pareto``
     (``--n 4 --slo-scale 0.25 --rate 10``), with the proved optimum ``J*`` (HiGHS)."""
-    from slolab.models.dispatch_lns import online_decision
+    from slolab.models.dispatch_lns import lives_window, online_decision
     from slolab.models.dispatch_scale import DispatchScale, ScaleWindow, decision_schedule
     from slolab.solvers import solve
 
@@ -145,7 +145,9 @@ def clairvoyance_small(seeds: range = range(6)) -> list[dict[str, Any]]:
         for h in HEURISTICS:
             decision = online_decision(data, inst, h, seed=0)
             left = (
-                DispatchScale(inst).evaluate(decision_schedule(data, decision))
+                DispatchScale(inst).evaluate(
+                    decision_schedule(lives_window(data, decision), decision)
+                )
                 if decision is not None
                 else float("nan")
             )

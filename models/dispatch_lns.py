@@ -26,6 +26,7 @@ HyperFlexis, Sec. 3 (the joint decision) and Sec. 6 (scaling slots, start-up del
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sys
@@ -213,6 +214,8 @@ class _State:
         return out
 
     def decision(self) -> ScaleDecision:
+        """The decision over worker lives: the initial workers, then every used new one by
+        switch-on slot (index order of :func:`lives_window`)."""
         d = self.d
         n0 = d.initial_servers
         initial = [w for w in self.workers if w.slot is None]
@@ -222,8 +225,8 @@ class _State:
         )
         ordered = initial + new
         routing = [0] * d.n
-        slots: list[int | None] = [None] * d.max_servers
-        its: list[tuple[Composition, ...]] = [()] * d.max_servers
+        slots: list[int | None] = [None] * len(ordered)
+        its: list[tuple[Composition, ...]] = [()] * len(ordered)
         for idx, w in enumerate(ordered):
             for r in w.members:
                 routing[r] = idx
@@ -232,14 +235,33 @@ class _State:
                 slots[idx] = w.slot
         return ScaleDecision(tuple(routing), tuple(slots), tuple(its))
 
+    def concurrency(self, workers: Sequence[_Worker]) -> int:
+        """Most of ``workers`` on at once (each from its switch-on to its last iteration's
+        end; an unused one never)."""
+        events = []
+        for w in workers:
+            if w.members:
+                events += [(self.on_s(w), 1), (w.end_s, -1)]
+        events.sort(key=lambda e: (e[0], e[1]))
+        most = level = 0
+        for _, step in events:
+            level += step
+            most = max(most, level)
+        return most
+
+
+def lives_window(data: ScaleWindow, decision: ScaleDecision) -> ScaleWindow:
+    """``data`` with room for every worker life of ``decision`` (the initial workers and each
+    switch-on), so :func:`decision_schedule` replays it."""
+    return dataclasses.replace(data, max_servers=max(len(decision.iterations), data.max_servers))
+
 
 def online_decision(
     data: ScaleWindow, instance: Instance, policy: str, *, seed: int
 ) -> ScaleDecision | None:
-    """The run of online heuristic ``policy`` as a decision of the exact model's class (its
-    routing, switch-on slots and iterations), or None when the run leaves the class (a prompt
-    prefilled in chunks, a preemption, a worker switched on off the slot grid or beyond
-    ``max_servers``)."""
+    """The run of online heuristic ``policy`` as a decision over worker lives (its routing,
+    each switch-on's slot and every life's iterations), or None when the run cannot be written
+    so (a prompt prefilled in chunks, a preemption, a worker switched on off the slot grid)."""
     from slolab.heuristics.hyperflexis import online_setup
     from slolab.heuristics.policies import Scheduler
 
@@ -250,17 +272,15 @@ def online_decision(
     if len(out.entry_offsets) <= 1 or int(np.asarray(out.preemptions).sum()):
         return None
     servers = len(out.busy_s)
-    if servers > data.max_servers:
-        return None
     n0 = data.initial_servers
     on_s = out.server_on_s if out.server_on_s is not None else np.zeros(servers)
-    slots: list[int | None] = [None] * data.max_servers
+    slots: list[int | None] = [None] * max(servers, data.max_servers)
     for s in range(n0, servers):
         slot = float(on_s[s]) / data.slot_s
         if not math.isfinite(slot) or abs(slot - round(slot)) > 1e-6:
             return None
         slots[s] = int(round(slot))
-    its: list[list[Composition]] = [[] for _ in range(data.max_servers)]
+    its: list[list[Composition]] = [[] for _ in range(len(slots))]
     order = np.lexsort((np.asarray(out.it_start), np.asarray(out.it_server)))
     for i in order.tolist():
         a, b = int(out.entry_offsets[i]), int(out.entry_offsets[i + 1])
@@ -282,7 +302,7 @@ def online_decision(
 
 def _state_of(data: ScaleWindow, decision: ScaleDecision) -> _State:
     workers = []
-    for w in range(data.max_servers):
+    for w in range(len(decision.iterations)):
         members = tuple(r for r in range(data.n) if decision.routing[r] == w)
         slot = None if w < data.initial_servers else decision.on_slot[w]
         if w >= data.initial_servers and slot is None:
@@ -297,7 +317,9 @@ def _state_of(data: ScaleWindow, decision: ScaleDecision) -> _State:
 
 
 def _replayed(instance: Instance, data: ScaleWindow, decision: ScaleDecision) -> float:
-    return DispatchScale(instance).evaluate(decision_schedule(data, decision))
+    return DispatchScale(instance).evaluate(
+        decision_schedule(lives_window(data, decision), decision)
+    )
 
 
 def lns(
@@ -375,11 +397,16 @@ def lns(
             if change is None:
                 continue
             idx, new_workers = change
-            before = math.fsum(state.value(state.workers[i]) for i in idx)
+            before = math.fsum(state.value(state.workers[i]) for i in idx if i < len(state.workers))
             after = math.fsum(state.value(w) for w in new_workers)
             if after > before + 1e-12:
-                for i, w in zip(idx, new_workers, strict=True):
-                    state.workers[i] = w
+                changed = dict(zip(idx, new_workers, strict=True))
+                trial = [changed.get(i, w) for i, w in enumerate(state.workers)]
+                trial += [w for i, w in changed.items() if i >= len(state.workers)]
+                if state.concurrency(trial) > W:
+                    continue
+                # drop new lives left empty
+                state.workers = [w for w in trial if w.slot is None or w.members]
                 best = state.total()
                 kept += 1
             now = time.perf_counter()
@@ -426,34 +453,28 @@ def _move(state: _State, rng: np.random.Generator) -> tuple[list[int], list[_Wor
         else:
             r = int(rng.integers(0, d.n))
             src = next(i for i, w in enumerate(workers) if r in w.members)
-        dst = int(rng.integers(0, len(workers)))
+        dst = int(rng.integers(0, len(workers) + 1))
         if dst == src:
             return None
-        slot = workers[dst].slot
-        if slot is not None and not workers[dst].members:
-            slot = _slot_before(d, float(d.arrival_s[r]))
+        target = _target(state, dst, float(d.arrival_s[r]))
         a = state.rebuilt(
             workers[src], [x for x in workers[src].members if x != r], workers[src].slot
         )
-        b = state.rebuilt(workers[dst], [*workers[dst].members, r], slot)
+        b = state.rebuilt(target, [*target.members, r], target.slot)
         return [src, dst], [a, b]
     if kind == 1:  # a span of arrivals to one worker
         r = int(rng.integers(0, d.n))
         span = float(rng.exponential(2.0 * d.slot_s))
         a0 = float(d.arrival_s[r])
         moved = [x for x in range(d.n) if a0 <= float(d.arrival_s[x]) <= a0 + span]
-        dst = int(rng.integers(0, len(workers)))
-        slot = workers[dst].slot
-        if slot is not None and not workers[dst].members:
-            slot = _slot_before(d, a0)
+        dst = int(rng.integers(0, len(workers) + 1))
+        target = _target(state, dst, a0)
         idx = sorted({dst} | {i for i, w in enumerate(workers) if set(w.members) & set(moved)})
         out = []
         for i in idx:
-            keep = [x for x in workers[i].members if x not in moved]
-            if i == dst:
-                out.append(state.rebuilt(workers[i], keep + moved, slot))
-            else:
-                out.append(state.rebuilt(workers[i], keep, workers[i].slot))
+            w = target if i == dst else workers[i]
+            keep = [x for x in w.members if x not in moved]
+            out.append(state.rebuilt(w, keep + moved if i == dst else keep, w.slot))
         return idx, out
     if kind == 2:  # close a worker
         if len(used) < 2:
@@ -478,6 +499,16 @@ def _move(state: _State, rng: np.random.Generator) -> tuple[list[int], list[_Wor
     if not 0 <= shifted < d.slots:
         return None
     return [i], [state.retimed(workers[i], shifted)]
+
+
+def _target(state: _State, dst: int, arrival_s: float) -> _Worker:
+    """Worker ``dst``, or a new life (``dst`` past the list) switched on at the latest slot
+    whose worker is ready by ``arrival_s``; an unused new worker takes that slot too."""
+    if dst < len(state.workers):
+        w = state.workers[dst]
+        if w.slot is None or w.members:
+            return w
+    return _Worker((), _slot_before(state.d, arrival_s), (), 0, 0.0)
 
 
 def _last_finisher(d: ScaleWindow, w: _Worker) -> int:
@@ -538,7 +569,7 @@ class DispatchLns(ExactModel):
             backend="highs",
             model="dispatch-lns",
             sense="max",
-            schedule=decision_schedule(self.data, found.decision),
+            schedule=decision_schedule(lives_window(self.data, found.decision), found.decision),
             details={
                 "start_policy": found.start_policy,
                 "start_objective": found.start_objective,

@@ -17,7 +17,7 @@ from slolab.instances import load_instance, read_workload, resolve_trace
 from slolab.instances.records import Cluster, Instance, Workload
 from slolab.models import dispatch_lns
 from slolab.models.dispatch_bounds import DispatchBound, ideal_bound, relaxation_bound
-from slolab.models.dispatch_lns import lns
+from slolab.models.dispatch_lns import lives_window, lns
 from slolab.models.dispatch_scale import DispatchScale, ScaleWindow, decision_schedule
 from slolab.problems import build_instance
 from slolab.problems.dispatch_scale import LOADS, request_work_s
@@ -192,7 +192,7 @@ def test_lns_replays_clean_within_its_start_and_the_bound(trace_window):
     inst = trace_window
     found = lns(inst, seed=0, time_limit=4.0)
     data = ScaleWindow.of(inst)
-    schedule = decision_schedule(data, found.decision)
+    schedule = decision_schedule(lives_window(data, found.decision), found.decision)
     out = replay(inst, schedule)
     assert check(inst, out) == []
     assert DispatchScale(inst).evaluate(schedule) == pytest.approx(found.objective, abs=1e-12)
