@@ -9,12 +9,12 @@ import json
 
 import numpy as np
 import pytest
+from dispatch_scale_cases import window
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from slolab.harness.cli import main
 from slolab.harness.compare import compare
 from slolab.instances import load_instance, read_workload, resolve_trace
-from slolab.instances.records import Cluster, Instance, Workload
 from slolab.models import dispatch_lns
 from slolab.models.dispatch_bounds import DispatchBound, ideal_bound, relaxation_bound
 from slolab.models.dispatch_lns import lives_window, lns
@@ -23,43 +23,6 @@ from slolab.problems import build_instance
 from slolab.problems.dispatch_scale import LOADS, request_work_s
 from slolab.sim import check, replay
 from slolab.solvers import Status, solve
-from slolab.timing import LinearTiming
-
-# 10 ms per iteration, 1 ms per prompt token, 2 ms per decode token
-ROUND = LinearTiming(0.010, {"prefill_tokens": 1e-3, "decode_tokens": 2e-3}, name="round")
-
-
-def window(
-    arrival,
-    prompt,
-    output,
-    ttft,
-    tpot,
-    *,
-    servers=1,
-    max_servers=2,
-    startup_s=0.2,
-    weight=0.5,
-    slot_s=0.25,
-) -> Instance:
-    """A dispatch-scale window from per-request lists (ROUND timing)."""
-    wl = Workload(
-        {
-            "arrival_s": arrival,
-            "prompt_tokens": prompt,
-            "output_tokens": output,
-            "ttft_slo_s": ttft,
-            "tpot_slo_s": tpot,
-        }
-    )
-    cluster = Cluster(servers=servers, kv_capacity_tokens=10_000, startup_s=startup_s)
-    settings_ = {
-        "max_servers": max_servers,
-        "slot_s": slot_s,
-        "cost_weight_per_server_s": weight,
-        "definition": "deadline",
-    }
-    return Instance("w", wl, cluster, ROUND, problem="dispatch-scale", settings=settings_)
 
 
 def test_one_request_bound_is_the_optimum_by_hand():
