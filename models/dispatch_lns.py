@@ -1,23 +1,25 @@
 """Large-neighbourhood search on dispatch-scale windows (``dispatch-lns``, method ``lns``).
 
 The primal side of the trace-scale interval. It starts from the best online policy's run
-(HyperFlexis's dispatcher, round robin, each replayed as a decision of the exact model's class:
-the same iterations, each started as early as the engine starts it, every worker leaving when
-its last iteration ends), then improves it by replay-evaluated moves until the time limit:
+(HyperFlexis's dispatcher with and without its scaler, round robin, and two greedy starts),
+each written as a decision over worker lives (the initial workers and each switch-on) and
+replayed with the same iterations, each started as early as the engine starts it, every
+worker leaving when its last iteration ends; then it improves it by moves until the time
+limit:
 
-- relocate one request to another worker (a used one, or a new worker switched on at a slot);
+- relocate one request (or the one whose last token ends its worker) to another worker, a
+  used one or a new life switched on at the latest slot ready by its arrival;
 - move every request arriving in a short time span to one worker;
 - close a worker, its requests spread over the others;
-- switch a new worker on a few slots later or earlier.
+- rebuild one worker's iterations;
+- switch a new worker on up to two slots later or earlier.
 
-A changed worker's iterations are rebuilt by a greedy worker scheduler (each iteration
-prefills every arrived prompt that can still meet its first-token deadline and decodes every
-running request; prompts already late are served last). Given the routing and a worker's ready
-time the workers are independent, so a move re-times only the workers it changes. Moves are
-kept when they raise ``J``; the incumbent is replayed by the engine at the end and its
-objective is the replay's. The model also carries the relaxation bound of
-:mod:`slolab.models.dispatch_bounds` (HiGHS, at most a quarter of the time limit), so its
-Result is an interval ``[incumbent, bound]``.
+A changed worker's iterations are rebuilt by :func:`greedy_worker`. Given the routing and a
+worker's ready time the workers are independent, so a move re-times only the workers it
+changes. Moves are kept when they raise ``J`` and keep at most ``max_servers`` workers on at
+once; the incumbent is replayed by the engine at the end and its objective is the replay's.
+The model also carries the relaxation bound of :mod:`slolab.models.dispatch_bounds` (HiGHS, at
+most a quarter of the time limit), so its Result is an interval ``[incumbent, bound]``.
 
 References
 ----------
