@@ -1,6 +1,8 @@
 """Exact formulations, one module per paper problem (importing registers them)."""
 
 from slolab.models import (
+    dispatch_bounds,
+    dispatch_lns,
     dispatch_scale,
     proserve,
     sa_bp,
@@ -11,6 +13,8 @@ from slolab.models import (
 )
 
 __all__ = [
+    "dispatch_bounds",
+    "dispatch_lns",
     "dispatch_scale",
     "proserve",
     "sa_bp",

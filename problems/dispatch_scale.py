@@ -202,6 +202,7 @@ def build(
     timing: str = HYPERFLEXIS_TIMING,
     trace: str | None = None,
     format: str | None = None,
+    load: str | None = None,
 ) -> Instance:
     """A dispatch-scale window: ``n`` consecutive requests of a task mix (or of a trace).
 
@@ -213,6 +214,11 @@ def build(
     slots of ``slot_s`` seconds, each serving after the start-up delay of ``startup_preset``
     (default: the timing preset's) for weights from ``startup``; ``cost_weight`` prices a
     worker-second in attainment.
+
+    ``max_output_tokens=0`` keeps the trace's outputs (trace-scale windows). ``load`` (low,
+    medium or high) replaces ``rate``: the stream is cut at the rate whose offered work,
+    ``rate x`` the mean work per request (its prefill alone plus its decode tokens' marginal
+    terms, :func:`request_work_s`), is :data:`LOADS` ``[load]`` of ``max_servers`` workers.
     """
     from slolab.instances import Cluster, Instance, Workload, assign_slos, read_workload
     from slolab.instances import resolve_trace as resolve
@@ -227,11 +233,17 @@ def build(
             raise ValueError(f"{name} must be a finite number > 0, got {value}")
     if not (math.isfinite(cost_weight) and cost_weight >= 0):
         raise ValueError(f"cost_weight must be a finite number >= 0, got {cost_weight}")
-    if max_output_tokens < 1:
-        raise ValueError(f"max_output_tokens must be >= 1, got {max_output_tokens}")
+    if max_output_tokens < 0:
+        raise ValueError(
+            f"max_output_tokens must be >= 0 (0: keep the trace's), got {max_output_tokens}"
+        )
+    if load is not None and load not in LOADS:
+        raise ValueError(f"load must be one of {', '.join(LOADS)}, got {load!r}")
     if not 1 <= servers <= max_servers:
         raise ValueError(f"need 1 <= servers <= max_servers, got {servers} and {max_servers}")
     model = resolve_timing(timing)
+    if load is not None:
+        rate = _rate_at_load(model, LOADS[load], max_servers, trace, task_set, n, seed, format)
     if trace is None:
         stream = task_mix_workload(task_set, per_task=max(n, 8), qps=rate, seed=seed)
         source = stream.source
@@ -248,7 +260,11 @@ def build(
     columns: dict[str, Any] = {
         "arrival_s": arrival,
         "prompt_tokens": stream.prompt_tokens[rows],
-        "output_tokens": np.minimum(stream.output_tokens[rows], max_output_tokens),
+        "output_tokens": (
+            np.minimum(stream.output_tokens[rows], max_output_tokens)
+            if max_output_tokens
+            else stream.output_tokens[rows]
+        ),
         "ttft_slo_s": stream["ttft_slo_s"][rows] * slo_scale,
         "tpot_slo_s": stream["tpot_slo_s"][rows] * slo_scale,
         "e2e_slo_s": stream["e2e_slo_s"][rows],
@@ -276,8 +292,54 @@ def build(
         COST_WEIGHT_KEY: float(cost_weight),
         "definition": "deadline",
     }
+    if load is not None:
+        settings["load"] = load
     label = f"ds-{task_set}-n{n}-r{rate:g}-w{servers}-{max_servers}-s{seed}"
     return Instance(label, window, cluster, model, problem=PROBLEM_NAME, settings=settings)
+
+
+#: Offered work over the capacity of ``max_servers`` workers, per named load of ``--load``.
+LOADS = {"low": 0.3, "medium": 0.6, "high": 0.9}
+
+
+def request_work_s(timing: Any, prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
+    """Work of each request (s): its prefill alone (Eq. 1) plus its decode tokens' marginal
+    terms (Eq. 2 without the per-step intercept, context growing by one per token); the work
+    the trace-scale relaxation counts (docs/hyperflexis.md)."""
+    from slolab.timing.forms import phase_affine
+
+    view = phase_affine(timing)
+    if view is None:
+        raise ValueError("--load needs a latency model affine once the phases are known")
+    p = np.asarray(prompt, dtype=float)
+    o = np.asarray(output, dtype=float)
+    prefill = np.array([view.any_s + view.prefill_s + view.prefill_part_s(int(x)) for x in p])
+    # sum over k = 2..o of (token term + kv (p + k - 1)) = (o - 1) token + kv ((o - 1) p + o (o - 1) / 2)
+    decode = (o - 1) * view.decode_token_s + view.kv_s * ((o - 1) * p + o * (o - 1) / 2.0)
+    return prefill + decode
+
+
+def _rate_at_load(
+    timing: Any,
+    load: float,
+    workers: int,
+    trace: str | None,
+    task_set: str,
+    n: int,
+    seed: int,
+    format: str | None,
+) -> float:
+    """Arrival rate (req/s) at which the stream's mean request work fills ``load`` of
+    ``workers`` workers."""
+    from slolab.instances import read_workload
+    from slolab.instances import resolve_trace as resolve
+
+    if trace is None:
+        stream = task_mix_workload(task_set, per_task=max(n, 8), qps=1.0, seed=seed)
+    else:
+        stream = read_workload(resolve(trace), rate=1.0, seed=seed, format=format)
+    work = request_work_s(timing, stream.prompt_tokens, stream.output_tokens)
+    return load * workers / float(work.mean())
 
 
 def online(name: str) -> Any:
@@ -318,7 +380,9 @@ PROBLEM = register_problem(
             ),
             Option("n", int, 4, "requests in the window", minimum=1),
             Option("rate", float, 8.0, "arrival rate of the stream the window is cut from (req/s)"),
-            Option("max_output_tokens", int, 3, "output tokens kept per request"),
+            Option(
+                "max_output_tokens", int, 3, "output tokens kept per request (0: the trace's own)"
+            ),
             Option("slo_scale", float, 1.0, "multiply every Table 1 SLO by this"),
             Option("servers", int, 1, "workers ready at time 0"),
             Option("max_servers", int, 2, "most workers, those switched on included"),
@@ -340,9 +404,17 @@ PROBLEM = register_problem(
             Option("timing", str, HYPERFLEXIS_TIMING, "timing preset (Eqs. 1-2 form)"),
             Option("trace", str, None, "cut from this trace instead of the task mix"),
             Option("format", str, None, "trace format (default: detected)"),
+            Option(
+                "load",
+                str,
+                None,
+                "instead of --rate: offered work 0.3, 0.6 or 0.9 of max_servers workers",
+                choices=tuple(LOADS),
+            ),
             Option("seed", int, 0, "seed of the draws, the arrivals and the cut", minimum=0),
         ),
-        models=("dispatch-scale",),
+        models=("dispatch-scale", "dispatch-bound", "dispatch-lns"),
+        aliases={"bound": "dispatch-bound:highs", "lns": "dispatch-lns:highs"},
         heuristics=(
             Heuristic(
                 "hyperflexis",

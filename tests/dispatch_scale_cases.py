@@ -1,0 +1,43 @@
+"""Shared dispatch-scale test windows: per-request lists on a round-number timing model."""
+
+from __future__ import annotations
+
+from slolab.instances.records import Cluster, Instance, Workload
+from slolab.timing import LinearTiming
+
+# 10 ms per iteration, 1 ms per prompt token, 2 ms per decode token
+ROUND = LinearTiming(0.010, {"prefill_tokens": 1e-3, "decode_tokens": 2e-3}, name="round")
+
+
+def window(
+    arrival,
+    prompt,
+    output,
+    ttft,
+    tpot,
+    *,
+    servers=1,
+    max_servers=2,
+    startup_s=0.2,
+    weight=0.5,
+    slot_s=0.25,
+    timing=ROUND,
+) -> Instance:
+    """A dispatch-scale window from per-request lists."""
+    wl = Workload(
+        {
+            "arrival_s": arrival,
+            "prompt_tokens": prompt,
+            "output_tokens": output,
+            "ttft_slo_s": ttft,
+            "tpot_slo_s": tpot,
+        }
+    )
+    cluster = Cluster(servers=servers, kv_capacity_tokens=10_000, startup_s=startup_s)
+    settings_ = {
+        "max_servers": max_servers,
+        "slot_s": slot_s,
+        "cost_weight_per_server_s": weight,
+        "definition": "deadline",
+    }
+    return Instance("w", wl, cluster, timing, problem="dispatch-scale", settings=settings_)

@@ -1,0 +1,230 @@
+"""dispatch-scale at trace scale: the relaxation bound (hand cases, a seeded battery against
+proved optima, strictly below the ideal on a loaded window), the large-neighbourhood search
+(replayed, checker clean, at least its start, within the bound, Ctrl-C keeps the incumbent) and
+the methods ``bound`` and ``lns`` in compare and on the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from dispatch_scale_cases import window
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from slolab.harness.cli import main
+from slolab.harness.compare import compare
+from slolab.instances import load_instance, read_workload, resolve_trace
+from slolab.models import dispatch_lns
+from slolab.models.dispatch_bounds import DispatchBound, ideal_bound, relaxation_bound
+from slolab.models.dispatch_lns import lives_window, lns
+from slolab.models.dispatch_scale import DispatchScale, ScaleWindow, decision_schedule
+from slolab.problems import build_instance
+from slolab.problems.dispatch_scale import LOADS, request_work_s
+from slolab.sim import check, replay
+from slolab.solvers import Status, solve
+
+
+def test_one_request_bound_is_the_optimum_by_hand():
+    """One prompt of 10 tokens, one output token, price 0.5: the optimum serves it at once in
+    0.010 + 10 x 0.001 = 0.020 s, J = 1 - 0.5 x 0.020 = 0.99; the bound counts the prompt's
+    0.010 s of work and one iteration's 0.010 s, so it is 0.99 too."""
+    inst = window([0.0], [10], [1], [0.05], [0.05], max_servers=1)
+    found = relaxation_bound(inst)
+    assert found.bound == pytest.approx(0.99, abs=1e-9)
+    assert found.ideal == 1.0
+    res = solve(DispatchScale(inst), solver="brute", time_limit=30)
+    assert res.status == Status.OPTIMAL
+    assert res.objective == pytest.approx(0.99, abs=1e-12)
+
+
+def test_unmeetable_request_is_left_out():
+    """A TTFT of 5 ms below the 20 ms prefill: no request can meet, the ideal and the bound
+    are 0 (the empty schedule costs nothing)."""
+    inst = window([0.0], [10], [1], [0.005], [0.05], max_servers=1)
+    assert ideal_bound(ScaleWindow.of(inst)) == 0.0
+    assert relaxation_bound(inst).bound == 0.0
+
+
+@st.composite
+def random_window(draw):
+    """2-4 requests, 1-2 initial workers of 2, outputs of 1-3 tokens, seeded values."""
+    n = draw(st.integers(2, 4))
+    arrival = sorted(draw(st.lists(st.integers(0, 40), min_size=n, max_size=n)))
+    prompt = draw(st.lists(st.integers(1, 60), min_size=n, max_size=n))
+    output = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
+    ttft = draw(st.lists(st.sampled_from([0.02, 0.04, 0.08, 0.2]), min_size=n, max_size=n))
+    tpot = draw(st.lists(st.sampled_from([0.012, 0.02, 0.05]), min_size=n, max_size=n))
+    return window(
+        [a / 100 for a in arrival],
+        prompt,
+        output,
+        ttft,
+        tpot,
+        servers=draw(st.integers(1, 2)),
+        max_servers=2,
+        startup_s=draw(st.sampled_from([0.05, 0.15])),
+        weight=draw(st.sampled_from([0.0, 0.5, 3.0])),
+        slot_s=0.1,
+    )
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(random_window(), st.sampled_from([4, 16, 64]))
+def test_battery_bound_above_the_proved_optimum_and_below_the_ideal(inst, buckets):
+    """Random windows: the LP and the binary relaxation lie between the exhaustive search's
+    proved optimum and the ideal bound."""
+    res = solve(DispatchScale(inst), solver="brute", time_limit=60)
+    assert res.status == Status.OPTIMAL
+    ideal = ideal_bound(ScaleWindow.of(inst))
+    for integral in (False, True):
+        found = relaxation_bound(inst, buckets=buckets, integral=integral)
+        assert res.objective <= found.bound + 1e-9
+        assert found.bound <= ideal + 1e-12
+
+
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(st.integers(0, 2**16))
+def test_battery_preset_windows(seed):
+    """Builder windows (Eqs. 1-2 preset, 3-4 requests, tight SLOs): bound >= HiGHS's proved
+    optimum."""
+    inst = build_instance("dispatch-scale", n=3 + seed % 2, seed=seed, slo_scale=0.25, rate=10.0)
+    res = solve(DispatchScale(inst), solver="brute", time_limit=60)
+    assert res.status == Status.OPTIMAL
+    found = relaxation_bound(inst)
+    assert res.objective <= found.bound + 1e-9 <= ideal_bound(ScaleWindow.of(inst)) + 1e-9
+
+
+def test_bound_strictly_tightens_the_ideal_on_a_loaded_window():
+    """Ten 50-token prompts arriving together with a 0.1 s TTFT on one worker that never
+    scales, no price: the ideal is 1 (each meets alone in 0.060 s); the relaxation counts the
+    worker's 0.1 s."""
+    inst = window(
+        [0.0] * 10, [50] * 10, [1] * 10, [0.1] * 10, [0.05] * 10, max_servers=1, weight=0.0
+    )
+    found = relaxation_bound(inst)
+    assert found.ideal == 1.0
+    # LP: every m_r = k / 10, each prompt 0.050 s of work, the overhead at least 0.010 / 0.050
+    # of one request's work in the bucket: k 0.050 + 0.2 x 0.050 k / 10 <= 0.1, k = 0.1 / 0.051
+    assert found.bound == pytest.approx(0.1 / 0.051 / 10, abs=1e-6)
+    # binary m_r: k 0.050 + 0.010 <= 0.1 leaves k = 1 (the optimum's value)
+    assert relaxation_bound(inst, integral=True).bound == pytest.approx(0.1, abs=1e-6)
+    res = solve(DispatchScale(inst), solver="highs", time_limit=60)
+    # the exact optimum: two prompts in one 0.010 + 0.100 s iteration miss 0.1; one at a time
+    # meets 1 (0.060 s), so J = 0.1
+    assert res.objective == pytest.approx(0.1, abs=1e-9)
+    assert res.objective <= found.bound
+
+
+@pytest.fixture(scope="module")
+def trace_window():
+    """30 consecutive Azure conv requests at high load with their real outputs, 2 of 4 workers
+    ready, 0.002 attainment per worker-second."""
+    return build_instance(
+        "dispatch-scale",
+        trace="azure_conv_2023",
+        n=30,
+        load="high",
+        max_output_tokens=0,
+        servers=2,
+        max_servers=4,
+        cost_weight=0.002,
+        seed=1,
+    )
+
+
+def test_builder_keeps_real_outputs_and_sets_the_load(trace_window):
+    """max_output_tokens 0 keeps the trace's outputs; the rate puts 0.9 of 4 workers' work on
+    the stream: rate x mean work = 0.9 x 4 = 3.6."""
+    inst = trace_window
+    assert inst.settings["load"] == "high"
+    stream = read_workload(resolve_trace("azure_conv_2023"), rate=1.0, seed=1)
+    work = request_work_s(inst.timing, stream.prompt_tokens, stream.output_tokens)
+    assert inst.settings["rate"] * float(work.mean()) == pytest.approx(LOADS["high"] * 4)
+    rows = inst.workload.source.split("rows ")[1].split("..")
+    start = int(rows[0])
+    np.testing.assert_array_equal(
+        inst.workload.output_tokens, stream.output_tokens[start : start + 30]
+    )
+    assert int(inst.workload.output_tokens.max()) > 3
+
+
+def test_lns_replays_clean_within_its_start_and_the_bound(trace_window):
+    """The search's incumbent replays to its objective with a clean checker, at least its
+    start (the best online run), at most the relaxation bound."""
+    inst = trace_window
+    found = lns(inst, seed=0, time_limit=2.0)
+    data = ScaleWindow.of(inst)
+    schedule = decision_schedule(lives_window(data, found.decision), found.decision)
+    out = replay(inst, schedule)
+    assert check(inst, out) == []
+    assert DispatchScale(inst).evaluate(schedule) == pytest.approx(found.objective, abs=1e-12)
+    assert found.objective >= found.start_objective - 1e-12
+    assert found.objective <= relaxation_bound(inst).bound + 1e-9
+    assert found.runtime_s < 2.0 + 30.0  # the moves stop at the limit (a move is well under 1 s)
+
+
+def test_lns_keeps_the_incumbent_on_ctrl_c(trace_window, monkeypatch):
+    """A KeyboardInterrupt during the moves ends the search with the incumbent, replayed."""
+    calls = {"n": 0}
+    real = dispatch_lns._move
+
+    def interrupting(state, rng):
+        calls["n"] += 1
+        if calls["n"] > 5:
+            raise KeyboardInterrupt
+        return real(state, rng)
+
+    monkeypatch.setattr(dispatch_lns, "_move", interrupting)
+    found = lns(trace_window, seed=0, time_limit=60.0)
+    assert found.interrupted
+    assert found.moves_tried == 6  # the sixth call raised
+    assert found.objective >= found.start_objective - 1e-12
+
+
+def test_compare_gives_an_interval_from_bound_and_lns(trace_window):
+    """compare with bound, lns and two heuristics: the bound row has no schedule, lns is
+    replayed clean, every heuristic's gap is an ordered interval inside [0, 1)."""
+    frame = compare(trace_window, ["bound", "lns", "hyperflexis", "round-robin"], time_limit=4.0)
+    rows = {r.method: r for r in frame.itertuples()}
+    assert rows["bound"].kind == "bound" and rows["bound"].status == "OPTIMAL"
+    assert rows["lns"].kind == "exact" and rows["lns"].violations == 0
+    lo, hi = rows["lns"].optimum_lo, rows["lns"].optimum_hi
+    assert lo == pytest.approx(rows["lns"].objective)
+    assert hi == pytest.approx(rows["bound"].bound)
+    assert lo <= hi
+    for name in ("hyperflexis", "round-robin"):
+        assert 0.0 <= rows[name].gap_lo <= rows[name].gap_hi < 1.0
+
+
+def test_bound_model_runs_on_highs_only(trace_window):
+    """The bound-only model reports its LP optimum as bound; another backend is refused."""
+    res = solve(DispatchBound(trace_window), solver="highs", time_limit=30)
+    assert res.schedule is None and res.bound == res.objective
+    with pytest.raises(ValueError, match="highs only"):
+        solve(DispatchBound(trace_window), solver="cbc", time_limit=30)
+
+
+def test_cli_build_and_compare(tmp_path, capsys):
+    """instance build --max-output-tokens 0 --load high, then compare --methods bound,lns."""
+    path = tmp_path / "w.json"
+    code = main(
+        ["instance", "build", "--problem", "dispatch-scale", "--trace", "azure_code_2023"]
+        + ["--n", "20", "--load", "medium", "--max-output-tokens", "0", "--servers", "2"]
+        + ["--max-servers", "3", "--cost-weight", "0.002", "-o", str(path)]
+    )
+    assert code == 0
+    assert load_instance(path).settings["load"] == "medium"
+    capsys.readouterr()
+    code = main(
+        ["compare", str(path), "--methods", "bound,lns,hyperflexis", "--time-limit", "3", "--json"]
+    )
+    assert code == 0
+    rows = {r["method"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["lns"]["objective"] <= rows["bound"]["bound"] + 1e-9
+    assert rows["hyperflexis"]["objective"] <= rows["bound"]["bound"] + 1e-9
+    bad = tmp_path / "bad.json"
+    args = ["instance", "build", "--problem", "dispatch-scale", "--load", "extreme"]
+    assert main([*args, "-o", str(bad)]) == 2
+    assert "load" in capsys.readouterr().err
+    assert not bad.exists()
