@@ -194,8 +194,11 @@ def with_gaps(frame: pd.DataFrame) -> pd.DataFrame:
     # max: opt in [lo, hi], gap = 1 - v / opt in [1 - v / lo, 1 - v / hi]
     # min: opt in [lo, hi], gap = v / opt - 1 in [v / hi - 1, v / lo - 1]
     near, far = (lo, hi) if sense == "max" else (hi, lo)
-    frame["gap_lo"] = [_gap(v, near, sense) for v in frame["objective"]]
-    frame["gap_hi"] = [_gap(v, far, sense) for v in frame["objective"]]
+    ends = [(_gap(v, near, sense), _gap(v, far, sense)) for v in frame["objective"]]
+    # a negative objective (attainment minus the price of cost) turns the two ends round
+    ends = [(b, a) if a > b else (a, b) for a, b in ends]
+    frame["gap_lo"] = [a for a, _ in ends]
+    frame["gap_hi"] = [b for _, b in ends]
     frame["gap"] = [
         lo if lo == hi or abs(lo - hi) <= 1e-12 else math.nan
         for lo, hi in zip(frame["gap_lo"], frame["gap_hi"], strict=True)
