@@ -6,6 +6,7 @@ from slolab.models import (
     sa_columns,
     sa_ordering,
     slos_admission,
+    tdg_bound,
     tier_partition,
 )
 
@@ -15,5 +16,6 @@ __all__ = [
     "sa_columns",
     "sa_ordering",
     "slos_admission",
+    "tdg_bound",
     "tier_partition",
 ]

@@ -1,0 +1,93 @@
+"""The tdg-horizon search (method ``lns``) and windows with the trace's own output lengths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from slolab.harness.compare import compare
+from slolab.heuristics import tdg_search
+from slolab.instances import read_trace, resolve_trace
+from slolab.problems.tdg_horizon import horizon_window
+from slolab.sim import check, metrics, replay
+
+
+@pytest.fixture(scope="module")
+def code_window():
+    """Ten consecutive Azure code requests at high load, with their real output lengths."""
+    return horizon_window("azure_code_2023", n=10, seed=0, load="high", max_output_tokens=0)
+
+
+def test_zero_max_output_tokens_keeps_the_trace_outputs(code_window):
+    """--max-output-tokens 0 keeps every request's output length as the trace gives it."""
+    wl = read_trace(resolve_trace("azure_code_2023"))
+    rows = code_window.workload.source.split("rows ")[1].split("..")
+    start, end = int(rows[0]), int(rows[1])
+    assert np.array_equal(code_window.workload.output_tokens, wl.output_tokens[start : end + 1])
+    # the default cut keeps at most 4 tokens
+    cut = horizon_window("azure_code_2023", n=10, seed=0, load="high")
+    assert cut.workload.output_tokens.max() == 4
+
+
+def test_negative_max_output_tokens_is_refused():
+    """A negative cut names the field and the meaning of 0."""
+    with pytest.raises(ValueError, match="max_output_tokens must be >= 1, or 0"):
+        horizon_window("azure_code_2023", n=3, seed=0, max_output_tokens=-1)
+
+
+def test_lns_at_least_the_best_policy_replayed_and_checker_clean(code_window):
+    """lns starts from the best online policy, so it is never worse; its schedule replays to
+    the value it reports and passes the checker."""
+    schedule, report = tdg_search.steered_search(
+        code_window, seed=0, time_limit=3.0, progress=False
+    )
+    out = replay(code_window, schedule)
+    assert metrics.tdg(code_window, out) == pytest.approx(report.tdg, rel=1e-12)
+    assert check(code_window, out) == []
+    assert report.tdg >= report.start_tdg
+    frame = compare(code_window, list(tdg_search.START_POLICIES), time_limit=5)
+    assert report.start_tdg == pytest.approx(frame["objective"].max(), rel=1e-12)
+    # one step is one simulation of ten requests (well under a second): the limit holds
+    assert report.runtime_s < 3.0 + 2.0
+
+
+def test_lns_same_seed_same_result(code_window):
+    """Two searches with the same seed and 6 steps end at the same value and schedule."""
+    runs = [
+        tdg_search.steered_search(code_window, seed=3, time_limit=60, max_steps=6, progress=False)
+        for _ in range(2)
+    ]
+    assert runs[0][1].steps == runs[1][1].steps == 6
+    assert runs[0][1].tdg == runs[1][1].tdg
+    assert runs[0][0] == runs[1][0]
+
+
+def test_lns_keeps_the_incumbent_on_ctrl_c(code_window, monkeypatch):
+    """Ctrl-C during the search returns the incumbent (the best start policy), flagged."""
+    calls = {"n": 0}
+    real = tdg_search._run
+
+    def interrupted_after_start(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > len(tdg_search.START_POLICIES):
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tdg_search, "_run", interrupted_after_start)
+    schedule, report = tdg_search.steered_search(
+        code_window, seed=0, time_limit=30.0, progress=False
+    )
+    assert report.interrupted
+    assert report.tdg == report.start_tdg
+    assert metrics.tdg(code_window, replay(code_window, schedule)) == pytest.approx(report.tdg)
+
+
+def test_lns_and_bound_methods_give_an_interval(code_window):
+    """compare with bound and lns: the interval [lns, bound] holds every policy's TDG."""
+    frame = compare(code_window, ["bound", "lns", "slide-batching"], time_limit=3)
+    rows = frame.set_index("method")
+    assert rows.loc["bound", "kind"] == "bound"
+    assert rows.loc["lns", "kind"] == "heuristic"
+    assert rows.loc["lns", "violations"] == 0
+    assert rows.loc["slide-batching", "objective"] <= rows.loc["lns", "objective"] + 1e-9
+    assert rows.loc["lns", "objective"] <= rows.loc["bound", "bound"] + 1e-9
+    assert frame["optimum_hi"].iloc[0] == pytest.approx(rows.loc["bound", "bound"])
