@@ -21,7 +21,7 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,8 +32,22 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("slolab")
 
-#: Policies tried as the starting point (steerable ones: they read priorities or deadlines).
-START_POLICIES = ("slide-batching", "sarathi-priority", "fairbatching", "sarathi-fcfs")
+#: Policies tried as the starting point (steerable ones: they read priorities or deadlines);
+#: ``deadline-admission/N`` is :class:`DeadlineAdmission` with chunks of at most ``N`` tokens
+#: (0: whole prompts), the others are registered policies.
+START_POLICIES = (
+    "deadline-admission/1024",
+    "deadline-admission/2048",
+    "deadline-admission/512",
+    "deadline-admission/0",
+    "slide-batching",
+    "sarathi-priority",
+    "fairbatching",
+    "sarathi-fcfs",
+)
+#: Largest prefill chunk (tokens) :class:`DeadlineAdmission` gives a request that will miss its
+#: first token anyway (so that it never holds the server long).
+LATE_CHUNK_TOKENS = 512
 #: Factors a freed request may draw for its priority and for its TTFT (policy's view only).
 PRIORITY_FACTORS = (0.125, 0.5, 1.0, 2.0, 8.0)
 TTFT_FACTORS = (0.5, 1.0, 2.0, 8.0)
@@ -52,6 +66,111 @@ class SearchReport:
     interrupted: bool
 
 
+class DeadlineAdmission:
+    """First tokens by deadline, with Moore-Hodgson admission (an online policy).
+
+    At every iteration: every decoding request decodes; the prompts in the queue that can still
+    make their first token's deadline are ordered by it, and, walking that order with each
+    prompt run whole in its own iteration, a prompt whose completion passes its deadline drops
+    the kept prompt of least first-token gain per second of work (weighted Moore-Hodgson). The
+    first kept prompt runs in this iteration, whole or in chunks of at most ``chunk_tokens``
+    (a shorter iteration lets a request that arrives meanwhile start sooner). With none kept, the earliest-arrived late
+    prompt gets a chunk of at most :data:`LATE_CHUNK_TOKENS` tokens (its decode tokens may still
+    earn). Times are estimated with the instance's affine timing model.
+
+    References
+    ----------
+    Moore, "An n job, one machine sequencing algorithm for minimizing the number of late jobs",
+    Management Science 15 (1968); ProServe Sec. 4.1 (the affine estimator).
+    """
+
+    name = "deadline-admission"
+
+    def __init__(self, chunk_tokens: int = 0) -> None:
+        if chunk_tokens < 0:
+            raise ValueError(f"chunk_tokens must be >= 0 (0: whole prompts), got {chunk_tokens}")
+        self.chunk_tokens = chunk_tokens
+
+    def start(self, instance: Instance, seed: int) -> None:
+        from slolab.models.proserve import _affine
+        from slolab.sim import metrics
+        from slolab.timing.base import (
+            F_DECODE_KV,
+            F_DECODE_TOKENS,
+            F_NUM_DECODE,
+            F_NUM_PREFILL,
+            F_PREFILL_TOKENS,
+        )
+
+        self.t_c, coef = _affine(instance.timing, self.name)
+        self.a_tok = float(coef[F_PREFILL_TOKENS])
+        self.a_seq = float(coef[F_NUM_PREFILL])
+        self.a_dec = float(coef[F_DECODE_TOKENS] + coef[F_NUM_DECODE])
+        self.a_kv = float(coef[F_DECODE_KV])
+        self.first_gain = metrics.tdg_request_weights(instance)[0]
+
+    def next_batch(self, server: Any) -> Any:
+        from slolab.sim.policy import Batch
+
+        now = server.now
+        decode = list(server.decoding[: server.max_batch_size])
+        decode_s = sum(
+            self.a_dec + self.a_kv * (server.prompt(r) + server.generated(r)) for r in decode
+        )
+        step_s = self.t_c + decode_s + self.a_seq
+        pending = list(server.prefilling) + list(server.waiting)
+        feasible, late = [], []
+        for r in pending:
+            deadline = server.next_token_deadline(r)
+            if now + step_s + self.a_tok * server.remaining_prefill(r) <= deadline:
+                feasible.append((deadline, r))
+            else:
+                late.append(r)
+        feasible.sort()
+        kept: list[tuple[float, int]] = []
+        end = now
+        for deadline, r in feasible:
+            kept.append((deadline, r))
+            end += step_s + self.a_tok * server.remaining_prefill(r)
+            if end > deadline:
+                worst = min(
+                    kept,
+                    key=lambda k: (
+                        self.first_gain[k[1]]
+                        / (step_s + self.a_tok * server.remaining_prefill(k[1]))
+                    ),
+                )
+                kept.remove(worst)
+                end -= step_s + self.a_tok * server.remaining_prefill(worst[1])
+        slots = server.max_batch_size - len(decode)
+        prefill: list[tuple[int, int]] = []
+        if slots > 0 and kept:
+            r = kept[0][1]
+            c = server.remaining_prefill(r)
+            prefill = [(r, min(c, self.chunk_tokens) if self.chunk_tokens else c)]
+        elif slots > 0 and late:
+            r = min(late, key=server.arrival)
+            prefill = [(r, min(server.remaining_prefill(r), LATE_CHUNK_TOKENS))]
+        if prefill:
+            r, c = prefill[0]
+            waiting = r in set(server.waiting)
+            need = (server.remaining_prefill(r) + 1) if waiting else c + 1
+            if need > server.kv_free_tokens:
+                prefill = []
+        if not prefill and not decode:
+            return Batch()
+        return Batch(prefill=prefill, decode=decode)
+
+
+def _make_policy(name: str, instance: Instance) -> Any:
+    base, _, chunk = name.partition("/")
+    if base == DeadlineAdmission.name:
+        return DeadlineAdmission(int(chunk or 0))
+    from slolab.heuristics.policies import make_policy
+
+    return make_policy(name, instance)
+
+
 def _steered(instance: Instance, priority: np.ndarray, ttft: np.ndarray) -> Instance:
     wl = instance.workload
     columns = {
@@ -62,10 +181,9 @@ def _steered(instance: Instance, priority: np.ndarray, ttft: np.ndarray) -> Inst
 
 
 def _run(instance: Instance, policy: str, steer: Instance, seed: int) -> tuple[float, Outcome]:
-    from slolab.heuristics.policies import make_policy
     from slolab.sim import metrics, run
 
-    out = run(steer, make_policy(policy, steer), seed=seed, record_iterations=True)
+    out = run(steer, _make_policy(policy, steer), seed=seed, record_iterations=True)
     return metrics.tdg(instance, out), out
 
 
