@@ -34,20 +34,27 @@ logger = logging.getLogger("slolab")
 
 #: Policies tried as the starting point (steerable ones: they read priorities or deadlines);
 #: ``deadline-admission/N`` is :class:`DeadlineAdmission` with chunks of at most ``N`` tokens
-#: (0: whole prompts), the others are registered policies.
+#: (0: whole prompts), ``deadline-lookahead/N`` the same with clairvoyant chunk sizes, the
+#: others are registered policies.
 START_POLICIES = (
     "deadline-admission/1024",
     "deadline-admission/2048",
     "deadline-admission/512",
     "deadline-admission/0",
+    "deadline-lookahead/1024",
+    "deadline-lookahead/2048",
     "slide-batching",
     "sarathi-priority",
     "fairbatching",
     "sarathi-fcfs",
 )
+#: Name of :class:`DeadlineAdmission` with clairvoyant chunk sizes (``lookahead=True``).
+LOOKAHEAD = "deadline-lookahead"
 #: Largest prefill chunk (tokens) :class:`DeadlineAdmission` gives a request that will miss its
 #: first token anyway (so that it never holds the server long).
 LATE_CHUNK_TOKENS = 512
+#: Smallest chunk the clairvoyant variant of :class:`DeadlineAdmission` cuts a prompt to.
+LOOKAHEAD_MIN_CHUNK = 64
 #: Factors a freed request may draw for its priority and for its TTFT (policy's view only).
 PRIORITY_FACTORS = (0.125, 0.5, 1.0, 2.0, 8.0)
 TTFT_FACTORS = (0.5, 1.0, 2.0, 8.0)
@@ -86,10 +93,11 @@ class DeadlineAdmission:
 
     name = "deadline-admission"
 
-    def __init__(self, chunk_tokens: int = 0) -> None:
+    def __init__(self, chunk_tokens: int = 0, lookahead: bool = False) -> None:
         if chunk_tokens < 0:
             raise ValueError(f"chunk_tokens must be >= 0 (0: whole prompts), got {chunk_tokens}")
         self.chunk_tokens = chunk_tokens
+        self.lookahead = lookahead
 
     def start(self, instance: Instance, seed: int) -> None:
         from slolab.models.proserve import _affine
@@ -108,6 +116,21 @@ class DeadlineAdmission:
         self.a_dec = float(coef[F_DECODE_TOKENS] + coef[F_NUM_DECODE])
         self.a_kv = float(coef[F_DECODE_KV])
         self.first_gain = metrics.tdg_request_weights(instance)[0]
+        wl = instance.workload
+        self.arrival_s = np.asarray(wl.arrival_s, dtype=float)
+        # the latest start of a prompt run alone that still makes its first deadline
+        ttft = np.nan_to_num(np.asarray(wl["ttft_slo_s"], dtype=float), nan=np.inf)
+        alone = self.t_c + self.a_seq + self.a_tok * wl.prompt_tokens
+        self.latest_start_s = self.arrival_s + ttft - alone
+
+    def _chunk_cap(self, now: float, step_s: float) -> int:
+        """Clairvoyant: the largest chunk whose iteration ends by the latest start of every
+        request arriving while it runs (at least :data:`LOOKAHEAD_MIN_CHUNK` tokens)."""
+        later = self.arrival_s > now
+        if not later.any():
+            return 0
+        room = float(self.latest_start_s[later].min()) - now - step_s
+        return max(LOOKAHEAD_MIN_CHUNK, int(room / self.a_tok)) if self.a_tok > 0 else 0
 
     def next_batch(self, server: Any) -> Any:
         from slolab.sim.policy import Batch
@@ -147,10 +170,19 @@ class DeadlineAdmission:
         if slots > 0 and kept:
             r = kept[0][1]
             c = server.remaining_prefill(r)
-            prefill = [(r, min(c, self.chunk_tokens) if self.chunk_tokens else c)]
+            if self.chunk_tokens:
+                c = min(c, self.chunk_tokens)
+            if self.lookahead:
+                cap = self._chunk_cap(now, step_s)
+                c = min(c, cap) if cap else c
+            prefill = [(r, c)]
         elif slots > 0 and late:
             r = min(late, key=server.arrival)
-            prefill = [(r, min(server.remaining_prefill(r), LATE_CHUNK_TOKENS))]
+            c = min(server.remaining_prefill(r), LATE_CHUNK_TOKENS)
+            if self.lookahead:
+                cap = self._chunk_cap(now, step_s)
+                c = min(c, cap) if cap else c
+            prefill = [(r, c)]
         if prefill:
             r, c = prefill[0]
             waiting = r in set(server.waiting)
@@ -164,8 +196,8 @@ class DeadlineAdmission:
 
 def _make_policy(name: str, instance: Instance) -> Any:
     base, _, chunk = name.partition("/")
-    if base == DeadlineAdmission.name:
-        return DeadlineAdmission(int(chunk or 0))
+    if base in (DeadlineAdmission.name, LOOKAHEAD):
+        return DeadlineAdmission(int(chunk or 0), lookahead=base == LOOKAHEAD)
     from slolab.heuristics.policies import make_policy
 
     return make_policy(name, instance)
