@@ -79,8 +79,9 @@ logger = logging.getLogger("slolab")
 BOUND_MODEL = "tdg-horizon-bound"
 #: Grid spacings tried, finest first (s); the finest whose LP stays within the size budget wins.
 GRID_SPACINGS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
-#: Default budget of (request, bucket) pairs: about 5 columns and 9 rows each.
-DEFAULT_MAX_PAIRS = 60_000
+#: Default budget of (request, bucket) pairs (about 5 columns and 12 rows each): the LP then
+#: solves in 5-60 s on one core.
+DEFAULT_MAX_PAIRS = 8_000
 #: Relative and absolute margin added to the LP optimum (covers HiGHS's feasibility tolerances).
 LP_MARGIN_REL = 1e-6
 LP_MARGIN_ABS = 1e-6

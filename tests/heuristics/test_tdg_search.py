@@ -98,3 +98,32 @@ def test_lns_and_bound_methods_give_an_interval(code_window):
     assert rows.loc["slide-batching", "objective"] <= rows.loc["lns", "objective"] + 1e-9
     assert rows.loc["lns", "objective"] <= rows.loc["bound", "bound"] + 1e-9
     assert frame["optimum_hi"].iloc[0] == pytest.approx(rows.loc["bound", "bound"])
+
+
+def test_deadline_admission_hand_case():
+    """Moore-Hodgson keeps the priority-2 short prompt and the long one, drops the other: 9."""
+    from slolab.instances.records import Cluster, Instance, Workload
+    from slolab.sim import run
+    from slolab.timing import LinearTiming
+
+    wl = Workload(
+        {
+            "arrival_s": [0.0, 0.0, 0.0],
+            "prompt_tokens": [30, 10, 10],
+            "output_tokens": [1, 1, 1],
+            "ttft_slo_s": [0.2, 0.025, 0.025],
+            "tpot_slo_s": [0.01, 0.01, 0.01],
+            "priority": [1.0, 2.0, 1.0],
+        }
+    )
+    timing = LinearTiming(0.01, {"prefill_tokens": 1e-3}, name="round")
+    settings = {"w_prefill": 3.0, "w_decode": 1.0}
+    inst = Instance(
+        "w", wl, Cluster(servers=1, kv_capacity_tokens=1000), timing, "tdg-horizon", settings
+    )
+    out = run(inst, tdg_search.DeadlineAdmission(), seed=0)
+    # deadline order r1, r2 (25 ms), r0 (200 ms); r1 alone ends at 10 + 10 = 20 ms, r2 after it at
+    # 40 ms > 25: drop the kept prompt of least gain per second (r2: 3 / 20 ms < r1: 6 / 20 ms);
+    # r0 then ends at 20 + 10 + 30 = 60 ms <= 200; r2 runs last (80 ms, late): 6 + 3 = 9
+    assert metrics.tdg(inst, out) == pytest.approx(9.0)
+    assert check(inst, out) == []
