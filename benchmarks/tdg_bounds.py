@@ -39,11 +39,22 @@ SIZES = (25, 50, 100, 200, 500)
 def one_window(
     trace: str, n: int, load: str, *, bound_limit: float, lns_limit: float, max_pairs: int
 ) -> list[dict[str, Any]]:
-    """Every method on one window; the rows of the compare table plus the window's interval."""
+    """Every method on one window; the rows of the compare table plus the window's interval.
+
+    ``load`` is a named load (low, medium, high) or an arrival rate in req/s (``"16"``).
+    """
     from slolab.models.tdg_bound import TdgHorizonBound
     from slolab.solvers import solve
 
-    inst = horizon_window(trace, n=n, seed=0, load=load, max_output_tokens=KEEP_OUTPUTS)
+    rate = None if load in LOADS else float(load)
+    inst = horizon_window(
+        trace,
+        n=n,
+        seed=0,
+        load="medium" if rate is not None else load,
+        rate=rate,
+        max_output_tokens=KEEP_OUTPUTS,
+    )
     bound = solve(TdgHorizonBound(inst, max_pairs=max_pairs), "highs", time_limit=bound_limit)
     frame = compare(inst, ["lns"], time_limit=lns_limit)
     frame = pd.concat(
@@ -82,7 +93,9 @@ def one_window(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", default=",".join(TRACES))
-    parser.add_argument("--loads", default=",".join(LOADS))
+    parser.add_argument(
+        "--loads", default=",".join(LOADS), help="named loads, or arrival rates in req/s"
+    )
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
     parser.add_argument("--bound-limit", type=float, default=120.0, help="s per bound LP")
     parser.add_argument("--lns-limit", type=float, default=20.0, help="s per lns search")
