@@ -85,6 +85,8 @@ DEFAULT_MAX_PAIRS = 8_000
 #: Relative and absolute margin added to the LP optimum (covers HiGHS's feasibility tolerances).
 LP_MARGIN_REL = 1e-6
 LP_MARGIN_ABS = 1e-6
+#: The coarse LP (no event boundaries) gets 1/COARSE_SHARE of the pairs and of the time left.
+COARSE_SHARE = 4
 
 
 def ideal_gain(data: HorizonData) -> float:
@@ -163,6 +165,12 @@ class TdgHorizonBound(ExactModel):
         if max_pairs < 1:
             raise ValueError(f"max_pairs must be >= 1, got {max_pairs}")
         self.grid = self._grid(spacing_s, max_pairs)
+        #: grids solved in turn, coarsest first (the last is :attr:`grid`)
+        self.grids = [self.grid]
+        if spacing_s is None and max_pairs >= 4:
+            coarse = self._grid(None, max_pairs // COARSE_SHARE, events=False)
+            if coarse.pairs < self.grid.pairs:
+                self.grids.insert(0, coarse)
 
     # -- data of the relaxation -------------------------------------------------------------------
     def prompt_work_s(self) -> np.ndarray:
@@ -190,27 +198,30 @@ class TdgHorizonBound(ExactModel):
         d = self.data
         return d.first_deadline_s + (d.output - 1) * d.tpot_s
 
-    def _grid(self, spacing_s: float | None, max_pairs: int) -> BucketGrid:
+    def _grid(self, spacing_s: float | None, max_pairs: int, events: bool = True) -> BucketGrid:
+        """The finest grid within ``max_pairs``; ``events=False`` leaves out the arrivals,
+        earliest first tokens and first deadlines (a coarser relaxation, still valid: releases
+        round down and deadlines up to the grid)."""
         d = self.data
         finite = self._deadlines_finite()
         if not finite.any():
             end = float(d.arrival_s.max()) + 1.0
         else:
             end = float(self.last_deadline_s()[finite].max()) + 2 * ON_TIME_TOL_S
-        events = np.concatenate(
+        points = np.concatenate(
             [
                 d.arrival_s,
                 self.earliest_first_token_s(),
                 d.first_deadline_s[finite] + ON_TIME_TOL_S,
             ]
         )
-        events = events[events < end]
+        points = points[points < end] if events else np.zeros(0)
         candidates = GRID_SPACINGS_S if spacing_s is None else (float(spacing_s),)
         grid = None
         for spacing in candidates:
             steps = math.ceil(end / spacing)
             uniform = np.arange(1, steps + 1) * spacing
-            bounds = np.unique(np.concatenate([[0.0], events, uniform]))
+            bounds = np.unique(np.concatenate([[0.0], points, uniform]))
             grid = self._ranges(bounds, spacing)
             if grid.pairs <= max_pairs:
                 break
@@ -219,7 +230,7 @@ class TdgHorizonBound(ExactModel):
 
     def _ranges(self, bounds: np.ndarray, spacing: float) -> BucketGrid:
         d = self.data
-        # first bucket: the one starting at the arrival (arrivals are boundaries)
+        # first bucket: the one holding the arrival (it starts there when arrivals are boundaries)
         first = np.searchsorted(bounds, d.arrival_s, side="right")
         first = np.minimum(first, len(bounds) - 1)
         finite = self._deadlines_finite()
@@ -230,11 +241,13 @@ class TdgHorizonBound(ExactModel):
         return BucketGrid(bounds, first.astype(np.int64), last.astype(np.int64), j1, spacing)
 
     # -- the LP -----------------------------------------------------------------------------------
-    def build_lp(self) -> dict[str, Any]:
-        """The LP as arrays: costs, column bounds, a CSC matrix and row bounds (maximize)."""
+    def build_lp(self, grid: BucketGrid | None = None) -> dict[str, Any]:
+        """The LP on ``grid`` (default :attr:`grid`) as arrays: costs, column bounds, a CSC
+        matrix and row bounds (maximize)."""
         import scipy.sparse as sp
 
-        d, grid = self.data, self.grid
+        d = self.data
+        grid = self.grid if grid is None else grid
         B = grid.buckets
         lengths = np.diff(grid.bounds)
         cols_cost: list[np.ndarray] = []
@@ -372,18 +385,58 @@ class TdgHorizonBound(ExactModel):
         return frozenset({"milp"})
 
     def solve_with(self, backend: Any, time_limit: float, **params: Any) -> Result | None:
-        """Solve the LP with HiGHS; the bound is the optimum plus a margin, at most the ideal.
+        """Solve the LPs of :attr:`grids` with HiGHS, coarsest first; the bound is the least
+        optimum found plus a margin, at most the ideal.
 
-        A solve cut by the time limit reports the ideal gain (the trivial bound) and
-        TIME_LIMIT.
+        The coarse LP gets a quarter of the time limit, the fine one the rest. Status:
+        OPTIMAL when the finest LP is solved, FEASIBLE when only a coarser one is (its bound
+        holds), TIME_LIMIT with the ideal gain (the trivial bound) when none is.
         """
-        import highspy
-        from slolab.solvers.highs import run_highs
-
         if backend.name != "highs":
             raise ValueError(f"{BOUND_MODEL} is solved by HiGHS's LP only, not {backend.name!r}")
         start = time.perf_counter()
-        lp = self.build_lp()
+        ideal = ideal_gain(self.data)
+        bound, status = ideal, Status.TIME_LIMIT
+        levels: list[dict[str, Any]] = []
+        for i, grid in enumerate(self.grids):
+            left = time_limit - (time.perf_counter() - start)
+            share = left / COARSE_SHARE if i + 1 < len(self.grids) else left
+            if share <= 0:
+                break
+            value, level = self._solve_lp(grid, backend, share)
+            levels.append(level)
+            if value is not None:
+                bound = min(bound, value + LP_MARGIN_REL * abs(value) + LP_MARGIN_ABS)
+                status = Status.OPTIMAL if grid is self.grid else Status.FEASIBLE
+        finest = levels[-1] if levels else {}
+        return Result(
+            status=status,
+            objective=bound,
+            bound=bound,
+            runtime_s=time.perf_counter() - start,
+            backend="highs",
+            model=BOUND_MODEL,
+            sense="max",
+            details={
+                "ideal": ideal,
+                "buckets": self.grid.buckets,
+                "pairs": self.grid.pairs,
+                "spacing_s": self.grid.spacing_s,
+                "columns": finest.get("columns"),
+                "rows": finest.get("rows"),
+                "levels": levels,
+            },
+        )
+
+    def _solve_lp(
+        self, grid: BucketGrid, backend: Any, time_limit: float
+    ) -> tuple[float | None, dict[str, Any]]:
+        """The LP optimum on ``grid`` (None when HiGHS stops at the time limit) and a summary."""
+        import highspy
+        from slolab.solvers.highs import run_highs
+
+        start = time.perf_counter()
+        lp = self.build_lp(grid)
         built = time.perf_counter() - start
         matrix = lp["matrix"]
         model = highspy.HighsLp()
@@ -408,36 +461,22 @@ class TdgHorizonBound(ExactModel):
         highs.passModel(model)
         run_highs(highs)
         code = highs.getModelStatus()
-        ideal = ideal_gain(self.data)
+        value = None
         if code == highspy.HighsModelStatus.kOptimal:
             value = float(highs.getInfo().objective_function_value) + lp["fixed_gain"]
-            bound = min(ideal, value + LP_MARGIN_REL * abs(value) + LP_MARGIN_ABS)
-            status = Status.OPTIMAL
-        elif code == highspy.HighsModelStatus.kTimeLimit:
-            bound, status = ideal, Status.TIME_LIMIT
-        else:
+        elif code != highspy.HighsModelStatus.kTimeLimit:
             raise RuntimeError(
                 f"{BOUND_MODEL}: HiGHS ended the LP with {highs.modelStatusToString(code)}"
             )
-        return Result(
-            status=status,
-            objective=bound,
-            bound=bound,
-            runtime_s=time.perf_counter() - start,
-            backend="highs",
-            model=BOUND_MODEL,
-            sense="max",
-            details={
-                "ideal": ideal,
-                "buckets": self.grid.buckets,
-                "pairs": self.grid.pairs,
-                "spacing_s": self.grid.spacing_s,
-                "columns": int(matrix.shape[1]),
-                "rows": int(matrix.shape[0]),
-                "build_s": built,
-                "iterations": int(highs.getInfo().simplex_iteration_count),
-            },
-        )
+        return value, {
+            "spacing_s": grid.spacing_s,
+            "pairs": grid.pairs,
+            "columns": int(matrix.shape[1]),
+            "rows": int(matrix.shape[0]),
+            "status": highs.modelStatusToString(code),
+            "value": value,
+            "runtime_s": time.perf_counter() - start,
+        }
 
 
 register_model(BOUND_MODEL)(TdgHorizonBound)
