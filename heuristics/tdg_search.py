@@ -251,8 +251,8 @@ def steered_search(
     seed : int
         Seed of the neighbourhood draws (same seed and steps, same result).
     time_limit : float
-        Seconds; the search stops at the first step that ends past it. Ctrl-C stops it too,
-        keeping the incumbent.
+        Seconds; checked between simulations (the first start policy always runs), so the
+        search ends within one simulation of it. Ctrl-C stops it too, keeping the incumbent.
     window : int
         Requests freed per step.
     max_steps : int, optional
@@ -291,6 +291,8 @@ def steered_search(
     start_value = -np.inf
     try:
         for policy in START_POLICIES:
+            if best_out is not None and time.perf_counter() - start >= time_limit:
+                break
             value, out = _run(instance, policy, instance, seed)
             if value > best_value + 1e-9:
                 best_policy, best_value, best_out = policy, value, out

@@ -336,7 +336,7 @@ def loaded_window(draw) -> Instance:
     return horizon_instance(*([r[k] for r in rows] for k in rows[0]))
 
 
-@settings(max_examples=25, deadline=None, derandomize=True)
+@settings(max_examples=15, deadline=None, derandomize=True)
 @given(loaded_window())
 def test_bound_battery_never_below_optimum_never_above_ideal(inst):
     """Random small windows proved OPTIMAL by the MILP: optimum <= bound <= ideal."""
