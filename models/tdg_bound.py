@@ -37,7 +37,9 @@ tokens (convex in ``m``), ``t_min_r`` the shortest iteration holding a decode to
 ``D_rj`` the decode tokens of ``r`` whose deadline rounds up to a boundary ``<= b_j``.
 
 The LP is built with numpy and solved by HiGHS (highspy) directly: at 500 requests it has
-hundreds of thousands of columns, too many to write through PuLP.
+hundreds of thousands of columns, too many to write through PuLP. Two grids are solved in turn:
+a coarse one (the uniform grid alone, a quarter of the pairs) and the fine one; the bound is
+the smaller optimum (:meth:`TdgHorizonBound.solve_with`).
 
 References
 ----------
