@@ -17,6 +17,7 @@ Names resolve through the instance's problem (:mod:`slolab.problems`):
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -78,9 +79,12 @@ def _heuristic_method(problem: Problem, h: Heuristic) -> Method:
     if h.schedule is not None:
         make_schedule = h.schedule
 
-        def plan(instance: Instance, *, seed: int, **_: Any) -> MethodRun:
+        def plan(instance: Instance, *, seed: int, time_limit: float = 60.0, **_: Any) -> MethodRun:
             t0 = time.perf_counter()
-            schedule = resolve(make_schedule)(instance, seed=seed)
+            make = resolve(make_schedule)
+            # a search that takes a time limit gets the run's (--time-limit)
+            timed = "time_limit" in inspect.signature(make).parameters
+            schedule = make(instance, seed=seed, **({"time_limit": time_limit} if timed else {}))
             decided = time.perf_counter() - t0
             out = replay(instance, schedule)
             return MethodRun(out, decided, "HEURISTIC", details={"decision_s": decided})

@@ -9,6 +9,7 @@ from slolab.models import (
     sa_columns,
     sa_ordering,
     slos_admission,
+    tdg_bound,
     tier_partition,
 )
 
@@ -21,5 +22,6 @@ __all__ = [
     "sa_columns",
     "sa_ordering",
     "slos_admission",
+    "tdg_bound",
     "tier_partition",
 ]

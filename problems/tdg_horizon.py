@@ -23,6 +23,8 @@ PROSERVE_SLOS = "slos-serve+proserve"
 PROSERVE_SLO_PARAMS = {"slack": "tight"}
 #: Offered load (arrival rate times the mean alone-service time) of the named window loads.
 LOADS = {"low": 0.5, "medium": 1.0, "high": 2.0}
+#: ``max_output_tokens`` value that keeps every request's output length as the trace gives it.
+KEEP_OUTPUTS = 0
 #: The policies of ProServe's single-server comparison (Sec. 5.1), by their slolab names.
 PROSERVE_POLICIES = (
     "slide-batching",
@@ -134,7 +136,8 @@ def horizon_window(
     default, the rate at which the offered load ``rate * mean alone-service time`` is
     :data:`LOADS` ``[load]`` (0.5, 1 or 2). Outputs are cut to ``max_output_tokens`` tokens (the
     window keeps every request's prompt and first tokens; the horizon stays small enough to
-    solve). SLOs, priorities and weights as :func:`proserve_workload`.
+    solve); ``max_output_tokens = 0`` keeps the trace's output lengths
+    (:data:`KEEP_OUTPUTS`). SLOs, priorities and weights as :func:`proserve_workload`.
 
     References
     ----------
@@ -144,8 +147,11 @@ def horizon_window(
 
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    if max_output_tokens < 1:
-        raise ValueError(f"max_output_tokens must be >= 1, got {max_output_tokens}")
+    if max_output_tokens < 0:
+        raise ValueError(
+            f"max_output_tokens must be >= 1, or {KEEP_OUTPUTS} to keep the trace's outputs, "
+            f"got {max_output_tokens}"
+        )
     if load not in LOADS:
         raise ValueError(f"load must be one of {', '.join(LOADS)}, got {load!r}")
     model = resolve_proserve_timing(timing)
@@ -156,7 +162,9 @@ def horizon_window(
     start = int(rng.integers(0, len(wl) - n + 1))
     rows = np.arange(start, start + n)
     prompt = wl.prompt_tokens[rows]
-    output = np.minimum(wl.output_tokens[rows], max_output_tokens)
+    output = wl.output_tokens[rows]
+    if max_output_tokens != KEEP_OUTPUTS:
+        output = np.minimum(output, max_output_tokens)
     if rate is None:
         rate = LOADS[load] / float(alone_service_s(model, prompt, output).mean())
     if not rate > 0:
@@ -272,7 +280,12 @@ PROBLEM = register_problem(
                 choices=tuple(LOADS),
             ),
             Option("rate", float, None, "arrival rate of the window (req/s; overrides --load)"),
-            Option("max_output_tokens", int, 4, "output tokens kept per request"),
+            Option(
+                "max_output_tokens",
+                int,
+                4,
+                "output tokens kept per request (0: the trace's own output lengths)",
+            ),
             Option(
                 "max_iterations",
                 int,
@@ -282,8 +295,15 @@ PROBLEM = register_problem(
             Option("timing", str, "proserve-affine", "timing: proserve-affine or a preset"),
             Option("seed", int, 0, "seed of the cut, the SLO and the priority draws", minimum=0),
         ),
-        models=("tdg-horizon",),
+        models=("tdg-horizon", "tdg-horizon-bound"),
+        aliases={"bound": "tdg-horizon-bound:highs"},
         heuristics=(
+            Heuristic(
+                "lns",
+                "clairvoyant search over steerings of the online policies, each candidate "
+                "simulated (honours --time-limit)",
+                schedule="slolab.heuristics.tdg_search:lns_schedule",
+            ),
             Heuristic(
                 "slide-batching", _DESCRIPTIONS["slide-batching"], policy=online("slide-batching")
             ),

@@ -1,5 +1,7 @@
 """ProServe's exact models: tdg-batch (one iteration) and tdg-horizon (a window), on hand cases
-and seeded random batteries (MILP == CP-SAT == brute force; exact >= heuristics)."""
+and seeded random batteries (MILP == CP-SAT == brute force; exact >= heuristics); the
+tdg-horizon bound (time-bucketed LP): optimum <= bound <= ideal, strictly below on a loaded
+window."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from slolab.harness.compare import compare
 from slolab.heuristics.proserve import SlideBatching, SlideBatchingParams, one_iteration_schedule
 from slolab.instances.records import Cluster, Instance, Workload
 from slolab.models.proserve import TdgBatch, TdgHorizon, proserve_timing
+from slolab.models.tdg_bound import TdgHorizonBound
 from slolab.sim import check, metrics, replay
 from slolab.solvers import Status, build_model, solve
 from slolab.timing import LinearTiming
@@ -296,3 +299,50 @@ def test_proserve_timing_is_affine_without_attention():
     # a 1,000-token prefill alone: 4.346 ms + 19.07 ms = 23.41 ms
     assert t.time_of(prefill_tokens=1000, num_prefill_seqs=1) == pytest.approx(0.023415, rel=1e-3)
     assert np.all(coef >= 0)
+
+
+def test_bound_strictly_below_ideal_on_a_loaded_window():
+    """Two 10-token prompts at 0 with TTFT 25 ms: one first token fits; the LP bound is 7.5 < 9."""
+    inst = horizon_instance([0.0, 0.0], [10, 10], [1, 1], [0.025, 0.025], [0.01, 0.01], [1.0, 2.0])
+    # alone: 10 + 10 = 20 ms <= 25; together 10 + 20 = 30 ms > 25; one after the other: 20, 40 ms
+    # so the optimum is the priority-2 first token: 3 * 2 = 6 of an ideal 3 + 6 = 9
+    exact = solve(TdgHorizon(inst), solver="highs", time_limit=30)
+    assert exact.status == Status.OPTIMAL
+    assert exact.objective == pytest.approx(6.0)
+    bound = solve(TdgHorizonBound(inst), solver="highs", time_limit=30)
+    assert bound.status == Status.OPTIMAL
+    # capacity of [0, 25 ms]: 10 ms g_a + 10 ms g_b + 10 ms (one iteration) <= 25 ms, so the LP
+    # takes g_b = 1 and g_a = 0.5: 6 + 3 * 0.5 = 7.5
+    assert bound.bound == pytest.approx(7.5, abs=1e-4)
+    assert bound.details["ideal"] == pytest.approx(9.0)
+
+
+@st.composite
+def loaded_window(draw) -> Instance:
+    """Two or three requests, prompts of 1-12 tokens, outputs of 1-3 tokens, tight TTFTs."""
+    n = draw(st.integers(2, 3))
+    rows = [
+        {
+            "arrival": draw(st.sampled_from([0.0, 0.004, 0.012])),
+            "prompt": draw(st.integers(1, 12)),
+            "output": draw(st.integers(1, 3)),
+            "ttft": draw(st.sampled_from([0.012, 0.02, 0.03, 0.05])),
+            "tpot": draw(st.sampled_from([0.008, 0.012, 0.03])),
+            "priority": draw(st.sampled_from([1.0, 2.0])),
+        }
+        for _ in range(n)
+    ]
+    rows.sort(key=lambda r: r["arrival"])
+    return horizon_instance(*([r[k] for r in rows] for k in rows[0]))
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(loaded_window())
+def test_bound_battery_never_below_optimum_never_above_ideal(inst):
+    """Random small windows proved OPTIMAL by the MILP: optimum <= bound <= ideal."""
+    exact = solve(TdgHorizon(inst), solver="highs", time_limit=60)
+    assert exact.status == Status.OPTIMAL
+    bound = solve(TdgHorizonBound(inst), solver="highs", time_limit=30)
+    assert bound.status == Status.OPTIMAL
+    assert exact.objective <= bound.bound + 1e-9
+    assert bound.bound <= bound.details["ideal"] + 1e-9

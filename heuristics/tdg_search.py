@@ -1,0 +1,353 @@
+"""A clairvoyant improvement search for tdg-horizon windows, every candidate scored by the engine.
+
+:func:`steered_search` (method ``lns`` of ``tdg-horizon``) is a large-neighbourhood search over
+*steerings* of an online policy, not an exact re-solve: a steering gives each request a
+priority factor and a TTFT factor that only the policy sees (its ordering by density and by
+deadline changes); the engine then runs the policy on the true window, and the candidate's
+value is the TDG of that run under the true deadlines and weights. Start: the best of the
+online policies of ProServe's evaluation, unsteered. Each step frees a sub-window of a few
+consecutive requests (drawn around a request that lost gain), draws new factors for them,
+simulates, and keeps the steering when the TDG rises. The result is the incumbent's iteration
+log as a Schedule (the harness replays it; the checker verifies it).
+
+Because every candidate is a simulated run, the search can only return schedules the engine
+accepts, and its value is exactly the replay's. It is a heuristic with clairvoyance (it knows
+the window's arrivals), so it is a lower bound on the optimum, never a proof.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from slolab.instances.records import Instance
+    from slolab.sim.outcome import Outcome
+    from slolab.sim.schedule import Schedule
+
+logger = logging.getLogger("slolab")
+
+#: Policies tried as the starting point (steerable ones: they read priorities or deadlines);
+#: ``deadline-admission/N`` is :class:`DeadlineAdmission` with chunks of at most ``N`` tokens
+#: (0: whole prompts), ``deadline-lookahead/N`` the same with clairvoyant chunk sizes, the
+#: others are registered policies.
+START_POLICIES = (
+    "deadline-admission/1024",
+    "deadline-admission/2048",
+    "deadline-admission/512",
+    "deadline-admission/0",
+    "deadline-lookahead/1024",
+    "deadline-lookahead/2048",
+    "slide-batching",
+    "sarathi-priority",
+    "fairbatching",
+    "sarathi-fcfs",
+)
+#: Name of :class:`DeadlineAdmission` with clairvoyant chunk sizes (``lookahead=True``).
+LOOKAHEAD = "deadline-lookahead"
+#: Largest prefill chunk (tokens) :class:`DeadlineAdmission` gives a request that will miss its
+#: first token anyway (so that it never holds the server long).
+LATE_CHUNK_TOKENS = 512
+#: Smallest chunk the clairvoyant variant of :class:`DeadlineAdmission` cuts a prompt to.
+LOOKAHEAD_MIN_CHUNK = 64
+#: Factors a freed request may draw for its priority and for its TTFT (policy's view only).
+PRIORITY_FACTORS = (0.125, 0.5, 1.0, 2.0, 8.0)
+TTFT_FACTORS = (0.5, 1.0, 2.0, 8.0)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchReport:
+    """What :func:`steered_search` did: start policy and value, final value, steps, time."""
+
+    start_policy: str
+    start_tdg: float
+    tdg: float
+    steps: int
+    improvements: int
+    runtime_s: float
+    interrupted: bool
+
+
+class DeadlineAdmission:
+    """First tokens by deadline, with Moore-Hodgson admission (an online policy).
+
+    At every iteration: every decoding request decodes; the prompts in the queue that can still
+    make their first token's deadline are ordered by it, and, walking that order with each
+    prompt run whole in its own iteration, a prompt whose completion passes its deadline drops
+    the kept prompt of least first-token gain per second of work (weighted Moore-Hodgson). The
+    first kept prompt runs in this iteration, whole or in chunks of at most ``chunk_tokens``
+    (a shorter iteration lets a request that arrives meanwhile start sooner). With none kept, the earliest-arrived late
+    prompt gets a chunk of at most :data:`LATE_CHUNK_TOKENS` tokens (its decode tokens may still
+    earn). Times are estimated with the instance's affine timing model.
+
+    References
+    ----------
+    Moore, "An n job, one machine sequencing algorithm for minimizing the number of late jobs",
+    Management Science 15 (1968); ProServe Sec. 4.1 (the affine estimator).
+    """
+
+    name = "deadline-admission"
+
+    def __init__(self, chunk_tokens: int = 0, lookahead: bool = False) -> None:
+        if chunk_tokens < 0:
+            raise ValueError(f"chunk_tokens must be >= 0 (0: whole prompts), got {chunk_tokens}")
+        self.chunk_tokens = chunk_tokens
+        self.lookahead = lookahead
+
+    def start(self, instance: Instance, seed: int) -> None:
+        from slolab.models.proserve import _affine
+        from slolab.sim import metrics
+        from slolab.timing.base import (
+            F_DECODE_KV,
+            F_DECODE_TOKENS,
+            F_NUM_DECODE,
+            F_NUM_PREFILL,
+            F_PREFILL_TOKENS,
+        )
+
+        self.t_c, coef = _affine(instance.timing, self.name)
+        self.a_tok = float(coef[F_PREFILL_TOKENS])
+        self.a_seq = float(coef[F_NUM_PREFILL])
+        self.a_dec = float(coef[F_DECODE_TOKENS] + coef[F_NUM_DECODE])
+        self.a_kv = float(coef[F_DECODE_KV])
+        self.first_gain = metrics.tdg_request_weights(instance)[0]
+        wl = instance.workload
+        self.arrival_s = np.asarray(wl.arrival_s, dtype=float)
+        # the latest start of a prompt run alone that still makes its first deadline
+        ttft = np.nan_to_num(np.asarray(wl["ttft_slo_s"], dtype=float), nan=np.inf)
+        alone = self.t_c + self.a_seq + self.a_tok * wl.prompt_tokens
+        self.latest_start_s = self.arrival_s + ttft - alone
+
+    def _chunk_cap(self, now: float, step_s: float) -> int:
+        """Clairvoyant: the largest chunk whose iteration ends by the latest start of every
+        request arriving while it runs (at least :data:`LOOKAHEAD_MIN_CHUNK` tokens)."""
+        later = self.arrival_s > now
+        if not later.any():
+            return 0
+        room = float(self.latest_start_s[later].min()) - now - step_s
+        return max(LOOKAHEAD_MIN_CHUNK, int(room / self.a_tok)) if self.a_tok > 0 else 0
+
+    def next_batch(self, server: Any) -> Any:
+        from slolab.sim.policy import Batch
+
+        now = server.now
+        decode = list(server.decoding[: server.max_batch_size])
+        decode_s = sum(
+            self.a_dec + self.a_kv * (server.prompt(r) + server.generated(r)) for r in decode
+        )
+        step_s = self.t_c + decode_s + self.a_seq
+        pending = list(server.prefilling) + list(server.waiting)
+        feasible, late = [], []
+        for r in pending:
+            deadline = server.next_token_deadline(r)
+            if now + step_s + self.a_tok * server.remaining_prefill(r) <= deadline:
+                feasible.append((deadline, r))
+            else:
+                late.append(r)
+        feasible.sort()
+        kept: list[tuple[float, int]] = []
+        end = now
+        for deadline, r in feasible:
+            kept.append((deadline, r))
+            end += step_s + self.a_tok * server.remaining_prefill(r)
+            if end > deadline:
+                worst = min(
+                    kept,
+                    key=lambda k: (
+                        self.first_gain[k[1]]
+                        / (step_s + self.a_tok * server.remaining_prefill(k[1]))
+                    ),
+                )
+                kept.remove(worst)
+                end -= step_s + self.a_tok * server.remaining_prefill(worst[1])
+        slots = server.max_batch_size - len(decode)
+        prefill: list[tuple[int, int]] = []
+        if slots > 0 and kept:
+            r = kept[0][1]
+            c = server.remaining_prefill(r)
+            if self.chunk_tokens:
+                c = min(c, self.chunk_tokens)
+            if self.lookahead:
+                cap = self._chunk_cap(now, step_s)
+                c = min(c, cap) if cap else c
+            prefill = [(r, c)]
+        elif slots > 0 and late:
+            r = min(late, key=server.arrival)
+            c = min(server.remaining_prefill(r), LATE_CHUNK_TOKENS)
+            if self.lookahead:
+                cap = self._chunk_cap(now, step_s)
+                c = min(c, cap) if cap else c
+            prefill = [(r, c)]
+        if prefill:
+            r, c = prefill[0]
+            waiting = r in set(server.waiting)
+            need = (server.remaining_prefill(r) + 1) if waiting else c + 1
+            if need > server.kv_free_tokens:
+                prefill = []
+        if not prefill and not decode:
+            return Batch()
+        return Batch(prefill=prefill, decode=decode)
+
+
+def _make_policy(name: str, instance: Instance) -> Any:
+    base, _, chunk = name.partition("/")
+    if base in (DeadlineAdmission.name, LOOKAHEAD):
+        return DeadlineAdmission(int(chunk or 0), lookahead=base == LOOKAHEAD)
+    from slolab.heuristics.policies import make_policy
+
+    return make_policy(name, instance)
+
+
+def _steered(instance: Instance, priority: np.ndarray, ttft: np.ndarray) -> Instance:
+    wl = instance.workload
+    columns = {
+        "priority": np.asarray(wl["priority"], dtype=float) * priority,
+        "ttft_slo_s": np.asarray(wl["ttft_slo_s"], dtype=float) * ttft,
+    }
+    return dataclasses.replace(instance, workload=wl.with_columns(**columns))
+
+
+def _run(instance: Instance, policy: str, steer: Instance, seed: int) -> tuple[float, Outcome]:
+    from slolab.sim import metrics, run
+
+    out = run(steer, _make_policy(policy, steer), seed=seed, record_iterations=True)
+    return metrics.tdg(instance, out), out
+
+
+def _lost_gain(instance: Instance, outcome: Outcome) -> np.ndarray:
+    """Per request, the TDG weight of its tokens that missed their deadline."""
+    from slolab.sim import metrics
+
+    first, decode = metrics.tdg_request_weights(instance)
+    ideal = first + decode * (instance.workload.output_tokens - 1)
+    earned = np.zeros(len(ideal))
+    per_token = metrics.token_weights(instance)
+    on_time = metrics._on_time_tokens(instance, outcome)
+    owner = np.repeat(np.arange(len(ideal)), instance.workload.output_tokens)
+    np.add.at(earned, owner[on_time], per_token[on_time])
+    return ideal - earned
+
+
+def steered_search(
+    instance: Instance,
+    *,
+    seed: int,
+    time_limit: float = 60.0,
+    window: int = 4,
+    max_steps: int | None = None,
+    progress: bool = True,
+) -> tuple[Schedule, SearchReport]:
+    """Best steering of an online policy found within ``time_limit`` seconds.
+
+    Parameters
+    ----------
+    instance : Instance
+        A ``tdg-horizon`` window.
+    seed : int
+        Seed of the neighbourhood draws (same seed and steps, same result).
+    time_limit : float
+        Seconds; checked between simulations (the first start policy always runs), so the
+        search ends within one simulation of it. Ctrl-C stops it too, keeping the incumbent.
+    window : int
+        Requests freed per step.
+    max_steps : int, optional
+        Stop after this many steps (as well as at the time limit).
+    progress : bool
+        A progress bar on stderr (elapsed seconds, incumbent TDG).
+
+    Returns
+    -------
+    (Schedule, SearchReport)
+        The incumbent's run as a Schedule (replays to the same TDG) and what the search did.
+    """
+    from slolab.sim.schedule import Schedule
+    from tqdm.auto import tqdm
+
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    if not time_limit > 0:
+        raise ValueError(f"time_limit must be > 0 s, got {time_limit}")
+    start = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    n = instance.n_requests
+    ones = np.ones(n)
+    bar = tqdm(
+        total=float(time_limit),
+        desc="lns",
+        unit="s",
+        leave=False,
+        disable=None if progress else True,
+        bar_format="{desc}: {n:.0f} of {total:.0f} s {postfix}",
+    )
+    interrupted = False
+    best_policy, best_value, best_out = START_POLICIES[0], -np.inf, None
+    priority, ttft = ones.copy(), ones.copy()
+    steps = improvements = 0
+    start_value = -np.inf
+    try:
+        for policy in START_POLICIES:
+            if best_out is not None and time.perf_counter() - start >= time_limit:
+                break
+            value, out = _run(instance, policy, instance, seed)
+            if value > best_value + 1e-9:
+                best_policy, best_value, best_out = policy, value, out
+        start_value = best_value
+        bar.set_postfix_str(f"{best_policy}: TDG {best_value:.6g}")
+        assert best_out is not None
+        lost = _lost_gain(instance, best_out)
+        while (
+            time.perf_counter() - start < time_limit
+            and lost.sum() > 1e-9
+            and (max_steps is None or steps < max_steps)
+        ):
+            steps += 1
+            centre = int(rng.choice(n, p=lost / lost.sum()))
+            lo = int(np.clip(centre - rng.integers(0, window), 0, max(n - window, 0)))
+            freed = np.arange(lo, min(lo + window, n))
+            cand_p, cand_t = priority.copy(), ttft.copy()
+            cand_p[freed] = rng.choice(PRIORITY_FACTORS, size=len(freed))
+            cand_t[freed] = rng.choice(TTFT_FACTORS, size=len(freed))
+            value, out = _run(instance, best_policy, _steered(instance, cand_p, cand_t), seed)
+            if value > best_value + 1e-9:
+                improvements += 1
+                best_value, best_out, priority, ttft = value, out, cand_p, cand_t
+                lost = _lost_gain(instance, best_out)
+                bar.set_postfix_str(f"{best_policy} steered: TDG {best_value:.6g}")
+            bar.n = min(time.perf_counter() - start, time_limit)
+            bar.refresh()
+    except KeyboardInterrupt:
+        if best_out is None:
+            raise
+        interrupted = True
+        logger.warning("lns: interrupted; keeping the incumbent (TDG %.6g)", best_value)
+    finally:
+        bar.close()
+    assert best_out is not None
+    report = SearchReport(
+        start_policy=best_policy,
+        start_tdg=float(start_value),
+        tdg=float(best_value),
+        steps=steps,
+        improvements=improvements,
+        runtime_s=time.perf_counter() - start,
+        interrupted=interrupted,
+    )
+    logger.info(
+        "lns: %s from %.6g to %.6g in %d steps (%d improvements)",
+        best_policy,
+        start_value,
+        best_value,
+        steps,
+        improvements,
+    )
+    return Schedule.from_outcome(best_out), report
+
+
+def lns_schedule(instance: Instance, *, seed: int, time_limit: float = 60.0) -> Schedule:
+    """The ``lns`` method of tdg-horizon: :func:`steered_search`'s schedule."""
+    return steered_search(instance, seed=seed, time_limit=time_limit)[0]

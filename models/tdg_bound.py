@@ -1,0 +1,484 @@
+"""An upper bound on the optimal TDG of a ``tdg-horizon`` window that scales to real outputs.
+
+:class:`TdgHorizonBound` (model ``tdg-horizon-bound``) is a time-bucketed linear programme,
+aggregated per request and bucket, that relaxes the engine's semantics on one server: every
+iteration lasts its timing-model time, iterations do not overlap, a request's tokens come out
+in order, at most one per iteration, the first one when its (chunked) prompt completes. Its
+optimum is never below the best TDG any schedule reaches (proof in ``docs/proserve.md``, "A
+bound that scales"), and never above the ideal gain. It has no schedule: the harness labels it
+``bound``.
+
+Time is cut at boundaries ``0 = b_0 < b_1 < ... < b_B`` (every arrival, every earliest prompt
+completion, every first-token deadline, and a grid of spacing ``Delta``); bucket ``j`` is
+``(b_(j-1), b_j]`` of length ``L_j``. Per request ``r`` and bucket ``j`` of its active range
+(arrival to last deadline):
+
+- ``phi_rj`` in [0, 1]: the prompt is complete by ``b_j``;
+- ``K_rj``: tokens emitted by ``b_j`` (first token included);
+- ``G_rj``: decode tokens on time whose deadline is in a bucket ``<= j``;
+- ``Phi_rj``: work of ``r`` processed by ``b_j`` (seconds, iterations spread uniformly over
+  their duration: the *fluid* view);
+- ``T_rj = sum_(i<=j) L_i phi_ri``: time elapsed since the prompt completed (at most);
+
+and globally ``N_j``, the fluid number of iterations by ``b_j``. Constraints::
+
+    sum_r (Phi_rj - Phi_r(j-1)) + t_c (N_j - N_(j-1)) <= L_j           capacity
+    K_rj <= N_j                                 one token of r per iteration
+    phi_rj <= K_rj <= o_r phi_rj                the first token comes with the prompt
+    Phi_rj >= P_r phi_rj + W_r(K_rj - phi_rj)   work of the prompt and decodes (tangents of W)
+    t_min_r (K_rj - phi_rj) <= T_rj             a decode token per iteration of >= t_min_r
+    G_rj <= K_rj - phi_rj,  0 <= G_rj - G_r(j-1) <= D_rj - D_r(j-1)
+    g1_r <= phi_r,j1(r)                         first token by its deadline's boundary
+
+    max  sum_r w1_r g1_r + wd_r G_r,e(r)
+
+with ``P_r`` the prompt's work (``a_tok p_r + a_seq``), ``W_r(m)`` the work of ``m`` decode
+tokens (convex in ``m``), ``t_min_r`` the shortest iteration holding a decode token of ``r``,
+``D_rj`` the decode tokens of ``r`` whose deadline rounds up to a boundary ``<= b_j``.
+
+The LP is built with numpy and solved by HiGHS (highspy) directly: at 500 requests it has
+hundreds of thousands of columns, too many to write through PuLP. Two grids are solved in turn:
+a coarse one (the uniform grid alone, a quarter of the pairs) and the fine one; the bound is
+the smaller optimum (:meth:`TdgHorizonBound.solve_with`).
+
+References
+----------
+ProServe, Sec. 2 (TDG, Eq. 3) and Sec. 4.1 (the affine iteration time, Eq. 4-7). The capacity
+reasoning is the interval (energetic) relaxation of preemptive single-machine scheduling with
+release dates and deadlines.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from slolab.instances.records import Instance
+from slolab.models.proserve import (
+    ON_TIME_TOL_S,
+    HorizonData,
+    _affine,
+)
+from slolab.solvers.base import ExactModel, Result, Status
+from slolab.solvers.registry import register_model
+from slolab.timing.base import (
+    F_DECODE_KV,
+    F_DECODE_TOKENS,
+    F_NUM_DECODE,
+    F_NUM_PREFILL,
+    F_PREFILL_TOKENS,
+)
+
+__all__ = ["BOUND_MODEL", "BucketGrid", "TdgHorizonBound", "ideal_gain"]
+
+logger = logging.getLogger("slolab")
+
+#: Registry name of the bound.
+BOUND_MODEL = "tdg-horizon-bound"
+#: Grid spacings tried, finest first (s); the finest whose LP stays within the size budget wins.
+GRID_SPACINGS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
+#: Default budget of (request, bucket) pairs (about 5 columns and 12 rows each): the LP then
+#: solves in 5-60 s on one core.
+DEFAULT_MAX_PAIRS = 8_000
+#: Relative and absolute margin added to the LP optimum (covers HiGHS's feasibility tolerances).
+LP_MARGIN_REL = 1e-6
+LP_MARGIN_ABS = 1e-6
+#: The coarse LP (no event boundaries) gets 1/COARSE_SHARE of the pairs and of the time left.
+COARSE_SHARE = 4
+
+
+def ideal_gain(data: HorizonData) -> float:
+    """Every token on time: ``sum_r w1_r + wd_r (o_r - 1)``."""
+    return float((data.first_gain + data.decode_gain * (data.output - 1)).sum())
+
+
+@dataclass(frozen=True, slots=True)
+class BucketGrid:
+    """The time boundaries of the LP and each request's active range of buckets.
+
+    ``bounds[0] = 0``; bucket ``j`` (1-based) is ``(bounds[j-1], bounds[j]]``. ``first[r]`` and
+    ``last[r]`` are the first and last bucket of request ``r``'s range (``first`` holds its
+    arrival, ``last`` its last deadline); ``first_deadline_bucket[r]`` the bucket whose end is
+    the first boundary at or after the first token's deadline (plus the on-time tolerance).
+    """
+
+    bounds: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    first_deadline_bucket: np.ndarray
+    spacing_s: float
+
+    @property
+    def buckets(self) -> int:
+        return len(self.bounds) - 1
+
+    @property
+    def pairs(self) -> int:
+        return int((self.last - self.first + 1).sum())
+
+
+def _round_up(bounds: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Index ``j`` of the first boundary ``b_j >= t``."""
+    return np.searchsorted(bounds, t, side="left")
+
+
+class TdgHorizonBound(ExactModel):
+    """Time-bucketed LP upper bound on the optimal TDG of a tdg-horizon window (see the module
+    docstring and docs/proserve.md).
+
+    Parameters
+    ----------
+    instance : Instance
+        A ``tdg-horizon`` instance (any output lengths; memory assumed not to bind, as for the
+        exact model).
+    spacing_s : float, optional
+        Grid spacing (s). Default: the finest of :data:`GRID_SPACINGS_S` whose LP has at most
+        ``max_pairs`` (request, bucket) pairs.
+    max_pairs : int
+        Size budget used to pick the spacing.
+    """
+
+    sense = "max"
+    bound_only = True
+    #: HiGHS's LP method ("ipm": interior point with crossover, or "simplex").
+    lp_method = "ipm"
+
+    def __init__(
+        self, instance: Instance, spacing_s: float | None = None, max_pairs: int = DEFAULT_MAX_PAIRS
+    ) -> None:
+        super().__init__(instance)
+        self.data = HorizonData.of(instance, max_iterations=1)
+        self.t_c, coef = _affine(instance.timing, BOUND_MODEL)
+        if (coef < 0).any() or self.t_c < 0:
+            raise ValueError(
+                f"{BOUND_MODEL} needs non-negative timing coefficients (a longer batch never "
+                "runs faster)"
+            )
+        self.a_tok = float(coef[F_PREFILL_TOKENS])
+        self.a_seq = float(coef[F_NUM_PREFILL])
+        self.a_dec = float(coef[F_DECODE_TOKENS] + coef[F_NUM_DECODE])
+        self.a_kv = float(coef[F_DECODE_KV])
+        if spacing_s is not None and not spacing_s > 0:
+            raise ValueError(f"spacing_s must be > 0, got {spacing_s}")
+        if max_pairs < 1:
+            raise ValueError(f"max_pairs must be >= 1, got {max_pairs}")
+        self.grid = self._grid(spacing_s, max_pairs)
+        #: grids solved in turn, coarsest first (the last is :attr:`grid`)
+        self.grids = [self.grid]
+        if spacing_s is None and max_pairs >= 4:
+            coarse = self._grid(None, max_pairs // COARSE_SHARE, events=False)
+            if coarse.pairs < self.grid.pairs:
+                self.grids.insert(0, coarse)
+
+    # -- data of the relaxation -------------------------------------------------------------------
+    def prompt_work_s(self) -> np.ndarray:
+        """Least work of each prompt: its tokens and at least one chunk (s)."""
+        return self.a_tok * self.data.prompt + self.a_seq
+
+    def earliest_first_token_s(self) -> np.ndarray:
+        """Arrival plus the prompt run alone in one iteration: no schedule emits it sooner."""
+        return self.data.arrival_s + self.t_c + self.prompt_work_s()
+
+    def decode_work_s(self, m: np.ndarray | float, r: int) -> np.ndarray | float:
+        """``W_r(m)``: work of the first ``m`` decode tokens of ``r`` (token ``k`` reads
+        ``p_r + k - 1`` KV tokens): ``m (a_dec + a_kv p) + a_kv m (m + 1) / 2``."""
+        p = float(self.data.prompt[r])
+        return m * (self.a_dec + self.a_kv * p) + self.a_kv * m * (m + 1) / 2.0
+
+    def shortest_decode_iteration_s(self) -> np.ndarray:
+        """``t_min_r``: an iteration holding a decode token of ``r`` lasts at least this."""
+        return self.t_c + self.a_dec + self.a_kv * (self.data.prompt + 1)
+
+    def _deadlines_finite(self) -> np.ndarray:
+        return np.isfinite(self.data.first_deadline_s)
+
+    def last_deadline_s(self) -> np.ndarray:
+        d = self.data
+        return d.first_deadline_s + (d.output - 1) * d.tpot_s
+
+    def _grid(self, spacing_s: float | None, max_pairs: int, events: bool = True) -> BucketGrid:
+        """The finest grid within ``max_pairs``; ``events=False`` leaves out the arrivals,
+        earliest first tokens and first deadlines (a coarser relaxation, still valid: releases
+        round down and deadlines up to the grid)."""
+        d = self.data
+        finite = self._deadlines_finite()
+        if not finite.any():
+            end = float(d.arrival_s.max()) + 1.0
+        else:
+            end = float(self.last_deadline_s()[finite].max()) + 2 * ON_TIME_TOL_S
+        points = np.concatenate(
+            [
+                d.arrival_s,
+                self.earliest_first_token_s(),
+                d.first_deadline_s[finite] + ON_TIME_TOL_S,
+            ]
+        )
+        points = points[points < end] if events else np.zeros(0)
+        candidates = GRID_SPACINGS_S if spacing_s is None else (float(spacing_s),)
+        grid = None
+        for spacing in candidates:
+            steps = math.ceil(end / spacing)
+            uniform = np.arange(1, steps + 1) * spacing
+            bounds = np.unique(np.concatenate([[0.0], points, uniform]))
+            grid = self._ranges(bounds, spacing)
+            if grid.pairs <= max_pairs:
+                break
+        assert grid is not None
+        return grid
+
+    def _ranges(self, bounds: np.ndarray, spacing: float) -> BucketGrid:
+        d = self.data
+        # first bucket: the one holding the arrival (it starts there when arrivals are boundaries)
+        first = np.searchsorted(bounds, d.arrival_s, side="right")
+        first = np.minimum(first, len(bounds) - 1)
+        finite = self._deadlines_finite()
+        last_deadline = np.where(finite, self.last_deadline_s(), d.arrival_s)
+        last = np.maximum(_round_up(bounds, last_deadline + ON_TIME_TOL_S), first)
+        last = np.minimum(last, len(bounds) - 1)
+        j1 = _round_up(bounds, np.where(finite, d.first_deadline_s + ON_TIME_TOL_S, 0.0))
+        return BucketGrid(bounds, first.astype(np.int64), last.astype(np.int64), j1, spacing)
+
+    # -- the LP -----------------------------------------------------------------------------------
+    def build_lp(self, grid: BucketGrid | None = None) -> dict[str, Any]:
+        """The LP on ``grid`` (default :attr:`grid`) as arrays: costs, column bounds, a CSC
+        matrix and row bounds (maximize)."""
+        import scipy.sparse as sp
+
+        d = self.data
+        grid = self.grid if grid is None else grid
+        B = grid.buckets
+        lengths = np.diff(grid.bounds)
+        cols_cost: list[np.ndarray] = []
+        cols_lo: list[np.ndarray] = []
+        cols_hi: list[np.ndarray] = []
+        next_col = [0]
+
+        def add_cols(n: int, lo: Any, hi: Any, cost: Any = 0.0) -> np.ndarray:
+            idx = np.arange(next_col[0], next_col[0] + n)
+            next_col[0] += n
+            cols_lo.append(np.broadcast_to(np.asarray(lo, dtype=float), (n,)).copy())
+            cols_hi.append(np.broadcast_to(np.asarray(hi, dtype=float), (n,)).copy())
+            cols_cost.append(np.broadcast_to(np.asarray(cost, dtype=float), (n,)).copy())
+            return idx
+
+        rows_i: list[np.ndarray] = []
+        rows_j: list[np.ndarray] = []
+        rows_v: list[np.ndarray] = []
+        row_lo: list[np.ndarray] = []
+        row_hi: list[np.ndarray] = []
+        next_row = [0]
+
+        def add_rows(terms: list[tuple[np.ndarray, Any]], lo: Any, hi: Any) -> None:
+            """Rows ``lo <= sum_t coef_t x[cols_t] <= hi``, one per position of the arrays."""
+            n = len(terms[0][0])
+            if n == 0:
+                return
+            idx = np.arange(next_row[0], next_row[0] + n)
+            next_row[0] += n
+            for cols, coef in terms:
+                rows_i.append(idx)
+                rows_j.append(np.asarray(cols))
+                rows_v.append(np.broadcast_to(np.asarray(coef, dtype=float), (n,)).copy())
+            row_lo.append(np.broadcast_to(np.asarray(lo, dtype=float), (n,)).copy())
+            row_hi.append(np.broadcast_to(np.asarray(hi, dtype=float), (n,)).copy())
+
+        inf = np.inf
+        # N_j, j = 1..B: fluid iterations by b_j (cumulative)
+        N = add_cols(B, 0.0, inf)
+        add_rows([(N[1:], 1.0), (N[:-1], -1.0)], 0.0, inf)
+        capacity_terms: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (bucket, col, coef)
+        capacity_terms.append((np.arange(1, B + 1), N, np.full(B, self.t_c)))
+        capacity_terms.append((np.arange(2, B + 1), N[:-1], np.full(B - 1, -self.t_c)))
+
+        finite = self._deadlines_finite()
+        prompt_work = self.prompt_work_s()
+        earliest = self.earliest_first_token_s()
+        t_min = self.shortest_decode_iteration_s()
+        fixed_gain = 0.0
+        for r in range(d.n):
+            o = int(d.output[r])
+            if not finite[r]:
+                # no deadline: every token is on time whatever happens (counted in full)
+                fixed_gain += float(d.first_gain[r] + d.decode_gain[r] * (o - 1))
+                continue
+            j = np.arange(int(grid.first[r]), int(grid.last[r]) + 1)  # buckets, 1-based
+            n = len(j)
+            end = grid.bounds[j]
+            # decode tokens k = 2..o by deadline bucket
+            deadlines = d.first_deadline_s[r] + np.arange(1, o) * d.tpot_s[r] + ON_TIME_TOL_S
+            per_bucket = np.bincount(
+                np.clip(_round_up(grid.bounds, deadlines) - j[0], 0, n - 1), minlength=n
+            )
+            phi_hi = np.where(end >= earliest[r] - 1e-12, 1.0, 0.0)
+            phi = add_cols(n, 0.0, phi_hi)
+            K = add_cols(n, 0.0, float(o))
+            G = add_cols(n, 0.0, float(o - 1))
+            G_cost = np.zeros(n)
+            G_cost[-1] = float(d.decode_gain[r])
+            cols_cost[-1] += G_cost
+            Phi = add_cols(n, 0.0, inf)
+            T = add_cols(n, 0.0, inf)
+            # monotone phi and Phi
+            add_rows([(phi[1:], 1.0), (phi[:-1], -1.0)], 0.0, inf)
+            add_rows([(Phi[1:], 1.0), (Phi[:-1], -1.0)], 0.0, inf)
+            # capacity: increments of Phi
+            capacity_terms.append((j, Phi, np.ones(n)))
+            capacity_terms.append((j[1:], Phi[:-1], -np.ones(n - 1)))
+            # one token of r per iteration; none before the prompt
+            add_rows([(K, 1.0), (N[j - 1], -1.0)], -inf, 0.0)
+            add_rows([(K, 1.0), (phi, -float(o))], -inf, 0.0)
+            add_rows([(K, 1.0), (phi, -1.0)], 0.0, inf)
+            # work: Phi >= P phi + W(m0) + s (K - phi - m0), tangents at m0 = 0 and (o - 1) / 2
+            for m0 in sorted({0, (o - 1) // 2}):
+                w0 = float(self.decode_work_s(m0, r))
+                slope = float(self.decode_work_s(m0 + 1, r)) - w0
+                add_rows(
+                    [(Phi, 1.0), (phi, -(float(prompt_work[r]) - slope)), (K, -slope)],
+                    w0 - slope * m0,
+                    inf,
+                )
+            # T_j = T_(j-1) + L_j phi_j
+            add_rows([(T[:1], 1.0), (phi[:1], -lengths[j[0] - 1])], 0.0, 0.0)
+            add_rows([(T[1:], 1.0), (T[:-1], -1.0), (phi[1:], -lengths[j[1:] - 1])], 0.0, 0.0)
+            # decode tokens after the prompt, one per iteration of >= t_min
+            add_rows([(K, float(t_min[r])), (phi, -float(t_min[r])), (T, -1.0)], -inf, 0.0)
+            # on-time decode tokens
+            add_rows([(G, 1.0), (K, -1.0), (phi, 1.0)], -inf, 0.0)
+            add_rows([(G[:1], 1.0)], -inf, float(per_bucket[0]))
+            if n > 1:
+                add_rows([(G[1:], 1.0), (G[:-1], -1.0)], 0.0, per_bucket[1:].astype(float))
+            # first token
+            g1 = add_cols(1, 0.0, 1.0, float(d.first_gain[r]))
+            j1 = int(grid.first_deadline_bucket[r])
+            if j1 < j[0]:
+                cols_hi[-1][:] = 0.0
+            else:
+                add_rows([(g1, 1.0), (phi[[min(j1, j[-1]) - j[0]]], -1.0)], -inf, 0.0)
+
+        cap_rows = np.concatenate([t[0] for t in capacity_terms]) - 1 + next_row[0]
+        rows_i.append(cap_rows)
+        rows_j.append(np.concatenate([t[1] for t in capacity_terms]))
+        rows_v.append(np.concatenate([t[2] for t in capacity_terms]))
+        row_lo.append(np.full(B, -inf))
+        row_hi.append(lengths.copy())
+        next_row[0] += B
+
+        ncol, nrow = next_col[0], next_row[0]
+        matrix = sp.csc_matrix(
+            (np.concatenate(rows_v), (np.concatenate(rows_i), np.concatenate(rows_j))),
+            shape=(nrow, ncol),
+        )
+        return {
+            "cost": np.concatenate(cols_cost),
+            "col_lo": np.concatenate(cols_lo),
+            "col_hi": np.concatenate(cols_hi),
+            "matrix": matrix,
+            "row_lo": np.concatenate(row_lo),
+            "row_hi": np.concatenate(row_hi),
+            "fixed_gain": fixed_gain,
+        }
+
+    def supports(self) -> frozenset[str]:
+        """HiGHS only: the LP goes to highspy directly (see the module docstring)."""
+        return frozenset({"milp"})
+
+    def solve_with(self, backend: Any, time_limit: float, **params: Any) -> Result | None:
+        """Solve the LPs of :attr:`grids` with HiGHS, coarsest first; the bound is the least
+        optimum found plus a margin, at most the ideal.
+
+        The coarse LP gets a quarter of the time limit, the fine one the rest. Status:
+        OPTIMAL when the finest LP is solved, FEASIBLE when only a coarser one is (its bound
+        holds), TIME_LIMIT with the ideal gain (the trivial bound) when none is.
+        """
+        if backend.name != "highs":
+            raise ValueError(f"{BOUND_MODEL} is solved by HiGHS's LP only, not {backend.name!r}")
+        start = time.perf_counter()
+        ideal = ideal_gain(self.data)
+        bound, status = ideal, Status.TIME_LIMIT
+        levels: list[dict[str, Any]] = []
+        for i, grid in enumerate(self.grids):
+            left = time_limit - (time.perf_counter() - start)
+            share = left / COARSE_SHARE if i + 1 < len(self.grids) else left
+            if share <= 0:
+                break
+            value, level = self._solve_lp(grid, backend, share)
+            levels.append(level)
+            if value is not None:
+                bound = min(bound, value + LP_MARGIN_REL * abs(value) + LP_MARGIN_ABS)
+                status = Status.OPTIMAL if grid is self.grid else Status.FEASIBLE
+        finest = levels[-1] if levels else {}
+        return Result(
+            status=status,
+            objective=bound,
+            bound=bound,
+            runtime_s=time.perf_counter() - start,
+            backend="highs",
+            model=BOUND_MODEL,
+            sense="max",
+            details={
+                "ideal": ideal,
+                "buckets": self.grid.buckets,
+                "pairs": self.grid.pairs,
+                "spacing_s": self.grid.spacing_s,
+                "columns": finest.get("columns"),
+                "rows": finest.get("rows"),
+                "levels": levels,
+            },
+        )
+
+    def _solve_lp(
+        self, grid: BucketGrid, backend: Any, time_limit: float
+    ) -> tuple[float | None, dict[str, Any]]:
+        """The LP optimum on ``grid`` (None when HiGHS stops at the time limit) and a summary."""
+        import highspy
+        from slolab.solvers.highs import run_highs
+
+        start = time.perf_counter()
+        lp = self.build_lp(grid)
+        built = time.perf_counter() - start
+        matrix = lp["matrix"]
+        model = highspy.HighsLp()
+        model.num_col_ = int(matrix.shape[1])
+        model.num_row_ = int(matrix.shape[0])
+        model.col_cost_ = lp["cost"]
+        model.col_lower_ = lp["col_lo"]
+        model.col_upper_ = lp["col_hi"]
+        model.row_lower_ = lp["row_lo"]
+        model.row_upper_ = lp["row_hi"]
+        model.sense_ = highspy.ObjSense.kMaximize
+        model.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        model.a_matrix_.start_ = matrix.indptr
+        model.a_matrix_.index_ = matrix.indices
+        model.a_matrix_.value_ = matrix.data
+        highs = highspy.Highs()
+        highs.setOptionValue("output_flag", bool(backend.log))
+        highs.setOptionValue("time_limit", float(max(time_limit - built, 1e-3)))
+        highs.setOptionValue("threads", int(backend.threads))
+        highs.setOptionValue("random_seed", int(backend.seed))
+        highs.setOptionValue("solver", self.lp_method)
+        highs.passModel(model)
+        run_highs(highs)
+        code = highs.getModelStatus()
+        value = None
+        if code == highspy.HighsModelStatus.kOptimal:
+            value = float(highs.getInfo().objective_function_value) + lp["fixed_gain"]
+        elif code != highspy.HighsModelStatus.kTimeLimit:
+            raise RuntimeError(
+                f"{BOUND_MODEL}: HiGHS ended the LP with {highs.modelStatusToString(code)}"
+            )
+        return value, {
+            "spacing_s": grid.spacing_s,
+            "pairs": grid.pairs,
+            "columns": int(matrix.shape[1]),
+            "rows": int(matrix.shape[0]),
+            "status": highs.modelStatusToString(code),
+            "value": value,
+            "runtime_s": time.perf_counter() - start,
+        }
+
+
+register_model(BOUND_MODEL)(TdgHorizonBound)

@@ -1,0 +1,129 @@
+"""The tdg-horizon search (method ``lns``) and windows with the trace's own output lengths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from slolab.harness.compare import compare
+from slolab.heuristics import tdg_search
+from slolab.instances import read_trace, resolve_trace
+from slolab.problems.tdg_horizon import horizon_window
+from slolab.sim import check, metrics, replay
+
+
+@pytest.fixture(scope="module")
+def code_window():
+    """Ten consecutive Azure code requests at high load, with their real output lengths."""
+    return horizon_window("azure_code_2023", n=10, seed=0, load="high", max_output_tokens=0)
+
+
+def test_zero_max_output_tokens_keeps_the_trace_outputs(code_window):
+    """--max-output-tokens 0 keeps every request's output length as the trace gives it."""
+    wl = read_trace(resolve_trace("azure_code_2023"))
+    rows = code_window.workload.source.split("rows ")[1].split("..")
+    start, end = int(rows[0]), int(rows[1])
+    assert np.array_equal(code_window.workload.output_tokens, wl.output_tokens[start : end + 1])
+    # the default cut keeps at most 4 tokens
+    cut = horizon_window("azure_code_2023", n=10, seed=0, load="high")
+    assert cut.workload.output_tokens.max() == 4
+
+
+def test_negative_max_output_tokens_is_refused():
+    """A negative cut names the field and the meaning of 0."""
+    with pytest.raises(ValueError, match="max_output_tokens must be >= 1, or 0"):
+        horizon_window("azure_code_2023", n=3, seed=0, max_output_tokens=-1)
+
+
+def test_lns_at_least_the_best_policy_replayed_and_checker_clean(code_window):
+    """lns starts from the best online policy, so it is never worse; its schedule replays to
+    the value it reports and passes the checker."""
+    schedule, report = tdg_search.steered_search(
+        code_window, seed=0, time_limit=3.0, progress=False
+    )
+    out = replay(code_window, schedule)
+    assert metrics.tdg(code_window, out) == pytest.approx(report.tdg, rel=1e-12)
+    assert check(code_window, out) == []
+    assert report.tdg >= report.start_tdg
+    starts = {
+        p: tdg_search._run(code_window, p, code_window, 0)[0] for p in tdg_search.START_POLICIES
+    }
+    assert report.start_tdg == pytest.approx(max(starts.values()), rel=1e-12)
+    # the registered online policies score their own runs as the harness's rows do
+    frame = compare(code_window, ["slide-batching", "sarathi-fcfs"], time_limit=5)
+    rows = frame.set_index("method")["objective"]
+    assert rows["slide-batching"] == pytest.approx(starts["slide-batching"], rel=1e-12)
+    assert rows["sarathi-fcfs"] == pytest.approx(starts["sarathi-fcfs"], rel=1e-12)
+    # one step is one simulation of ten requests (well under a second): the limit holds
+    assert report.runtime_s < 3.0 + 2.0
+
+
+def test_lns_same_seed_same_result(code_window):
+    """Two searches with the same seed and 6 steps end at the same value and schedule."""
+    runs = [
+        tdg_search.steered_search(code_window, seed=3, time_limit=60, max_steps=6, progress=False)
+        for _ in range(2)
+    ]
+    assert runs[0][1].steps == runs[1][1].steps == 6
+    assert runs[0][1].tdg == runs[1][1].tdg
+    assert runs[0][0] == runs[1][0]
+
+
+def test_lns_keeps_the_incumbent_on_ctrl_c(code_window, monkeypatch):
+    """Ctrl-C during the search returns the incumbent (the best start policy), flagged."""
+    calls = {"n": 0}
+    real = tdg_search._run
+
+    def interrupted_after_start(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > len(tdg_search.START_POLICIES):
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tdg_search, "_run", interrupted_after_start)
+    schedule, report = tdg_search.steered_search(
+        code_window, seed=0, time_limit=30.0, progress=False
+    )
+    assert report.interrupted
+    assert report.tdg == report.start_tdg
+    assert metrics.tdg(code_window, replay(code_window, schedule)) == pytest.approx(report.tdg)
+
+
+def test_lns_and_bound_methods_give_an_interval(code_window):
+    """compare with bound and lns: the interval [lns, bound] holds every policy's TDG."""
+    frame = compare(code_window, ["bound", "lns", "slide-batching"], time_limit=3)
+    rows = frame.set_index("method")
+    assert rows.loc["bound", "kind"] == "bound"
+    assert rows.loc["lns", "kind"] == "heuristic"
+    assert rows.loc["lns", "violations"] == 0
+    assert rows.loc["slide-batching", "objective"] <= rows.loc["lns", "objective"] + 1e-9
+    assert rows.loc["lns", "objective"] <= rows.loc["bound", "bound"] + 1e-9
+    assert frame["optimum_hi"].iloc[0] == pytest.approx(rows.loc["bound", "bound"])
+
+
+def test_deadline_admission_hand_case():
+    """Moore-Hodgson keeps the priority-2 short prompt and the long one, drops the other: 9."""
+    from slolab.instances.records import Cluster, Instance, Workload
+    from slolab.sim import run
+    from slolab.timing import LinearTiming
+
+    wl = Workload(
+        {
+            "arrival_s": [0.0, 0.0, 0.0],
+            "prompt_tokens": [30, 10, 10],
+            "output_tokens": [1, 1, 1],
+            "ttft_slo_s": [0.2, 0.025, 0.025],
+            "tpot_slo_s": [0.01, 0.01, 0.01],
+            "priority": [1.0, 2.0, 1.0],
+        }
+    )
+    timing = LinearTiming(0.01, {"prefill_tokens": 1e-3}, name="round")
+    settings = {"w_prefill": 3.0, "w_decode": 1.0}
+    inst = Instance(
+        "w", wl, Cluster(servers=1, kv_capacity_tokens=1000), timing, "tdg-horizon", settings
+    )
+    out = run(inst, tdg_search.DeadlineAdmission(), seed=0)
+    # deadline order r1, r2 (25 ms), r0 (200 ms); r1 alone ends at 10 + 10 = 20 ms, r2 after it at
+    # 40 ms > 25: drop the kept prompt of least gain per second (r2: 3 / 20 ms < r1: 6 / 20 ms);
+    # r0 then ends at 20 + 10 + 30 = 60 ms <= 200; r2 runs last (80 ms, late): 6 + 3 = 9
+    assert metrics.tdg(inst, out) == pytest.approx(9.0)
+    assert check(inst, out) == []
