@@ -35,6 +35,32 @@ def _json_float(value: float) -> float | None:
 
 
 @dataclass(frozen=True, slots=True)
+class ProbeVerdict:
+    """What a probe that may stop early returns to :func:`capacity`.
+
+    Attributes
+    ----------
+    attainment : float
+        The run's attainment in [0, 1]; when ``early``, the bound the stopped run proved: a
+        lower bound (at or above the target) when it met the target, an upper bound (below
+        it) when it missed.
+    early : bool
+        The run stopped as soon as its verdict was certain
+        (:class:`slolab.sim.verdict.AttainmentWatch`).
+    wall_s : float
+        Wall time of the probe (s); NaN when not measured.
+    """
+
+    attainment: float
+    early: bool = False
+    wall_s: float = math.nan
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.attainment <= 1.0:
+            raise ValueError(f"attainment must be in [0, 1], got {self.attainment!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class CapacityResult:
     """What :func:`capacity` found.
 
@@ -65,6 +91,11 @@ class CapacityResult:
         Requested relative bracket width.
     stop_reason : str
         One of :data:`STOP_REASONS`.
+    early : tuple of bool
+        Per probe, whether it stopped as soon as its verdict was certain (its attainment is
+        then the bound it proved, :class:`ProbeVerdict`); empty when no probe could stop early.
+    probe_wall_s : tuple of float
+        Per probe, its wall time (s) when measured; empty otherwise.
     """
 
     capacity: float
@@ -77,9 +108,17 @@ class CapacityResult:
     capped_low: bool
     rel_tol: float
     stop_reason: str
+    early: tuple[bool, ...] = ()
+    probe_wall_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         _check_target(self.target)
+        for name in ("early", "probe_wall_s"):
+            if len(getattr(self, name)) not in (0, self.n_probes):
+                raise ValueError(
+                    f"{name} must have one entry per probe ({self.n_probes}) or none, "
+                    f"got {len(getattr(self, name))}"
+                )
         lo, hi = self.bracket
         if not 0.0 <= lo <= hi:
             raise ValueError(f"bracket must satisfy 0 <= lo <= hi, got {self.bracket}")
@@ -93,6 +132,11 @@ class CapacityResult:
             raise ValueError("capped_high and capped_low cannot both be true")
         if self.stop_reason not in STOP_REASONS:
             raise ValueError(f"stop_reason must be one of {STOP_REASONS}, got {self.stop_reason!r}")
+
+    @property
+    def n_early(self) -> int:
+        """Probes that stopped as soon as their verdict was certain."""
+        return sum(self.early)
 
     @property
     def converged(self) -> bool:
@@ -117,6 +161,7 @@ class CapacityResult:
             "rel_tol": self.rel_tol,
             "stop_reason": self.stop_reason,
             "probes": json.dumps([list(probe) for probe in self.probes]),
+            "n_early": self.n_early,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,6 +177,8 @@ class CapacityResult:
             "capped_low": self.capped_low,
             "rel_tol": self.rel_tol,
             "stop_reason": self.stop_reason,
+            "early": list(self.early),
+            "probe_wall_s": list(self.probe_wall_s),
         }
 
     @classmethod
@@ -149,6 +196,8 @@ class CapacityResult:
             capped_low=bool(data["capped_low"]),
             rel_tol=float(data["rel_tol"]),
             stop_reason=str(data["stop_reason"]),
+            early=tuple(bool(e) for e in data.get("early", ())),
+            probe_wall_s=tuple(float(w) for w in data.get("probe_wall_s", ())),
         )
 
 
@@ -157,18 +206,31 @@ def _check_target(target: float) -> None:
         raise ValueError(f"target must be an attainment in (0, 1], got {target!r}")
 
 
-def _is_monotone(probes: list[tuple[float, float]], tolerance: float) -> bool:
-    """No probe at a higher rate has attainment above a lower rate's by more than tolerance."""
-    lowest_so_far = math.inf
-    for _, attainment in sorted(probes, key=lambda probe: probe[0]):
-        if attainment > lowest_so_far + tolerance:
+def _is_monotone(
+    probes: list[tuple[float, float]],
+    tolerance: float,
+    intervals: list[tuple[float, float]] | None = None,
+) -> bool:
+    """No probe at a higher rate has attainment above a lower rate's by more than tolerance.
+
+    ``intervals``: per probe, the ``(low, high)`` its attainment is known to lie in (a probe
+    stopped early knows a bound only); a rise is counted only when certain, a higher rate's
+    ``low`` above a lower rate's ``high``.
+    """
+    if intervals is None:
+        intervals = [(attainment, attainment) for _, attainment in probes]
+    lowest_high = math.inf
+    order = sorted(range(len(probes)), key=lambda i: probes[i][0])
+    for i in order:
+        low, high = intervals[i]
+        if low > lowest_high + tolerance:
             return False
-        lowest_so_far = min(lowest_so_far, attainment)
+        lowest_high = min(lowest_high, high)
     return True
 
 
 def capacity(
-    probe: Callable[[float], float],
+    probe: Callable[[float], float | ProbeVerdict],
     *,
     target: float = 0.9,
     start_rate: float = 1.0,
@@ -206,7 +268,8 @@ def capacity(
     ----------
     probe : callable
         ``probe(rate) -> attainment`` in [0, 1]; typically a full simulation of the workload
-        rescaled to ``rate``.
+        rescaled to ``rate``. It may return a :class:`ProbeVerdict` instead: a run stopped as
+        soon as its verdict was certain gives a bound, on the right side of ``target``.
     target : float, default 0.9
         Attainment to keep, in (0, 1].
     start_rate : float, default 1.0
@@ -250,31 +313,43 @@ def capacity(
         raise ValueError(f"monotone_tol must be >= 0, got {monotone_tol!r}")
 
     probes: list[tuple[float, float]] = []
+    early: list[bool] = []
+    walls: list[float] = []
     lo, hi = 0.0, math.inf
     bar = tqdm(desc="capacity probes", unit="probe", disable=None if progress else True)
 
     def meets(rate: float) -> bool:
-        attainment = float(probe(rate))
+        answer = probe(rate)
+        attainment = float(answer.attainment if isinstance(answer, ProbeVerdict) else answer)
         if not 0.0 <= attainment <= 1.0:
             raise ValueError(f"probe({rate}) returned attainment {attainment!r}, not in [0, 1]")
+        verdict = answer if isinstance(answer, ProbeVerdict) else ProbeVerdict(attainment)
         probes.append((rate, attainment))
+        early.append(verdict.early)
+        walls.append(verdict.wall_s)
         logger.debug("capacity probe %d: rate %g -> attainment %g", len(probes), rate, attainment)
         bar.update(1)
         bar.set_postfix(rate=f"{rate:.4g}", attainment=f"{attainment:.3f}")
         return attainment >= target
 
     def result(stop_reason: str) -> CapacityResult:
+        intervals = [
+            ((a, 1.0) if a >= target else (0.0, a)) if stopped else (a, a)
+            for (_, a), stopped in zip(probes, early, strict=True)
+        ]
         found = CapacityResult(
             capacity=lo,
             target=target,
             bracket=(lo, hi),
             probes=tuple(probes),
             n_probes=len(probes),
-            monotone=_is_monotone(probes, monotone_tol),
+            monotone=_is_monotone(probes, monotone_tol, intervals),
             capped_high=stop_reason == "max_rate",
             capped_low=stop_reason == "min_rate",
             rel_tol=rel_tol,
             stop_reason=stop_reason,
+            early=tuple(early),
+            probe_wall_s=tuple(walls) if not all(math.isnan(w) for w in walls) else (),
         )
         logger.info(
             "capacity %g (bracket %s, %d probes, stop: %s)",

@@ -11,9 +11,10 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-from slolab.harness.capacity import CapacityResult, capacity
+from slolab.harness.capacity import CapacityResult, ProbeVerdict, capacity
 from slolab.heuristics.policies import Scheduler
 from slolab.instances.records import Instance
 
@@ -239,12 +240,23 @@ class ServingSetup:
         return ran, dataclasses.replace(sched, scaler=scaler, instance=ran)
 
     def simulate(
-        self, rate: float | None = None, *, progress: bool = False
+        self,
+        rate: float | None = None,
+        *,
+        progress: bool = False,
+        stop: Callable[[Instance], Callable[[Any], bool]] | None = None,
     ) -> tuple[Instance, Any, Scheduler]:
         """The instance run at ``rate``, its Outcome under this set-up's scheduler, and the
-        scheduler (its router may report on its own decisions)."""
+        scheduler (its router may report on its own decisions). ``stop(instance)`` gives the
+        run's stopping rule (``stop`` of :func:`slolab.sim.run`), if any."""
         instance, sched = self.prepare(self.instance(rate))
-        outcome = sched.run(instance, seed=self.seed, record_iterations=False, progress=progress)
+        outcome = sched.run(
+            instance,
+            seed=self.seed,
+            record_iterations=False,
+            progress=progress,
+            stop=None if stop is None else stop(instance),
+        )
         return instance, outcome, sched
 
 
@@ -294,13 +306,17 @@ def capacity_search(
     rel_tol: float = 0.02,
     max_probes: int = 30,
     progress: bool = False,
+    early: bool = True,
 ) -> tuple[CapacityResult, float]:
     """Largest arrival rate at which ``setup`` meets ``target`` attainment (``slolab capacity``).
 
     Each probe simulates the trace at the probed rate: its own arrivals time-scaled, or with
     ``setup.arrivals`` a drawn process at that rate. ``rate`` is the reference rate of a drawn
     process (required with ``arrivals``; not allowed without, where the reference is the
-    trace's own mean rate); ``start_rate`` (default: the reference) is the first probe.
+    trace's own mean rate); ``start_rate`` (default: the reference) is the first probe. With
+    ``early`` a probe stops as soon as its verdict is certain
+    (:class:`slolab.sim.verdict.AttainmentWatch`): the same verdicts, hence the same search,
+    with the stopped probes' attainments recorded as the bounds they proved.
 
     Returns
     -------
@@ -309,6 +325,7 @@ def capacity_search(
     """
     from slolab.instances import mean_rate
     from slolab.sim import metrics
+    from slolab.sim.verdict import AttainmentWatch
 
     if setup.arrivals is None:
         if rate is not None:
@@ -323,9 +340,22 @@ def capacity_search(
         reference = rate
     show_runs = progress and sys.stderr.isatty()
 
-    def probe(probe_rate: float) -> float:
-        instance, outcome, _ = setup.simulate(probe_rate, progress=show_runs)
-        return metrics.attainment(instance, outcome, definition)
+    def probe(probe_rate: float) -> ProbeVerdict:
+        start = time.perf_counter()
+        watches: list[AttainmentWatch] = []
+
+        def watch(instance: Instance) -> AttainmentWatch:
+            watches.append(AttainmentWatch(instance, definition, target))
+            return watches[-1]
+
+        instance, outcome, _ = setup.simulate(
+            probe_rate, progress=show_runs, stop=watch if early else None
+        )
+        wall = time.perf_counter() - start
+        bound = watches[0].bound if watches else None
+        if bound is not None:
+            return ProbeVerdict(bound, early=True, wall_s=wall)
+        return ProbeVerdict(metrics.attainment(instance, outcome, definition), wall_s=wall)
 
     found = capacity(
         probe,

@@ -44,6 +44,7 @@ import heapq
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -604,6 +605,7 @@ class Engine:
         self.preempt_log: list[tuple[int, int, float]] = []
         self.max_end = 0.0
         self.iterations = 0
+        self.stopped = False
 
     # -- KV accounting -------------------------------------------------------------------
     def kv_held(self, r: int) -> int:
@@ -658,7 +660,25 @@ class Engine:
         w.extendable = False
 
     # -- main loop -------------------------------------------------------------------------
-    def run(self, progress: bool = False) -> None:
+    def unemitted_floor_s(self) -> float:
+        """A time no output token still to come is emitted before: now, or the start of a
+        fast-forwarded decode window or a static batch in progress (their tokens are written
+        when they commit, with times after their start)."""
+        floor = self.now
+        for srv in self.live:
+            w = srv.window
+            if w is not None:
+                floor = min(floor, float(w.starts[0]))
+            elif srv.pending is not None and srv.pending.static_ids:
+                floor = min(floor, srv.pending.start)
+        return floor
+
+    def run(
+        self,
+        progress: bool = False,
+        stop: Callable[[Engine], bool] | None = None,
+        stop_every: int = 1_000,
+    ) -> None:
         n = self.n
         arrival = self.arrival
         heap = self._heap
@@ -671,7 +691,16 @@ class Engine:
 
             bar = tqdm(total=n, desc="simulate", unit="req", leave=False, mininterval=0.5)
         tick = max(n // 200, 1)
+        events = 0
+        self.stopped = False
         while True:
+            if stop is not None:
+                events += 1
+                if events >= stop_every:
+                    events = 0
+                    if stop(self):
+                        self.stopped = True
+                        break
             t_arr = float(arrival[i]) if i < n else inf
             t_tr = self._transfers[0][0] if self._transfers else inf
             t_ev = heap[0][0] if heap else inf
@@ -1061,7 +1090,7 @@ class Engine:
         for srv in self.live:
             srv.off_s = max(self.max_end, srv.on_s)
         left = len(self.central[0]) + len(self.central[1])
-        if left:
+        if left and not self.stopped:
             log.warning(
                 "%d request(s) held in a central queue never reached a server (first: "
                 "request %d); they are unfinished",
@@ -1673,7 +1702,7 @@ class Engine:
             end_s=self.max_end,
             wall_s=wall_s,
             recorded_iterations=self.record,
-            info={"iterations": self.iterations},
+            info={"iterations": self.iterations, "stopped_early": self.stopped},
             rejected_kv=self.rejected_kv,
             rejected_s=self.rejected_at,
             forward_request=np.array([f[0] for f in self.forward_log], dtype=np.int64),
@@ -1753,6 +1782,7 @@ def run(
     progress: bool = False,
     scaler: Scaler | None = None,
     plan: ScalePlan | None = None,
+    stop: Callable[[Engine], bool] | None = None,
 ) -> Outcome:
     """Simulate ``instance`` under ``policy`` (and ``router``) and return the Outcome.
 
@@ -1783,6 +1813,11 @@ def run(
     plan : ScalePlan, optional
         Scaling actions at given times (for example a plan an exact model decided, or
         ``ScalePlan.from_outcome`` of an earlier run).
+    stop : callable, optional
+        ``stop(engine) -> bool``, asked every ``stop.every`` events (1,000 if it has no such
+        attribute): True ends the run there, leaving the requests not yet finished unfinished
+        (``outcome.info["stopped_early"]``). :class:`slolab.sim.verdict.AttainmentWatch` stops a
+        run whose attainment verdict is already certain.
     """
     if not isinstance(seed, int | np.integer):
         raise TypeError(f"seed must be an int, got {seed!r}")
@@ -1794,7 +1829,7 @@ def run(
     engine = Engine(
         instance, policy, router, decode_router, int(seed), record_iterations, scaler, plan
     )
-    engine.run(progress=progress)
+    engine.run(progress=progress, stop=stop, stop_every=int(getattr(stop, "every", 1_000)))
     wall = time.perf_counter() - t0
     out = engine.outcome(wall)
     log.debug("simulated %d requests in %.3f s (%d iterations)", engine.n, wall, out.n_iterations)
