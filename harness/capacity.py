@@ -240,6 +240,7 @@ def capacity(
     max_probes: int = 30,
     monotone_tol: float = 0.0,
     progress: bool = True,
+    floor_first: bool = False,
 ) -> CapacityResult:
     """Largest rate whose attainment meets ``target``, by bracketing and bisection.
 
@@ -284,6 +285,11 @@ def capacity(
         Attainment rise with rate tolerated (noise) before ``monotone`` is set False.
     progress : bool, default True
         Show a tqdm progress bar (on a terminal only; ``False`` silences it).
+    floor_first : bool, default False
+        When ``start_rate`` misses, probe ``min_rate`` next: if it misses too, stop there
+        (``capped_low`` after 2 probes instead of ``log2(start_rate / min_rate) + 1``); if it
+        meets, halve from ``start_rate`` as without it (one probe more). The capacity found is
+        the same either way.
 
     Returns
     -------
@@ -376,6 +382,12 @@ def capacity(
                 lo = rate
         else:
             hi = rate
+            if floor_first and min_rate < rate:
+                # one probe at the floor settles a target no rate can meet
+                if not meets(min_rate):
+                    hi = min_rate
+                    return result("min_rate")
+                lo = min_rate
             while True:
                 if rate <= min_rate:
                     return result("min_rate")

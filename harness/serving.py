@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from slolab.harness.capacity import CapacityResult, ProbeVerdict, capacity
 from slolab.heuristics.policies import Scheduler
 from slolab.instances.records import Instance
@@ -364,5 +365,76 @@ def capacity_search(
         rel_tol=rel_tol,
         max_probes=max_probes,
         progress=progress,
+        floor_first=True,
     )
     return found, reference
+
+
+def missed_at(setup: ServingSetup, rate: float, definition: str = "deadline") -> str:
+    """Which requests miss their SLO at ``rate`` req/s and which part of it, in one phrase.
+
+    Run at a capacity search's lowest rate, where requests arrive far apart and are served
+    nearly alone, it says why no rate meets the target: for example ``"412 of 1000 requests
+    miss: 398 their TTFT (prompts 8,190 to 135,000 tokens, median 20,400), 14 a later token's
+    deadline"``.
+    """
+    from slolab.sim import metrics
+
+    instance, outcome, _ = setup.simulate(rate)
+    table = metrics.request_table(instance, outcome)
+    wl = instance.workload
+    missed = ~table[f"met_{definition}"].to_numpy()
+    if definition == "e2e":
+        missed &= table["has_e2e_slo"].to_numpy()
+    rejected = missed & table["rejected"].to_numpy()
+    unfinished = missed & ~rejected & ~table["finished"].to_numpy()
+    with np.errstate(invalid="ignore"):
+        ttft_late = ~(table["ttft_s"].to_numpy() <= wl["ttft_slo_s"] + metrics.ON_TIME_TOLERANCE_S)
+    ttft = missed & ~rejected & ~unfinished & ttft_late & ~np.isnan(wl["ttft_slo_s"])
+    rest = missed & ~rejected & ~unfinished & ~ttft
+    counted = int(table["has_e2e_slo"].sum()) if definition == "e2e" else len(table)
+    parts = []
+    if ttft.any():
+        prompts = wl.prompt_tokens[ttft]
+        parts.append(
+            f"{int(ttft.sum())} their TTFT (prompts {int(prompts.min()):,} to "
+            f"{int(prompts.max()):,} tokens, median {int(np.median(prompts)):,})"
+        )
+    if rest.any():
+        parts.append(
+            f"{int(rest.sum())} "
+            + ("their end-to-end bound" if definition == "e2e" else "a later token's bound")
+        )
+    if rejected.any():
+        parts.append(f"{int(rejected.sum())} rejected")
+    if unfinished.any():
+        parts.append(f"{int(unfinished.sum())} never finished")
+    return f"{int(missed.sum())} of {counted} requests miss: " + ", ".join(parts)
+
+
+def capacity_notes(
+    setup: ServingSetup, found: CapacityResult, definition: str = "deadline"
+) -> list[str]:
+    """One line per thing a reader of ``found`` must know: a capacity that is only a lower
+    bound (the target was met at the highest rate probed), a target no rate meets (with
+    :func:`missed_at` at the lowest rate), a probe budget that ran out."""
+    lo, hi = found.bracket
+    notes = []
+    if found.capped_high:
+        notes.append(
+            f"capacity is a lower bound: the target was still met at the highest rate probed "
+            f"({lo:.4g} req/s, 1024 x the first probe); give a higher --start-rate to search above"
+        )
+    elif found.capped_low:
+        notes.append(
+            f"{setup.policy} can never meet {found.target:.0%} {definition} attainment on "
+            f"{setup.servers} server{'s' if setup.servers != 1 else ''}: at {hi:.4g} req/s "
+            f"(1/1024 of the first probe, requests served nearly alone) "
+            + missed_at(setup, hi, definition)
+        )
+    elif found.stop_reason == "max_probes":
+        notes.append(
+            f"the probe budget ran out before the bracket ({lo:.4g}, {hi:.4g}) req/s reached "
+            f"--rel-tol {found.rel_tol:g}: the capacity lies in it; raise --max-probes"
+        )
+    return notes
