@@ -735,6 +735,12 @@ class PolyServeController:
         now = cluster.now
         live = {s.id: s for s in cluster.servers}
         self._sync(cluster)
+        for sid in sorted(self.pending):
+            # an empty pending server runs no other tier's request any more: it serves its own
+            # tier again while that tier holds requests (else the scale-down check drains it)
+            s = live[sid]
+            if s.load == 0 and self.held_count[self.tier_of_pool[s.pool]] > 0:
+                self.pending.discard(sid)
         actions: list[ScaleAction] = []
         reclaimed: list[ScaleAction] = []  # at most one prefill server reclaimed per tick
         on = len(cluster.servers)
@@ -754,6 +760,11 @@ class PolyServeController:
             elif on < self.fleet:
                 actions.append(ScaleAction.on(pool))
                 on += 1
+            elif (idle := self._idle_elsewhere(j, live, actions)) is not None:
+                # the fleet is full but a server of a tier with nothing held is empty: it goes
+                # back to the best-effort pool now, for this tier at the next tick (waiting for
+                # the periodic scale-down check would leave this tier's requests held)
+                actions.append(ScaleAction.drain(idle))
             elif self.mode == "disaggregated" and not self.unplaced_prefill and not reclaimed:
                 reclaimed = self._reclaim_prefill(live)
                 actions += reclaimed
@@ -770,6 +781,20 @@ class PolyServeController:
             drained = {a.server for a in reclaimed}
             actions += [a for a in self._scale_down(live) if a.server not in drained]
         return actions
+
+    def _idle_elsewhere(
+        self, j: int, live: dict[int, Server], actions: list[ScaleAction]
+    ) -> int | None:
+        """An empty server of another tier that holds no request (not yet drained), or None."""
+        drained = {a.server for a in actions if a.kind == "drain"}
+        for t, members in enumerate(self.order):
+            if t == j or self.held_count[t]:
+                continue
+            for sid in members:
+                s = live.get(sid)
+                if s is not None and s.accepting and s.load == 0 and sid not in drained:
+                    return sid
+        return None
 
     def _reclaim_prefill(self, live: dict[int, Server]) -> list[ScaleAction]:
         """A decode tier needs a server and the fleet is full: drain the prefill server with the
@@ -1158,6 +1183,11 @@ def polyserve_scheduler(
     (router, decode router, scaler) and policy."""
     mode = _mode_of(mode, instance)
     fleet = int(servers or instance.cluster.servers)
+    if mode == "disaggregated" and fleet < 2:
+        raise ValueError(
+            "disaggregated PolyServe needs --servers >= 2 (a prefill server and a decode "
+            f"server), got {fleet}"
+        )
     inst = polyserve_cluster(instance, mode, fleet)
     controller = PolyServeController(params)
     return Scheduler(

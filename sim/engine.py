@@ -1090,13 +1090,22 @@ class Engine:
         for srv in self.live:
             srv.off_s = max(self.max_end, srv.on_s)
         left = len(self.central[0]) + len(self.central[1])
+        self.rejected_held = 0
         if left and not self.stopped:
+            # nothing runs and nothing changes: they would wait forever; they are rejected,
+            # at the time the run ends, and counted (Outcome.info["rejected_held"])
+            for r in self.central[0] + self.central[1]:
+                self.rejected[r] = True
+                self.rejected_at[r] = max(self.now, float(self.arrival_list[r]))
+            self.rejected_held = left
             log.warning(
                 "%d request(s) held in a central queue never reached a server (first: "
-                "request %d); they are unfinished",
+                "request %d): rejected, no server took them by the end of the run",
                 left,
                 (self.central[0] or self.central[1])[0],
             )
+            self.central[0].clear()
+            self.central[1].clear()
 
     # -- decisions -------------------------------------------------------------------------
     def _decide(self, server: _Srv) -> None:
@@ -1702,7 +1711,11 @@ class Engine:
             end_s=self.max_end,
             wall_s=wall_s,
             recorded_iterations=self.record,
-            info={"iterations": self.iterations, "stopped_early": self.stopped},
+            info={
+                "iterations": self.iterations,
+                "stopped_early": self.stopped,
+                "rejected_held": self.rejected_held,
+            },
             rejected_kv=self.rejected_kv,
             rejected_s=self.rejected_at,
             forward_request=np.array([f[0] for f in self.forward_log], dtype=np.int64),
