@@ -404,6 +404,8 @@ class PolyServeController:
         self.placed: dict[int, int] = {}  # requests placed on each server (tier or decode)
         self._prefill_queue: tuple[float, dict[int, int]] = (-1.0, {})
         self._refused: dict[int, dict[int, tuple[int, float, int]]] = {}
+        # held requests every usable server refused with _FULL, and the signature then
+        self._full_at: dict[int, tuple[tuple[int, int], ...]] = {}
         self.decisions = 0
         self.decision_s = 0.0
         # each request's first routing decision (s): at the entry router, and disaggregated also
@@ -479,9 +481,10 @@ class PolyServeController:
                 continue
             d = deadline[tier == j]
             failures = 0
+            signature = self._signature(j, servers)
             for r in mine[np.lexsort((d, d < now))].tolist():  # on time by deadline, then lost
                 self.decisions += 1
-                k = self._place(r, servers, now)
+                k = self._place(r, servers, now, signature)
                 if k == HOLD:
                     failures += 1
                     if failures >= self.params.dispatch_lookahead:
@@ -490,6 +493,7 @@ class PolyServeController:
                 failures = 0
                 placed.append((r, k))
                 self.held_count[j] -= 1
+                signature = self._signature(j, servers)
             self.unplaced[j] = self.held_count[j] > 0
         self.decision_s += time.perf_counter() - t0
         return placed
@@ -522,8 +526,21 @@ class PolyServeController:
         tighter = list(range(j - 1, -1, -1))  # nearest tighter tier first
         return [j, *tighter] if promotion == "lazy" else [*reversed(tighter), j]
 
-    def _place(self, r: int, servers: Sequence[Server], now: float) -> int:
-        """Highest-load admitting server of the request's tier, then of tighter tiers; HOLD."""
+    def _place(
+        self,
+        r: int,
+        servers: Sequence[Server],
+        now: float,
+        signature: tuple[tuple[int, int], ...] | None = None,
+    ) -> int:
+        """Highest-load admitting server of the request's tier, then of tighter tiers; HOLD.
+
+        ``signature``: the (server, requests departed) of every server the request may use
+        (:meth:`_signature`). When every one of them refused ``r`` for its batch, memory or
+        TPOT (``_FULL``) at that same signature, each would refuse it again from memory
+        (:meth:`_admit`): HOLD at once, without asking them."""
+        if signature is not None and self._full_at.get(r) == signature:
+            return HOLD
         j = int(self.req.tier[r])
         by_tier: dict[int, list[int]] = {}
         for k, s in enumerate(servers):
@@ -531,6 +548,7 @@ class PolyServeController:
             if t is not None and s.id not in self.pending:
                 by_tier.setdefault(t, []).append(k)
         late = self._late(r, now)
+        all_full = True
         for t in self._candidate_tiers(j):
             ks = by_tier.get(t)
             if not ks:
@@ -539,12 +557,29 @@ class PolyServeController:
             ks.sort(key=lambda k: (-servers[k].load, rank.get(servers[k].id, 1 << 30)))
             tau = float(self.tiers[t])
             for k in ks:
-                if self._admit(servers[k], r, tau, late, now):
+                code = self._admit(servers[k], r, tau, late, now)
+                if code == _ADMIT:
                     sid = servers[k].id
                     self.placed[sid] = self.placed.get(sid, 0) + 1
                     self._refused.pop(r, None)
+                    self._full_at.pop(r, None)
                     return k
+                all_full = all_full and code == _FULL
+        if signature is not None and all_full:
+            self._full_at[r] = signature
         return HOLD
+
+    def _signature(self, j: int, servers: Sequence[Server]) -> tuple[tuple[int, int], ...]:
+        """(server id, requests departed from it) of every server a class-``j`` request may use
+        (its tier's and, with promotion, tighter tiers', pending ones excepted), in id order: the
+        state :meth:`_admit`'s memory of ``_FULL`` refusals keys on."""
+        usable = set(self._candidate_tiers(j))
+        found = []
+        for s in servers:
+            t = self.tier_of_pool.get(s.pool)
+            if t in usable and s.id not in self.pending:
+                found.append((s.id, self.placed.get(s.id, 0) - s.load))
+        return tuple(sorted(found))
 
     def _late(self, r: int, now: float) -> bool:
         """The request's next deadline has passed: it is admitted on the TPOT and memory checks
@@ -704,27 +739,27 @@ class PolyServeController:
                 return _TOO_LATE
         return _ADMIT
 
-    def _admit(self, s: Server, r: int, tau_s: float, late: bool, now: float) -> bool:
+    def _admit(self, s: Server, r: int, tau_s: float, late: bool, now: float) -> int:
         """Admission with a memory of failures: a server that refused ``r`` for its batch, memory
         or TPOT (``_FULL``) refuses it again until a request leaves it (the prediction only grows
         while requests only join and grow); one that refused it on its deadline (``_TOO_LATE``)
-        is asked again after a tick, as PolyServe's tick-driven scheduler would."""
+        is asked again after a tick, as PolyServe's tick-driven scheduler would. Returns the
+        admission code (``_ADMIT``, or why not)."""
         sid = s.id
         departed = self.placed.get(sid, 0) - s.load
         seen = self._refused.get(r)
         if seen is not None and sid in seen:
             at_departed, at_s, reason = seen[sid]
             if at_departed == departed and (reason == _FULL or now < at_s + self.params.tick_s):
-                return False
+                return reason
         code = (
             self._admit_colocated(s, r, tau_s, late)
             if s.role == "mixed"
             else self._admit_decode(s, r, tau_s, late)
         )
-        if code == _ADMIT:
-            return True
-        self._refused.setdefault(r, {})[sid] = (departed, now, code)
-        return False
+        if code != _ADMIT:
+            self._refused.setdefault(r, {})[sid] = (departed, now, code)
+        return code
 
     # -- scaling ----------------------------------------------------------------------------------
     def decide(self, cluster: ClusterView) -> Sequence[ScaleAction]:
