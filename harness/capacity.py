@@ -18,6 +18,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
@@ -241,6 +242,8 @@ def capacity(
     monotone_tol: float = 0.0,
     progress: bool = True,
     floor_first: bool = False,
+    workers: int = 1,
+    executor: Executor | None = None,
 ) -> CapacityResult:
     """Largest rate whose attainment meets ``target``, by bracketing and bisection.
 
@@ -290,6 +293,17 @@ def capacity(
         (``capped_low`` after 2 probes instead of ``log2(start_rate / min_rate) + 1``); if it
         meets, halve from ``start_rate`` as without it (one probe more). The capacity found is
         the same either way.
+    workers : int, default 1
+        Probes run at once (with ``executor``). The search is the sequential one, walked on
+        verdicts probed ahead: the next ``workers`` rungs of the doubling (halving) ladder,
+        then the next ``workers`` midpoints bisection may need, breadth first (the next
+        bisection levels: k-section). Every verdict the walk uses is the one sequential
+        search would probe at the same rate, so capacity, bracket and stop reason are
+        identical (while the probe budget lasts); the probes not on the walk's path are
+        recorded too.
+    executor : concurrent.futures.Executor, optional
+        Runs a batch of probes (``executor.map(probe, rates)``); a process pool needs a
+        picklable ``probe``. None: one probe at a time.
 
     Returns
     -------
@@ -317,6 +331,8 @@ def capacity(
         raise ValueError(f"max_probes must be >= 1, got {max_probes!r}")
     if not monotone_tol >= 0:
         raise ValueError(f"monotone_tol must be >= 0, got {monotone_tol!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
 
     probes: list[tuple[float, float]] = []
     early: list[bool] = []
@@ -324,8 +340,7 @@ def capacity(
     lo, hi = 0.0, math.inf
     bar = tqdm(desc="capacity probes", unit="probe", disable=None if progress else True)
 
-    def meets(rate: float) -> bool:
-        answer = probe(rate)
+    def meets(rate: float, answer: float | ProbeVerdict) -> bool:
         attainment = float(answer.attainment if isinstance(answer, ProbeVerdict) else answer)
         if not 0.0 <= attainment <= 1.0:
             raise ValueError(f"probe({rate}) returned attainment {attainment!r}, not in [0, 1]")
@@ -366,17 +381,55 @@ def capacity(
         )
         return found
 
+    known: dict[float, bool] = {}
+
+    def ask(rates: list[float]) -> None:
+        """Probe ``rates`` not yet known (in parallel with an executor), within the budget."""
+        todo = [r for r in dict.fromkeys(rates) if r not in known]
+        todo = todo[: max(max_probes - len(probes), 0)]
+        if executor is None or len(todo) < 2:
+            for r in todo:
+                known[r] = meets(r, probe(r))
+            return
+        for r, answer in zip(todo, executor.map(probe, todo), strict=True):
+            known[r] = meets(r, answer)
+
+    def ladder(rate: float, factor: float, limit: float) -> list[float]:
+        """The next ``workers`` rates of the doubling (halving) ladder from ``rate``."""
+        rungs = []
+        for _ in range(workers):
+            rate = min(rate * factor, limit) if factor > 1 else max(rate * factor, limit)
+            rungs.append(rate)
+            if rate == limit:
+                break
+        return rungs
+
+    def tree(lo: float, hi: float) -> list[float]:
+        """The next ``workers`` midpoints bisection may probe from ``(lo, hi)``, breadth first."""
+        mids: list[float] = []
+        queue = [(lo, hi)]
+        while queue and len(mids) < workers:
+            a, b = queue.pop(0)
+            if (b - a) / b <= rel_tol:
+                continue
+            mid = (a + b) / 2
+            mids.append(mid)
+            queue += [(a, mid), (mid, b)]
+        return mids
+
     try:
         rate = start_rate
-        if meets(rate):
+        ask([rate])
+        if known[rate]:
             lo = rate
             while True:
                 if rate >= max_rate:
                     return result("max_rate")
                 if len(probes) >= max_probes:
                     return result("max_probes")
+                ask(ladder(rate, 2.0, max_rate))
                 rate = min(2 * rate, max_rate)
-                if not meets(rate):
+                if not known[rate]:
                     hi = rate
                     break
                 lo = rate
@@ -384,7 +437,8 @@ def capacity(
             hi = rate
             if floor_first and min_rate < rate:
                 # one probe at the floor settles a target no rate can meet
-                if not meets(min_rate):
+                ask([min_rate])
+                if not known[min_rate]:
                     hi = min_rate
                     return result("min_rate")
                 lo = min_rate
@@ -393,8 +447,9 @@ def capacity(
                     return result("min_rate")
                 if len(probes) >= max_probes:
                     return result("max_probes")
+                ask(ladder(rate, 0.5, min_rate))
                 rate = max(rate / 2, min_rate)
-                if meets(rate):
+                if known[rate]:
                     lo = rate
                     break
                 hi = rate
@@ -402,7 +457,9 @@ def capacity(
             if len(probes) >= max_probes:
                 return result("max_probes")
             rate = (lo + hi) / 2
-            if meets(rate):
+            if rate not in known:
+                ask(tree(lo, hi))
+            if known[rate]:
                 lo = rate
             else:
                 hi = rate

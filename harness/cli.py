@@ -585,6 +585,7 @@ def cmd_capacity(a: argparse.Namespace) -> int:
         max_probes=a.max_probes,
         progress=show,
         early=not a.full_probes,
+        workers=a.workers,
     )
     rec = res.to_dict()
     rec["notes"] = capacity_notes(setup, res, a.definition)
@@ -859,6 +860,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="relative width of the final bracket (default: 0.02)",
     )
     p.add_argument("--max-probes", type=int, default=30, help="most simulations (default: 30)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="probes simulated at once, each in its own process: the next rungs of the "
+        "doubling ladder, then the next bisection levels (k-section); same capacity as one at "
+        "a time (default: 1)",
+    )
     p.add_argument(
         "--full-probes",
         action="store_true",

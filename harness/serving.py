@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -308,6 +310,7 @@ def capacity_search(
     max_probes: int = 30,
     progress: bool = False,
     early: bool = True,
+    workers: int = 1,
 ) -> tuple[CapacityResult, float]:
     """Largest arrival rate at which ``setup`` meets ``target`` attainment (``slolab capacity``).
 
@@ -317,7 +320,9 @@ def capacity_search(
     trace's own mean rate); ``start_rate`` (default: the reference) is the first probe. With
     ``early`` a probe stops as soon as its verdict is certain
     (:class:`slolab.sim.verdict.AttainmentWatch`): the same verdicts, hence the same search,
-    with the stopped probes' attainments recorded as the bounds they proved.
+    with the stopped probes' attainments recorded as the bounds they proved. ``workers``
+    processes probe at once (:func:`slolab.harness.capacity.capacity`: the same capacity as
+    one at a time, in fewer rounds).
 
     Returns
     -------
@@ -325,9 +330,9 @@ def capacity_search(
         The search's result and the reference rate (req/s).
     """
     from slolab.instances import mean_rate
-    from slolab.sim import metrics
-    from slolab.sim.verdict import AttainmentWatch
 
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
     if setup.arrivals is None:
         if rate is not None:
             raise ValueError(
@@ -341,33 +346,52 @@ def capacity_search(
         reference = rate
     show_runs = progress and sys.stderr.isatty()
 
-    def probe(probe_rate: float) -> ProbeVerdict:
-        start = time.perf_counter()
-        watches: list[AttainmentWatch] = []
-
-        def watch(instance: Instance) -> AttainmentWatch:
-            watches.append(AttainmentWatch(instance, definition, target))
-            return watches[-1]
-
-        instance, outcome, _ = setup.simulate(
-            probe_rate, progress=show_runs, stop=watch if early else None
+    probe = functools.partial(_probe, setup, definition, target, early, show_runs and workers == 1)
+    pool = ProcessPoolExecutor(workers) if workers > 1 else None
+    try:
+        found = capacity(
+            probe,
+            target=target,
+            start_rate=start_rate or reference,
+            rel_tol=rel_tol,
+            max_probes=max_probes,
+            progress=progress,
+            floor_first=True,
+            workers=workers,
+            executor=pool,
         )
-        wall = time.perf_counter() - start
-        bound = watches[0].bound if watches else None
-        if bound is not None:
-            return ProbeVerdict(bound, early=True, wall_s=wall)
-        return ProbeVerdict(metrics.attainment(instance, outcome, definition), wall_s=wall)
-
-    found = capacity(
-        probe,
-        target=target,
-        start_rate=start_rate or reference,
-        rel_tol=rel_tol,
-        max_probes=max_probes,
-        progress=progress,
-        floor_first=True,
-    )
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     return found, reference
+
+
+def _probe(
+    setup: ServingSetup,
+    definition: str,
+    target: float,
+    early: bool,
+    progress: bool,
+    rate: float,
+) -> ProbeVerdict:
+    """One capacity probe: ``setup`` simulated at ``rate``, stopped early when ``early`` and
+    its verdict is certain (a module-level function, so a process pool can run it)."""
+    from slolab.sim import metrics
+    from slolab.sim.verdict import AttainmentWatch
+
+    start = time.perf_counter()
+    watches: list[AttainmentWatch] = []
+
+    def watch(instance: Instance) -> AttainmentWatch:
+        watches.append(AttainmentWatch(instance, definition, target))
+        return watches[-1]
+
+    instance, outcome, _ = setup.simulate(rate, progress=progress, stop=watch if early else None)
+    wall = time.perf_counter() - start
+    bound = watches[0].bound if watches else None
+    if bound is not None:
+        return ProbeVerdict(bound, early=True, wall_s=wall)
+    return ProbeVerdict(metrics.attainment(instance, outcome, definition), wall_s=wall)
 
 
 def missed_at(setup: ServingSetup, rate: float, definition: str = "deadline") -> str:
