@@ -397,8 +397,7 @@ def _probe(
 def missed_at(setup: ServingSetup, rate: float, definition: str = "deadline") -> str:
     """Which requests miss their SLO at ``rate`` req/s and which part of it, in one phrase.
 
-    Run at a capacity search's lowest rate, where requests arrive far apart and are served
-    nearly alone, it says why no rate meets the target: for example ``"412 of 1000 requests
+    Run at a capacity search's lowest rate, it says why no rate meets the target: for example ``"412 of 1000 requests
     miss: 398 their TTFT (prompts 8,190 to 135,000 tokens, median 20,400), 14 a later token's
     deadline"``.
     """
@@ -450,12 +449,20 @@ def capacity_notes(
             f"({lo:.4g} req/s, 1024 x the first probe); give a higher --start-rate to search above"
         )
     elif found.capped_low:
-        notes.append(
+        note = (
             f"{setup.policy} can never meet {found.target:.0%} {definition} attainment on "
             f"{setup.servers} server{'s' if setup.servers != 1 else ''}: at {hi:.4g} req/s "
-            f"(1/1024 of the first probe, requests served nearly alone) "
-            + missed_at(setup, hi, definition)
+            f"(1/1024 of the first probe) " + missed_at(setup, hi, definition)
         )
+        arrivals = setup.instance(hi).workload.arrival_s
+        distinct = len(np.unique(arrivals))
+        if setup.arrivals is None and distinct < len(arrivals) / 2:
+            # time-scaling keeps simultaneous arrivals simultaneous: bursts stay bursts
+            note += (
+                f"; the trace's {len(arrivals)} requests arrive at {distinct} distinct times and "
+                "time-scaling keeps each burst at one instant: try --arrivals poisson --rate R"
+            )
+        notes.append(note)
     elif found.stop_reason == "max_probes":
         notes.append(
             f"the probe budget ran out before the bracket ({lo:.4g}, {hi:.4g}) req/s reached "

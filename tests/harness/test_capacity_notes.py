@@ -29,8 +29,11 @@ def test_capped_low_settles_in_two_probes_and_says_why(capsys):
     assert rec["capped_low"] is True and rec["capacity"] == 0.0
     (note,) = rec["notes"]
     assert note.startswith("sarathi can never meet 90% deadline attainment on 1 server")
-    # 68 of the 100 requests miss even when served alone, 62 of them their TTFT
+    # 68 of the 100 requests miss at the lowest rate, 62 of them their TTFT
     assert "68 of 100 requests miss: 62 their TTFT (prompts 898 to 24,246 tokens" in note
+    # the first 100 requests arrive at 12 distinct times: bursts time-scaling cannot spread
+    assert "100 requests arrive at 12 distinct times" in note
+    assert "try --arrivals poisson --rate R" in note
 
 
 def test_text_output_marks_probes_stopped_early(capsys):
