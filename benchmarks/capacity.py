@@ -13,7 +13,7 @@ verdicts and k-section change the cost, never the answer). Prints a table and wr
 ``benchmarks/out/capacity.csv`` (a row as soon as it is measured).
 
 Usage: ``python benchmarks/capacity.py [--sizes 1000 2000] [--policies sarathi polyserve]
-[--servers 8] [--mode colocated] [--workers 2] [--rel-tol 0.02]``
+[--servers 8] [--mode colocated] [--workers 2] [--rel-tol 0.02] [--arrivals poisson --rate 3]``
 """
 
 from __future__ import annotations
@@ -30,10 +30,14 @@ OUT = Path(__file__).parent / "out"
 POLICIES = ["sarathi", "vllm", "edf", "slos-serve", "slide-batching", "hyperflexis", "polyserve"]
 
 
-def search(setup: ServingSetup, *, early: bool, workers: int, rel_tol: float) -> dict:
+def search(
+    setup: ServingSetup, *, early: bool, workers: int, rel_tol: float, rate: float | None
+) -> dict:
     load = os.getloadavg()[0]
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    found, reference = capacity_search(setup, early=early, workers=workers, rel_tol=rel_tol)
+    found, reference = capacity_search(
+        setup, early=early, workers=workers, rel_tol=rel_tol, rate=rate
+    )
     return {
         "wall_s": time.perf_counter() - wall0,
         "cpu_s": time.process_time() - cpu0 if workers == 1 else float("nan"),
@@ -58,6 +62,13 @@ def main() -> None:
     parser.add_argument("--rel-tol", type=float, default=0.02)
     parser.add_argument("--trace", default="mooncake_conversation")
     parser.add_argument("--skip-full", action="store_true", help="no full-probe search")
+    parser.add_argument(
+        "--arrivals",
+        default=None,
+        help="draw arrivals (poisson, gamma, uniform) at --rate instead of time-scaling the "
+        "trace's own (the Mooncake trace's timestamps come in bursts)",
+    )
+    parser.add_argument("--rate", type=float, default=None, help="with --arrivals (req/s)")
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     path = OUT / "capacity.csv"
@@ -71,6 +82,7 @@ def main() -> None:
                 limit=n,
                 slos="polyserve",
                 mode=args.mode,
+                arrivals=args.arrivals,
             )
             ways = [("early", True, 1)]
             if not args.skip_full:
@@ -81,7 +93,10 @@ def main() -> None:
             for way, early, workers in ways:
                 row = {"policy": policy, "requests": n, "servers": args.servers, "way": way}
                 row |= {"mode": args.mode, "workers": workers}
-                row |= search(setup, early=early, workers=workers, rel_tol=args.rel_tol)
+                row |= {"arrivals": args.arrivals or "trace"}
+                row |= search(
+                    setup, early=early, workers=workers, rel_tol=args.rel_tol, rate=args.rate
+                )
                 rows.append(row)
                 pd.DataFrame(rows).to_csv(path, index=False)
                 print(
