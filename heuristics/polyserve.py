@@ -474,6 +474,7 @@ class PolyServeController:
         tier = self.req.tier[ids]
         deadline = self.req.arrival[ids] + self.req.ttft[ids]
         placed: list[tuple[int, int]] = []
+        ranked = self._ranked(servers)  # loads change only once the engine places the pairs
         for j in range(len(self.tiers)):
             mine = ids[tier == j]
             if not len(mine):
@@ -484,7 +485,7 @@ class PolyServeController:
             signature = self._signature(j, servers)
             for r in mine[np.lexsort((d, d < now))].tolist():  # on time by deadline, then lost
                 self.decisions += 1
-                k = self._place(r, servers, now, signature)
+                k = self._place(r, servers, now, signature, ranked)
                 if k == HOLD:
                     failures += 1
                     if failures >= self.params.dispatch_lookahead:
@@ -532,29 +533,25 @@ class PolyServeController:
         servers: Sequence[Server],
         now: float,
         signature: tuple[tuple[int, int], ...] | None = None,
+        ranked: dict[int, list[int]] | None = None,
     ) -> int:
         """Highest-load admitting server of the request's tier, then of tighter tiers; HOLD.
 
         ``signature``: the (server, requests departed) of every server the request may use
         (:meth:`_signature`). When every one of them refused ``r`` for its batch, memory or
         TPOT (``_FULL``) at that same signature, each would refuse it again from memory
-        (:meth:`_admit`): HOLD at once, without asking them."""
+        (:meth:`_admit`): HOLD at once, without asking them. ``ranked``: :meth:`_ranked` of
+        ``servers`` when the caller already has it (loads do not change within a dispatch)."""
         if signature is not None and self._full_at.get(r) == signature:
             return HOLD
         j = int(self.req.tier[r])
-        by_tier: dict[int, list[int]] = {}
-        for k, s in enumerate(servers):
-            t = self.tier_of_pool.get(s.pool)
-            if t is not None and s.id not in self.pending:
-                by_tier.setdefault(t, []).append(k)
+        by_tier = self._ranked(servers) if ranked is None else ranked
         late = self._late(r, now)
         all_full = True
         for t in self._candidate_tiers(j):
             ks = by_tier.get(t)
             if not ks:
                 continue
-            rank = {sid: i for i, sid in enumerate(self.order[t])}
-            ks.sort(key=lambda k: (-servers[k].load, rank.get(servers[k].id, 1 << 30)))
             tau = float(self.tiers[t])
             for k in ks:
                 code = self._admit(servers[k], r, tau, late, now)
@@ -568,6 +565,19 @@ class PolyServeController:
         if signature is not None and all_full:
             self._full_at[r] = signature
         return HOLD
+
+    def _ranked(self, servers: Sequence[Server]) -> dict[int, list[int]]:
+        """Per tier, the indices of its servers (pending ones excepted) in the order placement
+        tries them: highest load first, ties to the server that joined the tier first."""
+        by_tier: dict[int, list[int]] = {}
+        for k, s in enumerate(servers):
+            t = self.tier_of_pool.get(s.pool)
+            if t is not None and s.id not in self.pending:
+                by_tier.setdefault(t, []).append(k)
+        for t, ks in by_tier.items():
+            rank = {sid: i for i, sid in enumerate(self.order[t])}
+            ks.sort(key=lambda k: (-servers[k].load, rank.get(servers[k].id, 1 << 30)))
+        return by_tier
 
     def _signature(self, j: int, servers: Sequence[Server]) -> tuple[tuple[int, int], ...]:
         """(server id, requests departed from it) of every server a class-``j`` request may use
