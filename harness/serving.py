@@ -320,7 +320,9 @@ def capacity_search(
     trace's own mean rate); ``start_rate`` (default: the reference) is the first probe. With
     ``early`` a probe stops as soon as its verdict is certain
     (:class:`slolab.sim.verdict.AttainmentWatch`): the same verdicts, hence the same search,
-    with the stopped probes' attainments recorded as the bounds they proved. ``workers``
+    with the stopped probes' attainments recorded as the bounds they proved. After a first
+    miss the floor rate is probed at once (``floor_first``) unless the set-up has a scaler
+    (its ticks make a probe's cost grow with the simulated span). ``workers``
     processes probe at once (:func:`slolab.harness.capacity.capacity`: the same capacity as
     one at a time, in fewer rounds).
 
@@ -329,6 +331,7 @@ def capacity_search(
     (CapacityResult, float)
         The search's result and the reference rate (req/s).
     """
+    from slolab.heuristics.policies import policy_entry
     from slolab.instances import mean_rate
 
     if workers < 1:
@@ -347,6 +350,9 @@ def capacity_search(
     show_runs = progress and sys.stderr.isatty()
 
     probe = functools.partial(_probe, setup, definition, target, early, show_runs and workers == 1)
+    # a scaler ticks through the whole simulated span: a probe at 1/1024 of the rate costs up to
+    # 1024 times the ticks, so with one the floor is probed only if the halving reaches it
+    ticking = policy_entry(setup.policy).setup is not None or setup.autoscale is not None
     pool = ProcessPoolExecutor(workers) if workers > 1 else None
     try:
         found = capacity(
@@ -356,7 +362,7 @@ def capacity_search(
             rel_tol=rel_tol,
             max_probes=max_probes,
             progress=progress,
-            floor_first=True,
+            floor_first=not ticking,
             workers=workers,
             executor=pool,
         )

@@ -694,13 +694,6 @@ class Engine:
         events = 0
         self.stopped = False
         while True:
-            if stop is not None:
-                events += 1
-                if events >= stop_every:
-                    events = 0
-                    if stop(self):
-                        self.stopped = True
-                        break
             t_arr = float(arrival[i]) if i < n else inf
             t_tr = self._transfers[0][0] if self._transfers else inf
             t_ev = heap[0][0] if heap else inf
@@ -724,6 +717,14 @@ class Engine:
                 continue
             if not heap:
                 break
+            if stop is not None:
+                # server events only: scaler ticks and arrivals settle no request
+                events += 1
+                if events >= stop_every:
+                    events = 0
+                    if stop(self):
+                        self.stopped = True
+                        break
             t, _, sid, version, kind = heapq.heappop(heap)
             server = self.servers[sid]
             if version != server.version:
@@ -1827,8 +1828,8 @@ def run(
         Scaling actions at given times (for example a plan an exact model decided, or
         ``ScalePlan.from_outcome`` of an earlier run).
     stop : callable, optional
-        ``stop(engine) -> bool``, asked every ``stop.every`` events (1,000 if it has no such
-        attribute): True ends the run there, leaving the requests not yet finished unfinished
+        ``stop(engine) -> bool``, asked every ``stop.every`` server events (1,000 if it has no
+        such attribute; arrivals and scaler ticks are not counted): True ends the run there, leaving the requests not yet finished unfinished
         (``outcome.info["stopped_early"]``). :class:`slolab.sim.verdict.AttainmentWatch` stops a
         run whose attainment verdict is already certain.
     """
