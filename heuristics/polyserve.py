@@ -822,8 +822,8 @@ class PolyServeController:
             self.unplaced_prefill = False
         if now >= self.next_scale_down:
             self.next_scale_down = now + self.params.scale_down_s
-            # a prefill server reclaimed this tick is already draining: not drained twice
-            drained = {a.server for a in reclaimed}
+            # a server reclaimed or handed over this tick is already draining: not drained twice
+            drained = {a.server for a in actions if a.kind == "drain"}
             actions += [a for a in self._scale_down(live) if a.server not in drained]
         return actions
 

@@ -86,3 +86,25 @@ def test_disaggregated_polyserve_on_one_server_is_refused_up_front(capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "disaggregated PolyServe needs --servers >= 2" in err
+
+
+def test_a_server_handed_over_is_not_drained_twice_at_the_scale_down_check():
+    """Fleet of one, B (20 ms) arriving just before the 1 s scale-down check: the
+    empty 100 ms server is drained once (handed over), not again by the check."""
+    wl = Workload(
+        {
+            "arrival_s": [0.0, 0.999],
+            "prompt_tokens": [50, 50],
+            "output_tokens": [5, 5],
+            "ttft_slo_s": [1.0, 1.0],
+            "tpot_slo_s": [0.1, 0.02],
+        }
+    )
+    inst = Instance("twice", wl, Cluster(servers=1, kv_capacity_tokens=10**5), LINE)
+    sched = make_scheduler("polyserve", inst, mode="colocated", servers=1)
+    out = run(sched.instance, sched.policy, sched.router, seed=0, scaler=sched.scaler)
+    drains = [e.time_s for e in out.scale_events if e.action == "drain"]
+    # one drain per server life: no server drained twice
+    assert len(drains) == len({e.server for e in out.scale_events if e.action == "drain"})
+    assert np.isfinite(out.last_token_s).all()
+    assert check(sched.instance, out) == []
