@@ -18,6 +18,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,32 @@ STOP_REASONS = ("tolerance", "max_rate", "min_rate", "max_probes")
 
 def _json_float(value: float) -> float | None:
     return None if math.isinf(value) else value
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeVerdict:
+    """What a probe that may stop early returns to :func:`capacity`.
+
+    Attributes
+    ----------
+    attainment : float
+        The run's attainment in [0, 1]; when ``early``, the bound the stopped run proved: a
+        lower bound (at or above the target) when it met the target, an upper bound (below
+        it) when it missed.
+    early : bool
+        The run stopped as soon as its verdict was certain
+        (:class:`slolab.sim.verdict.AttainmentWatch`).
+    wall_s : float
+        Wall time of the probe (s); NaN when not measured.
+    """
+
+    attainment: float
+    early: bool = False
+    wall_s: float = math.nan
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.attainment <= 1.0:
+            raise ValueError(f"attainment must be in [0, 1], got {self.attainment!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +92,11 @@ class CapacityResult:
         Requested relative bracket width.
     stop_reason : str
         One of :data:`STOP_REASONS`.
+    early : tuple of bool
+        Per probe, whether it stopped as soon as its verdict was certain (its attainment is
+        then the bound it proved, :class:`ProbeVerdict`); empty when no probe could stop early.
+    probe_wall_s : tuple of float
+        Per probe, its wall time (s) when measured; empty otherwise.
     """
 
     capacity: float
@@ -77,9 +109,17 @@ class CapacityResult:
     capped_low: bool
     rel_tol: float
     stop_reason: str
+    early: tuple[bool, ...] = ()
+    probe_wall_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         _check_target(self.target)
+        for name in ("early", "probe_wall_s"):
+            if len(getattr(self, name)) not in (0, self.n_probes):
+                raise ValueError(
+                    f"{name} must have one entry per probe ({self.n_probes}) or none, "
+                    f"got {len(getattr(self, name))}"
+                )
         lo, hi = self.bracket
         if not 0.0 <= lo <= hi:
             raise ValueError(f"bracket must satisfy 0 <= lo <= hi, got {self.bracket}")
@@ -93,6 +133,11 @@ class CapacityResult:
             raise ValueError("capped_high and capped_low cannot both be true")
         if self.stop_reason not in STOP_REASONS:
             raise ValueError(f"stop_reason must be one of {STOP_REASONS}, got {self.stop_reason!r}")
+
+    @property
+    def n_early(self) -> int:
+        """Probes that stopped as soon as their verdict was certain."""
+        return sum(self.early)
 
     @property
     def converged(self) -> bool:
@@ -117,6 +162,7 @@ class CapacityResult:
             "rel_tol": self.rel_tol,
             "stop_reason": self.stop_reason,
             "probes": json.dumps([list(probe) for probe in self.probes]),
+            "n_early": self.n_early,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,6 +178,8 @@ class CapacityResult:
             "capped_low": self.capped_low,
             "rel_tol": self.rel_tol,
             "stop_reason": self.stop_reason,
+            "early": list(self.early),
+            "probe_wall_s": list(self.probe_wall_s),
         }
 
     @classmethod
@@ -149,6 +197,8 @@ class CapacityResult:
             capped_low=bool(data["capped_low"]),
             rel_tol=float(data["rel_tol"]),
             stop_reason=str(data["stop_reason"]),
+            early=tuple(bool(e) for e in data.get("early", ())),
+            probe_wall_s=tuple(float(w) for w in data.get("probe_wall_s", ())),
         )
 
 
@@ -157,18 +207,31 @@ def _check_target(target: float) -> None:
         raise ValueError(f"target must be an attainment in (0, 1], got {target!r}")
 
 
-def _is_monotone(probes: list[tuple[float, float]], tolerance: float) -> bool:
-    """No probe at a higher rate has attainment above a lower rate's by more than tolerance."""
-    lowest_so_far = math.inf
-    for _, attainment in sorted(probes, key=lambda probe: probe[0]):
-        if attainment > lowest_so_far + tolerance:
+def _is_monotone(
+    probes: list[tuple[float, float]],
+    tolerance: float,
+    intervals: list[tuple[float, float]] | None = None,
+) -> bool:
+    """No probe at a higher rate has attainment above a lower rate's by more than tolerance.
+
+    ``intervals``: per probe, the ``(low, high)`` its attainment is known to lie in (a probe
+    stopped early knows a bound only); a rise is counted only when certain, a higher rate's
+    ``low`` above a lower rate's ``high``.
+    """
+    if intervals is None:
+        intervals = [(attainment, attainment) for _, attainment in probes]
+    lowest_high = math.inf
+    order = sorted(range(len(probes)), key=lambda i: probes[i][0])
+    for i in order:
+        low, high = intervals[i]
+        if low > lowest_high + tolerance:
             return False
-        lowest_so_far = min(lowest_so_far, attainment)
+        lowest_high = min(lowest_high, high)
     return True
 
 
 def capacity(
-    probe: Callable[[float], float],
+    probe: Callable[[float], float | ProbeVerdict],
     *,
     target: float = 0.9,
     start_rate: float = 1.0,
@@ -178,6 +241,9 @@ def capacity(
     max_probes: int = 30,
     monotone_tol: float = 0.0,
     progress: bool = True,
+    floor_first: bool = False,
+    workers: int = 1,
+    executor: Executor | None = None,
 ) -> CapacityResult:
     """Largest rate whose attainment meets ``target``, by bracketing and bisection.
 
@@ -206,7 +272,8 @@ def capacity(
     ----------
     probe : callable
         ``probe(rate) -> attainment`` in [0, 1]; typically a full simulation of the workload
-        rescaled to ``rate``.
+        rescaled to ``rate``. It may return a :class:`ProbeVerdict` instead: a run stopped as
+        soon as its verdict was certain gives a bound, on the right side of ``target``.
     target : float, default 0.9
         Attainment to keep, in (0, 1].
     start_rate : float, default 1.0
@@ -221,6 +288,22 @@ def capacity(
         Attainment rise with rate tolerated (noise) before ``monotone`` is set False.
     progress : bool, default True
         Show a tqdm progress bar (on a terminal only; ``False`` silences it).
+    floor_first : bool, default False
+        When ``start_rate`` misses, probe ``min_rate`` next: if it misses too, stop there
+        (``capped_low`` after 2 probes instead of ``log2(start_rate / min_rate) + 1``); if it
+        meets, halve from ``start_rate`` as without it (one probe more). The capacity found is
+        the same either way.
+    workers : int, default 1
+        Probes run at once (with ``executor``). The search is the sequential one, walked on
+        verdicts probed ahead: the next ``workers`` rungs of the doubling (halving) ladder,
+        then the next ``workers`` midpoints bisection may need, breadth first (the next
+        bisection levels: k-section). Every verdict the walk uses is the one sequential
+        search would probe at the same rate, so capacity, bracket and stop reason are
+        identical (while the probe budget lasts); the probes not on the walk's path are
+        recorded too.
+    executor : concurrent.futures.Executor, optional
+        Runs a batch of probes (``executor.map(probe, rates)``); a process pool needs a
+        picklable ``probe``. None: one probe at a time.
 
     Returns
     -------
@@ -248,33 +331,46 @@ def capacity(
         raise ValueError(f"max_probes must be >= 1, got {max_probes!r}")
     if not monotone_tol >= 0:
         raise ValueError(f"monotone_tol must be >= 0, got {monotone_tol!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
 
     probes: list[tuple[float, float]] = []
+    early: list[bool] = []
+    walls: list[float] = []
     lo, hi = 0.0, math.inf
     bar = tqdm(desc="capacity probes", unit="probe", disable=None if progress else True)
 
-    def meets(rate: float) -> bool:
-        attainment = float(probe(rate))
+    def meets(rate: float, answer: float | ProbeVerdict) -> bool:
+        attainment = float(answer.attainment if isinstance(answer, ProbeVerdict) else answer)
         if not 0.0 <= attainment <= 1.0:
             raise ValueError(f"probe({rate}) returned attainment {attainment!r}, not in [0, 1]")
+        verdict = answer if isinstance(answer, ProbeVerdict) else ProbeVerdict(attainment)
         probes.append((rate, attainment))
+        early.append(verdict.early)
+        walls.append(verdict.wall_s)
         logger.debug("capacity probe %d: rate %g -> attainment %g", len(probes), rate, attainment)
         bar.update(1)
         bar.set_postfix(rate=f"{rate:.4g}", attainment=f"{attainment:.3f}")
         return attainment >= target
 
     def result(stop_reason: str) -> CapacityResult:
+        intervals = [
+            ((a, 1.0) if a >= target else (0.0, a)) if stopped else (a, a)
+            for (_, a), stopped in zip(probes, early, strict=True)
+        ]
         found = CapacityResult(
             capacity=lo,
             target=target,
             bracket=(lo, hi),
             probes=tuple(probes),
             n_probes=len(probes),
-            monotone=_is_monotone(probes, monotone_tol),
+            monotone=_is_monotone(probes, monotone_tol, intervals),
             capped_high=stop_reason == "max_rate",
             capped_low=stop_reason == "min_rate",
             rel_tol=rel_tol,
             stop_reason=stop_reason,
+            early=tuple(early),
+            probe_wall_s=tuple(walls) if not all(math.isnan(w) for w in walls) else (),
         )
         logger.info(
             "capacity %g (bracket %s, %d probes, stop: %s)",
@@ -285,29 +381,75 @@ def capacity(
         )
         return found
 
+    known: dict[float, bool] = {}
+
+    def ask(rates: list[float]) -> None:
+        """Probe ``rates`` not yet known (in parallel with an executor), within the budget."""
+        todo = [r for r in dict.fromkeys(rates) if r not in known]
+        todo = todo[: max(max_probes - len(probes), 0)]
+        if executor is None or len(todo) < 2:
+            for r in todo:
+                known[r] = meets(r, probe(r))
+            return
+        for r, answer in zip(todo, executor.map(probe, todo), strict=True):
+            known[r] = meets(r, answer)
+
+    def ladder(rate: float, factor: float, limit: float) -> list[float]:
+        """The next ``workers`` rates of the doubling (halving) ladder from ``rate``."""
+        rungs = []
+        for _ in range(workers):
+            rate = min(rate * factor, limit) if factor > 1 else max(rate * factor, limit)
+            rungs.append(rate)
+            if rate == limit:
+                break
+        return rungs
+
+    def tree(lo: float, hi: float) -> list[float]:
+        """The next ``workers`` midpoints bisection may probe from ``(lo, hi)``, breadth first."""
+        mids: list[float] = []
+        queue = [(lo, hi)]
+        while queue and len(mids) < workers:
+            a, b = queue.pop(0)
+            if (b - a) / b <= rel_tol:
+                continue
+            mid = (a + b) / 2
+            mids.append(mid)
+            queue += [(a, mid), (mid, b)]
+        return mids
+
     try:
         rate = start_rate
-        if meets(rate):
+        ask([rate])
+        if known[rate]:
             lo = rate
             while True:
                 if rate >= max_rate:
                     return result("max_rate")
                 if len(probes) >= max_probes:
                     return result("max_probes")
+                ask(ladder(rate, 2.0, max_rate))
                 rate = min(2 * rate, max_rate)
-                if not meets(rate):
+                if not known[rate]:
                     hi = rate
                     break
                 lo = rate
         else:
             hi = rate
+            if floor_first and min_rate < rate:
+                # one probe at the floor settles a target no rate can meet
+                ask([min_rate])
+                if not known[min_rate]:
+                    hi = min_rate
+                    return result("min_rate")
+                lo = min_rate
             while True:
                 if rate <= min_rate:
                     return result("min_rate")
                 if len(probes) >= max_probes:
                     return result("max_probes")
+                ask(ladder(rate, 0.5, min_rate))
                 rate = max(rate / 2, min_rate)
-                if meets(rate):
+                if known[rate]:
                     lo = rate
                     break
                 hi = rate
@@ -315,7 +457,9 @@ def capacity(
             if len(probes) >= max_probes:
                 return result("max_probes")
             rate = (lo + hi) / 2
-            if meets(rate):
+            if rate not in known:
+                ask(tree(lo, hi))
+            if known[rate]:
                 lo = rate
             else:
                 hi = rate

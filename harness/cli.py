@@ -669,7 +669,7 @@ def cmd_pareto(a: argparse.Namespace) -> int:
 
 
 def cmd_capacity(a: argparse.Namespace) -> int:
-    from slolab.harness.serving import ServingSetup, capacity_search
+    from slolab.harness.serving import ServingSetup, capacity_notes, capacity_search
 
     show = not a.json and not a.quiet
     setup = ServingSetup.from_namespace(a)
@@ -682,8 +682,11 @@ def cmd_capacity(a: argparse.Namespace) -> int:
         rel_tol=a.rel_tol,
         max_probes=a.max_probes,
         progress=show,
+        early=not a.full_probes,
+        workers=a.workers,
     )
     rec = res.to_dict()
+    rec["notes"] = capacity_notes(setup, res, a.definition)
     rec["probes"] = [{"rate": rate, "attainment": att} for rate, att in res.probes]
     rec.update(
         {
@@ -699,9 +702,13 @@ def cmd_capacity(a: argparse.Namespace) -> int:
         _print_json(rec)
     else:
         print(
-            f"capacity {rec['capacity']:.4g} req/s at {a.target:.0%} {a.definition} attainment "
-            f"({a.policy}, {a.servers} server{'s' if a.servers != 1 else ''}; {len(rec['probes'])} probes)"
+            f"capacity {'>= ' if res.capped_high else ''}{rec['capacity']:.4g} req/s at "
+            f"{a.target:.0%} {a.definition} attainment ({a.policy}, {a.servers} "
+            f"server{'s' if a.servers != 1 else ''}; {len(rec['probes'])} probes, "
+            f"{res.n_early} stopped early)"
         )
+        for note in rec["notes"]:
+            print(f"  note: {note}")
         if "bound" in rec:
             print(
                 f"  bound {rec['bound']:.4g} req/s ({rec['bound_kind']}); capacity / bound "
@@ -709,8 +716,12 @@ def cmd_capacity(a: argparse.Namespace) -> int:
             )
             if "bound_note" in rec:
                 print(f"  note: {rec['bound_note']}")
-        for p in rec["probes"]:
-            print(f"  rate {p['rate']:.4g} req/s -> attainment {p['attainment']:.4f}")
+        for p, early in zip(rec["probes"], res.early, strict=True):
+            att = p["attainment"]
+            bound = ("" if not early else (" or more" if att >= a.target else " or less")) + (
+                " (stopped early)" if early else ""
+            )
+            print(f"  rate {p['rate']:.4g} req/s -> attainment {att:.4f}{bound}")
     return 0
 
 
@@ -951,6 +962,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="relative width of the final bracket (default: 0.02)",
     )
     p.add_argument("--max-probes", type=int, default=30, help="most simulations (default: 30)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="probes simulated at once, each in its own process: the next rungs of the "
+        "doubling ladder, then the next bisection levels (k-section); same capacity as one at "
+        "a time (default: 1)",
+    )
+    p.add_argument(
+        "--full-probes",
+        action="store_true",
+        help="run every probe to its end (default: a probe stops as soon as its verdict is "
+        "certain, and its attainment is then the bound it proved)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_scaling_args(p)

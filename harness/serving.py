@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import logging
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from slolab.harness.capacity import CapacityResult, capacity
+import numpy as np
+from slolab.harness.capacity import CapacityResult, ProbeVerdict, capacity
 from slolab.heuristics.policies import Scheduler
 from slolab.instances.records import Instance
 from slolab.problems.registry import OptionValueError
@@ -260,13 +264,24 @@ class ServingSetup:
         return ran, dataclasses.replace(sched, scaler=scaler, instance=ran)
 
     def simulate(
-        self, rate: float | None = None, *, progress: bool = False
+        self,
+        rate: float | None = None,
+        *,
+        progress: bool = False,
+        stop: Callable[[Instance], Callable[[Any], bool]] | None = None,
     ) -> tuple[Instance, Any, Scheduler]:
         """The instance run at ``rate``, its Outcome under this set-up's scheduler, and the
-        scheduler (its router may report on its own decisions)."""
+        scheduler (its router may report on its own decisions). ``stop(instance)`` gives the
+        run's stopping rule (``stop`` of :func:`slolab.sim.run`), if any."""
         instance, sched = self.prepare(self.instance(rate))
         warn_large_fleet(instance.cluster.servers, instance.n_requests)
-        outcome = sched.run(instance, seed=self.seed, record_iterations=False, progress=progress)
+        outcome = sched.run(
+            instance,
+            seed=self.seed,
+            record_iterations=False,
+            progress=progress,
+            stop=None if stop is None else stop(instance),
+        )
         return instance, outcome, sched
 
 
@@ -364,22 +379,33 @@ def capacity_search(
     rel_tol: float = 0.02,
     max_probes: int = 30,
     progress: bool = False,
+    early: bool = True,
+    workers: int = 1,
 ) -> tuple[CapacityResult, float]:
     """Largest arrival rate at which ``setup`` meets ``target`` attainment (``slolab capacity``).
 
     Each probe simulates the trace at the probed rate: its own arrivals time-scaled, or with
     ``setup.arrivals`` a drawn process at that rate. ``rate`` is the reference rate of a drawn
     process (required with ``arrivals``; not allowed without, where the reference is the
-    trace's own mean rate); ``start_rate`` (default: the reference) is the first probe.
+    trace's own mean rate); ``start_rate`` (default: the reference) is the first probe. With
+    ``early`` a probe stops as soon as its verdict is certain
+    (:class:`slolab.sim.verdict.AttainmentWatch`): the same verdicts, hence the same search,
+    with the stopped probes' attainments recorded as the bounds they proved. After a first
+    miss the floor rate is probed at once (``floor_first``) unless the set-up has a scaler
+    (its ticks make a probe's cost grow with the simulated span). ``workers``
+    processes probe at once (:func:`slolab.harness.capacity.capacity`: the same capacity as
+    one at a time, in fewer rounds).
 
     Returns
     -------
     (CapacityResult, float)
         The search's result and the reference rate (req/s).
     """
+    from slolab.heuristics.policies import policy_entry
     from slolab.instances import mean_rate
-    from slolab.sim import metrics
 
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
     if setup.arrivals is None:
         if rate is not None:
             raise ValueError(
@@ -393,16 +419,129 @@ def capacity_search(
         reference = rate
     show_runs = progress and sys.stderr.isatty()
 
-    def probe(probe_rate: float) -> float:
-        instance, outcome, _ = setup.simulate(probe_rate, progress=show_runs)
-        return metrics.attainment(instance, outcome, definition)
-
-    found = capacity(
-        probe,
-        target=target,
-        start_rate=start_rate or reference,
-        rel_tol=rel_tol,
-        max_probes=max_probes,
-        progress=progress,
-    )
+    probe = functools.partial(_probe, setup, definition, target, early, show_runs and workers == 1)
+    # a scaler ticks through the whole simulated span: a probe at 1/1024 of the rate costs up to
+    # 1024 times the ticks, so with one the floor is probed only if the halving reaches it
+    ticking = policy_entry(setup.policy).setup is not None or setup.autoscale is not None
+    pool = ProcessPoolExecutor(workers) if workers > 1 else None
+    try:
+        found = capacity(
+            probe,
+            target=target,
+            start_rate=start_rate or reference,
+            rel_tol=rel_tol,
+            max_probes=max_probes,
+            progress=progress,
+            floor_first=not ticking,
+            workers=workers,
+            executor=pool,
+        )
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     return found, reference
+
+
+def _probe(
+    setup: ServingSetup,
+    definition: str,
+    target: float,
+    early: bool,
+    progress: bool,
+    rate: float,
+) -> ProbeVerdict:
+    """One capacity probe: ``setup`` simulated at ``rate``, stopped early when ``early`` and
+    its verdict is certain (a module-level function, so a process pool can run it)."""
+    from slolab.sim import metrics
+    from slolab.sim.verdict import AttainmentWatch
+
+    start = time.perf_counter()
+    watches: list[AttainmentWatch] = []
+
+    def watch(instance: Instance) -> AttainmentWatch:
+        watches.append(AttainmentWatch(instance, definition, target))
+        return watches[-1]
+
+    instance, outcome, _ = setup.simulate(rate, progress=progress, stop=watch if early else None)
+    wall = time.perf_counter() - start
+    bound = watches[0].bound if watches else None
+    if bound is not None:
+        return ProbeVerdict(bound, early=True, wall_s=wall)
+    return ProbeVerdict(metrics.attainment(instance, outcome, definition), wall_s=wall)
+
+
+def missed_at(setup: ServingSetup, rate: float, definition: str = "deadline") -> str:
+    """Which requests miss their SLO at ``rate`` req/s and which part of it, in one phrase.
+
+    Run at a capacity search's lowest rate, it says why no rate meets the target: for example ``"412 of 1000 requests
+    miss: 398 their TTFT (prompts 8,190 to 135,000 tokens, median 20,400), 14 a later token's
+    deadline"``.
+    """
+    from slolab.sim import metrics
+
+    instance, outcome, _ = setup.simulate(rate)
+    table = metrics.request_table(instance, outcome)
+    wl = instance.workload
+    missed = ~table[f"met_{definition}"].to_numpy()
+    if definition == "e2e":
+        missed &= table["has_e2e_slo"].to_numpy()
+    rejected = missed & table["rejected"].to_numpy()
+    unfinished = missed & ~rejected & ~table["finished"].to_numpy()
+    with np.errstate(invalid="ignore"):
+        ttft_late = ~(table["ttft_s"].to_numpy() <= wl["ttft_slo_s"] + metrics.ON_TIME_TOLERANCE_S)
+    ttft = missed & ~rejected & ~unfinished & ttft_late & ~np.isnan(wl["ttft_slo_s"])
+    rest = missed & ~rejected & ~unfinished & ~ttft
+    counted = int(table["has_e2e_slo"].sum()) if definition == "e2e" else len(table)
+    parts = []
+    if ttft.any():
+        prompts = wl.prompt_tokens[ttft]
+        parts.append(
+            f"{int(ttft.sum())} their TTFT (prompts {int(prompts.min()):,} to "
+            f"{int(prompts.max()):,} tokens, median {int(np.median(prompts)):,})"
+        )
+    if rest.any():
+        parts.append(
+            f"{int(rest.sum())} "
+            + ("their end-to-end bound" if definition == "e2e" else "a later token's bound")
+        )
+    if rejected.any():
+        parts.append(f"{int(rejected.sum())} rejected")
+    if unfinished.any():
+        parts.append(f"{int(unfinished.sum())} never finished")
+    return f"{int(missed.sum())} of {counted} requests miss: " + ", ".join(parts)
+
+
+def capacity_notes(
+    setup: ServingSetup, found: CapacityResult, definition: str = "deadline"
+) -> list[str]:
+    """One line per thing a reader of ``found`` must know: a capacity that is only a lower
+    bound (the target was met at the highest rate probed), a target no rate meets (with
+    :func:`missed_at` at the lowest rate), a probe budget that ran out."""
+    lo, hi = found.bracket
+    notes = []
+    if found.capped_high:
+        notes.append(
+            f"capacity is a lower bound: the target was still met at the highest rate probed "
+            f"({lo:.4g} req/s, 1024 x the first probe); give a higher --start-rate to search above"
+        )
+    elif found.capped_low:
+        note = (
+            f"{setup.policy} can never meet {found.target:.0%} {definition} attainment on "
+            f"{setup.servers} server{'s' if setup.servers != 1 else ''}: at {hi:.4g} req/s "
+            f"(1/1024 of the first probe) " + missed_at(setup, hi, definition)
+        )
+        arrivals = setup.instance(hi).workload.arrival_s
+        distinct = len(np.unique(arrivals))
+        if setup.arrivals is None and distinct < len(arrivals) / 2:
+            # time-scaling keeps simultaneous arrivals simultaneous: bursts stay bursts
+            note += (
+                f"; the trace's {len(arrivals)} requests arrive at {distinct} distinct times and "
+                "time-scaling keeps each burst at one instant: try --arrivals poisson --rate R"
+            )
+        notes.append(note)
+    elif found.stop_reason == "max_probes":
+        notes.append(
+            f"the probe budget ran out before the bracket ({lo:.4g}, {hi:.4g}) req/s reached "
+            f"--rel-tol {found.rel_tol:g}: the capacity lies in it; raise --max-probes"
+        )
+    return notes

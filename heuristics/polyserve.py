@@ -404,6 +404,8 @@ class PolyServeController:
         self.placed: dict[int, int] = {}  # requests placed on each server (tier or decode)
         self._prefill_queue: tuple[float, dict[int, int]] = (-1.0, {})
         self._refused: dict[int, dict[int, tuple[int, float, int]]] = {}
+        # held requests every usable server refused with _FULL, and the signature then
+        self._full_at: dict[int, tuple[tuple[int, int], ...]] = {}
         self.decisions = 0
         self.decision_s = 0.0
         # each request's first routing decision (s): at the entry router, and disaggregated also
@@ -472,6 +474,7 @@ class PolyServeController:
         tier = self.req.tier[ids]
         deadline = self.req.arrival[ids] + self.req.ttft[ids]
         placed: list[tuple[int, int]] = []
+        ranked = self._ranked(servers)  # loads change only once the engine places the pairs
         for j in range(len(self.tiers)):
             mine = ids[tier == j]
             if not len(mine):
@@ -479,9 +482,10 @@ class PolyServeController:
                 continue
             d = deadline[tier == j]
             failures = 0
+            signature = self._signature(j, servers)
             for r in mine[np.lexsort((d, d < now))].tolist():  # on time by deadline, then lost
                 self.decisions += 1
-                k = self._place(r, servers, now)
+                k = self._place(r, servers, now, signature, ranked)
                 if k == HOLD:
                     failures += 1
                     if failures >= self.params.dispatch_lookahead:
@@ -490,6 +494,7 @@ class PolyServeController:
                 failures = 0
                 placed.append((r, k))
                 self.held_count[j] -= 1
+                signature = self._signature(j, servers)
             self.unplaced[j] = self.held_count[j] > 0
         self.decision_s += time.perf_counter() - t0
         return placed
@@ -522,29 +527,69 @@ class PolyServeController:
         tighter = list(range(j - 1, -1, -1))  # nearest tighter tier first
         return [j, *tighter] if promotion == "lazy" else [*reversed(tighter), j]
 
-    def _place(self, r: int, servers: Sequence[Server], now: float) -> int:
-        """Highest-load admitting server of the request's tier, then of tighter tiers; HOLD."""
+    def _place(
+        self,
+        r: int,
+        servers: Sequence[Server],
+        now: float,
+        signature: tuple[tuple[int, int], ...] | None = None,
+        ranked: dict[int, list[int]] | None = None,
+    ) -> int:
+        """Highest-load admitting server of the request's tier, then of tighter tiers; HOLD.
+
+        ``signature``: the (server, requests departed) of every server the request may use
+        (:meth:`_signature`). When every one of them refused ``r`` for its batch, memory or
+        TPOT (``_FULL``) at that same signature, each would refuse it again from memory
+        (:meth:`_admit`): HOLD at once, without asking them. ``ranked``: :meth:`_ranked` of
+        ``servers`` when the caller already has it (loads do not change within a dispatch)."""
+        if signature is not None and self._full_at.get(r) == signature:
+            return HOLD
         j = int(self.req.tier[r])
+        by_tier = self._ranked(servers) if ranked is None else ranked
+        late = self._late(r, now)
+        all_full = True
+        for t in self._candidate_tiers(j):
+            ks = by_tier.get(t)
+            if not ks:
+                continue
+            tau = float(self.tiers[t])
+            for k in ks:
+                code = self._admit(servers[k], r, tau, late, now)
+                if code == _ADMIT:
+                    sid = servers[k].id
+                    self.placed[sid] = self.placed.get(sid, 0) + 1
+                    self._refused.pop(r, None)
+                    self._full_at.pop(r, None)
+                    return k
+                all_full = all_full and code == _FULL
+        if signature is not None and all_full:
+            self._full_at[r] = signature
+        return HOLD
+
+    def _ranked(self, servers: Sequence[Server]) -> dict[int, list[int]]:
+        """Per tier, the indices of its servers (pending ones excepted) in the order placement
+        tries them: highest load first, ties to the server that joined the tier first."""
         by_tier: dict[int, list[int]] = {}
         for k, s in enumerate(servers):
             t = self.tier_of_pool.get(s.pool)
             if t is not None and s.id not in self.pending:
                 by_tier.setdefault(t, []).append(k)
-        late = self._late(r, now)
-        for t in self._candidate_tiers(j):
-            ks = by_tier.get(t)
-            if not ks:
-                continue
+        for t, ks in by_tier.items():
             rank = {sid: i for i, sid in enumerate(self.order[t])}
             ks.sort(key=lambda k: (-servers[k].load, rank.get(servers[k].id, 1 << 30)))
-            tau = float(self.tiers[t])
-            for k in ks:
-                if self._admit(servers[k], r, tau, late, now):
-                    sid = servers[k].id
-                    self.placed[sid] = self.placed.get(sid, 0) + 1
-                    self._refused.pop(r, None)
-                    return k
-        return HOLD
+        return by_tier
+
+    def _signature(self, j: int, servers: Sequence[Server]) -> tuple[tuple[int, int], ...]:
+        """(server id, requests departed from it) of every server a class-``j`` request may use
+        (its tier's and, with promotion, tighter tiers', pending ones excepted), in id order: the
+        state :meth:`_admit`'s memory of ``_FULL`` refusals keys on."""
+        usable = set(self._candidate_tiers(j))
+        found = []
+        for s in servers:
+            t = self.tier_of_pool.get(s.pool)
+            if t in usable and s.id not in self.pending:
+                found.append((s.id, self.placed.get(s.id, 0) - s.load))
+        return tuple(sorted(found))
 
     def _late(self, r: int, now: float) -> bool:
         """The request's next deadline has passed: it is admitted on the TPOT and memory checks
@@ -704,27 +749,27 @@ class PolyServeController:
                 return _TOO_LATE
         return _ADMIT
 
-    def _admit(self, s: Server, r: int, tau_s: float, late: bool, now: float) -> bool:
+    def _admit(self, s: Server, r: int, tau_s: float, late: bool, now: float) -> int:
         """Admission with a memory of failures: a server that refused ``r`` for its batch, memory
         or TPOT (``_FULL``) refuses it again until a request leaves it (the prediction only grows
         while requests only join and grow); one that refused it on its deadline (``_TOO_LATE``)
-        is asked again after a tick, as PolyServe's tick-driven scheduler would."""
+        is asked again after a tick, as PolyServe's tick-driven scheduler would. Returns the
+        admission code (``_ADMIT``, or why not)."""
         sid = s.id
         departed = self.placed.get(sid, 0) - s.load
         seen = self._refused.get(r)
         if seen is not None and sid in seen:
             at_departed, at_s, reason = seen[sid]
             if at_departed == departed and (reason == _FULL or now < at_s + self.params.tick_s):
-                return False
+                return reason
         code = (
             self._admit_colocated(s, r, tau_s, late)
             if s.role == "mixed"
             else self._admit_decode(s, r, tau_s, late)
         )
-        if code == _ADMIT:
-            return True
-        self._refused.setdefault(r, {})[sid] = (departed, now, code)
-        return False
+        if code != _ADMIT:
+            self._refused.setdefault(r, {})[sid] = (departed, now, code)
+        return code
 
     # -- scaling ----------------------------------------------------------------------------------
     def decide(self, cluster: ClusterView) -> Sequence[ScaleAction]:
@@ -735,6 +780,12 @@ class PolyServeController:
         now = cluster.now
         live = {s.id: s for s in cluster.servers}
         self._sync(cluster)
+        for sid in sorted(self.pending):
+            # an empty pending server runs no other tier's request any more: it serves its own
+            # tier again while that tier holds requests (else the scale-down check drains it)
+            s = live[sid]
+            if s.load == 0 and self.held_count[self.tier_of_pool[s.pool]] > 0:
+                self.pending.discard(sid)
         actions: list[ScaleAction] = []
         reclaimed: list[ScaleAction] = []  # at most one prefill server reclaimed per tick
         on = len(cluster.servers)
@@ -754,6 +805,11 @@ class PolyServeController:
             elif on < self.fleet:
                 actions.append(ScaleAction.on(pool))
                 on += 1
+            elif (idle := self._idle_elsewhere(j, live, actions)) is not None:
+                # the fleet is full but a server of a tier with nothing held is empty: it goes
+                # back to the best-effort pool now, for this tier at the next tick (waiting for
+                # the periodic scale-down check would leave this tier's requests held)
+                actions.append(ScaleAction.drain(idle))
             elif self.mode == "disaggregated" and not self.unplaced_prefill and not reclaimed:
                 reclaimed = self._reclaim_prefill(live)
                 actions += reclaimed
@@ -766,10 +822,24 @@ class PolyServeController:
             self.unplaced_prefill = False
         if now >= self.next_scale_down:
             self.next_scale_down = now + self.params.scale_down_s
-            # a prefill server reclaimed this tick is already draining: not drained twice
-            drained = {a.server for a in reclaimed}
+            # a server reclaimed or handed over this tick is already draining: not drained twice
+            drained = {a.server for a in actions if a.kind == "drain"}
             actions += [a for a in self._scale_down(live) if a.server not in drained]
         return actions
+
+    def _idle_elsewhere(
+        self, j: int, live: dict[int, Server], actions: list[ScaleAction]
+    ) -> int | None:
+        """An empty server of another tier that holds no request (not yet drained), or None."""
+        drained = {a.server for a in actions if a.kind == "drain"}
+        for t, members in enumerate(self.order):
+            if t == j or self.held_count[t]:
+                continue
+            for sid in members:
+                s = live.get(sid)
+                if s is not None and s.accepting and s.load == 0 and sid not in drained:
+                    return sid
+        return None
 
     def _reclaim_prefill(self, live: dict[int, Server]) -> list[ScaleAction]:
         """A decode tier needs a server and the fleet is full: drain the prefill server with the
@@ -1158,6 +1228,11 @@ def polyserve_scheduler(
     (router, decode router, scaler) and policy."""
     mode = _mode_of(mode, instance)
     fleet = int(servers or instance.cluster.servers)
+    if mode == "disaggregated" and fleet < 2:
+        raise ValueError(
+            "disaggregated PolyServe needs --servers >= 2 (a prefill server and a decode "
+            f"server), got {fleet}"
+        )
     inst = polyserve_cluster(instance, mode, fleet)
     controller = PolyServeController(params)
     return Scheduler(

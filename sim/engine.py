@@ -44,6 +44,7 @@ import heapq
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -604,6 +605,7 @@ class Engine:
         self.preempt_log: list[tuple[int, int, float]] = []
         self.max_end = 0.0
         self.iterations = 0
+        self.stopped = False
 
     # -- KV accounting -------------------------------------------------------------------
     def kv_held(self, r: int) -> int:
@@ -658,7 +660,25 @@ class Engine:
         w.extendable = False
 
     # -- main loop -------------------------------------------------------------------------
-    def run(self, progress: bool = False) -> None:
+    def unemitted_floor_s(self) -> float:
+        """A time no output token still to come is emitted before: now, or the start of a
+        fast-forwarded decode window or a static batch in progress (their tokens are written
+        when they commit, with times after their start)."""
+        floor = self.now
+        for srv in self.live:
+            w = srv.window
+            if w is not None:
+                floor = min(floor, float(w.starts[0]))
+            elif srv.pending is not None and srv.pending.static_ids:
+                floor = min(floor, srv.pending.start)
+        return floor
+
+    def run(
+        self,
+        progress: bool = False,
+        stop: Callable[[Engine], bool] | None = None,
+        stop_every: int = 1_000,
+    ) -> None:
         n = self.n
         arrival = self.arrival
         heap = self._heap
@@ -671,6 +691,8 @@ class Engine:
 
             bar = tqdm(total=n, desc="simulate", unit="req", leave=False, mininterval=0.5)
         tick = max(n // 200, 1)
+        events = 0
+        self.stopped = False
         while True:
             t_arr = float(arrival[i]) if i < n else inf
             t_tr = self._transfers[0][0] if self._transfers else inf
@@ -695,6 +717,14 @@ class Engine:
                 continue
             if not heap:
                 break
+            if stop is not None:
+                # server events only: scaler ticks and arrivals settle no request
+                events += 1
+                if events >= stop_every:
+                    events = 0
+                    if stop(self):
+                        self.stopped = True
+                        break
             t, _, sid, version, kind = heapq.heappop(heap)
             server = self.servers[sid]
             if version != server.version:
@@ -1061,13 +1091,22 @@ class Engine:
         for srv in self.live:
             srv.off_s = max(self.max_end, srv.on_s)
         left = len(self.central[0]) + len(self.central[1])
-        if left:
+        self.rejected_held = 0
+        if left and not self.stopped:
+            # nothing runs and nothing changes: they would wait forever; they are rejected,
+            # at the time the run ends, and counted (Outcome.info["rejected_held"])
+            for r in self.central[0] + self.central[1]:
+                self.rejected[r] = True
+                self.rejected_at[r] = max(self.now, float(self.arrival_list[r]))
+            self.rejected_held = left
             log.warning(
                 "%d request(s) held in a central queue never reached a server (first: "
-                "request %d); they are unfinished",
+                "request %d): rejected, no server took them by the end of the run",
                 left,
                 (self.central[0] or self.central[1])[0],
             )
+            self.central[0].clear()
+            self.central[1].clear()
 
     # -- decisions -------------------------------------------------------------------------
     def _decide(self, server: _Srv) -> None:
@@ -1673,7 +1712,11 @@ class Engine:
             end_s=self.max_end,
             wall_s=wall_s,
             recorded_iterations=self.record,
-            info={"iterations": self.iterations},
+            info={
+                "iterations": self.iterations,
+                "stopped_early": self.stopped,
+                "rejected_held": self.rejected_held,
+            },
             rejected_kv=self.rejected_kv,
             rejected_s=self.rejected_at,
             forward_request=np.array([f[0] for f in self.forward_log], dtype=np.int64),
@@ -1753,6 +1796,7 @@ def run(
     progress: bool = False,
     scaler: Scaler | None = None,
     plan: ScalePlan | None = None,
+    stop: Callable[[Engine], bool] | None = None,
 ) -> Outcome:
     """Simulate ``instance`` under ``policy`` (and ``router``) and return the Outcome.
 
@@ -1783,6 +1827,11 @@ def run(
     plan : ScalePlan, optional
         Scaling actions at given times (for example a plan an exact model decided, or
         ``ScalePlan.from_outcome`` of an earlier run).
+    stop : callable, optional
+        ``stop(engine) -> bool``, asked every ``stop.every`` server events (1,000 if it has no
+        such attribute; arrivals and scaler ticks are not counted): True ends the run there, leaving the requests not yet finished unfinished
+        (``outcome.info["stopped_early"]``). :class:`slolab.sim.verdict.AttainmentWatch` stops a
+        run whose attainment verdict is already certain.
     """
     if not isinstance(seed, int | np.integer):
         raise TypeError(f"seed must be an int, got {seed!r}")
@@ -1794,7 +1843,7 @@ def run(
     engine = Engine(
         instance, policy, router, decode_router, int(seed), record_iterations, scaler, plan
     )
-    engine.run(progress=progress)
+    engine.run(progress=progress, stop=stop, stop_every=int(getattr(stop, "every", 1_000)))
     wall = time.perf_counter() - t0
     out = engine.outcome(wall)
     log.debug("simulated %d requests in %.3f s (%d iterations)", engine.n, wall, out.n_iterations)

@@ -92,11 +92,13 @@ def test_pulling_a_request_that_is_not_held_is_a_policy_error():
 
 
 def test_never_pulled_requests_stay_unfinished_with_a_warning(caplog):
-    """Held requests nobody pulls are unfinished (inf tokens), and the run says so."""
+    """Held requests nobody pulls are unfinished (inf tokens), rejected at the end, and the run
+    says so."""
     inst = two_requests(servers=1)
     with caplog.at_level(logging.WARNING, logger="slolab"):
         out = run(inst, PrefillFirstFCFS(), Hold(), seed=0)
     assert np.isinf(out.token_times).all()
+    assert out.rejected.all() and out.info["rejected_held"] == 2
     assert "2 request(s) held in a central queue never reached a server" in caplog.text
 
 

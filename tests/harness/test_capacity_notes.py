@@ -1,0 +1,46 @@
+"""What `slolab capacity` says beside the number: a capped search is a bound, not a capacity,
+and a target no rate meets is said in one line with the requests and the SLO part missed."""
+
+import json
+
+from slolab.harness.capacity import capacity
+from slolab.harness.cli import main
+from slolab.harness.serving import ServingSetup, capacity_notes
+
+
+def test_capped_high_is_reported_as_a_lower_bound():
+    """Met at every rate up to 1024 x the start: 'a lower bound', at 1024 req/s."""
+    found = capacity(lambda rate: 1.0, start_rate=1.0, progress=False)
+    # 1, 2, 4, ..., 1024 all meet: 11 probes, capacity = max_rate = 1024
+    assert found.capped_high and found.capacity == 1024.0 and found.n_probes == 11
+    (note,) = capacity_notes(ServingSetup("azure_conv_2023"), found)
+    assert note.startswith("capacity is a lower bound")
+    assert "1024 req/s" in note
+
+
+def test_capped_low_settles_in_two_probes_and_says_why(capsys):
+    """Sarathi on one server and the Mooncake trace: the floor probe misses, two probes in
+    all, and one line names the requests missing their TTFT and their prompt lengths."""
+    argv = ["capacity", "mooncake_conversation", "--limit", "100", "--quiet", "--json"]
+    assert main(argv) == 0
+    rec = json.loads(capsys.readouterr().out)
+    # the trace's own rate 3.0 req/s misses, then the floor 3.0 / 1024 = 0.00293 misses
+    assert [p["rate"] for p in rec["probes"]] == [3.0, 3.0 / 1024]
+    assert rec["capped_low"] is True and rec["capacity"] == 0.0
+    (note,) = rec["notes"]
+    assert note.startswith("sarathi can never meet 90% deadline attainment on 1 server")
+    # 68 of the 100 requests miss at the lowest rate, 62 of them their TTFT
+    assert "68 of 100 requests miss: 62 their TTFT (prompts 898 to 24,246 tokens" in note
+    # the first 100 requests arrive at 12 distinct times: bursts time-scaling cannot spread
+    assert "100 requests arrive at 12 distinct times" in note
+    assert "try --arrivals poisson --rate R" in note
+
+
+def test_text_output_marks_probes_stopped_early(capsys):
+    """The text lists each probe, the early ones as bounds."""
+    argv = ["capacity", "mooncake_conversation", "--limit", "100", "--quiet"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "2 probes, 2 stopped early" in out
+    assert "or less (stopped early)" in out
+    assert "note: sarathi can never meet" in out
