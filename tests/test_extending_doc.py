@@ -3,7 +3,9 @@
 The page's one install command (``python -m pip install ./examples/plugin``) is not run: the
 suite does not install into the shared environment. In its place the example package's entry
 points are made visible the way an install would (a ``*.dist-info`` folder on the path, see
-tests/plugin_site.py), so the commands after it see the same names an install gives.
+tests/plugin_site.py), so the commands after it see the same names an install gives. That pip
+really installs the package and slolab finds it is tested in tests/test_plugins.py (an install
+into a folder of its own).
 """
 
 import os

@@ -315,3 +315,40 @@ def test_example_package_tests_pass_with_its_entry_points(site):
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert "3 passed" in res.stdout
+
+
+def test_example_package_installed_by_pip_is_found_through_its_entry_points(tmp_path):
+    """pip installs examples/plugin (build isolation, into a folder of its own): slolab then
+    lists its policy and runs a simulation with it by its entry-point name."""
+    target = tmp_path / "installed"
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(target),
+            PLUGIN,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    assert (target / "slolab_lsf" / "least_slack.py").is_file()
+    env = _env(target)
+    listed = " ".join(_slolab(["problems"], env).stdout.split())
+    assert "slolab.policies least-slack (slolab_lsf.least_slack:LeastSlackFirst)" in listed
+    ran = _slolab(
+        ["simulate", "azure_conv_2023", "--policy", "least-slack", "--limit", "50", "--json"],
+        env,
+        cwd=tmp_path,
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    summary = json.loads(ran.stdout)
+    # every one of the 50 requests is finished or rejected under the plugin policy
+    assert summary["policy"] == "least-slack"
+    assert summary["finished"] + summary["rejected"] == 50
