@@ -405,14 +405,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
         f"(x{first.rate / first.trace_rate:.3g} the trace's own rate), target {args.target:.0%} "
         f"{args.definition} attainment, servers {counts.start}..{counts.stop - 1}"
     )
-    print(f"{'policy':<12} {'servers':>7} {'attainment':>10} {'server-s':>10} {'per met req':>12}")
+    width = max(12, *(len(found.policy) for found in plans))
+    print(
+        f"{'policy':<{width}} {'servers':>7} {'attainment':>10} {'server-s':>10} {'per met req':>12}"
+    )
     for found in plans:
         chosen = found.chosen
         if chosen is None:
-            print(f"{found.policy:<12} {'none':>7}   (target missed at {counts.stop - 1} servers)")
+            print(
+                f"{found.policy:<{width}} {'none':>7}   (target missed at {counts.stop - 1} servers)"
+            )
         else:
             print(
-                f"{found.policy:<12} {chosen.servers:>7} {chosen.attainment:>10.4f} "
+                f"{found.policy:<{width}} {chosen.servers:>7} {chosen.attainment:>10.4f} "
                 f"{chosen.server_s:>10.1f} {chosen.cost_per_met_request_s:>12.3f}"
             )
     for found in plans:

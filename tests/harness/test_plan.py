@@ -97,3 +97,19 @@ def test_plan_bad_input_is_one_line(args, message, capsys):
     assert main(["plan", "azure_code_2023", "--limit", "20", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(message)
+
+
+def test_plan_table_misaligned_on_a_long_module_name(capsys):
+    """The text table widens its policy column to the longest name given (module:Name)."""
+    long_name = "slolab.heuristics.baselines:SarathiFCFS"
+    assert plan_cli("--policies", f"vllm,{long_name}", "--servers", "1..2") == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("policy "))
+    rows = lines[header : header + 3]
+    # policy column 39 characters wide (the long name), a space, then the 7-wide servers
+    # column: "servers", a count or "none" right-aligned to character 47 in every line
+    width = len(long_name)
+    assert rows[0][width : width + 8] == " servers"
+    for row in rows[1:]:
+        assert row[width] == " " and row[width + 1 : width + 8].strip() in {"1", "2", "none"}
+    assert rows[2].startswith(long_name + " ")
