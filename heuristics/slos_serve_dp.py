@@ -229,6 +229,23 @@ def _group_keys(columns: list[np.ndarray]) -> np.ndarray:
     return np.unique(np.column_stack(columns), axis=0, return_inverse=True)[1].ravel()
 
 
+def _dominance_order(key: np.ndarray, val: np.ndarray, pb: np.ndarray) -> np.ndarray:
+    """Rows by ``key`` ascending, then ``val`` and ``pb`` descending, ties in row order.
+
+    The same permutation as ``np.lexsort((-pb, -val, key))``, computed as one stable sort of a
+    single int64 key (``val`` replaced by its dense rank) when that key fits, about twice as
+    fast on the large layers of a burst; otherwise the lexsort itself.
+    """
+    val_levels, val_rank = np.unique(val, return_inverse=True)
+    n_val = len(val_levels)
+    pb_span = int(pb.max()) - int(pb.min()) + 1
+    key_span = int(key.max()) + 1
+    if int(key.min()) < 0 or float(key_span) * n_val * pb_span >= 2.0**62:
+        return np.lexsort((-pb, -val, key))
+    combined = (key * n_val + (n_val - 1 - val_rank.ravel())) * pb_span + (int(pb.max()) - pb)
+    return np.argsort(combined, kind="stable")
+
+
 def _keep_breakpoints(layer: _Layer) -> _Layer:
     """Keep, per ``(m, n)``, the states on the (budget, value) Pareto front.
 
@@ -240,7 +257,7 @@ def _keep_breakpoints(layer: _Layer) -> _Layer:
     if len(layer) < 2:
         return layer
     key = _group_keys([layer.mem, *layer.cnt.T])
-    order = np.lexsort((-layer.pb, -layer.val, key))
+    order = _dominance_order(key, layer.val, layer.pb)
     sorted_key = key[order]
     new_group = np.ones(len(order), dtype=bool)
     new_group[1:] = sorted_key[1:] != sorted_key[:-1]
