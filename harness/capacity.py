@@ -230,6 +230,10 @@ def _is_monotone(
     return True
 
 
+#: How far from its first probe a search goes by default: rates in [start / SPAN, start * SPAN].
+SEARCH_SPAN = 1024
+
+
 def capacity(
     probe: Callable[[float], float | ProbeVerdict],
     *,
@@ -279,7 +283,8 @@ def capacity(
     start_rate : float, default 1.0
         First rate probed (> 0).
     min_rate, max_rate : float, optional
-        Search limits; default ``start_rate / 1024`` and ``start_rate * 1024``.
+        Search limits; default ``start_rate / SEARCH_SPAN`` and ``start_rate * SEARCH_SPAN``
+        (:data:`SEARCH_SPAN` = 1024).
     rel_tol : float, default 0.02
         Stop when the bracket's relative width ``(hi - lo) / hi`` is at most this, in (0, 1).
     max_probes : int, default 30
@@ -317,8 +322,8 @@ def capacity(
     _check_target(target)
     if not (math.isfinite(start_rate) and start_rate > 0):
         raise ValueError(f"start_rate must be a finite number > 0, got {start_rate!r}")
-    min_rate = start_rate / 1024 if min_rate is None else min_rate
-    max_rate = start_rate * 1024 if max_rate is None else max_rate
+    min_rate = start_rate / SEARCH_SPAN if min_rate is None else min_rate
+    max_rate = start_rate * SEARCH_SPAN if max_rate is None else max_rate
     if not (0 < min_rate <= start_rate):
         raise ValueError(f"min_rate must be in (0, start_rate={start_rate}], got {min_rate!r}")
     if not (start_rate <= max_rate < math.inf):

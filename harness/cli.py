@@ -992,7 +992,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("policy", help="policy name, or package.module:Name of a Policy class")
     p.add_argument("--seeds", type=int, default=3, help="random instances (default: 3)")
-    p.add_argument("--seed", type=int, default=0, help="first seed (default: 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="first seed (default: 0)")
     p.add_argument("--requests", type=int, default=40, help="requests per instance (default: 40)")
     p.add_argument("--servers", type=int, default=2, help="servers (default: 2)")
     p.add_argument(

@@ -18,7 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
-from slolab.harness.capacity import CapacityResult, ProbeVerdict, capacity
+from slolab.harness.capacity import SEARCH_SPAN, CapacityResult, ProbeVerdict, capacity
 from slolab.heuristics.policies import Scheduler
 from slolab.instances.records import Instance
 from slolab.problems.registry import OptionValueError
@@ -470,16 +470,15 @@ def _probe(
     return ProbeVerdict(metrics.attainment(instance, outcome, definition), wall_s=wall)
 
 
-def missed_at(setup: ServingSetup, rate: float, definition: str = "deadline") -> str:
-    """Which requests miss their SLO at ``rate`` req/s and which part of it, in one phrase.
+def missed_at(instance: Instance, outcome: Any, definition: str = "deadline") -> str:
+    """Which requests of a run miss their SLO and which part of it, in one phrase.
 
-    Run at a capacity search's lowest rate, it says why no rate meets the target: for example ``"412 of 1000 requests
-    miss: 398 their TTFT (prompts 8,190 to 135,000 tokens, median 20,400), 14 a later token's
-    deadline"``.
+    Said of a capacity search's lowest rate, it says why no rate meets the target: for example
+    ``"412 of 1000 requests miss: 398 their TTFT (prompts 8,190 to 135,000 tokens, median
+    20,400), 14 a later token's deadline"``.
     """
     from slolab.sim import metrics
 
-    instance, outcome, _ = setup.simulate(rate)
     table = metrics.request_table(instance, outcome)
     wl = instance.workload
     missed = ~table[f"met_{definition}"].to_numpy()
@@ -522,15 +521,17 @@ def capacity_notes(
     if found.capped_high:
         notes.append(
             f"capacity is a lower bound: the target was still met at the highest rate probed "
-            f"({lo:.4g} req/s, 1024 x the first probe); give a higher --start-rate to search above"
+            f"({lo:.4g} req/s, {SEARCH_SPAN} x the first probe); give a higher --start-rate to "
+            "search above"
         )
     elif found.capped_low:
+        instance, outcome, _ = setup.simulate(hi)
         note = (
             f"{setup.policy} can never meet {found.target:.0%} {definition} attainment on "
             f"{setup.servers} server{'s' if setup.servers != 1 else ''}: at {hi:.4g} req/s "
-            f"(1/1024 of the first probe) " + missed_at(setup, hi, definition)
+            f"(1/{SEARCH_SPAN} of the first probe) " + missed_at(instance, outcome, definition)
         )
-        arrivals = setup.instance(hi).workload.arrival_s
+        arrivals = instance.workload.arrival_s
         distinct = len(np.unique(arrivals))
         if setup.arrivals is None and distinct < len(arrivals) / 2:
             # time-scaling keeps simultaneous arrivals simultaneous: bursts stay bursts
