@@ -136,6 +136,12 @@ def _exact_method(name: str, problem: str, model_name: str, solver: str) -> Meth
     return Method(name, kind, (problem,), runner, f"{model_name} solved by {solver}")
 
 
+def _runs_policies(problem: Problem) -> bool:
+    """Whether ``problem`` runs online policies (one of its heuristics is a policy), so that
+    any registered policy is a method of it."""
+    return any(h.policy is not None for h in problem.heuristics)
+
+
 def policy_method(problem: Problem, name: str) -> Method | None:
     """``name`` as an online policy on ``problem`` when the problem runs online policies (a
     heuristic of it is a policy) and ``name`` is a registered policy (a plugin's included) or
@@ -144,7 +150,7 @@ def policy_method(problem: Problem, name: str) -> Method | None:
     from slolab.plugins import is_reference
     from slolab.solvers import available_models
 
-    if not any(h.policy is not None for h in problem.heuristics):
+    if not _runs_policies(problem):
         return None
     if name in problem.aliases or name in SOLVER_NAMES:
         return None
@@ -183,7 +189,7 @@ def method_help(problem: str) -> str:
     """The names ``problem`` accepts, as one line for error messages and help texts."""
     spec = get_problem(problem)
     text = spec.method_help(tuple(_extra_names(problem, spec.method_names())))
-    if any(h.policy is not None for h in spec.heuristics):
+    if _runs_policies(spec):
         text += "; or any policy of 'slolab simulate --policy' (package.module:Name included)"
     return text
 
