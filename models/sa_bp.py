@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 from slolab.models.sa_columns import (
+    ClaimCut,
     Column,
     ColumnMaster,
     SAOrderingColumns,
@@ -218,6 +219,10 @@ class _Master:
             self.rows[master.floor_row[a]] = model.addCons(
                 sigma[a] >= 0.0, f"floor_{a[0]}_{a[1]}", modifiable=True
             )
+        for i, (row, cut) in enumerate(zip(master.cut_rows, master.cuts, strict=True)):
+            self.rows[row] = model.addCons(
+                zero <= float(cut.limit), f"claim_capacity_{i}", modifiable=True
+            )
         self.columns: list[Column] = []
         self.vars: list[Any] = []
         self.index: dict[Column, int] = {}
@@ -236,6 +241,8 @@ class _Master:
         if col.end < m.n:
             out.append((m.row_flow + col.end, -1.0))
         idx, val = m._time_entries(col)
+        out += list(zip(idx, val, strict=True))
+        idx, val = m._cut_entries(col)
         out += list(zip(idx, val, strict=True))
         return out
 
@@ -565,8 +572,8 @@ class SAOrderingBranchPrice(SAOrderingColumns):
 
     name = f"{PROBLEM}-bp"
 
-    def __init__(self, instance: Any, warm_start: bool = True) -> None:
-        super().__init__(instance)
+    def __init__(self, instance: Any, warm_start: bool = True, cuts: bool = True) -> None:
+        super().__init__(instance, cuts=cuts)
         self.use_warm_start = bool(warm_start)
 
     def solve_with(self, backend: Any, time_limit: float, **params: Any) -> Result | None:
@@ -636,11 +643,15 @@ class SAOrderingBranchPrice(SAOrderingColumns):
             return finish(Status.OPTIMAL, bound)
         tolerance = 0.5 * RATIO_TOLERANCE * latency_lb
         known: set[Column] = set()
+        pool = self.cut_pool()
+        cuts: list[ClaimCut] = []
         while True:
             counters["iterations"] += 1
             lam = value.g
-            master = seeded_master(data, lam, plan, known)
-            _, lb, _, converged = master.solve_lp(deadline)
+            master = seeded_master(data, lam, plan, known, cuts)
+            _, lb, _, converged = master.separate(pool, deadline)
+            cuts = list(master.cuts)
+            counters["cuts"] = len(cuts)
             known.update(master.columns)
             bound = min(bound, ratio_bound(lam, lb, latency_lb))
             counters.setdefault("root_bound", bound)

@@ -56,9 +56,11 @@ from slolab.solvers.base import MilpFormulation, Result, Status
 from slolab.solvers.registry import register_model
 
 __all__ = [
+    "ClaimCut",
     "Column",
     "ColumnMaster",
     "SAOrderingColumns",
+    "claim_capacity_cuts",
     "latency_floor",
     "ratio_bound",
     "restricted_milp",
@@ -112,6 +114,102 @@ def _smallest_prefix_sums(values: np.ndarray, need: int) -> np.ndarray:
     return out
 
 
+#: A cut enters the master when the LP's claims exceed its limit by more than this.
+CUT_VIOLATION = 1e-6
+#: Seconds added to each horizon of a claim-capacity bound (rounding of the latest starts).
+CUT_SLACK_S = 1e-6
+#: Most separation rounds (LP solve, then the violated cuts added) per master.
+CUT_ROUNDS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimCut:
+    """A claim-capacity cut: in every plan at most ``limit`` of ``requests`` meet their SLO, so
+    ``sum_c |T_c ∩ requests| lambda_c <= limit`` (docs/sa_ordering.md Sec. 6, "Cuts")."""
+
+    requests: tuple[int, ...]
+    limit: int
+
+    def __post_init__(self) -> None:
+        if not self.requests:
+            raise ValueError("a claim cut needs at least one request")
+        if not 0 <= self.limit < len(self.requests):
+            raise ValueError(
+                f"limit must be in 0..{len(self.requests) - 1} (below the set's size), "
+                f"got {self.limit}"
+            )
+
+
+def _claim_capacity(execs: np.ndarray, latest: np.ndarray, b: int) -> int:
+    """Most requests of a set that can meet their SLO together in one plan (an upper bound).
+
+    ``execs[i, s - 1]`` and ``latest[i, s - 1]`` are ``e_r(s)`` and ``L_r(s)`` of the set's
+    members (``L_r(s) = -inf`` where ``r`` cannot meet at size ``s``). In a plan, let the last
+    batch holding a met member hold ``c`` of them at size ``s >= c``: it starts by
+    ``H_c = max_{r, s >= c} L_r(s)``, and the batches before it that hold the other met members
+    (``c_1, c_2, ...`` of them) last at least ``sum_i D_{c_i}`` of that time, where a batch
+    holding ``c`` met members lasts at least ``max(c-th smallest f_c, max of its members' f_c)``
+    with ``f_c(r) = min_{s >= c, r meets at s} e_r(s)``. Lowering each ``f_c`` to its running
+    minimum from the end of one fixed order makes every ``f_c`` nondecreasing in that order;
+    then the cheapest way to place ``m`` met members in earlier batches groups the first ``m``
+    of the order consecutively (an exchange argument, docs/sa_ordering.md Sec. 6), which a
+    dynamic program over the group sizes finds (``cost[m]``). The bound is the largest
+    ``c + m`` with ``cost[m] <= H_c``.
+    """
+    size = execs.shape[0]
+    can = latest > -np.inf
+    floor = np.full((size, b + 1), np.inf)  # floor[i, c] = f_c of member i
+    for c in range(b, 0, -1):
+        here = np.where(can[:, c - 1], execs[:, c - 1], np.inf)
+        floor[:, c] = here if c == b else np.minimum(here, floor[:, c + 1])
+    order = np.lexsort((np.arange(size), floor[:, 1]))
+    ordered = floor[order]
+    # running minimum from the end: nondecreasing along the order, never above f_c
+    envelope = np.minimum.accumulate(ordered[::-1], axis=0)[::-1]
+    smallest = np.full(b + 1, np.inf)
+    for c in range(1, b + 1):
+        values = np.sort(floor[:, c])
+        if size >= c:
+            smallest[c] = values[c - 1]
+    cost = np.full(size + 1, np.inf)
+    cost[0] = 0.0
+    for m in range(1, size + 1):
+        for c in range(1, min(b, m) + 1):
+            group = max(float(smallest[c]), float(envelope[m - 1, c]))
+            cost[m] = min(cost[m], cost[m - c] + group)
+    best = 0
+    for c in range(1, min(b, size) + 1):
+        horizon = float(np.where(can[:, c - 1 :], latest[:, c - 1 :], -np.inf).max())
+        if horizon < 0.0:
+            continue
+        # the slack covers the rounding between latest starts and the exact token-time test
+        fit = int(np.nonzero(cost[: size - c + 1] <= horizon + CUT_SLACK_S)[0].max())
+        best = max(best, c + fit)
+    return best
+
+
+def claim_capacity_cuts(problem: Any) -> list[ClaimCut]:
+    """Claim-capacity cuts of a snapshot, one per distinct latest start that makes one.
+
+    For a horizon ``H`` (a request's latest start at its best size, ``max_s L_r(s)``), the set
+    ``R_H`` of the requests whose horizon is at most ``H`` holds at most
+    :func:`_claim_capacity` met requests in any plan. Sets whose limit is not below their size
+    cut nothing and are left out.
+    """
+    n, b = problem.n_requests, problem.batch_size
+    latest = np.asarray(problem.latest_start_s, dtype=float)[:, 1:] - float(problem.arrival_s.min())
+    latest = np.where(latest >= 0.0, latest, -np.inf)
+    execs = np.asarray(problem.exec_s, dtype=float)[:, 1:]
+    horizon = latest.max(axis=1)
+    cuts = []
+    for h in sorted({float(v) for v in horizon if 0.0 <= v < math.inf}):
+        members = [r for r in range(n) if 0.0 <= horizon[r] <= h]
+        limit = _claim_capacity(execs[members], latest[members], b)
+        if limit < len(members):
+            cuts.append(ClaimCut(tuple(members), limit))
+    return cuts
+
+
 class ColumnMaster:
     """The LP master of the column formulation at one ``lambda`` (``None``: latency only,
     no claims and no deadline rows), held in a ``highspy.Highs`` object.
@@ -124,9 +222,20 @@ class ColumnMaster:
     ``unclaimable`` requests are never claimed met: the master is then the relaxation of the
     plans counted as if those requests missed their SLO (a diagnostic of where the LP's claims
     come from, docs/sa_ordering.md Sec. 10).
+
+    ``cuts`` (claim-capacity cuts, :class:`ClaimCut`; with a ratio only) become rows
+    ``sum_c |T_c ∩ R| lambda_c <= limit`` after the others; :meth:`add_cut` adds more and
+    :meth:`separate` adds those the LP violates. Their duals lower the reward of a claim of each
+    of their requests, so pricing stays exact.
     """
 
-    def __init__(self, problem: Any, ratio: float | None, unclaimable: Iterable[int] = ()) -> None:
+    def __init__(
+        self,
+        problem: Any,
+        ratio: float | None,
+        unclaimable: Iterable[int] = (),
+        cuts: Iterable[ClaimCut] = (),
+    ) -> None:
         import highspy
 
         if not problem.snapshot:
@@ -199,6 +308,87 @@ class ColumnMaster:
         self.n_aux = h.getNumCol()
         self.columns: list[Column] = []
         self._index: dict[Column, int] = {}
+        self.cuts: list[ClaimCut] = []
+        self.cut_rows: list[int] = []
+        self._cut_sets: list[set[int]] = []
+        for cut in cuts:
+            self.add_cut(cut)
+
+    # -- cuts -------------------------------------------------------------------------------
+    def add_cut(self, cut: ClaimCut) -> bool:
+        """Add the row of ``cut`` with the entries of the columns already in the master (False
+        when it is already there)."""
+        if self.ratio is None:
+            raise ValueError("claim cuts need a ratio (the latency-only master has no claims)")
+        if cut in self.cuts:
+            return False
+        members = set(cut.requests)
+        if not members <= set(range(self.n)):
+            raise ValueError(f"claim cut requests must be in 0..{self.n - 1}, got {cut.requests}")
+        idx = []
+        val = []
+        for i, col in enumerate(self.columns):
+            count = len(members.intersection(col.met))
+            if count:
+                idx.append(self.n_aux + i)
+                val.append(float(count))
+        self.cut_rows.append(self.highs.getNumRow())
+        self.highs.addRow(
+            -self._inf, float(cut.limit), len(idx), np.array(idx, dtype=np.int32), np.array(val)
+        )
+        self.cuts.append(cut)
+        self._cut_sets.append(members)
+        self.n_rows = self.highs.getNumRow()
+        return True
+
+    def _cut_entries(self, col: Column) -> tuple[list[int], list[float]]:
+        """Entries of ``col`` in the cut rows: how many of each cut's requests it claims."""
+        idx: list[int] = []
+        val: list[float] = []
+        for row, members in zip(self.cut_rows, self._cut_sets, strict=True):
+            count = len(members.intersection(col.met))
+            if count:
+                idx.append(row)
+                val.append(float(count))
+        return idx, val
+
+    def claim_duals(self, duals: np.ndarray) -> np.ndarray:
+        """Per request, the sum of the duals (<= 0) of the cuts holding it: what a claim of it
+        adds to the reward ``1 / lambda`` in a reduced cost."""
+        out = np.zeros(self.n)
+        for row, cut in zip(self.cut_rows, self.cuts, strict=True):
+            out[list(cut.requests)] += float(duals[row])
+        return out
+
+    def violated(self, candidates: Iterable[ClaimCut]) -> list[ClaimCut]:
+        """The cuts of ``candidates`` not in the master that the last LP solution violates by
+        more than :data:`CUT_VIOLATION`."""
+        y = self.claimed()
+        return [
+            cut
+            for cut in candidates
+            if cut not in self.cuts and y[list(cut.requests)].sum() > cut.limit + CUT_VIOLATION
+        ]
+
+    def separate(
+        self, candidates: Iterable[ClaimCut], deadline: float, rounds: int = CUT_ROUNDS
+    ) -> tuple[float, float, np.ndarray, bool]:
+        """Column generation, then the violated ``candidates`` added and column generation
+        again, until none is violated, ``rounds`` rounds have run or ``deadline`` passes.
+        Returns what the last :meth:`solve_lp` returned (its bound is valid: every plan
+        satisfies every cut)."""
+        pool = list(candidates)
+        out = self.solve_lp(deadline)
+        for _ in range(rounds):
+            if not out[3] or time.perf_counter() > deadline:
+                break
+            found = self.violated(pool)
+            if not found:
+                break
+            for cut in found:
+                self.add_cut(cut)
+            out = self.solve_lp(deadline)
+        return out
 
     # -- columns ----------------------------------------------------------------------------
     def duration(self, col: Column) -> float:
@@ -243,6 +433,9 @@ class ColumnMaster:
             idx.append(self.row_flow + col.end)
             val.append(-1.0)
         idx_t, val_t = self._time_entries(col)
+        idx_c, val_c = self._cut_entries(col)
+        idx_t += idx_c
+        val_t += val_c
         self.highs.addCol(
             self.cost(col),
             0.0,
@@ -327,6 +520,8 @@ class ColumnMaster:
             table = {"s": s, "keys": keys, "e": e, "value": value, "late": late, "none": none}
             if self.ratio is not None:
                 reward = self.cost_scale * self.reward + (0.0 if bonus is None else bonus[keys])
+                if self.cuts:
+                    reward = reward + self.claim_duals(duals)[keys]
                 table.update(self._claim_tables(value, late, s, reward))
             tables.append(table)
         return tables
@@ -471,6 +666,9 @@ class ColumnMaster:
             if p < n:
                 used -= duals[self.row_time + p - 1]
             value += min(0.0, -float(used) * float(self.ub[q]))
+        for row, cut in zip(self.cut_rows, self.cuts, strict=True):
+            # claims are >= 0: y A x >= min(0, y) limit whatever the sign rounding gave y
+            value += min(0.0, float(duals[row])) * cut.limit
         return value
 
     def reduced_cost(self, col: Column, duals: np.ndarray) -> float:
@@ -482,7 +680,8 @@ class ColumnMaster:
         if col.end < self.n:
             rc += float(duals[self.row_flow + col.end])
         idx, val = self._time_entries(col)
-        rc -= float(sum(v * duals[i] for i, v in zip(idx, val, strict=True)))
+        idx_c, val_c = self._cut_entries(col)
+        rc -= float(sum(v * duals[i] for i, v in zip(idx + idx_c, val + val_c, strict=True)))
         return rc
 
     # -- enumeration ---------------------------------------------------------------------
@@ -561,11 +760,17 @@ def latency_floor(problem: Any, plan: Any, deadline: float) -> float:
     return max(problem.latency_lower_bound_s(), lower)
 
 
-def seeded_master(problem: Any, ratio: float, plan: Any, known: Iterable[Column]) -> ColumnMaster:
+def seeded_master(
+    problem: Any,
+    ratio: float,
+    plan: Any,
+    known: Iterable[Column],
+    cuts: Iterable[ClaimCut] = (),
+) -> ColumnMaster:
     """The master at ``ratio`` holding the columns of ``plan`` and every valid column of
     ``known`` (columns from earlier Dinkelbach steps: their validity does not depend on the
-    ratio, only their cost)."""
-    master = ColumnMaster(problem, ratio)
+    ratio, only their cost), with the rows of ``cuts`` (valid at every ratio)."""
+    master = ColumnMaster(problem, ratio, cuts=cuts)
     master.add_plan(plan)
     for col in sorted(known, key=lambda c: (c.end, c.members, c.met)):
         if master.valid(col):
@@ -653,9 +858,20 @@ class SAOrderingColumns(SAOrderingModel):
     FEASIBLE (or TIME_LIMIT when the time is up). Instances with
     different arrivals fall back to the position-arc MILP; CP-SAT and brute force are the
     parent's.
+
+    ``cuts=True`` (the default) separates the claim-capacity cuts (:func:`claim_capacity_cuts`)
+    in every Dinkelbach step's LP; ``cuts=False`` solves the plain column LP.
     """
 
     name = f"{PROBLEM}-columns"
+
+    def __init__(self, instance: Any, cuts: bool = True) -> None:
+        super().__init__(instance)
+        self.use_cuts = bool(cuts)
+
+    def cut_pool(self) -> list[ClaimCut]:
+        """The claim-capacity cuts separated in the LP (none with ``cuts=False``)."""
+        return claim_capacity_cuts(self.problem) if self.use_cuts else []
 
     def solve_with(self, backend: Any, time_limit: float, **params: Any) -> Result | None:
         if backend.formulation == "milp" and self.problem.snapshot:
@@ -686,7 +902,7 @@ class SAOrderingColumns(SAOrderingModel):
         deadline = start + time_limit
         data = self.problem
         plan, value = self.starting_plan()
-        counters = {"iterations": 0, "columns": 0, "enumerated": 0, "milp_solves": 0}
+        counters = {"iterations": 0, "columns": 0, "enumerated": 0, "milp_solves": 0, "cuts": 0}
 
         def finish(status: Status, bound: float | None) -> Result:
             return self._result(status, plan, value, bound, backend, start, **counters)
@@ -710,12 +926,16 @@ class SAOrderingColumns(SAOrderingModel):
             return finish(Status.OPTIMAL, upper_all)
         tolerance = 0.5 * RATIO_TOLERANCE * latency_lb  # on F (s)
         known: set[Column] = set()
+        pool = self.cut_pool()
+        cuts: list[ClaimCut] = []
         bound = upper_all
         while True:
             counters["iterations"] += 1
             lam = value.g
-            master = seeded_master(data, lam, plan, known)
-            _, lb, duals, converged = master.solve_lp(deadline)
+            master = seeded_master(data, lam, plan, known, cuts)
+            _, lb, duals, converged = master.separate(pool, deadline)
+            cuts = list(master.cuts)
+            counters["cuts"] = len(cuts)
             known.update(master.columns)
             counters["columns"] = max(counters["columns"], len(master.columns))
             if converged:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import slolab.models.sa_ordering as sa_model
 from slolab.instances.records import Instance
 from slolab.timing import LinearTiming
@@ -35,3 +36,19 @@ def split_or_batch() -> Instance:
 def random_ordering_instance(seed: int, n: int, b: int, arrivals: bool = False) -> Instance:
     """The model module's seeded random instance with RANDOM_TIMING."""
     return sa_model.random_ordering_instance(seed, n, b, timing=RANDOM_TIMING, arrivals=arrivals)
+
+
+def tight_ordering_instance(seed: int, n: int, b: int) -> Instance:
+    """A seeded random snapshot with RANDOM_TIMING whose SLOs bind (chat TTFT 0.1-0.6 s, TPOT
+    30 ms; code e2e 0.3-1.2 s): only the first batches can meet, so claim-capacity cuts exist."""
+    rng = np.random.default_rng(seed)
+    chat = rng.integers(0, 2, n) == 1
+    return ordering_instance(
+        rng.integers(1, 60, n).tolist(),
+        np.where(chat, rng.uniform(0.1, 0.6, n), np.nan).tolist(),
+        np.where(chat, 0.03, np.nan).tolist(),
+        np.where(chat, np.nan, rng.uniform(0.3, 1.2, n)).tolist(),
+        b,
+        prompt_tokens=rng.integers(1, 400, n).tolist(),
+        timing=RANDOM_TIMING,
+    )
