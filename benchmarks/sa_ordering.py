@@ -16,13 +16,22 @@
    (``--bp-limit`` overrides both): status, time, incumbent, bound, final gap and
    branch-and-price's root gap (the bound after its root column LP over the final G, minus
    one), and the proved-within-limit rate per size and method. ``--bp-only`` runs this part
-   alone.
+   alone. Methods ``bp-nocuts`` and ``columns-nocuts`` are the same without the
+   claim-capacity cuts.
+6. With ``--cuts``: the root gap with and without the claim-capacity cuts
+   (docs/sa_ordering.md Sec. 6, "Cuts") on the snapshots of ``--cuts-sizes`` (seeds 0, 1, 2;
+   ``--cuts-seeds``) and the shipped ``sa-azure-n40-b4``. The incumbent G is the column
+   method's after ``--cuts-limit`` seconds; at ``lambda`` = G the plain column LP and the LP
+   with the violated cuts separated are solved to convergence from the incumbent's columns,
+   and each gives ``bound / G - 1``. Also the cuts found, added and the LP's claimed-met
+   count. ``--cuts-only`` runs this part alone.
 
 Prints tables and writes ``benchmarks/out/sa_ordering.csv``. Asserts only stable facts: every
 proved optimum agrees across backends (1e-9 relative) and every schedule passes the checker.
 
 Usage: ``python benchmarks/sa_ordering.py [--quick] [--intervals] [--bp | --bp-only]
 [--bp-sizes 20,30] [--bp-seeds 3] [--bp-methods bp,columns,highs] [--bp-limit S]
+[--cuts | --cuts-only] [--cuts-sizes 20,30,40] [--cuts-seeds 3] [--cuts-limit S]
 [--brute-limit S]``.
 """
 
@@ -35,6 +44,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from slolab.heuristics.sa_ordering import sa_order
+from slolab.instances.io import load_shipped
+from slolab.models.sa_columns import (
+    ColumnMaster,
+    claim_capacity_cuts,
+    latency_floor,
+    ratio_bound,
+)
+from slolab.models.sa_ordering import batches_of
 from slolab.problems.sa_ordering import sa_snapshot
 from slolab.sim import check, metrics, replay
 from slolab.solvers import build_model, solve
@@ -52,12 +69,15 @@ METHODS = {
     "cpsat": ("sa-ordering", "cpsat"),
     "columns": ("sa-ordering-columns", "highs"),
     "bp": ("sa-ordering-bp", "highs"),
+    "columns-nocuts": ("sa-ordering-columns", "highs"),
+    "bp-nocuts": ("sa-ordering-bp", "highs"),
 }
 
 
 def prove(inst, method: str, time_limit: float) -> dict:
     model, solver = METHODS[method]
-    res = solve(build_model(model, inst), solver=solver, time_limit=time_limit)
+    options = {"cuts": False} if method.endswith("-nocuts") else {}
+    res = solve(build_model(model, inst, **options), solver=solver, time_limit=time_limit)
     row = {
         "solver": method,
         "status": res.status.value,
@@ -70,8 +90,9 @@ def prove(inst, method: str, time_limit: float) -> dict:
         assert check(inst, out) == [], f"{solver} schedule breaks a rule"
         row["replayed_g"] = metrics.g_ratio(inst, out)
         assert abs(row["replayed_g"] - res.objective) <= 1e-9 * res.objective, "replay differs"
-    if "root_bound" in res.details:
-        row["root_bound"] = res.details["root_bound"]
+    for key in ("root_bound", "cuts", "nodes"):
+        if key in res.details:
+            row[key] = res.details[key]
     return row
 
 
@@ -159,6 +180,84 @@ def part_bp(sizes: list[int], seeds: int, methods: list[str], limit: float | Non
     return frame
 
 
+def root_gaps(inst, label: str, limit: float) -> dict:
+    """Root gap of one snapshot with and without the claim-capacity cuts, at ``lambda`` = the
+    column method's incumbent after ``limit`` seconds."""
+    model = build_model("sa-ordering-columns", inst)
+    data = model.problem
+    res = solve(model, solver="highs", time_limit=limit)
+    plan = batches_of(res.schedule)
+    value = data.evaluate(plan)
+    lam = value.g
+    latency_lb = latency_floor(data, plan, time.perf_counter() + 600.0)
+    pool = claim_capacity_cuts(data)
+    row = {
+        "part": "cuts",
+        "instance": label,
+        "n": data.n_requests,
+        "incumbent": lam,
+        "incumbent_status": res.status.value,
+        "incumbent_met": value.met_requests,
+        "cuts_found": len(pool),
+    }
+    for name, with_cuts in (("plain", False), ("cuts", True)):
+        master = ColumnMaster(data, lam)
+        master.add_plan(plan)
+        t0 = time.perf_counter()
+        if with_cuts:
+            _, lower, _, converged = master.separate(pool, t0 + 600.0)
+            row["cuts_added"] = len(master.cuts)
+        else:
+            _, lower, _, converged = master.solve_lp(t0 + 600.0)
+        assert converged, (label, name)
+        bound = ratio_bound(lam, lower, latency_lb)
+        row[f"{name}_bound"] = bound
+        row[f"{name}_root_gap"] = bound / lam - 1.0
+        row[f"{name}_claimed"] = float(master.claimed().sum())
+        row[f"{name}_lp_s"] = time.perf_counter() - t0
+    assert row["cuts_bound"] <= row["plain_bound"] * (1.0 + 1e-9), "a cut loosened the LP"
+    plain, cut = row["plain_root_gap"], row["cuts_root_gap"]
+    row["gap_closed"] = 1.0 - cut / plain if plain > 1e-12 else None
+    return row
+
+
+def part_cuts(sizes: list[int], seeds: int, limit: float) -> pd.DataFrame:
+    """Root gaps with and without the cuts on ``sa_snapshot(n, 4, seed=s)`` and the shipped
+    ``sa-azure-n40-b4``."""
+    jobs = [(f"N={n} seed={s}", n, s) for n in sizes for s in range(seeds)]
+    jobs.append(("sa-azure-n40-b4", 40, None))
+    rows = []
+    for label, n, seed in tqdm(jobs, desc="cuts part", unit="snapshot"):
+        inst = load_shipped(label) if seed is None else sa_snapshot(n, 4, seed=seed)
+        row = root_gaps(inst, label, limit)
+        row["seed"] = seed
+        rows.append(row)
+        tqdm.write(
+            f"  {label}: root gap {100 * row['plain_root_gap']:.2f}% without cuts, "
+            f"{100 * row['cuts_root_gap']:.2f}% with {row['cuts_added']} cuts"
+        )
+    return pd.DataFrame(rows)
+
+
+def report_cuts(frame: pd.DataFrame) -> None:
+    """Print the cuts part: one row per snapshot."""
+    print("\nRoot gap without and with the claim-capacity cuts (B = 4; lambda = incumbent):")
+    cols = [
+        "instance",
+        "incumbent",
+        "incumbent_met",
+        "plain_root_gap",
+        "plain_claimed",
+        "cuts_found",
+        "cuts_added",
+        "cuts_root_gap",
+        "cuts_claimed",
+        "gap_closed",
+        "cuts_lp_s",
+    ]
+    print(frame[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+
+
 def part_latency(sizes: list[int], repeats: int) -> pd.DataFrame:
     rows = []
     for n in sizes:
@@ -236,8 +335,42 @@ def main() -> None:
         default=None,
         help="seconds per solve in the branch-and-price part (default: 60 up to N = 40, 300 above)",
     )
+    ap.add_argument(
+        "--cuts",
+        action="store_true",
+        help="also measure the root gap with and without the claim-capacity cuts (section 6)",
+    )
+    ap.add_argument("--cuts-only", action="store_true", help="run the cuts part only")
+    ap.add_argument(
+        "--cuts-sizes",
+        default="20,30,40",
+        help="comma-separated N of the cuts part (default: 20,30,40)",
+    )
+    ap.add_argument("--cuts-seeds", type=int, default=3, help="snapshots per N (default: 3)")
+    ap.add_argument(
+        "--cuts-limit",
+        type=float,
+        default=20.0,
+        help="seconds of the column method for the incumbent of the cuts part (default: 20)",
+    )
     args = ap.parse_args()
     pd.set_option("display.width", 200)
+    if args.cuts or args.cuts_only:
+        try:
+            cut_sizes = [int(v) for v in args.cuts_sizes.split(",")]
+        except ValueError:
+            ap.error(f"--cuts-sizes must be comma-separated integers, got {args.cuts_sizes!r}")
+        if args.cuts_seeds < 1:
+            ap.error(f"--cuts-seeds must be >= 1, got {args.cuts_seeds}")
+        if not args.cuts_limit > 0:
+            ap.error(f"--cuts-limit must be > 0, got {args.cuts_limit}")
+    if args.cuts_only:
+        OUT.mkdir(exist_ok=True)
+        frame = part_cuts(cut_sizes, args.cuts_seeds, args.cuts_limit)
+        report_cuts(frame)
+        frame.to_csv(OUT / "sa_ordering_cuts.csv", index=False)
+        print(f"wrote {OUT / 'sa_ordering_cuts.csv'}")
+        return
     if args.bp or args.bp_only:
         try:
             bp_sizes = [int(v) for v in args.bp_sizes.split(",")]
@@ -291,6 +424,10 @@ def main() -> None:
     if args.bp:
         frame = part_bp(bp_sizes, args.bp_seeds, bp_methods, args.bp_limit)
         report_bp(frame)
+        parts.append(frame)
+    if args.cuts:
+        frame = part_cuts(cut_sizes, args.cuts_seeds, args.cuts_limit)
+        report_cuts(frame)
         parts.append(frame)
     print("\nSA decision latency per call (paper defaults):")
     latency = part_latency([10, 40, 100], 5 if args.quick else 20)

@@ -140,21 +140,45 @@ class ClaimCut:
             )
 
 
+def _fill_costs(floor: np.ndarray, b: int) -> np.ndarray:
+    """``cost[m]``: a lower bound on the total duration of batches that hold ``m`` met
+    requests of a set (``floor[i, c] = f_c`` of member ``i``, c = 1..b).
+
+    A batch holding ``c`` met members lasts at least ``max(c-th smallest f_c, max of its
+    members' f_c)``. Lowering each ``f_c`` to its running minimum from the end of one fixed
+    order (by ``f_1``) makes every ``f_c`` nondecreasing in that order; then the cheapest
+    placement of ``m`` met members groups the first ``m`` of the order consecutively (an
+    exchange argument, docs/sa_ordering.md Sec. 6), which a dynamic program over the group sizes
+    finds.
+    """
+    size = floor.shape[0]
+    order = np.lexsort((np.arange(size), floor[:, 1]))
+    # running minimum from the end: nondecreasing along the order, never above f_c
+    envelope = np.minimum.accumulate(floor[order][::-1], axis=0)[::-1]
+    smallest = np.full(b + 1, np.inf)
+    for c in range(1, min(b, size) + 1):
+        smallest[c] = np.partition(floor[:, c], c - 1)[c - 1]
+    cost = np.full(size + 1, np.inf)
+    cost[0] = 0.0
+    for m in range(1, size + 1):
+        for c in range(1, min(b, m) + 1):
+            group = max(float(smallest[c]), float(envelope[m - 1, c]))
+            cost[m] = min(cost[m], cost[m - c] + group)
+    return cost
+
+
 def _claim_capacity(execs: np.ndarray, latest: np.ndarray, b: int) -> int:
     """Most requests of a set that can meet their SLO together in one plan (an upper bound).
 
     ``execs[i, s - 1]`` and ``latest[i, s - 1]`` are ``e_r(s)`` and ``L_r(s)`` of the set's
     members (``L_r(s) = -inf`` where ``r`` cannot meet at size ``s``). In a plan, let the last
-    batch holding a met member hold ``c`` of them at size ``s >= c``: it starts by
-    ``H_c = max_{r, s >= c} L_r(s)``, and the batches before it that hold the other met members
-    (``c_1, c_2, ...`` of them) last at least ``sum_i D_{c_i}`` of that time, where a batch
-    holding ``c`` met members lasts at least ``max(c-th smallest f_c, max of its members' f_c)``
-    with ``f_c(r) = min_{s >= c, r meets at s} e_r(s)``. Lowering each ``f_c`` to its running
-    minimum from the end of one fixed order makes every ``f_c`` nondecreasing in that order;
-    then the cheapest way to place ``m`` met members in earlier batches groups the first ``m``
-    of the order consecutively (an exchange argument, docs/sa_ordering.md Sec. 6), which a
-    dynamic program over the group sizes finds (``cost[m]``). The bound is the largest
-    ``c + m`` with ``cost[m] <= H_c``.
+    batch holding a met member have size ``s`` and, among its met members, ``k`` the one with
+    the smallest ``L_k(s)``: it starts by ``L_k(s)`` and holds at most ``c(k, s) = min(s, 1 +
+    #{r != k : L_r(s) >= L_k(s)})`` met members; the batches before it that hold the other met
+    members (none of them ``k``) last at most that long together, at least
+    :func:`_fill_costs` over the set without ``k`` (``f_c(r) = min_{s >= c, r meets at s}
+    e_r(s)``). The bound is the largest ``c(k, s) + m`` with ``cost[m] <= L_k(s)``, at most the
+    set's size.
     """
     size = execs.shape[0]
     can = latest > -np.inf
@@ -162,29 +186,18 @@ def _claim_capacity(execs: np.ndarray, latest: np.ndarray, b: int) -> int:
     for c in range(b, 0, -1):
         here = np.where(can[:, c - 1], execs[:, c - 1], np.inf)
         floor[:, c] = here if c == b else np.minimum(here, floor[:, c + 1])
-    order = np.lexsort((np.arange(size), floor[:, 1]))
-    ordered = floor[order]
-    # running minimum from the end: nondecreasing along the order, never above f_c
-    envelope = np.minimum.accumulate(ordered[::-1], axis=0)[::-1]
-    smallest = np.full(b + 1, np.inf)
-    for c in range(1, b + 1):
-        values = np.sort(floor[:, c])
-        if size >= c:
-            smallest[c] = values[c - 1]
-    cost = np.full(size + 1, np.inf)
-    cost[0] = 0.0
-    for m in range(1, size + 1):
-        for c in range(1, min(b, m) + 1):
-            group = max(float(smallest[c]), float(envelope[m - 1, c]))
-            cost[m] = min(cost[m], cost[m - c] + group)
     best = 0
-    for c in range(1, min(b, size) + 1):
-        horizon = float(np.where(can[:, c - 1 :], latest[:, c - 1 :], -np.inf).max())
-        if horizon < 0.0:
+    for k in range(size):
+        if not can[k].any():
             continue
-        # the slack covers the rounding between latest starts and the exact token-time test
-        fit = int(np.nonzero(cost[: size - c + 1] <= horizon + CUT_SLACK_S)[0].max())
-        best = max(best, c + fit)
+        rest = np.arange(size) != k
+        cost = _fill_costs(floor[rest], b)
+        for s in np.nonzero(can[k])[0] + 1:
+            horizon = float(latest[k, s - 1])
+            last = min(int(s), int((latest[rest, s - 1] >= horizon).sum()) + 1)
+            # the slack covers the rounding between latest starts and the exact token-time test
+            fit = int(np.nonzero(cost <= horizon + CUT_SLACK_S)[0].max())
+            best = max(best, min(size, last + fit))
     return best
 
 
