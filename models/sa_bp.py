@@ -64,6 +64,9 @@ INTEGRALITY_TOLERANCE = 1e-6
 REQUIRED_SHIFT = 1e7
 #: Share of the time limit the column method may use first (warm start: its incumbent and bound).
 WARM_START_SHARE = 0.3
+#: Share of the time limit kept (with the warm start) for a last restricted MILP over every
+#: column known, when SCIP stops at its time limit: the column method's incumbent heuristic.
+FINAL_MILP_SHARE = 0.2
 
 Arc = tuple[int, int]
 
@@ -564,7 +567,11 @@ class SAOrderingBranchPrice(SAOrderingColumns):
     starting plans and the SA paper's annealing (seed 0), for 30% of the time limit: its proof
     ends the run, otherwise its incumbent and bound are the warm start. Then each Dinkelbach
     step is a branch-and-price run on SCIP (PySCIPOpt), seeded with the columns of the root LP
-    and of every earlier step; the result's backend is then ``"scip"``.
+    and of every earlier step; the result's backend is then ``"scip"``. The LP of each step
+    separates the claim-capacity cuts (``cuts=False``: none), which become rows of SCIP's
+    master. With the warm start, :data:`FINAL_MILP_SHARE` of the limit is kept for a restricted
+    MILP over every column known when SCIP stops at its time limit (it may improve the
+    incumbent; the bound is SCIP's).
     ``warm_start=False`` starts SCIP from the deterministic plans alone (no annealing, no column
     method), which leaves all the work to SCIP. Instances with different arrivals fall back to
     the position-arc MILP; CP-SAT and brute force are the parent's.
@@ -660,6 +667,9 @@ class SAOrderingBranchPrice(SAOrderingColumns):
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 return finish(Status.TIME_LIMIT, bound)
+            reserve = FINAL_MILP_SHARE * time_limit if self.use_warm_start else 0.0
+            if remaining <= 2.0 * reserve:
+                reserve = 0.0
             logger.info(
                 "branch-and-price on SCIP at lambda = %.6g (bound %.6g, %d columns)",
                 lam,
@@ -670,7 +680,7 @@ class SAOrderingBranchPrice(SAOrderingColumns):
                 master,
                 sorted(known, key=lambda c: (c.end, c.members, c.met)),
                 -tolerance,
-                remaining,
+                remaining - reserve,
                 seed,
             )
             counters["scip_runs"] += 1
@@ -688,4 +698,14 @@ class SAOrderingBranchPrice(SAOrderingColumns):
                 return finish(Status.OPTIMAL if proved else Status.FEASIBLE, bound)
             if math.isfinite(step.f_lower):
                 bound = min(bound, ratio_bound(lam, step.f_lower, latency_lb))
+            left = deadline - time.perf_counter()
+            if reserve > 0 and left > 0:
+                # SCIP stopped at its limit: the reserve goes to a restricted MILP over every
+                # column known (the bound above holds whatever plan this finds)
+                columns = sorted(known, key=lambda c: (c.end, c.members, c.met))
+                raw = backend.solve_formulation(self._restricted(master, columns), left)
+                better = self.improvement(raw, value)
+                counters["final_milp"] = "improved" if better is not None else raw.status.value
+                if better is not None:
+                    plan, value = better
             return finish(Status.TIME_LIMIT, bound)
