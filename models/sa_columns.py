@@ -30,6 +30,10 @@ Exactness (docs/sa_ordering.md, Sec. 6):
 3. A MILP over the enumerated columns (PuLP, run on HiGHS or CBC by the backend) finds the
    best plan among them, hence ``min F`` over all plans. Dinkelbach moves ``lambda`` to the new
    plan's G until ``min F = 0``.
+4. Claim-capacity cuts (:func:`claim_capacity_cuts`): for sets ``R`` of requests that meet only
+   when their batch starts early, at most ``K(R)`` of them meet in any plan, so
+   ``sum_c |T_c ∩ R| lambda_c <= K(R)``; the LP adds those it violates. Their duals change the
+   reward of a claim per request, which the pricing of 1 absorbs exactly.
 
 Every plan is represented with its exact met set (take ``k`` = the met member with the smallest
 latest start), and every feasible column combination is a plan that meets at least its claims,
