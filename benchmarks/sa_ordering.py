@@ -24,7 +24,7 @@
    method's after ``--cuts-limit`` seconds; at ``lambda`` = G the plain column LP and the LP
    with the violated cuts separated are solved to convergence from the incumbent's columns,
    and each gives ``bound / G - 1``. Also the cuts found, added and the LP's claimed-met
-   count. ``--cuts-only`` runs this part alone.
+   count. ``--cuts-only`` runs this part alone and writes ``benchmarks/out/sa_ordering_cuts.csv``.
 
 Prints tables and writes ``benchmarks/out/sa_ordering.csv``. Asserts only stable facts: every
 proved optimum agrees across backends (1e-9 relative) and every schedule passes the checker.
