@@ -258,13 +258,15 @@ def _keep_breakpoints(layer: _Layer) -> _Layer:
 
     Ranked by value (descending), then budget (descending), then row, within its group, a
     state is kept when its budget exceeds that of every state ranked before it. With few
-    distinct values (a DP's values are counts of admitted requests) this is decided without
-    sorting (:func:`_front_by_table`); otherwise by the sort itself.
+    distinct values (a DP's values are counts of admitted requests) and at least
+    ``_TABLE_MIN_ROWS`` states this is decided without sorting (:func:`_front_by_table`);
+    otherwise by the sort itself (faster on small layers: 32 against 54 us at 50 rows, 111
+    against 98 us at 1,000, 314 against 183 us at 3,000).
     """
     if len(layer) < 2:
         return layer
     key = _group_keys([layer.mem, *layer.cnt.T])
-    keep = _front_by_table(key, layer.val, layer.pb)
+    keep = _front_by_table(key, layer.val, layer.pb) if len(layer) >= _TABLE_MIN_ROWS else None
     if keep is None:
         keep = _front_by_sort(key, layer.val, layer.pb)
     return _Layer(
@@ -293,6 +295,8 @@ def _front_by_sort(key: np.ndarray, val: np.ndarray, pb: np.ndarray) -> np.ndarr
 
 #: Most (group, value) cells, per row, for which :func:`_front_by_table` builds its table.
 _TABLE_CELLS_PER_ROW = 4
+#: Fewest states for which :func:`_keep_breakpoints` prunes by the table.
+_TABLE_MIN_ROWS = 1_000
 
 
 def _front_by_table(key: np.ndarray, val: np.ndarray, pb: np.ndarray) -> np.ndarray | None:

@@ -148,11 +148,12 @@ def test_keep_breakpoints_signed_zero_values() -> None:
         np.zeros(4, dtype="int64"),
         np.arange(4),
     )
-    kept = _keep_breakpoints(layer)
+    kept = _front_by_table(np.zeros(4, dtype="int64"), layer.val, layer.pb)
     # one group: value 0.5 (row 2, budget 1) ranks first; rows 0, 1, 3 tie at value 0 and
     # budget 3 > 1, so the first of them (row 0) is kept as well
-    np.testing.assert_array_equal(kept.pred_idx, [0, 2])
-    np.testing.assert_array_equal(kept.pred_idx, reference_keep_breakpoints(layer).pred_idx)
+    np.testing.assert_array_equal(kept, [0, 2])
+    np.testing.assert_array_equal(reference_keep_breakpoints(layer).pred_idx, [0, 2])
+    np.testing.assert_array_equal(_keep_breakpoints(layer).pred_idx, [0, 2])
 
 
 def reference_layers(
