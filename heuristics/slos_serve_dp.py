@@ -341,19 +341,19 @@ class _Window:
 
     _FIELDS = ("normalized", "first_overload", "cached", "mem", "val", "node", "idx")
 
-    def __init__(self, n_tiers: int, cap_tokens: int) -> None:
+    def __init__(self, n_tiers: int, cap_tokens: int, rows: int = 256) -> None:
         self.cap_tokens = cap_tokens
         self.size = 0
         self.cached_rows = 0
         self.cached_batch = -1
-        self.cached = np.empty(0, dtype="int64")
-        self.cnt = np.empty((0, n_tiers), dtype="int64")
-        self.normalized = np.empty(0, dtype="int64")
-        self.first_overload = np.empty(0, dtype="int64")
-        self.mem = np.empty(0, dtype="int64")
-        self.val = np.empty(0)
-        self.node = np.empty(0, dtype="int64")
-        self.idx = np.empty(0, dtype="int64")
+        self.cached = np.empty(rows, dtype="int64")
+        self.cnt = np.empty((rows, n_tiers), dtype="int64")
+        self.normalized = np.empty(rows, dtype="int64")
+        self.first_overload = np.empty(rows, dtype="int64")
+        self.mem = np.empty(rows, dtype="int64")
+        self.val = np.empty(rows)
+        self.node = np.empty(rows, dtype="int64")
+        self.idx = np.empty(rows, dtype="int64")
 
     def __len__(self) -> int:
         return self.size
