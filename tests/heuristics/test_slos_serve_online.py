@@ -6,12 +6,14 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from slolab.harness.serving import ServingSetup
 from slolab.heuristics.baselines import LeastLoaded, SarathiFCFS
 from slolab.heuristics.slos_serve import SLOsServeParams, SLOsServePolicy
 from slolab.instances.records import Cluster, Instance, Workload
 from slolab.sim import check, metrics, run
 from slolab.sim.engine import Server
 from slolab.timing import LinearTiming
+from slolab.timing.inverse import time2bs
 
 # 0.01 s per iteration + 0.4 ms per token: time2bs(0.05) = (0.05 - 0.01) / 4e-4 = 100 tokens.
 TIMING = LinearTiming(0.01, {"prefill_tokens": 4e-4, "decode_tokens": 4e-4}, name="round")
@@ -181,3 +183,16 @@ def test_attainment_at_least_sarathi_when_overloaded() -> None:
         slos = metrics.attainment(inst, run(inst, SLOsServePolicy(), seed=0))
         fcfs = metrics.attainment(inst, run(inst, SarathiFCFS(), seed=0))
         assert slos >= fcfs + 0.3
+
+
+def test_batch_token_capacity_remembered_per_duration():
+    """After a seeded run, every remembered batch capacity is time2bs at its batch duration."""
+    setup = ServingSetup("azure_conv_2023", policy="slos-serve", servers=2, limit=100)
+    instance, sched = setup.prepare(setup.instance(rate=20.0))
+    run(instance, sched.policy, sched.router, seed=0, record_iterations=False)
+    (timing, known), *others = sched.policy._tokens_within.values()
+    # both servers share the instance's timing model: one entry, several durations
+    assert others == [] and len(known) > 1
+    for t0, tokens in known.items():
+        assert tokens == time2bs(timing, t0) > 0
+    print(len(known), "durations", sorted(known.items())[:3])
