@@ -35,8 +35,9 @@ logger = logging.getLogger("slolab")
 
 #: Policies tried as the starting point (steerable ones: they read priorities or deadlines);
 #: ``deadline-admission/N`` is :class:`DeadlineAdmission` with chunks of at most ``N`` tokens
-#: (0: whole prompts), ``deadline-lookahead/N`` the same with clairvoyant chunk sizes, the
-#: others are registered policies.
+#: (0: whole prompts), ``deadline-lookahead/N`` the same with clairvoyant chunk sizes,
+#: ``deadline-packing/N`` and ``deadline-packing-lookahead/N`` the two packing several prompts
+#: per iteration, the others are registered policies.
 START_POLICIES = (
     "deadline-admission/1024",
     "deadline-admission/2048",
