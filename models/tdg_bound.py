@@ -3,7 +3,8 @@
 :class:`TdgHorizonBound` (model ``tdg-horizon-bound``) is a time-bucketed linear programme,
 aggregated per request and bucket, that relaxes the engine's semantics on one server: every
 iteration lasts its timing-model time, iterations do not overlap, a request's tokens come out
-in order, at most one per iteration, the first one when its (chunked) prompt completes. Its
+in order, at most one per iteration and only in iterations after its arrival (the release
+cuts), the first one when its (chunked) prompt completes. Its
 optimum is never below the best TDG any schedule reaches (proof in ``docs/proserve.md``, "A
 bound that scales"), and never above the ideal gain. It has no schedule: the harness labels it
 ``bound``.
