@@ -4,8 +4,9 @@ trace's own output lengths.
 For each trace (Azure conversation and code 2023), load (low, medium, high) and window size
 (25, 50, 100, 200, 500 requests; ``--max-output-tokens 0``, seed 0), the benchmark runs
 
-- ``bound``: the time-bucketed LP bound (``tdg-horizon-bound``, HiGHS), within ``--bound-limit``
-  seconds and ``--max-pairs`` (request, bucket) pairs;
+- ``bound``: the time-bucketed LP bound with release cuts (``tdg-horizon-bound``, HiGHS),
+  within ``--bound-limit`` seconds and ``--max-pairs`` (request, bucket) pairs; with
+  ``--plain`` also the plain bucket LP (no release cuts, same limits), to compare the two;
 - ``lns``: the replay-scored steering search, within ``--lns-limit`` seconds;
 - SlideBatching and the five baselines of ProServe's evaluation, online;
 
@@ -37,7 +38,14 @@ SIZES = (25, 50, 100, 200, 500)
 
 
 def one_window(
-    trace: str, n: int, load: str, *, bound_limit: float, lns_limit: float, max_pairs: int
+    trace: str,
+    n: int,
+    load: str,
+    *,
+    bound_limit: float,
+    lns_limit: float,
+    max_pairs: int,
+    plain: bool = False,
 ) -> list[dict[str, Any]]:
     """Every method on one window; the rows of the compare table plus the window's interval.
 
@@ -56,6 +64,14 @@ def one_window(
         max_output_tokens=KEEP_OUTPUTS,
     )
     bound = solve(TdgHorizonBound(inst, max_pairs=max_pairs), "highs", time_limit=bound_limit)
+    plain_bound, plain_s = float("nan"), float("nan")
+    if plain:
+        other = solve(
+            TdgHorizonBound(inst, max_pairs=max_pairs, release_cuts=False),
+            "highs",
+            time_limit=bound_limit,
+        )
+        plain_bound, plain_s = float(other.bound), other.runtime_s
     frame = compare(inst, ["lns"], time_limit=lns_limit)
     frame = pd.concat(
         [frame, compare(inst, list(PROSERVE_POLICIES), time_limit=lns_limit)], ignore_index=True
@@ -82,6 +98,8 @@ def one_window(
                 "bound_spacing_s": bound.details.get("spacing_s"),
                 "bound_pairs": bound.details.get("pairs"),
                 "ideal": bound.details.get("ideal"),
+                "bound_plain": plain_bound,
+                "bound_plain_s": plain_s,
                 "width": 1 - best / upper,
                 "gap_lo": 1 - v / best,
                 "gap_hi": 1 - v / upper,
@@ -100,6 +118,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bound-limit", type=float, default=120.0, help="s per bound LP")
     parser.add_argument("--lns-limit", type=float, default=20.0, help="s per lns search")
     parser.add_argument("--max-pairs", type=int, default=12_000, help="LP size budget")
+    parser.add_argument(
+        "--plain", action="store_true", help="also solve the plain LP (no release cuts)"
+    )
     parser.add_argument("--quick", action="store_true", help="25 requests, 10 s limits")
     parser.add_argument("--out", default=str(OUT / "tdg_bounds.csv"))
     a = parser.parse_args(argv)
@@ -119,6 +140,7 @@ def main(argv: list[str] | None = None) -> None:
                     bound_limit=a.bound_limit,
                     lns_limit=a.lns_limit,
                     max_pairs=a.max_pairs,
+                    plain=a.plain,
                 )
                 rows.extend(got)
                 pd.DataFrame(rows).to_csv(a.out, index=False)
@@ -127,7 +149,8 @@ def main(argv: list[str] | None = None) -> None:
                     f"{trace} n={n} {load}: [{head['best']:.6g}, {head['bound']:.6g}] width "
                     f"{head['width']:.1%} (ideal {head['ideal']:.6g}; bound {head['bound_s']:.0f} "
                     f"s {head['bound_status']}, spacing {head['bound_spacing_s']} s) in "
-                    f"{time.perf_counter() - t0:.0f} s",
+                    f"{time.perf_counter() - t0:.0f} s"
+                    + (f"; plain LP {head['bound_plain']:.6g}" if a.plain else ""),
                     flush=True,
                 )
     frame = pd.DataFrame(rows)

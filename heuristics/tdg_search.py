@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -34,8 +35,9 @@ logger = logging.getLogger("slolab")
 
 #: Policies tried as the starting point (steerable ones: they read priorities or deadlines);
 #: ``deadline-admission/N`` is :class:`DeadlineAdmission` with chunks of at most ``N`` tokens
-#: (0: whole prompts), ``deadline-lookahead/N`` the same with clairvoyant chunk sizes, the
-#: others are registered policies.
+#: (0: whole prompts), ``deadline-lookahead/N`` the same with clairvoyant chunk sizes,
+#: ``deadline-packing/N`` and ``deadline-packing-lookahead/N`` the two packing several prompts
+#: per iteration, the others are registered policies.
 START_POLICIES = (
     "deadline-admission/1024",
     "deadline-admission/2048",
@@ -43,6 +45,11 @@ START_POLICIES = (
     "deadline-admission/0",
     "deadline-lookahead/1024",
     "deadline-lookahead/2048",
+    "deadline-packing/0",
+    "deadline-packing/1024",
+    "deadline-packing/2048",
+    "deadline-packing-lookahead/1024",
+    "deadline-packing-lookahead/2048",
     "slide-batching",
     "sarathi-priority",
     "fairbatching",
@@ -50,6 +57,10 @@ START_POLICIES = (
 )
 #: Name of :class:`DeadlineAdmission` with clairvoyant chunk sizes (``lookahead=True``).
 LOOKAHEAD = "deadline-lookahead"
+#: Names of :class:`DeadlineAdmission` packing several kept prompts per iteration
+#: (``pack=True``), online and with clairvoyant chunk sizes.
+PACKING = "deadline-packing"
+PACKING_LOOKAHEAD = "deadline-packing-lookahead"
 #: Largest prefill chunk (tokens) :class:`DeadlineAdmission` gives a request that will miss its
 #: first token anyway (so that it never holds the server long).
 LATE_CHUNK_TOKENS = 512
@@ -85,6 +96,12 @@ class DeadlineAdmission:
     prompt gets a chunk of at most :data:`LATE_CHUNK_TOKENS` tokens (its decode tokens may still
     earn). Times are estimated with the instance's affine timing model.
 
+    With ``pack=True`` the iteration also takes the next kept prompts in deadline order, whole,
+    while every prompt it completes still ends by its deadline (and the prefill tokens stay
+    within ``chunk_tokens`` when it is set), then a chunk of the next kept prompt that fills the
+    time left before the earliest such deadline: short prompts that arrive together share one
+    iteration's overhead ``t_c`` instead of paying it each.
+
     References
     ----------
     Moore, "An n job, one machine sequencing algorithm for minimizing the number of late jobs",
@@ -93,11 +110,12 @@ class DeadlineAdmission:
 
     name = "deadline-admission"
 
-    def __init__(self, chunk_tokens: int = 0, lookahead: bool = False) -> None:
+    def __init__(self, chunk_tokens: int = 0, lookahead: bool = False, pack: bool = False) -> None:
         if chunk_tokens < 0:
             raise ValueError(f"chunk_tokens must be >= 0 (0: whole prompts), got {chunk_tokens}")
         self.chunk_tokens = chunk_tokens
         self.lookahead = lookahead
+        self.pack = pack
 
     def start(self, instance: Instance, seed: int) -> None:
         from slolab.models.proserve import _affine
@@ -167,7 +185,9 @@ class DeadlineAdmission:
                 end -= step_s + self.a_tok * server.remaining_prefill(worst[1])
         slots = server.max_batch_size - len(decode)
         prefill: list[tuple[int, int]] = []
-        if slots > 0 and kept:
+        if slots > 0 and kept and self.pack:
+            prefill = self._packed(server, kept, slots, now, step_s)
+        elif slots > 0 and kept:
             r = kept[0][1]
             c = server.remaining_prefill(r)
             if self.chunk_tokens:
@@ -184,20 +204,64 @@ class DeadlineAdmission:
                 c = min(c, cap) if cap else c
             prefill = [(r, c)]
         if prefill:
-            r, c = prefill[0]
-            waiting = r in set(server.waiting)
-            need = (server.remaining_prefill(r) + 1) if waiting else c + 1
-            if need > server.kv_free_tokens:
-                prefill = []
+            waiting_set = set(server.waiting)
+            free = server.kv_free_tokens
+            fits = []
+            for r, c in prefill:
+                need = (server.remaining_prefill(r) + 1) if r in waiting_set else c + 1
+                if need > free:
+                    break
+                free -= need
+                fits.append((r, c))
+            prefill = fits
         if not prefill and not decode:
             return Batch()
         return Batch(prefill=prefill, decode=decode)
 
+    def _packed(
+        self, server: Any, kept: list[tuple[float, int]], slots: int, now: float, step_s: float
+    ) -> list[tuple[int, int]]:
+        """The prefill entries of a packed iteration (``pack=True``): kept prompts in deadline
+        order, whole while every completed one ends by its deadline, then a filling chunk."""
+        budget = float(self.chunk_tokens) if self.chunk_tokens else math.inf
+        if self.lookahead:
+            cap = self._chunk_cap(now, step_s)
+            budget = min(budget, cap) if cap else budget
+        prefill: list[tuple[int, int]] = []
+        tokens = 0
+        end = now + step_s  # step_s holds one chunk's a_seq
+        limit = math.inf  # earliest deadline among the prompts this iteration completes
+        for deadline, r in kept:
+            if len(prefill) >= slots or budget - tokens < 1:
+                break
+            whole = server.remaining_prefill(r)
+            extra = self.a_seq if prefill else 0.0
+            c = int(min(whole, budget - tokens))
+            new_end = end + extra + self.a_tok * c
+            new_limit = min(limit, deadline) if c == whole else limit
+            if prefill and new_end > new_limit:
+                # a chunk that leaves every completed prompt on time, not completing this one
+                room = (limit - end - extra) / self.a_tok if self.a_tok > 0 else 0.0
+                part = int(min(room, whole - 1, budget - tokens))
+                if part >= 1:
+                    prefill.append((r, part))
+                break
+            prefill.append((r, c))
+            tokens += c
+            end, limit = new_end, new_limit
+            if c < whole:
+                break
+        return prefill
+
 
 def _make_policy(name: str, instance: Instance) -> Any:
     base, _, chunk = name.partition("/")
-    if base in (DeadlineAdmission.name, LOOKAHEAD):
-        return DeadlineAdmission(int(chunk or 0), lookahead=base == LOOKAHEAD)
+    if base in (DeadlineAdmission.name, LOOKAHEAD, PACKING, PACKING_LOOKAHEAD):
+        return DeadlineAdmission(
+            int(chunk or 0),
+            lookahead=base in (LOOKAHEAD, PACKING_LOOKAHEAD),
+            pack=base in (PACKING, PACKING_LOOKAHEAD),
+        )
     from slolab.heuristics.policies import make_policy
 
     return make_policy(name, instance)

@@ -3,7 +3,8 @@
 :class:`TdgHorizonBound` (model ``tdg-horizon-bound``) is a time-bucketed linear programme,
 aggregated per request and bucket, that relaxes the engine's semantics on one server: every
 iteration lasts its timing-model time, iterations do not overlap, a request's tokens come out
-in order, at most one per iteration, the first one when its (chunked) prompt completes. Its
+in order, at most one per iteration and only in iterations after its arrival (the release
+cuts), the first one when its (chunked) prompt completes. Its
 optimum is never below the best TDG any schedule reaches (proof in ``docs/proserve.md``, "A
 bound that scales"), and never above the ideal gain. It has no schedule: the harness labels it
 ``bound``.
@@ -23,7 +24,7 @@ completion, every first-token deadline, and a grid of spacing ``Delta``); bucket
 and globally ``N_j``, the fluid number of iterations by ``b_j``. Constraints::
 
     sum_r (Phi_rj - Phi_r(j-1)) + t_c (N_j - N_(j-1)) <= L_j           capacity
-    K_rj <= N_j                                 one token of r per iteration
+    K_rj <= N_j - N_(first(r)-1)                one token of r per iteration after a_r
     phi_rj <= K_rj <= o_r phi_rj                the first token comes with the prompt
     Phi_rj >= P_r phi_rj + W_r(K_rj - phi_rj)   work of the prompt and decodes (tangents of W)
     t_min_r (K_rj - phi_rj) <= T_rj             a decode token per iteration of >= t_min_r
@@ -140,6 +141,10 @@ class TdgHorizonBound(ExactModel):
         ``max_pairs`` (request, bucket) pairs.
     max_pairs : int
         Size budget used to pick the spacing.
+    release_cuts : bool
+        Count against a request's tokens only the iterations after its arrival
+        (``K_rj <= N_j - N_(first(r)-1)``, the release cuts; default). False gives the plain
+        bucket LP (``K_rj <= N_j``), never tighter.
     """
 
     sense = "max"
@@ -148,9 +153,14 @@ class TdgHorizonBound(ExactModel):
     lp_method = "ipm"
 
     def __init__(
-        self, instance: Instance, spacing_s: float | None = None, max_pairs: int = DEFAULT_MAX_PAIRS
+        self,
+        instance: Instance,
+        spacing_s: float | None = None,
+        max_pairs: int = DEFAULT_MAX_PAIRS,
+        release_cuts: bool = True,
     ) -> None:
         super().__init__(instance)
+        self.release_cuts = release_cuts
         self.data = HorizonData.of(instance, max_iterations=1)
         self.t_c, coef = _affine(instance.timing, BOUND_MODEL)
         if (coef < 0).any() or self.t_c < 0:
@@ -329,7 +339,12 @@ class TdgHorizonBound(ExactModel):
             capacity_terms.append((j, Phi, np.ones(n)))
             capacity_terms.append((j[1:], Phi[:-1], -np.ones(n - 1)))
             # one token of r per iteration; none before the prompt
-            add_rows([(K, 1.0), (N[j - 1], -1.0)], -inf, 0.0)
+            if self.release_cuts and j[0] >= 2:
+                # r's iterations start at or after its arrival, so lie inside (b_(first-1), b_j]
+                before = np.full(n, N[j[0] - 2])
+                add_rows([(K, 1.0), (N[j - 1], -1.0), (before, 1.0)], -inf, 0.0)
+            else:
+                add_rows([(K, 1.0), (N[j - 1], -1.0)], -inf, 0.0)
             add_rows([(K, 1.0), (phi, -float(o))], -inf, 0.0)
             add_rows([(K, 1.0), (phi, -1.0)], 0.0, inf)
             # work: Phi >= P phi + W(m0) + s (K - phi - m0), tangents at m0 = 0 and (o - 1) / 2
@@ -424,6 +439,7 @@ class TdgHorizonBound(ExactModel):
                 "buckets": self.grid.buckets,
                 "pairs": self.grid.pairs,
                 "spacing_s": self.grid.spacing_s,
+                "release_cuts": self.release_cuts,
                 "columns": finest.get("columns"),
                 "rows": finest.get("rows"),
                 "levels": levels,

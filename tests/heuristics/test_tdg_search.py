@@ -7,6 +7,7 @@ import pytest
 from slolab.harness.compare import compare
 from slolab.heuristics import tdg_search
 from slolab.instances import read_trace, resolve_trace
+from slolab.instances.records import Instance
 from slolab.problems.tdg_horizon import horizon_window
 from slolab.sim import check, metrics, replay
 
@@ -100,30 +101,64 @@ def test_lns_and_bound_methods_give_an_interval(code_window):
     assert frame["optimum_hi"].iloc[0] == pytest.approx(rows.loc["bound", "bound"])
 
 
-def test_deadline_admission_hand_case():
-    """Moore-Hodgson keeps the priority-2 short prompt and the long one, drops the other: 9."""
-    from slolab.instances.records import Cluster, Instance, Workload
-    from slolab.sim import run
+def hand_window(prompt, ttft, priority) -> Instance:
+    """Prompts at 0 with one output token each; 10 ms per iteration and 1 ms per token."""
+    from slolab.instances.records import Cluster, Workload
     from slolab.timing import LinearTiming
 
+    n = len(prompt)
     wl = Workload(
         {
-            "arrival_s": [0.0, 0.0, 0.0],
-            "prompt_tokens": [30, 10, 10],
-            "output_tokens": [1, 1, 1],
-            "ttft_slo_s": [0.2, 0.025, 0.025],
-            "tpot_slo_s": [0.01, 0.01, 0.01],
-            "priority": [1.0, 2.0, 1.0],
+            "arrival_s": [0.0] * n,
+            "prompt_tokens": prompt,
+            "output_tokens": [1] * n,
+            "ttft_slo_s": ttft,
+            "tpot_slo_s": [0.01] * n,
+            "priority": priority,
         }
     )
     timing = LinearTiming(0.01, {"prefill_tokens": 1e-3}, name="round")
     settings = {"w_prefill": 3.0, "w_decode": 1.0}
-    inst = Instance(
+    return Instance(
         "w", wl, Cluster(servers=1, kv_capacity_tokens=1000), timing, "tdg-horizon", settings
     )
+
+
+def test_deadline_admission_hand_case():
+    """Moore-Hodgson keeps the priority-2 short prompt and the long one, drops the other: 9."""
+    from slolab.sim import run
+
+    inst = hand_window([30, 10, 10], [0.2, 0.025, 0.025], [1.0, 2.0, 1.0])
     out = run(inst, tdg_search.DeadlineAdmission(), seed=0)
     # deadline order r1, r2 (25 ms), r0 (200 ms); r1 alone ends at 10 + 10 = 20 ms, r2 after it at
     # 40 ms > 25: drop the kept prompt of least gain per second (r2: 3 / 20 ms < r1: 6 / 20 ms);
     # r0 then ends at 20 + 10 + 30 = 60 ms <= 200; r2 runs last (80 ms, late): 6 + 3 = 9
     assert metrics.tdg(inst, out) == pytest.approx(9.0)
     assert check(inst, out) == []
+
+
+def test_deadline_packing_shares_one_iteration():
+    """Two 10-token prompts at 0 (TTFT 30 and 50 ms): packed, both first tokens at 30 ms."""
+    from slolab.sim import run
+
+    inst = hand_window([10, 10], [0.03, 0.05], [1.0, 1.0])
+    alone = run(inst, tdg_search.DeadlineAdmission(), seed=0)
+    # one prompt per iteration: 10 + 10 = 20 ms, then 20 + 20 = 40 ms
+    assert alone.first_token_s == pytest.approx([0.02, 0.04])
+    packed = run(inst, tdg_search.DeadlineAdmission(pack=True), seed=0)
+    # both in one iteration: 10 + 20 = 30 ms <= 30 ms (the earlier deadline), one t_c saved
+    assert packed.first_token_s == pytest.approx([0.03, 0.03])
+    assert metrics.tdg(inst, packed) == pytest.approx(6.0)
+    assert check(inst, packed) == []
+
+
+def test_deadline_packing_fills_to_the_earliest_deadline():
+    """A 10-token prompt (TTFT 25 ms) and a 30-token one: the second gets a 5-token chunk."""
+    from slolab.sim import run
+
+    inst = hand_window([10, 30], [0.025, 0.2], [1.0, 1.0])
+    packed = run(inst, tdg_search.DeadlineAdmission(pack=True), seed=0, record_iterations=True)
+    # iteration 1: prompt 0 whole (10 ms) plus 25 - 10 - 10 = 5 tokens of prompt 1, ends at
+    # 25 ms; iteration 2: the 25 tokens left, 25 + 10 + 25 = 60 ms
+    assert packed.first_token_s == pytest.approx([0.025, 0.06])
+    assert check(inst, packed) == []

@@ -317,6 +317,28 @@ def test_bound_strictly_below_ideal_on_a_loaded_window():
     assert bound.details["ideal"] == pytest.approx(9.0)
 
 
+def test_release_cuts_strictly_tighter_on_a_loaded_window():
+    """A at 0, B and C at 50 ms (TTFT 25 ms): the release cuts give 8, the plain LP 9."""
+    inst = horizon_instance(
+        [0.0, 0.05, 0.05], [10, 10, 10], [1, 1, 1], [0.1, 0.025, 0.025], [0.01] * 3, [1.0] * 3
+    )
+    # B and C need 10 + 10 ms each after 50 ms: together 10 + 20 = 30 > 25, so only one of
+    # them; A runs in [0, 20]: the optimum is two first tokens, 3 + 3 = 6 of an ideal 9
+    exact = solve(TdgHorizon(inst), solver="highs", time_limit=30)
+    assert exact.status == Status.OPTIMAL
+    assert exact.objective == pytest.approx(6.0)
+    # plain LP: the one fluid iteration of A (by b_j, counted from 0) also emits B's and C's
+    # tokens, so [50, 75 ms] holds only their 20 ms of work: every first token, 9
+    plain = solve(TdgHorizonBound(inst, release_cuts=False), solver="highs", time_limit=30)
+    assert plain.bound == pytest.approx(9.0, abs=1e-4)
+    # release cuts: B's and C's tokens need iterations inside (50, 75 ms], at least
+    # max(phi_B, phi_C) of them: 10 x + 10 x + 10 x <= 25 at phi_B = phi_C = x = 5 / 6, so
+    # 3 + 3 * 5 / 3 = 8
+    cut = solve(TdgHorizonBound(inst), solver="highs", time_limit=30)
+    assert cut.status == Status.OPTIMAL
+    assert cut.bound == pytest.approx(8.0, abs=1e-4)
+
+
 @st.composite
 def loaded_window(draw) -> Instance:
     """Two or three requests, prompts of 1-12 tokens, outputs of 1-3 tokens, tight TTFTs."""
@@ -346,3 +368,6 @@ def test_bound_battery_never_below_optimum_never_above_ideal(inst):
     assert bound.status == Status.OPTIMAL
     assert exact.objective <= bound.bound + 1e-9
     assert bound.bound <= bound.details["ideal"] + 1e-9
+    # the release cuts only add rows: never looser than the plain bucket LP
+    plain = solve(TdgHorizonBound(inst, release_cuts=False), solver="highs", time_limit=30)
+    assert bound.bound <= plain.bound + 1e-6
