@@ -827,6 +827,28 @@ class PolyServeController:
             actions += [a for a in self._scale_down(live) if a.server not in drained]
         return actions
 
+    def skip_idle_ticks(self, cluster: ClusterView, ticks: np.ndarray) -> bool:
+        """Account for scaler ticks at ``ticks`` on an idle cluster (no request anywhere) and
+        let the engine skip them (:class:`slolab.sim.scaling.Scaler`): True when no server of
+        PolyServe's pools is on and nothing is held, where every :meth:`decide` returns no
+        action and changes only the time of the next scale-down check, advanced here as those
+        calls would have; False otherwise (a check would still drain an empty server)."""
+        if self.held_count.any() or self.held_prefill or self.pending:
+            return False
+        ours = self.tier_of_pool.keys() | {PREFILL_POOL}
+        if any(s.pool in ours for s in cluster.servers):
+            return False
+        due = self.next_scale_down
+        step = self.params.scale_down_s
+        while True:
+            # the check runs at the first tick at or after it is due, and is due again then + step
+            k = int(np.searchsorted(ticks, due, side="left"))
+            if k >= len(ticks):
+                break
+            due = float(ticks[k]) + step
+        self.next_scale_down = due
+        return True
+
     def _idle_elsewhere(
         self, j: int, live: dict[int, Server], actions: list[ScaleAction]
     ) -> int | None:

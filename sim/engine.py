@@ -80,6 +80,8 @@ log = logging.getLogger("slolab")
 _EV_END, _EV_DECIDE, _EV_READY = 0, 1, 2
 _SC_PLAN, _SC_TICK = 0, 1
 _WINDOW_CHUNK = 128
+#: Scaler ticks offered at once to a scaler that passes idle ticks (``skip_idle_ticks``).
+_SKIP_BLOCK = 1 << 16
 #: Scaler ticks in a row with requests held, nothing running or starting, no scaling action and
 #: nothing placed, after which the scaler stops (the held requests stay unserved).
 STALLED_TICKS = 100
@@ -980,7 +982,49 @@ class Engine:
             if self._stalled_ticks >= STALLED_TICKS:
                 # nothing runs and nothing changes: the held requests stay unserved
                 return
-        self._push_scale(t + self.scaler.interval_s, _SC_TICK, None)
+        nxt = t + self.scaler.interval_s
+        if not actions and not held:
+            nxt = self._skip_idle_ticks(view, nxt)
+        self._push_scale(nxt, _SC_TICK, None)
+
+    def _skip_idle_ticks(self, view: ClusterView, nxt: float) -> float:
+        """The next scaler tick to run: ``nxt``, or with a scaler that passes idle ticks
+        (``skip_idle_ticks``) and a cluster holding no request, the first tick at or after the
+        next thing that happens (an arrival, a server event, a plan action).
+
+        The ticks skipped are the times ``nxt``, ``nxt + interval_s``, ... (each the previous
+        plus ``interval_s``, as the ticks themselves are computed) before that moment; the
+        scaler is given them in blocks and accounts for them as if it had decided at each (it
+        refuses, False, when one of those decisions would act or depend on more than the
+        tick's time). Nothing else happens at those times, so the run is the one ticking at
+        every one of them.
+        """
+        skip = getattr(self.scaler, "skip_idle_ticks", None)
+        if skip is None or self._transfers:
+            return nxt
+        if any(not s.empty or s.state == _STARTING for s in self.live):
+            return nxt
+        i = self._next_arrival
+        horizon = float(self.arrival[i]) if i < self.n else math.inf
+        if self._heap:
+            horizon = min(horizon, self._heap[0][0])
+        if self._scale_heap:
+            horizon = min(horizon, self._scale_heap[0][0])
+        if horizon == math.inf:
+            return nxt
+        step = self.scaler.interval_s  # type: ignore[union-attr]
+        while nxt < horizon:
+            # the tick times by repeated addition (np.cumsum adds left to right)
+            block = np.full(_SKIP_BLOCK, step)
+            block[0] = nxt
+            ticks = np.cumsum(block)
+            k = int(np.searchsorted(ticks, horizon, side="left"))
+            if not skip(view, ticks[:k]):
+                break
+            nxt = float(ticks[k - 1]) + step
+            if k < _SKIP_BLOCK:
+                break
+        return nxt
 
     def _apply(self, action: ScaleAction, by: str) -> None:
         """Execute a scaling action now (``by`` names its origin in error messages)."""
