@@ -1002,15 +1002,15 @@ class Engine:
         skip = getattr(self.scaler, "skip_idle_ticks", None)
         if skip is None or self._transfers:
             return nxt
-        if any(not s.empty or s.state == _STARTING for s in self.live):
-            return nxt
         i = self._next_arrival
         horizon = float(self.arrival[i]) if i < self.n else math.inf
         if self._heap:
             horizon = min(horizon, self._heap[0][0])
         if self._scale_heap:
             horizon = min(horizon, self._scale_heap[0][0])
-        if horizon == math.inf:
+        if not nxt < horizon < math.inf:
+            return nxt  # nothing to skip, or nothing comes (the scaler stops at its next tick)
+        if any(not s.empty or s.state == _STARTING for s in self.live):
             return nxt
         step = self.scaler.interval_s  # type: ignore[union-attr]
         while nxt < horizon:
