@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import functools
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -427,7 +428,11 @@ def capacity_search(
     ticking = False
     if policy_entry(setup.policy).setup is not None or setup.autoscale is not None:
         scaler = setup.prepare(setup.instance(None))[1].scaler
-        ticking = scaler is not None and not hasattr(scaler, "skip_idle_ticks")
+        ticking = (
+            scaler is not None
+            and math.isfinite(scaler.interval_s)
+            and not hasattr(scaler, "skip_idle_ticks")
+        )
     pool = ProcessPoolExecutor(workers) if workers > 1 else None
     try:
         found = capacity(
