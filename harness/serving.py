@@ -427,7 +427,7 @@ def capacity_search(
     # it; one that passes idle ticks (skip_idle_ticks) costs little more at the floor
     ticking = False
     if policy_entry(setup.policy).setup is not None or setup.autoscale is not None:
-        scaler = setup.prepare(setup.instance(None))[1].scaler
+        scaler = setup.prepare(setup.instance(rate))[1].scaler
         ticking = (
             scaler is not None
             and math.isfinite(scaler.interval_s)

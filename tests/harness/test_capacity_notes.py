@@ -76,3 +76,15 @@ def test_only_a_scaler_ticking_through_idle_spans_keeps_the_search_halving(capsy
         counts[scaler] = len(rec["probes"])
     # 1024 = 2^10: the first probe and 10 halvings
     assert counts == {"threshold": 2, "fixed": 2, "hyperflexis": 11}
+
+
+def test_scaler_search_with_drawn_arrivals_runs(capsys):
+    """--autoscale threshold with --arrivals poisson --rate 2 (the set-up is read at the drawn
+    rate to find its scaler): a search that converges, every probe at a positive rate."""
+    argv = ["capacity", "azure_conv_2023", "--limit", "40", "--quiet", "--json"]
+    argv += ["--autoscale", "threshold", "--arrivals", "poisson", "--rate", "2"]
+    assert main(argv) == 0
+    rec = json.loads(capsys.readouterr().out)
+    # the first probe is the given rate, 2 req/s
+    assert rec["probes"][0]["rate"] == 2.0
+    assert all(p["rate"] > 0 for p in rec["probes"]) and len(rec["probes"]) >= 2
