@@ -593,6 +593,7 @@ class Engine:
                     f"scaler interval_s must be > 0 (inf: only at time 0), got {scaler.interval_s}"
                 )
             self._push_scale(0.0, _SC_TICK, None)
+        self._skip_idle = getattr(scaler, "skip_idle_ticks", None)
         self.scale_events: list[ScaleEvent] = []
         # iteration log (lists of arrays, concatenated at the end)
         self.log_server: list[np.ndarray] = []
@@ -999,19 +1000,20 @@ class Engine:
         tick's time). Nothing else happens at those times, so the run is the one ticking at
         every one of them.
         """
-        skip = getattr(self.scaler, "skip_idle_ticks", None)
+        skip = self._skip_idle
         if skip is None or self._transfers:
             return nxt
         i = self._next_arrival
-        horizon = float(self.arrival[i]) if i < self.n else math.inf
+        horizon = self.arrival_list[i] if i < self.n else math.inf
         if self._heap:
             horizon = min(horizon, self._heap[0][0])
         if self._scale_heap:
             horizon = min(horizon, self._scale_heap[0][0])
         if not nxt < horizon < math.inf:
             return nxt  # nothing to skip, or nothing comes (the scaler stops at its next tick)
-        if any(not s.empty or s.state == _STARTING for s in self.live):
-            return nxt
+        for s in self.live:
+            if not s.empty or s.state == _STARTING:
+                return nxt
         step = self.scaler.interval_s  # type: ignore[union-attr]
         while nxt < horizon:
             # the tick times by repeated addition (np.cumsum adds left to right)
