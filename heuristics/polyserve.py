@@ -908,6 +908,18 @@ class PolyServeController:
         self.next_scale_down = due
         return True
 
+    def quiet_until(self, cluster: ClusterView) -> float:
+        """Until when every tick returns no action and changes nothing it decides by (the
+        engine may skip those ticks, :class:`slolab.sim.scaling.Scaler`): co-located with no
+        request held, the next scale-down check (a tick acts only for held requests or at a
+        check, and requests are held only as they arrive, which ends the span); -inf
+        otherwise (disaggregated, a request can be held whenever its KV cache reaches the
+        decode side). The lists of each tier's servers are brought up to date at the next tick
+        that runs, in the same order."""
+        if self.mode != "colocated" or self.held_count.any():
+            return -math.inf
+        return self.next_scale_down
+
     def _idle_elsewhere(
         self, j: int, live: dict[int, Server], actions: list[ScaleAction]
     ) -> int | None:

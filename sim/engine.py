@@ -594,6 +594,7 @@ class Engine:
                 )
             self._push_scale(0.0, _SC_TICK, None)
         self._skip_idle = getattr(scaler, "skip_idle_ticks", None)
+        self._quiet_until = getattr(scaler, "quiet_until", None)
         self.scale_events: list[ScaleEvent] = []
         # iteration log (lists of arrays, concatenated at the end)
         self.log_server: list[np.ndarray] = []
@@ -991,7 +992,8 @@ class Engine:
     def _skip_idle_ticks(self, view: ClusterView, nxt: float) -> float:
         """The next scaler tick to run: ``nxt``, or with a scaler that passes idle ticks
         (``skip_idle_ticks``) and a cluster holding no request, the first tick at or after the
-        next thing that happens (an arrival, a server event, a plan action).
+        next thing that happens (an arrival, a server event, a plan action); while the cluster
+        works, see :meth:`_skip_quiet_ticks`.
 
         The ticks skipped are the times ``nxt``, ``nxt + interval_s``, ... (each the previous
         plus ``interval_s``, as the ticks themselves are computed) before that moment; the
@@ -1001,8 +1003,15 @@ class Engine:
         every one of them.
         """
         skip = self._skip_idle
-        if skip is None or self._transfers:
+        if skip is None and self._quiet_until is None:
             return nxt
+        if self._transfers:
+            return self._skip_quiet_ticks(view, nxt)
+        for s in self.live:
+            if not s.empty or s.state == _STARTING:
+                return self._skip_quiet_ticks(view, nxt)
+        if skip is None:
+            return self._skip_quiet_ticks(view, nxt)
         i = self._next_arrival
         horizon = self.arrival_list[i] if i < self.n else math.inf
         if self._heap:
@@ -1011,10 +1020,8 @@ class Engine:
             horizon = min(horizon, self._scale_heap[0][0])
         if not nxt < horizon < math.inf:
             return nxt  # nothing to skip, or nothing comes (the scaler stops at its next tick)
-        for s in self.live:
-            if not s.empty or s.state == _STARTING:
-                return nxt
         step = self.scaler.interval_s  # type: ignore[union-attr]
+        first = nxt
         while nxt < horizon:
             # the tick times by repeated addition (np.cumsum adds left to right)
             block = np.full(_SKIP_BLOCK, step)
@@ -1026,7 +1033,40 @@ class Engine:
             nxt = float(ticks[k - 1]) + step
             if k < _SKIP_BLOCK:
                 break
-        return nxt
+        return self._skip_quiet_ticks(view, nxt) if nxt == first else nxt
+
+    def _skip_quiet_ticks(self, view: ClusterView, nxt: float) -> float:
+        """The next scaler tick to run while the cluster works: ``nxt``, or with a scaler that
+        says when its ticks can next act (``quiet_until``), the first tick at or after that
+        time, the next arrival, plan action or KV transfer, whichever is first (server events
+        do not bound it).
+
+        The scaler promises that every tick before the time it gives would return no action and
+        change nothing it decides by, whatever the servers do, as long as no request is routed
+        or held first; arrivals bound the span, and a scaler whose requests can be held at other
+        times (a disaggregated decode router, at KV transfers) gives no such time.
+        """
+        quiet = self._quiet_until
+        if quiet is None:
+            return nxt
+        i = self._next_arrival
+        until = min(quiet(view), self.arrival_list[i] if i < self.n else math.inf)
+        if self._scale_heap:
+            until = min(until, self._scale_heap[0][0])
+        if self._transfers:
+            until = min(until, self._transfers[0][0])
+        if not nxt < until < math.inf:
+            return nxt
+        step = self.scaler.interval_s  # type: ignore[union-attr]
+        while True:
+            # the tick times by repeated addition (np.cumsum adds left to right)
+            block = np.full(_SKIP_BLOCK, step)
+            block[0] = nxt
+            ticks = np.cumsum(block)
+            k = int(np.searchsorted(ticks, until, side="left"))
+            if k < _SKIP_BLOCK:
+                return float(ticks[k])
+            nxt = float(ticks[-1]) + step
 
     def _apply(self, action: ScaleAction, by: str) -> None:
         """Execute a scaling action now (``by`` names its origin in error messages)."""

@@ -224,6 +224,13 @@ class Scaler(Protocol):
     rate no longer pays a tick every ``interval_s`` through its idle spans. A scaler whose
     state counts ticks it cannot account for this way (HyperFlexis's sustained scale-in)
     does not define it.
+
+    Passing quiet ticks (optional). A scaler may define ``quiet_until(cluster) -> float``:
+    after a tick that returned no action with no request held, a time before which every tick
+    would return no action and change nothing its decisions depend on, whatever the servers
+    do, as long as no request is routed or held first (-inf: no such time). The engine then
+    skips the ticks before that time, the next arrival, plan action or KV transfer. Only a
+    scaler whose requests are held at arrivals alone may give one (PolyServe co-located).
     """
 
     interval_s: float

@@ -40,7 +40,7 @@ class Skipping(Ticking):
     """``scaler`` with its own ``skip_idle_ticks`` (if any), counting decisions."""
 
     def __getattr__(self, name):
-        if name == "skip_idle_ticks":
+        if name in ("skip_idle_ticks", "quiet_until"):
             return getattr(self.scaler, name)
         raise AttributeError(name)
 
@@ -184,3 +184,36 @@ def test_tick_times_by_cumulative_sum_equal_repeated_addition():
     for i in range(100_000):
         assert listed[i] == t
         t += 0.005
+
+
+def test_polyserve_colocated_skips_quiet_ticks_while_busy_with_the_same_run():
+    """PolyServe co-located, 120 requests 0.1 s apart on average (servers busy, some requests
+    held), fleet of 3, 3 seeds: identical outcomes; ticks between scale-down checks with
+    nothing held are skipped while the servers work: at least 5 times fewer decisions (seed 0:
+    1,863 ticking against 146)."""
+    for seed in range(3):
+        base = Instance(
+            "busy",
+            sparse_workload(seed, n=120, gap_s=0.1),
+            Cluster(servers=3, kv_capacity_tokens=20_000),
+            LINE,
+        )
+        found = []
+        for wrap in (Ticking, Skipping):
+            fresh = make_scheduler("polyserve", base, mode="colocated", servers=3)
+            scaler = wrap(fresh.scaler)
+            out = run(
+                fresh.instance,
+                fresh.policy,
+                fresh.router,
+                seed=seed,
+                scaler=scaler,
+                record_iterations=True,
+            )
+            assert check(fresh.instance, out) == []
+            found.append((digest(out), scaler.calls, out))
+        (ticking, calls_t, out), (skipping, calls_s, _) = found
+        assert ticking == skipping
+        # some requests waited in the held queue (routed after they arrived)
+        assert (out.routed_s > base.workload.arrival_s).any()
+        assert calls_s * 5 < calls_t
