@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import functools
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -391,8 +392,9 @@ def capacity_search(
     ``early`` a probe stops as soon as its verdict is certain
     (:class:`slolab.sim.verdict.AttainmentWatch`): the same verdicts, hence the same search,
     with the stopped probes' attainments recorded as the bounds they proved. After a first
-    miss the floor rate is probed at once (``floor_first``) unless the set-up has a scaler
-    (its ticks make a probe's cost grow with the simulated span). ``workers``
+    miss the floor rate is probed at once (``floor_first``) unless the set-up has a scaler that
+    ticks through idle spans (no ``skip_idle_ticks``: its ticks make a probe's cost grow with
+    the simulated span, HyperFlexis's scaler). ``workers``
     processes probe at once (:func:`slolab.harness.capacity.capacity`: the same capacity as
     one at a time, in fewer rounds).
 
@@ -420,9 +422,17 @@ def capacity_search(
     show_runs = progress and sys.stderr.isatty()
 
     probe = functools.partial(_probe, setup, definition, target, early, show_runs and workers == 1)
-    # a scaler ticks through the whole simulated span: a probe at 1/1024 of the rate costs up to
-    # 1024 times the ticks, so with one the floor is probed only if the halving reaches it
-    ticking = policy_entry(setup.policy).setup is not None or setup.autoscale is not None
+    # a scaler that ticks through the whole simulated span makes a probe at 1/1024 of the rate
+    # cost up to 1024 times the ticks: with one the floor is probed only if the halving reaches
+    # it; one that passes idle ticks (skip_idle_ticks) costs little more at the floor
+    ticking = False
+    if policy_entry(setup.policy).setup is not None or setup.autoscale is not None:
+        scaler = setup.prepare(setup.instance(rate))[1].scaler
+        ticking = (
+            scaler is not None
+            and math.isfinite(scaler.interval_s)
+            and not hasattr(scaler, "skip_idle_ticks")
+        )
     pool = ProcessPoolExecutor(workers) if workers > 1 else None
     try:
         found = capacity(

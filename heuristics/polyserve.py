@@ -39,8 +39,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from bisect import bisect_right
-from collections.abc import Sequence
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -326,6 +326,34 @@ class _Requests:
 # -- the controller ---------------------------------------------------------------------------------
 
 
+class _HeldQueue:
+    """Held requests of one queue (a tier's, or the prefill queue), kept sorted by (first-token
+    deadline, the order they were held), so that a retry reads them in dispatch order without
+    sorting: those still on time (deadline >= now) by deadline, then the late ones by deadline,
+    ties in the order held (the order of the engine's held list)."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[float, int, int]] = []  # (deadline, held order, request)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def add(self, deadline: float, order: int, r: int) -> None:
+        insort(self.entries, (deadline, order, r))
+
+    def positions(self, now: float) -> Iterator[int]:
+        """Positions in :attr:`entries` in dispatch order at ``now`` (read lazily)."""
+        split = bisect_left(self.entries, (now,))  # the first with deadline >= now
+        yield from range(split, len(self.entries))
+        yield from range(split)
+
+    def remove(self, positions: list[int]) -> None:
+        for i in sorted(positions, reverse=True):
+            del self.entries[i]
+
+
 class _DecodeSide:
     """The controller seen as the decode router of a disaggregated cluster."""
 
@@ -398,6 +426,11 @@ class PolyServeController:
         self.pending: set[int] = set()  # servers on the pending list (Sec. 4.4)
         self.held_count = np.zeros(len(self.tiers), dtype=np.int64)  # entry (CO) or decode (PD)
         self.held_prefill = 0
+        # the held requests themselves, in dispatch order: per tier (the side _route_tier holds
+        # on) and the prefill queue; numbered in the order held
+        self._held_tiers = [_HeldQueue() for _ in self.tiers]
+        self._held_prefill = _HeldQueue()
+        self._held_order = 0
         self.unplaced = np.zeros(len(self.tiers), dtype=bool)  # a tier left requests unplaced
         self.unplaced_prefill = False
         self.next_scale_down = 0.0
@@ -422,6 +455,8 @@ class PolyServeController:
             if k == HOLD:
                 self.held_prefill += 1
                 self.unplaced_prefill = True
+                self._held_prefill.add(self._deadline(request), self._held_order, request)
+                self._held_order += 1
         else:
             k = self._route_tier(request, servers, now)
         return self._timed(k, t0)
@@ -438,7 +473,28 @@ class PolyServeController:
         if k == HOLD:
             self.held_count[j] += 1
             self.unplaced[j] = True
+            self._held_tiers[j].add(self._deadline(request), self._held_order, request)
+            self._held_order += 1
         return k
+
+    def _deadline(self, r: int) -> float:
+        """Request ``r``'s first-token deadline, arrival + TTFT (s; inf without a TTFT SLO)."""
+        return float(self.req.arrival[r] + self.req.ttft[r])
+
+    def _synced(self, held: Sequence[int], queues: list[_HeldQueue]) -> list[_HeldQueue]:
+        """``queues``, rebuilt from ``held`` (the engine's list, in the order held) when they
+        do not hold as many requests: they hold every request this router held, and the
+        engine may have rejected one instead of holding it (no server could ever fit it)."""
+        if len(held) == sum(len(q) for q in queues):
+            return queues
+        fresh = [_HeldQueue() for _ in queues]
+        for i, r in enumerate(held, start=self._held_order):
+            j = int(self.req.tier[r]) if len(queues) > 1 else 0
+            fresh[j].entries.append((self._deadline(r), i, int(r)))
+        for q in fresh:
+            q.entries.sort()
+        self._held_order += len(held)
+        return fresh
 
     def _timed(self, k: int, t0: float) -> int:
         """Count one first routing decision that started at ``t0``; return its answer ``k``."""
@@ -470,20 +526,18 @@ class PolyServeController:
         self, held: Sequence[int], servers: Sequence[Server], now: float
     ) -> list[tuple[int, int]]:
         t0 = time.perf_counter()
-        ids = np.asarray(held, dtype=np.int64)
-        tier = self.req.tier[ids]
-        deadline = self.req.arrival[ids] + self.req.ttft[ids]
+        self._held_tiers = queues = self._synced(held, self._held_tiers)
         placed: list[tuple[int, int]] = []
         ranked = self._ranked(servers)  # loads change only once the engine places the pairs
-        for j in range(len(self.tiers)):
-            mine = ids[tier == j]
-            if not len(mine):
+        for j, queue in enumerate(queues):
+            if not len(queue):
                 self.unplaced[j] = False
                 continue
-            d = deadline[tier == j]
             failures = 0
             signature = self._signature(j, servers)
-            for r in mine[np.lexsort((d, d < now))].tolist():  # on time by deadline, then lost
+            taken = []
+            for i in queue.positions(now):  # on time by deadline, then lost
+                r = queue.entries[i][2]
                 self.decisions += 1
                 k = self._place(r, servers, now, signature, ranked)
                 if k == HOLD:
@@ -493,20 +547,23 @@ class PolyServeController:
                     continue
                 failures = 0
                 placed.append((r, k))
+                taken.append(i)
                 self.held_count[j] -= 1
                 signature = self._signature(j, servers)
+            queue.remove(taken)
             self.unplaced[j] = self.held_count[j] > 0
         self.decision_s += time.perf_counter() - t0
         return placed
 
     def _dispatch_queue(self, held, servers, now, place) -> list[tuple[int, int]]:
         t0 = time.perf_counter()
-        ids = np.asarray(held, dtype=np.int64)
-        deadline = self.req.arrival[ids] + self.req.ttft[ids]
-        order = ids[np.lexsort((deadline, deadline < now))]  # on time first, each by deadline
+        (queue,) = self._synced(held, [self._held_prefill])
+        self._held_prefill = queue
         placed = []
+        taken = []
         failures = 0
-        for r in order.tolist():
+        for i in queue.positions(now):  # on time first, each by deadline
+            r = queue.entries[i][2]
             self.decisions += 1
             k = place(r, servers, now)
             if k == HOLD:
@@ -516,6 +573,8 @@ class PolyServeController:
                 continue
             failures = 0
             placed.append((r, k))
+            taken.append(i)
+        queue.remove(taken)
         self.decision_s += time.perf_counter() - t0
         return placed
 
@@ -826,6 +885,40 @@ class PolyServeController:
             drained = {a.server for a in actions if a.kind == "drain"}
             actions += [a for a in self._scale_down(live) if a.server not in drained]
         return actions
+
+    def skip_idle_ticks(self, cluster: ClusterView, ticks: np.ndarray) -> bool:
+        """Account for scaler ticks at ``ticks`` on an idle cluster (no request anywhere) and
+        let the engine skip them (:class:`slolab.sim.scaling.Scaler`): True when no server of
+        PolyServe's pools is on and nothing is held, where every :meth:`decide` returns no
+        action and changes only the time of the next scale-down check, advanced here as those
+        calls would have; False otherwise (a check would still drain an empty server)."""
+        if self.held_count.any() or self.held_prefill or self.pending:
+            return False
+        ours = self.tier_of_pool.keys() | {PREFILL_POOL}
+        if any(s.pool in ours for s in cluster.servers):
+            return False
+        due = self.next_scale_down
+        step = self.params.scale_down_s
+        while True:
+            # the check runs at the first tick at or after it is due, and is due again then + step
+            k = int(np.searchsorted(ticks, due, side="left"))
+            if k >= len(ticks):
+                break
+            due = float(ticks[k]) + step
+        self.next_scale_down = due
+        return True
+
+    def quiet_until(self, cluster: ClusterView) -> float:
+        """Until when every tick returns no action and changes nothing it decides by (the
+        engine may skip those ticks, :class:`slolab.sim.scaling.Scaler`): co-located with no
+        request held, the next scale-down check (a tick acts only for held requests or at a
+        check, and requests are held only as they arrive, which ends the span); -inf
+        otherwise (disaggregated, a request can be held whenever its KV cache reaches the
+        decode side). The lists of each tier's servers are brought up to date at the next tick
+        that runs, in the same order."""
+        if self.mode != "colocated" or self.held_count.any():
+            return -math.inf
+        return self.next_scale_down
 
     def _idle_elsewhere(
         self, j: int, live: dict[int, Server], actions: list[ScaleAction]

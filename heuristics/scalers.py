@@ -229,6 +229,22 @@ class ThresholdScaler:
             return [ScaleAction.drain(victim.id)]
         return ()
 
+    def skip_idle_ticks(self, cluster: ClusterView, ticks: Sequence[float]) -> bool:
+        """Account for ticks at ``ticks`` on an idle cluster (no request anywhere) and let the
+        engine skip them (:class:`slolab.sim.scaling.Scaler`): True when no call there would
+        act. Idle, every metric reads 0 (or cannot be measured), below ``upper``; so no call
+        acts once the pool has ``min_servers`` accepting servers and no scale-in is possible
+        (at most ``min_servers`` of them, or ``lower`` 0). The utilization samples move to the
+        last skipped tick (the busy times they hold do not change while nothing runs)."""
+        p = self.params
+        active = cluster.active(self._pool)
+        if len(active) < p.min_servers or (len(active) > p.min_servers and p.lower > 0):
+            return False
+        if self._busy and len(ticks):
+            last = float(ticks[-1])
+            self._busy = {sid: (last, busy) for sid, (_, busy) in self._busy.items()}
+        return True
+
 
 def _drain_order(server: Server) -> tuple[bool, int, int]:
     return (server.ready, server.load, -server.id)

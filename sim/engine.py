@@ -80,6 +80,8 @@ log = logging.getLogger("slolab")
 _EV_END, _EV_DECIDE, _EV_READY = 0, 1, 2
 _SC_PLAN, _SC_TICK = 0, 1
 _WINDOW_CHUNK = 128
+#: Scaler ticks offered at once to a scaler that passes idle ticks (``skip_idle_ticks``).
+_SKIP_BLOCK = 1 << 16
 #: Scaler ticks in a row with requests held, nothing running or starting, no scaling action and
 #: nothing placed, after which the scaler stops (the held requests stay unserved).
 STALLED_TICKS = 100
@@ -591,6 +593,8 @@ class Engine:
                     f"scaler interval_s must be > 0 (inf: only at time 0), got {scaler.interval_s}"
                 )
             self._push_scale(0.0, _SC_TICK, None)
+        self._skip_idle = getattr(scaler, "skip_idle_ticks", None)
+        self._quiet_until = getattr(scaler, "quiet_until", None)
         self.scale_events: list[ScaleEvent] = []
         # iteration log (lists of arrays, concatenated at the end)
         self.log_server: list[np.ndarray] = []
@@ -980,7 +984,89 @@ class Engine:
             if self._stalled_ticks >= STALLED_TICKS:
                 # nothing runs and nothing changes: the held requests stay unserved
                 return
-        self._push_scale(t + self.scaler.interval_s, _SC_TICK, None)
+        nxt = t + self.scaler.interval_s
+        if not actions and not held:
+            nxt = self._skip_idle_ticks(view, nxt)
+        self._push_scale(nxt, _SC_TICK, None)
+
+    def _skip_idle_ticks(self, view: ClusterView, nxt: float) -> float:
+        """The next scaler tick to run: ``nxt``, or with a scaler that passes idle ticks
+        (``skip_idle_ticks``) and a cluster holding no request, the first tick at or after the
+        next thing that happens (an arrival, a server event, a plan action); while the cluster
+        works, see :meth:`_skip_quiet_ticks`.
+
+        The ticks skipped are the times ``nxt``, ``nxt + interval_s``, ... (each the previous
+        plus ``interval_s``, as the ticks themselves are computed) before that moment; the
+        scaler is given them in blocks and accounts for them as if it had decided at each (it
+        refuses, False, when one of those decisions would act or depend on more than the
+        tick's time). Nothing else happens at those times, so the run is the one ticking at
+        every one of them.
+        """
+        skip = self._skip_idle
+        if skip is None and self._quiet_until is None:
+            return nxt
+        if self._transfers:
+            return self._skip_quiet_ticks(view, nxt)
+        for s in self.live:
+            if not s.empty or s.state == _STARTING:
+                return self._skip_quiet_ticks(view, nxt)
+        if skip is None:
+            return self._skip_quiet_ticks(view, nxt)
+        i = self._next_arrival
+        horizon = self.arrival_list[i] if i < self.n else math.inf
+        if self._heap:
+            horizon = min(horizon, self._heap[0][0])
+        if self._scale_heap:
+            horizon = min(horizon, self._scale_heap[0][0])
+        if not nxt < horizon < math.inf:
+            return nxt  # nothing to skip, or nothing comes (the scaler stops at its next tick)
+        step = self.scaler.interval_s  # type: ignore[union-attr]
+        first = nxt
+        while nxt < horizon:
+            # the tick times by repeated addition (np.cumsum adds left to right)
+            block = np.full(_SKIP_BLOCK, step)
+            block[0] = nxt
+            ticks = np.cumsum(block)
+            k = int(np.searchsorted(ticks, horizon, side="left"))
+            if not skip(view, ticks[:k]):
+                break
+            nxt = float(ticks[k - 1]) + step
+            if k < _SKIP_BLOCK:
+                break
+        return self._skip_quiet_ticks(view, nxt) if nxt == first else nxt
+
+    def _skip_quiet_ticks(self, view: ClusterView, nxt: float) -> float:
+        """The next scaler tick to run while the cluster works: ``nxt``, or with a scaler that
+        says when its ticks can next act (``quiet_until``), the first tick at or after that
+        time, the next arrival, plan action or KV transfer, whichever is first (server events
+        do not bound it).
+
+        The scaler promises that every tick before the time it gives would return no action and
+        change nothing it decides by, whatever the servers do, as long as no request is routed
+        or held first; arrivals bound the span, and a scaler whose requests can be held at other
+        times (a disaggregated decode router, at KV transfers) gives no such time.
+        """
+        quiet = self._quiet_until
+        if quiet is None:
+            return nxt
+        i = self._next_arrival
+        until = min(quiet(view), self.arrival_list[i] if i < self.n else math.inf)
+        if self._scale_heap:
+            until = min(until, self._scale_heap[0][0])
+        if self._transfers:
+            until = min(until, self._transfers[0][0])
+        if not nxt < until < math.inf:
+            return nxt
+        step = self.scaler.interval_s  # type: ignore[union-attr]
+        while True:
+            # the tick times by repeated addition (np.cumsum adds left to right)
+            block = np.full(_SKIP_BLOCK, step)
+            block[0] = nxt
+            ticks = np.cumsum(block)
+            k = int(np.searchsorted(ticks, until, side="left"))
+            if k < _SKIP_BLOCK:
+                return float(ticks[k])
+            nxt = float(ticks[-1]) + step
 
     def _apply(self, action: ScaleAction, by: str) -> None:
         """Execute a scaling action now (``by`` names its origin in error messages)."""

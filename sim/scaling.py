@@ -212,6 +212,25 @@ class Scaler(Protocol):
 
     The engine calls :meth:`decide` at time 0 and then every ``interval_s`` while the run has
     work left; the actions it returns are executed at once, in order.
+
+    Passing idle ticks (optional). A scaler may define ``skip_idle_ticks(cluster, ticks) ->
+    bool``. After a tick that returned no action while the cluster holds no request (nothing
+    queued, running, held or in transfer, no server starting), the engine offers it the next
+    tick times before the next arrival, server event or plan action (``ticks``, an increasing
+    float array, in blocks; ``cluster`` is the view the last tick saw). It returns True only
+    if :meth:`decide` at each of those times, on that unchanged cluster, would return no
+    action; it then updates its state as those calls would have, and the engine skips them.
+    False: the engine ticks as usual. The run is the same either way, and a probe at a low
+    rate no longer pays a tick every ``interval_s`` through its idle spans. A scaler whose
+    state counts ticks it cannot account for this way (HyperFlexis's sustained scale-in)
+    does not define it.
+
+    Passing quiet ticks (optional). A scaler may define ``quiet_until(cluster) -> float``:
+    after a tick that returned no action with no request held, a time before which every tick
+    would return no action and change nothing its decisions depend on, whatever the servers
+    do, as long as no request is routed or held first (-inf: no such time). The engine then
+    skips the ticks before that time, the next arrival, plan action or KV transfer. Only a
+    scaler whose requests are held at arrivals alone may give one (PolyServe co-located).
     """
 
     interval_s: float

@@ -44,3 +44,47 @@ def test_text_output_marks_probes_stopped_early(capsys):
     assert "2 probes, 2 stopped early" in out
     assert "or less (stopped early)" in out
     assert "note: sarathi can never meet" in out
+
+
+def test_polyserve_never_meetable_settles_in_two_probes(capsys):
+    """PolyServe (its scaler passes idle ticks) on 100 Mooncake requests, 8 servers: the floor
+    is probed right after the first miss, 2 probes, and the note names the TTFT misses (it
+    halved down to the floor in 11 probes while the scaler ticked through every idle span)."""
+    argv = ["capacity", "mooncake_conversation", "--limit", "100", "--quiet", "--json"]
+    argv += ["--policy", "polyserve", "--slos", "polyserve", "--servers", "8"]
+    assert main(argv) == 0
+    rec = json.loads(capsys.readouterr().out)
+    # first probe at the trace's own rate, then at once its 1/1024
+    rates = [p["rate"] for p in rec["probes"]]
+    assert len(rates) == 2 and rates[1] == rates[0] / 1024
+    assert rec["capped_low"] is True and rec["capacity"] == 0.0
+    (note,) = rec["notes"]
+    assert note.startswith("polyserve can never meet 90% deadline attainment on 8 servers")
+    assert "their TTFT" in note
+
+
+def test_only_a_scaler_ticking_through_idle_spans_keeps_the_search_halving(capsys):
+    """Sarathi on 1 server, 100 Mooncake requests: with --autoscale threshold or fixed the floor
+    comes second (2 probes); with HyperFlexis's scaler (it does not pass idle ticks) the search
+    halves from the first miss down to the floor: 11 probes (3.0, 1.5, ..., 3.0 / 1024)."""
+    base = ["capacity", "mooncake_conversation", "--limit", "100", "--quiet", "--json"]
+    counts = {}
+    for scaler in ("threshold", "fixed", "hyperflexis"):
+        assert main([*base, "--autoscale", scaler]) == 0
+        rec = json.loads(capsys.readouterr().out)
+        assert rec["capped_low"] is True
+        counts[scaler] = len(rec["probes"])
+    # 1024 = 2^10: the first probe and 10 halvings
+    assert counts == {"threshold": 2, "fixed": 2, "hyperflexis": 11}
+
+
+def test_scaler_search_with_drawn_arrivals_runs(capsys):
+    """--autoscale threshold with --arrivals poisson --rate 2 (the set-up is read at the drawn
+    rate to find its scaler): a search that converges, every probe at a positive rate."""
+    argv = ["capacity", "azure_conv_2023", "--limit", "40", "--quiet", "--json"]
+    argv += ["--autoscale", "threshold", "--arrivals", "poisson", "--rate", "2"]
+    assert main(argv) == 0
+    rec = json.loads(capsys.readouterr().out)
+    # the first probe is the given rate, 2 req/s
+    assert rec["probes"][0]["rate"] == 2.0
+    assert all(p["rate"] > 0 for p in rec["probes"]) and len(rec["probes"]) >= 2
