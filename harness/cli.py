@@ -1064,8 +1064,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_MISMATCH
     finally:
-        if handler is not None:
+        if handler is not None and argv is not None:
             signal.signal(signal.SIGINT, handler)
+        elif handler is not None:
+            # the program ends now: threading's shutdown (which stops executor threads) runs
+            # before the atexit hook, so Ctrl-C stays ignored from here on
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 # Whether the running command saw Ctrl-C (its KeyboardInterrupt may have been dropped) and
