@@ -977,8 +977,11 @@ class SAOrderingPolicy:
     ``queue_limit`` waiting requests as a snapshot taken now (each one's TTFT reduced by the
     time it has waited) into static batches of at most ``batch_size``; the worker prefills the
     plan's first batch (whole prompts, as many as fit in memory and in the iteration's
-    ``max_batch_tokens``) and decodes it until every member finishes, then plans again. This is the adapter that lets the SA paper's one-queue, static-batch scheduler run
-    behind a router on co-located workers (docs/hyperflexis.md).
+    ``max_batch_tokens``) and decodes it until every member finishes, then plans again. A
+    prompt longer than ``max_batch_tokens`` alone is prefilled in chunks of the cap (ours: the
+    paper does not chunk, and the cap is the engine's). This is the adapter that lets the SA
+    paper's one-queue, static-batch scheduler run behind a router on co-located workers
+    (docs/hyperflexis.md).
 
     References
     ----------
@@ -1044,8 +1047,18 @@ class SAOrderingPolicy:
         return [queue[i] for i in batches[0]]
 
     def next_batch(self, server: Server) -> Batch:
+        room = server.max_batch_tokens or 1 << 62
         if server.prefilling:
-            return Batch(prefill=[(r, server.remaining_prefill(r)) for r in server.prefilling])
+            # a prompt longer than the token cap is prefilled in chunks of at most the cap
+            # (the scheduler itself never chunks; the cap is the engine's configuration)
+            chunks = []
+            for r in server.prefilling:
+                take = min(server.remaining_prefill(r), room)
+                if take <= 0:
+                    break
+                chunks.append((r, take))
+                room -= take
+            return Batch(prefill=chunks)
         if server.decoding:
             decode = list(server.decoding)
             return Batch(decode=server.decoding_ids(), repeat=True) if len(decode) else Batch()
@@ -1054,7 +1067,6 @@ class SAOrderingPolicy:
             return Batch()
         members = self._plan(server, queue)
         free = server.kv_free_tokens
-        room = server.max_batch_tokens or 1 << 62
         prefill = []
         for r in members:
             need = server.prompt(r) + server.output(r)
@@ -1065,7 +1077,7 @@ class SAOrderingPolicy:
             room -= server.prompt(r)
         if not prefill:
             r = queue[0]
-            prefill = [(r, server.prompt(r))]
+            prefill = [(r, min(server.prompt(r), room))]
         return Batch(prefill=prefill)
 
 

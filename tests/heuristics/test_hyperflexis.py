@@ -235,3 +235,15 @@ def test_every_setup_runs_clean_on_a_task_mix(mode):
     assert attainment["hyperflexis"] >= attainment["round-robin"]
     with pytest.raises(ValueError, match="unknown HyperFlexis setup 'nope'"):
         online_setup("nope", inst)
+
+
+def test_sa_adapter_chunks_a_prompt_longer_than_the_token_cap():
+    """Regression: a 5,000-token prompt with a 2,048-token cap was prefilled whole (the engine
+    refused the batch); it is now prefilled in chunks of 2,048, 2,048 and 904 tokens."""
+    inst = instance([0.0], [5000], [2], [100.0], [1.0], max_batch_tokens=2048)
+    out = run(inst, SAOrderingPolicy(), RoundRobin(), seed=0, record_iterations=True)
+    assert check(inst, out) == []
+    prefill = out.entry_phase == 0
+    chunks = out.entry_tokens[prefill].tolist()
+    assert chunks == [2048, 2048, 904]  # 5,000 = 2 x 2,048 + 904
+    assert len(out.tokens_of(0)) == 2
