@@ -868,7 +868,9 @@ class ScorpioPolicy:
       their pace (a request earns one credit per TPOT from its first token: its next token is
       due at ``first + generated x TPOT``) while the step stays within ``T_min``, so looser
       requests skip steps.
-    - Prefill first, whole prompts (vLLM's worker).
+    - Prefill first, whole prompts (vLLM's worker), as many as fit in the iteration's
+      ``max_batch_tokens``; a prompt longer than the cap alone is prefilled in chunks of the
+      cap (ours: the cap is the engine's configuration).
 
     References
     ----------
@@ -921,26 +923,33 @@ class ScorpioPolicy:
         free = server.kv_free_tokens - len(running)
         kv_running = sum(server.kv_held(q) for q in running)
         prefill: list[tuple[int, int]] = []
+        room = server.max_batch_tokens or 1 << 62
         for r in queue:
             if len(running) + len(prefill) >= server.max_batch_size:
                 break
             need = server.remaining_prefill(r)
             if need + 1 > free:
                 break
+            take = min(need, room)
+            if take < need and prefill:
+                break  # whole prompts only, but for a lone prompt longer than the cap
             members = running + [q for q, _ in prefill] + [r]
             t_min = min((self.tpot[q] for q in members if self.tpot[q] > 0), default=math.inf)
             vbs = math.ceil(self._virtual(members, t_min))
             kv = kv_running + sum(server.prompt(q) + 1 for q, _ in prefill) + need + 1
             if running and decode_step_s(server.timing, vbs, kv) > t_min:
                 break
-            prefill.append((r, need))
+            prefill.append((r, take))
             free -= need + 1
+            room -= take
+            if take < need:
+                break
         if prefill:
             order.extend(r for r, _ in prefill)
             return Batch(prefill=prefill)
         if server.prefilling:
             r = server.prefilling[0]
-            return Batch(prefill=[(r, server.remaining_prefill(r))])
+            return Batch(prefill=[(r, min(server.remaining_prefill(r), room))])
         if not running:
             return Batch()
         t_min = min((self.tpot[r] for r in running if self.tpot[r] > 0), default=math.inf)

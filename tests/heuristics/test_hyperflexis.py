@@ -247,3 +247,17 @@ def test_sa_adapter_chunks_a_prompt_longer_than_the_token_cap():
     chunks = out.entry_tokens[prefill].tolist()
     assert chunks == [2048, 2048, 904]  # 5,000 = 2 x 2,048 + 904
     assert len(out.tokens_of(0)) == 2
+
+
+def test_scorpio_keeps_its_prefill_within_the_token_cap():
+    """Regression: SCORPIO prefilled whole prompts past the 2,048-token cap (the engine refused
+    the batch on the Mooncake trace). Two 1,500-token prompts: one per iteration; a lone
+    5,000-token prompt: chunks of 2,048, 2,048 and 904."""
+    inst = instance([0.0, 0.0], [1500, 1500], [2, 2], [100.0] * 2, [1.0] * 2, max_batch_tokens=2048)
+    out = run(inst, ScorpioPolicy(), seed=0)
+    assert check(inst, out) == []
+    assert out.entry_tokens[out.entry_phase == 0].tolist() == [1500, 1500]  # 3,000 > 2,048
+    inst = instance([0.0], [5000], [2], [100.0], [1.0], max_batch_tokens=2048)
+    out = run(inst, ScorpioPolicy(), seed=0)
+    assert check(inst, out) == []
+    assert out.entry_tokens[out.entry_phase == 0].tolist() == [2048, 2048, 904]
