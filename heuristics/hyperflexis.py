@@ -978,7 +978,7 @@ class ScorpioPolicy:
                     members = [*running, *key[0], r]
                     vbs = st.vbs[key] = math.ceil(self._virtual(members, t_min))
                 kv = kv_running + kv_admitted + need + 1
-                if st.step_s(vbs, kv) > t_min:
+                if not st.step_within(vbs, kv, t_min):
                     break
             prefill.append((r, take))
             t_members = t_min
@@ -998,7 +998,7 @@ class ScorpioPolicy:
         if not n_running:
             return Batch()
         t_min = st.running_t_min
-        if st.step_s(n_running, kv_running) <= t_min:
+        if st.step_within(n_running, kv_running, t_min):
             decode = list(running[: server.max_batch_size])
         else:
             # the whole batch would exceed the tightest TPOT: requests by their pace (credits),
@@ -1011,8 +1011,10 @@ class ScorpioPolicy:
             decode, kv = [], 0
             for r in sorted(running, key=pace):
                 held = server.kv_held(r)
-                step = st.step_s(len(decode) + 1, kv + held)
-                if decode and (step > t_min or len(decode) >= server.max_batch_size):
+                if decode and (
+                    not st.step_within(len(decode) + 1, kv + held, t_min)
+                    or len(decode) >= server.max_batch_size
+                ):
                     break
                 decode.append(r)
                 kv += held
@@ -1037,7 +1039,8 @@ class _ScorpioServer:
     - ``order_key``, ``order_list``: the admission order and the queues it was brought up
       to date with (None once the list was changed);
     - ``prefill_alone``: prefill times of lone prompts by length, on this server's timing
-      model; ``decode_row``: the feature row of :meth:`step_s`.
+      model; ``decode_row``: the feature row of :meth:`step_s`; ``most_kv``: the most KV
+      tokens a decode step reads within a time, by batch and time (:meth:`step_within`).
     """
 
     __slots__ = (
@@ -1045,6 +1048,8 @@ class _ScorpioServer:
         "deadline",
         "decode_row",
         "decoding",
+        "kv_monotone",
+        "most_kv",
         "order_key",
         "order_list",
         "prefill_alone",
@@ -1058,6 +1063,8 @@ class _ScorpioServer:
     def __init__(self, timing: TimingModel) -> None:
         self.timing = timing
         self.decode_row = np.zeros((1, N_FEATURES))
+        self.kv_monotone = _kv_monotone(timing)
+        self.most_kv: dict[tuple[int, float], int] = {}
         self.prefill_alone: dict[int, float] = {}
         self.waiting: tuple[int, ...] | None = None
         self.queue: list[int] = []
@@ -1085,6 +1092,53 @@ class _ScorpioServer:
         row[0, F_DECODE_TOKENS] = row[0, F_NUM_DECODE] = float(batch)
         row[0, F_DECODE_KV] = float(kv_tokens)
         return float(self.timing.times(row)[0])
+
+    def step_within(self, batch: int, kv_tokens: int, limit_s: float) -> bool:
+        """``step_s(batch, kv_tokens) <= limit_s``.
+
+        With a model whose step time never falls as the KV tokens read grow (linear and
+        roofline models with non-negative KV coefficients: each rounded product and sum is
+        non-decreasing in its operands), through the most KV tokens a step of ``batch`` may
+        read within ``limit_s``, found once by bisection on :meth:`step_s` itself; any other
+        model evaluates the step.
+        """
+        if not self.kv_monotone:
+            return self.step_s(batch, kv_tokens) <= limit_s
+        key = (batch, limit_s)
+        most = self.most_kv.get(key)
+        if most is None:
+            most = self.most_kv[key] = self._most_kv(batch, limit_s)
+        return kv_tokens <= most
+
+    def _most_kv(self, batch: int, limit_s: float) -> int:
+        """The largest KV tokens (up to 2**53) a step of ``batch`` reads within ``limit_s``,
+        -1 when none."""
+        if not self.step_s(batch, 0) <= limit_s:
+            return -1
+        lo, hi = 0, 1
+        while self.step_s(batch, hi) <= limit_s:
+            lo, hi = hi, 2 * hi
+            if hi > 1 << 53:
+                return 1 << 53
+        while hi - lo > 1:  # step(lo) within, step(hi) not
+            mid = (lo + hi) // 2
+            if self.step_s(batch, mid) <= limit_s:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+
+def _kv_monotone(timing: TimingModel) -> bool:
+    """Whether ``timing`` is a maximum of affine lines none of which falls with the decode
+    KV tokens (its step time is then non-decreasing in them, rounding included)."""
+    from slolab.timing.forms import timing_lines
+
+    try:
+        _, coef = timing_lines(timing)
+    except ValueError:
+        return False
+    return bool(np.all(coef[:, F_DECODE_KV] >= 0))
 
 
 # -- the SA-ordering scheduler, online (baseline) -----------------------------------------------
