@@ -861,7 +861,8 @@ class ScorpioPolicy:
     - TTFT guard: waiting requests in least-deadline-first order (deadline ``arrival + TTFT``);
       a request that cannot meet its TTFT even if prefilled alone now is unattainable: moved
       behind the others (``reject_unattainable=False``, the default here, so every method
-      serves every request and costs compare like for like) or rejected.
+      serves every request and costs compare like for like) or rejected (but for a request
+      that had tokens and was preempted: it is served to the end).
     - TPOT guard: virtual-batch-size admission — a request joins only while the step time at
       the virtual batch ``sum_r min(1, T_min / TPOT_r)`` (each request counted by how often it
       needs a token) stays within the tightest TPOT ``T_min``; credit-based batching — when a
@@ -871,7 +872,7 @@ class ScorpioPolicy:
       requests skip steps.
     - Prefill first, whole prompts (vLLM's worker), as many as fit in the iteration's
       ``max_batch_tokens``; a prompt longer than the cap alone is prefilled in chunks of the
-      cap (ours: the cap is the engine's configuration).
+      cap, before anything else is admitted (ours: the cap is the engine's configuration).
 
     References
     ----------
@@ -941,24 +942,33 @@ class ScorpioPolicy:
 
     def next_batch(self, server: Server) -> Batch:
         st = self._state(server)
+        room = server.max_batch_tokens or 1 << 62
+        if server.prefilling:
+            # a prompt longer than the cap, started alone: its chunks go first, so that no
+            # prompt admitted meanwhile takes the KV cache it was admitted with
+            r = server.prefilling[0]
+            return Batch(prefill=[(r, min(server.remaining_prefill(r), room))])
         now = server.now
         tpot = self.tpot
         queue: Sequence[int] = st.queue
+        rejected: list[int] = []  # turned away in this decision, which goes on without them
         if queue:
             # late: cannot meet its TTFT even if prefilled alone now (same sums as
             # ``now + prefill_s(...) > arrival + TTFT`` per request)
             late_at = now + st.alone > st.deadline
             if late_at.any():
                 late = [queue[i] for i in np.flatnonzero(late_at).tolist()]
-                if self.reject_unattainable:
-                    return Batch(reject=late)
+                # a request that has had tokens (then preempted) is served to the end
+                turned_away = [r for r in late if not server.generated(r)]
+                if self.reject_unattainable and turned_away:
+                    rejected = turned_away
+                    late = [r for r in late if server.generated(r)]
                 queue = [queue[i] for i in np.flatnonzero(~late_at).tolist()] + late
         running = server.decoding
         n_running = len(running)
         free = server.kv_free_tokens - n_running
         kv_running = int(server.kv_held_of(server.decoding_ids()).sum()) if n_running else 0
         prefill: list[tuple[int, int]] = []
-        room = server.max_batch_tokens or 1 << 62
         t_members = st.running_t_min  # tightest TPOT of the running and admitted requests
         kv_admitted = 0
         for r in queue:
@@ -991,12 +1001,9 @@ class ScorpioPolicy:
             order = self._admission_order(server, st)
             order.extend(r for r, _ in prefill)
             st.order_key = None
-            return Batch(prefill=prefill)
-        if server.prefilling:
-            r = server.prefilling[0]
-            return Batch(prefill=[(r, min(server.remaining_prefill(r), room))])
+            return Batch(prefill=prefill, reject=rejected)
         if not n_running:
-            return Batch()
+            return Batch(reject=rejected)
         t_min = st.running_t_min
         if st.step_within(n_running, kv_running, t_min):
             decode = list(running[: server.max_batch_size])
@@ -1023,7 +1030,7 @@ class ScorpioPolicy:
             st.order_key = None
         else:
             preempt = []  # one step fits: nothing to preempt
-        return Batch(decode=decode, preempt=preempt)
+        return Batch(decode=decode, preempt=preempt, reject=rejected)
 
 
 class _ScorpioServer:

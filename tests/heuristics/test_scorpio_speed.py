@@ -33,6 +33,10 @@ class PlainScorpio(ScorpioPolicy):
         order = self._order.of(server)
         for r in server.decoding:
             self._first.setdefault(r, now)
+        room = server.max_batch_tokens or 1 << 62
+        if server.prefilling:
+            r = server.prefilling[0]
+            return Batch(prefill=[(r, min(server.remaining_prefill(r), room))])
         waiting = sorted(
             server.waiting, key=lambda r: (server.arrival(r) + self.ttft[r], server.arrival(r))
         )
@@ -42,15 +46,18 @@ class PlainScorpio(ScorpioPolicy):
             if now + prefill_s(server.timing, [server.remaining_prefill(r)])
             > server.arrival(r) + self.ttft[r]
         ]
-        if self.reject_unattainable and late:
-            return Batch(reject=late)
+        turned_away = [r for r in late if not server.generated(r)]
+        rejected: list[int] = []
+        if self.reject_unattainable and turned_away:
+            rejected = turned_away
+            late = [r for r in late if server.generated(r)]
+            waiting = [r for r in waiting if r not in set(rejected)]
         lateset = set(late)
         queue = [r for r in waiting if r not in lateset] + late
         running = list(server.decoding)
         free = server.kv_free_tokens - len(running)
         kv_running = sum(server.kv_held(q) for q in running)
         prefill: list[tuple[int, int]] = []
-        room = server.max_batch_tokens or 1 << 62
         for r in queue:
             if len(running) + len(prefill) >= server.max_batch_size:
                 break
@@ -73,12 +80,9 @@ class PlainScorpio(ScorpioPolicy):
                 break
         if prefill:
             order.extend(r for r, _ in prefill)
-            return Batch(prefill=prefill)
-        if server.prefilling:
-            r = server.prefilling[0]
-            return Batch(prefill=[(r, min(server.remaining_prefill(r), room))])
+            return Batch(prefill=prefill, reject=rejected)
         if not running:
-            return Batch()
+            return Batch(reject=rejected)
         t_min = min((self.tpot[r] for r in running if self.tpot[r] > 0), default=math.inf)
         if decode_step_s(server.timing, len(running), kv_running) <= t_min:
             decode = running[: server.max_batch_size]
@@ -98,7 +102,7 @@ class PlainScorpio(ScorpioPolicy):
                 decode.append(r)
                 kv += held
         preempt = _make_room_for_decode(server, decode, order)
-        return Batch(decode=decode, preempt=preempt)
+        return Batch(decode=decode, preempt=preempt, reject=rejected)
 
 
 def both(trace: str, *, limit: int, servers: int, rate: float, reject: bool, timing: str):
@@ -152,3 +156,22 @@ def test_fast_decisions_give_the_same_tokens_as_the_plain_rule(
     else:
         # every request is served to its last token
         assert not fast.rejected.any() and emitted.all()
+
+
+@pytest.mark.parametrize(("rate", "reject"), [(3.5, False), (5.0, False), (6.0, True)])
+def test_a_chunked_prompt_keeps_the_kv_it_was_admitted_with(rate, reject):
+    """Regression: a prompt longer than the token cap went on in chunks while prompts admitted
+    meanwhile took its KV cache ("batch needs 2048 KV tokens but only 721 of 200000 are
+    free", 200 Mooncake requests at 3.5 and 5 req/s); and a request preempted after its tokens
+    was rejected as unattainable (the checker: "rejected request is served"); and a decision
+    that only rejected left the server's decoding requests unserved for good (41 of 200 at 6
+    req/s). The runs now end with every request finished or turned away before any token,
+    checker clean."""
+    instance, fast, plain = both(
+        "mooncake_conversation", limit=200, servers=8, rate=rate, reject=reject, timing=ROOFLINE
+    )
+    assert np.array_equal(fast.token_times, plain.token_times)
+    assert check(instance, fast) == []
+    finished = np.isfinite(fast.last_token_s)
+    assert np.all(finished | fast.rejected)
+    assert fast.rejected.any() == reject  # only the rejecting run turns requests away
