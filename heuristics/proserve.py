@@ -77,6 +77,8 @@ __all__ = [
 _INT = np.int64
 #: Seconds by which an estimated batch time may exceed the budget (floating-point rounding).
 BUDGET_TOL_S = 1e-12
+#: Seconds by which SlideBatching's early exit errs on the safe side (far above rounding).
+LINE_FLOOR_MARGIN_S = 1e-9
 
 
 # -- per-request reads: the one place policies look at requests ------------------------------
@@ -436,12 +438,16 @@ class SlideBatching:
         n_dec = len(dec)
         decode = np.zeros(len(ids), dtype=bool)
         decode[:n_dec] = True
+        n_run = n_dec + len(server.prefilling)
         waiting = np.zeros(len(ids), dtype=bool)
-        waiting[n_dec + len(server.prefilling) :] = True
-        _, deadline, weight = next_token(data, server, ids)
+        waiting[n_run:] = True
+        gen, deadline, weight = next_token(data, server, ids)
         prefix = kv_held_tokens(server, ids)
         rem = np.zeros(len(ids), dtype=_INT)
-        rem[n_dec:] = remaining_prefill_tokens(server, pre_list)
+        rem[n_dec:n_run] = remaining_prefill_tokens(server, server.prefilling)
+        # a waiting request has prefilled nothing: it prefills its prompt plus, after a
+        # recompute preemption, the tokens it had generated (one array read for the long queue)
+        rem[n_run:] = prompt_tokens(server, ids[n_run:]) + gen[n_run:]
         features = np.concatenate(
             [
                 est.decode_features(prefix[:n_dec]),
@@ -505,24 +511,30 @@ class SlideBatching:
         tokens_left = server.max_batch_tokens or (1 << 62)
         lines, feats = est.empty()
         batch_s = est.batch_s(lines, feats)
-        inc = est.line_increments(q.rows).tolist() if est.lined else None
+        inc_rows = est.line_increments(q.rows) if est.lined else None
         decode: list[int] = []
         prefill: list[tuple[int, int]] = []
         # affine time: once the budget left is below the cheapest item, nothing else fits
         smallest = est.smallest_item_s(q.exec_s[q.decode]) if est.affine else 0.0
+        # lines: once one line is over the budget by more than its cheapest item, nothing fits
+        floors = self._line_floors(q, inc_rows, budget)
+        full = False
         for i in order.tolist():
-            if budget - batch_s < smallest or slots <= 0 or tokens_left <= 0:
+            if full or budget - batch_s < smallest or slots <= 0 or tokens_left <= 0:
                 break
             r = int(q.ids[i])
             if q.decode[i]:
                 if free < 1:
                     continue
-                new_s = est.time_with(lines, feats, inc[i] if inc else (), q.rows[i])
+                inc = inc_rows[i].tolist() if inc_rows is not None else ()
+                new_s = est.time_with(lines, feats, inc, q.rows[i])
                 if new_s > budget + BUDGET_TOL_S:
                     continue
                 decode.append(r)
                 if inc:
-                    lines = [v + d for v, d in zip(lines, inc[i], strict=True)]
+                    lines = [v + d for v, d in zip(lines, inc, strict=True)]
+                    if floors:
+                        full = any(v + f > budget for v, f in zip(lines, floors, strict=True))
                 else:
                     feats = feats + q.rows[i]
                 batch_s = new_s
@@ -542,6 +554,8 @@ class SlideBatching:
                 lines, feats, est.chunk_features(np.array([c]), np.array([q.prefix[i]]))[0]
             )
             batch_s = est.batch_s(lines, feats)
+            if floors:
+                full = any(v + f > budget for v, f in zip(lines, floors, strict=True))
             free -= c + (1 if c == rem else 0)
             tokens_left -= c
             slots -= 1
@@ -550,6 +564,32 @@ class SlideBatching:
         if not decode and not prefill:
             return self._progress(server, q, order, self._order.of(server))
         return Batch(prefill=prefill, decode=decode)
+
+    def _line_floors(
+        self, q: _Queue, inc: np.ndarray | None, budget_s: float
+    ) -> list[float] | None:
+        """Per line, the least any item of the queue adds to it, less a margin: a line whose
+        time plus its floor exceeds ``budget_s`` admits no further item (an early exit of the
+        filling loop that cannot change its outcome); None when no such bound holds (a timing
+        model without lines, a negative coefficient, or an infinite budget).
+
+        A decode token adds its own increment; a prefill chunk adds at least one token with no
+        cached prefix, ``c_pt + c_np + c_attn`` (the attention work ``c (prefix + (c + 1) / 2)``
+        is at least 1). The margin (1 ns plus the fitting tolerance) exceeds any rounding of the
+        fits' own arithmetic, so an item the fits would accept is never cut off.
+        """
+        est = self._est
+        assert est is not None
+        if inc is None or not math.isfinite(budget_s) or bool((est.coef < 0).any()):
+            return None
+        floors = [
+            c_pt + c_np + c_attn
+            for c_pt, c_np, c_attn in zip(est._c_pt, est._c_np, est._c_attn, strict=True)
+        ]
+        if q.decode.any():
+            least = inc[q.decode].min(axis=0).tolist()
+            floors = [min(f, d) for f, d in zip(floors, least, strict=True)]
+        return [f - BUDGET_TOL_S - LINE_FLOOR_MARGIN_S for f in floors]
 
     def _progress(self, server: Server, q: _Queue, order: np.ndarray, admitted: list[int]) -> Batch:
         """Nothing fits the budget: serve the first request in order that memory allows."""
