@@ -79,6 +79,8 @@ _INT = np.int64
 BUDGET_TOL_S = 1e-12
 #: Seconds by which SlideBatching's early exit errs on the safe side (far above rounding).
 LINE_FLOOR_MARGIN_S = 1e-9
+#: Queues longer than this get SlideBatching's early exit (shorter ones are walked whole).
+FLOOR_QUEUE = 64
 
 
 # -- per-request reads: the one place policies look at requests ------------------------------
@@ -418,13 +420,22 @@ class SlideBatching:
         self._est: LatencyEstimator | None = None
         self._eta_s = 0.0
         self._order = _AdmissionOrder({})
+        self._chunk_floors: list[float] | None = None
 
     def start(self, instance: Instance, seed: int) -> None:
         self._data = RequestData.of(instance)
-        self._est = LatencyEstimator(instance.timing)
+        self._est = est = LatencyEstimator(instance.timing)
         self._eta_s = self.params.eta_s or default_eta_s(instance)
         self._order = _AdmissionOrder({})
         self.captured = []
+        self._chunk_floors = (
+            [
+                c_pt + c_np + c_attn
+                for c_pt, c_np, c_attn in zip(est._c_pt, est._c_np, est._c_attn, strict=True)
+            ]
+            if est.lined and not bool((est.coef < 0).any())
+            else None
+        )
 
     # -- Algorithm 1 -------------------------------------------------------------------------
     def _queue(self, server: Server) -> _Queue | None:
@@ -517,7 +528,7 @@ class SlideBatching:
         # affine time: once the budget left is below the cheapest item, nothing else fits
         smallest = est.smallest_item_s(q.exec_s[q.decode]) if est.affine else 0.0
         # lines: once one line is over the budget by more than its cheapest item, nothing fits
-        floors = self._line_floors(q, inc_rows, budget)
+        floors = self._line_floors(q, inc_rows, budget) if len(q.ids) > FLOOR_QUEUE else None
         full = False
         for i in order.tolist():
             if full or budget - batch_s < smallest or slots <= 0 or tokens_left <= 0:
@@ -578,14 +589,9 @@ class SlideBatching:
         is at least 1). The margin (1 ns plus the fitting tolerance) exceeds any rounding of the
         fits' own arithmetic, so an item the fits would accept is never cut off.
         """
-        est = self._est
-        assert est is not None
-        if inc is None or not math.isfinite(budget_s) or bool((est.coef < 0).any()):
+        floors = self._chunk_floors
+        if inc is None or floors is None or not math.isfinite(budget_s):
             return None
-        floors = [
-            c_pt + c_np + c_attn
-            for c_pt, c_np, c_attn in zip(est._c_pt, est._c_np, est._c_attn, strict=True)
-        ]
         if q.decode.any():
             least = inc[q.decode].min(axis=0).tolist()
             floors = [min(f, d) for f, d in zip(floors, least, strict=True)]

@@ -10,6 +10,7 @@ from slolab.harness.serving import ServingSetup
 from slolab.heuristics.policies import make_router
 from slolab.heuristics.proserve import (
     BUDGET_TOL_S,
+    FLOOR_QUEUE,
     SlideBatching,
     _Queue,
     kv_held_tokens,
@@ -165,6 +166,33 @@ def test_preempted_requests_same_token_times() -> None:
     new, old = both_runs(inst, "least-loaded")
     assert_same(inst, new, old)
     assert int(new.preemptions.sum()) > 0
+
+
+class CountedExits(SlideBatching):
+    """SlideBatching that counts the calls whose queue is long enough for the early exit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.long_queues = 0
+
+    def _queue(self, server: Any) -> _Queue | None:
+        q = super()._queue(server)
+        self.long_queues += int(q is not None and len(q.ids) > FLOOR_QUEUE)
+        return q
+
+
+def test_burst_on_one_server_same_token_times() -> None:
+    """150 Mooncake requests at 100 req/s on one server queue far past the early exit's
+    threshold of 64: identical runs."""
+    setup = ServingSetup(
+        "mooncake_conversation", policy="slide-batching", servers=1, limit=150, arrivals="poisson"
+    )
+    inst = setup.instance(100.0)
+    counted = CountedExits()
+    new = run(inst, counted, make_router("least-loaded"), seed=0)
+    old = run(inst, FormerSlideBatching(), make_router("least-loaded"), seed=0)
+    assert_same(inst, new, old)
+    assert counted.long_queues > 0
 
 
 class CheckedReads(SlideBatching):
