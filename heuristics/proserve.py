@@ -373,6 +373,8 @@ class _Queue:
     rem_prefill: np.ndarray
     exec_s: np.ndarray
     rows: np.ndarray = field(repr=False)
+    #: ``rows @ est.coef`` when already computed (None: not yet)
+    inc: np.ndarray | None = field(default=None, repr=False)
 
 
 class SlideBatching:
@@ -421,10 +423,21 @@ class SlideBatching:
         self._eta_s = 0.0
         self._order = _AdmissionOrder({})
         self._chunk_floors: list[float] | None = None
+        self._first_due_s = np.zeros(0)
+        self._roofline: np.ndarray | None = None
 
     def start(self, instance: Instance, seed: int) -> None:
+        from slolab.timing.forms import RooflineTiming
+
         self._data = RequestData.of(instance)
         self._est = est = LatencyEstimator(instance.timing)
+        self._first_due_s = self._data.arrival_s + self._data.ttft_s
+        # a roofline's times are its line increments plus its intercepts, maximised
+        self._roofline = (
+            instance.timing.intercepts_s
+            if type(instance.timing) is RooflineTiming and instance.timing.affine() is None
+            else None
+        )
         self._eta_s = self.params.eta_s or default_eta_s(instance)
         self._order = _AdmissionOrder({})
         self.captured = []
@@ -442,32 +455,59 @@ class SlideBatching:
         data, est = self._data, self._est
         assert data is not None and est is not None
         dec = server.decoding_ids()
-        pre_list = server.prefilling + server.waiting
-        ids = np.concatenate([dec, np.asarray(pre_list, dtype=_INT)]).astype(_INT, copy=False)
-        if len(ids) == 0:
-            return None
+        prefilling, waiting_ids = server.prefilling, server.waiting
         n_dec = len(dec)
-        decode = np.zeros(len(ids), dtype=bool)
+        n_run = n_dec + len(prefilling)
+        n = n_run + len(waiting_ids)
+        if n == 0:
+            return None
+        ids = np.empty(n, dtype=_INT)
+        ids[:n_dec] = dec
+        ids[n_dec:n_run] = prefilling
+        ids[n_run:] = waiting_ids
+        decode = np.zeros(n, dtype=bool)
         decode[:n_dec] = True
-        n_run = n_dec + len(server.prefilling)
-        waiting = np.zeros(len(ids), dtype=bool)
+        waiting = np.zeros(n, dtype=bool)
         waiting[n_run:] = True
-        gen, deadline, weight = next_token(data, server, ids)
+        # next_token's deadline and weight, arrival + TTFT summed once per run (the same floats)
+        gen = generated_tokens(server, ids)
+        deadline = self._first_due_s[ids] + gen * data.tpot_s[ids]
+        weight = np.where(gen == 0, data.first_weight[ids], data.decode_weight[ids])
         prefix = kv_held_tokens(server, ids)
-        rem = np.zeros(len(ids), dtype=_INT)
-        rem[n_dec:n_run] = remaining_prefill_tokens(server, server.prefilling)
+        rem = np.zeros(n, dtype=_INT)
+        if n_run > n_dec:
+            rem[n_dec:n_run] = remaining_prefill_tokens(server, prefilling)
         # a waiting request has prefilled nothing: it prefills its prompt plus, after a
         # recompute preemption, the tokens it had generated (one array read for the long queue)
         rem[n_run:] = prompt_tokens(server, ids[n_run:]) + gen[n_run:]
-        features = np.concatenate(
-            [
-                est.decode_features(prefix[:n_dec]),
-                est.chunk_features(rem[n_dec:], prefix[n_dec:]),
-            ]
-        )
-        exec_s = est.exec_s(features)
+        # decode_features over the decoding rows, chunk_features over the others, in one array
+        features = np.zeros((n, N_FEATURES))
+        features[:n_dec, F_DECODE_TOKENS] = 1.0
+        features[:n_dec, F_NUM_DECODE] = 1.0
+        features[:n_dec, F_DECODE_KV] = prefix[:n_dec]
+        c = rem[n_dec:].astype(float)
+        features[n_dec:, F_PREFILL_TOKENS] = c
+        features[n_dec:, F_NUM_PREFILL] = c > 0
+        features[n_dec:, F_PREFILL_ATTN] = c * (prefix[n_dec:].astype(float) + (c + 1.0) / 2.0)
+        inc: np.ndarray | None = None
+        if self._roofline is not None:
+            # RooflineTiming.times on the line increments the batch filling reads anyway
+            inc = features @ est.coef
+            per_line = inc + self._roofline
+            exec_s = per_line.max(axis=1) - est.t_c
+        else:
+            exec_s = est.exec_s(features)
         return _Queue(
-            ids, decode, waiting, deadline - server.now, weight, prefix, rem, exec_s, features
+            ids,
+            decode,
+            waiting,
+            deadline - server.now,
+            weight,
+            prefix,
+            rem,
+            exec_s,
+            features,
+            inc,
         )
 
     def budget_s(self, remain_s: np.ndarray) -> float:
@@ -522,7 +562,9 @@ class SlideBatching:
         tokens_left = server.max_batch_tokens or (1 << 62)
         lines, feats = est.empty()
         batch_s = est.batch_s(lines, feats)
-        inc_rows = est.line_increments(q.rows) if est.lined else None
+        inc_rows = q.inc
+        if inc_rows is None and est.lined:
+            inc_rows = est.line_increments(q.rows)
         decode: list[int] = []
         prefill: list[tuple[int, int]] = []
         # affine time: once the budget left is below the cheapest item, nothing else fits
@@ -530,11 +572,14 @@ class SlideBatching:
         # lines: once one line is over the budget by more than its cheapest item, nothing fits
         floors = self._line_floors(q, inc_rows, budget) if len(q.ids) > FLOOR_QUEUE else None
         full = False
+        # the queue's columns as Python lists: one conversion, not one per item visited
+        ids, is_decode, is_waiting = q.ids.tolist(), q.decode.tolist(), q.waiting.tolist()
+        rem_prefill, prefix = q.rem_prefill.tolist(), q.prefix.tolist()
         for i in order.tolist():
             if full or budget - batch_s < smallest or slots <= 0 or tokens_left <= 0:
                 break
-            r = int(q.ids[i])
-            if q.decode[i]:
+            r = ids[i]
+            if is_decode[i]:
                 if free < 1:
                     continue
                 inc = inc_rows[i].tolist() if inc_rows is not None else ()
@@ -553,16 +598,16 @@ class SlideBatching:
                 tokens_left -= 1
                 slots -= 1
                 continue
-            rem = int(q.rem_prefill[i])
-            if q.waiting[i] and rem + 1 > free:
+            rem = rem_prefill[i]
+            if is_waiting[i] and rem + 1 > free:
                 continue
-            cap = min(rem, tokens_left, rem if q.waiting[i] else free - 1)
-            c = est.max_chunk(lines, feats, budget, int(q.prefix[i]), cap)
+            cap = min(rem, tokens_left, rem if is_waiting[i] else free - 1)
+            c = est.max_chunk(lines, feats, budget, prefix[i], cap)
             if c <= 0:
                 continue
             prefill.append((r, c))
             lines, feats = est.add(
-                lines, feats, est.chunk_features(np.array([c]), np.array([q.prefix[i]]))[0]
+                lines, feats, est.chunk_features(np.array([c]), np.array([prefix[i]]))[0]
             )
             batch_s = est.batch_s(lines, feats)
             if floors:
@@ -570,7 +615,7 @@ class SlideBatching:
             free -= c + (1 if c == rem else 0)
             tokens_left -= c
             slots -= 1
-            if q.waiting[i]:
+            if is_waiting[i]:
                 admitted.append(r)
         if not decode and not prefill:
             return self._progress(server, q, order, self._order.of(server))
