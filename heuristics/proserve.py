@@ -423,7 +423,7 @@ class SlideBatching:
         self._eta_s = 0.0
         self._order = _AdmissionOrder({})
         self._chunk_floors: list[float] | None = None
-        self._first_due_s = np.zeros(0)
+        self._static = np.zeros((0, 4))
         self._roofline: np.ndarray | None = None
 
     def start(self, instance: Instance, seed: int) -> None:
@@ -431,7 +431,11 @@ class SlideBatching:
 
         self._data = RequestData.of(instance)
         self._est = est = LatencyEstimator(instance.timing)
-        self._first_due_s = self._data.arrival_s + self._data.ttft_s
+        data = self._data
+        # per request: arrival + TTFT, TPOT, first and later tokens' weights (one gather a call)
+        self._static = np.column_stack(
+            [data.arrival_s + data.ttft_s, data.tpot_s, data.first_weight, data.decode_weight]
+        )
         # a roofline's times are its line increments plus its intercepts, maximised
         self._roofline = (
             instance.timing.intercepts_s
@@ -471,8 +475,9 @@ class SlideBatching:
         waiting[n_run:] = True
         # next_token's deadline and weight, arrival + TTFT summed once per run (the same floats)
         gen = generated_tokens(server, ids)
-        deadline = self._first_due_s[ids] + gen * data.tpot_s[ids]
-        weight = np.where(gen == 0, data.first_weight[ids], data.decode_weight[ids])
+        first_due, tpot, first_weight, decode_weight = self._static[ids].T
+        deadline = first_due + gen * tpot
+        weight = np.where(gen == 0, first_weight, decode_weight)
         prefix = kv_held_tokens(server, ids)
         rem = np.zeros(n, dtype=_INT)
         if n_run > n_dec:
