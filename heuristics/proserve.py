@@ -77,6 +77,10 @@ __all__ = [
 _INT = np.int64
 #: Seconds by which an estimated batch time may exceed the budget (floating-point rounding).
 BUDGET_TOL_S = 1e-12
+#: Seconds by which SlideBatching's early exit errs on the safe side (far above rounding).
+LINE_FLOOR_MARGIN_S = 1e-9
+#: Queues longer than this get SlideBatching's early exit (shorter ones are walked whole).
+FLOOR_QUEUE = 64
 
 
 # -- per-request reads: the one place policies look at requests ------------------------------
@@ -369,6 +373,8 @@ class _Queue:
     rem_prefill: np.ndarray
     exec_s: np.ndarray
     rows: np.ndarray = field(repr=False)
+    #: ``rows @ est.coef`` when already computed (None: not yet)
+    inc: np.ndarray | None = field(default=None, repr=False)
 
 
 class SlideBatching:
@@ -416,41 +422,97 @@ class SlideBatching:
         self._est: LatencyEstimator | None = None
         self._eta_s = 0.0
         self._order = _AdmissionOrder({})
+        self._chunk_floors: list[float] | None = None
+        self._static = np.zeros((0, 4))
+        self._roofline: np.ndarray | None = None
 
     def start(self, instance: Instance, seed: int) -> None:
+        from slolab.timing.forms import RooflineTiming
+
         self._data = RequestData.of(instance)
-        self._est = LatencyEstimator(instance.timing)
+        self._est = est = LatencyEstimator(instance.timing)
+        data = self._data
+        # per request: arrival + TTFT, TPOT, first and later tokens' weights (one gather a call)
+        self._static = np.column_stack(
+            [data.arrival_s + data.ttft_s, data.tpot_s, data.first_weight, data.decode_weight]
+        )
+        # a roofline's times are its line increments plus its intercepts, maximised
+        self._roofline = (
+            instance.timing.intercepts_s
+            if type(instance.timing) is RooflineTiming and instance.timing.affine() is None
+            else None
+        )
         self._eta_s = self.params.eta_s or default_eta_s(instance)
         self._order = _AdmissionOrder({})
         self.captured = []
+        self._chunk_floors = (
+            [
+                c_pt + c_np + c_attn
+                for c_pt, c_np, c_attn in zip(est._c_pt, est._c_np, est._c_attn, strict=True)
+            ]
+            if est.lined and not bool((est.coef < 0).any())
+            else None
+        )
 
     # -- Algorithm 1 -------------------------------------------------------------------------
     def _queue(self, server: Server) -> _Queue | None:
         data, est = self._data, self._est
         assert data is not None and est is not None
         dec = server.decoding_ids()
-        pre_list = server.prefilling + server.waiting
-        ids = np.concatenate([dec, np.asarray(pre_list, dtype=_INT)]).astype(_INT, copy=False)
-        if len(ids) == 0:
-            return None
+        prefilling, waiting_ids = server.prefilling, server.waiting
         n_dec = len(dec)
-        decode = np.zeros(len(ids), dtype=bool)
+        n_run = n_dec + len(prefilling)
+        n = n_run + len(waiting_ids)
+        if n == 0:
+            return None
+        ids = np.empty(n, dtype=_INT)
+        ids[:n_dec] = dec
+        ids[n_dec:n_run] = prefilling
+        ids[n_run:] = waiting_ids
+        decode = np.zeros(n, dtype=bool)
         decode[:n_dec] = True
-        waiting = np.zeros(len(ids), dtype=bool)
-        waiting[n_dec + len(server.prefilling) :] = True
-        _, deadline, weight = next_token(data, server, ids)
+        waiting = np.zeros(n, dtype=bool)
+        waiting[n_run:] = True
+        # next_token's deadline and weight, arrival + TTFT summed once per run (the same floats)
+        gen = generated_tokens(server, ids)
+        first_due, tpot, first_weight, decode_weight = self._static[ids].T
+        deadline = first_due + gen * tpot
+        weight = np.where(gen == 0, first_weight, decode_weight)
         prefix = kv_held_tokens(server, ids)
-        rem = np.zeros(len(ids), dtype=_INT)
-        rem[n_dec:] = remaining_prefill_tokens(server, pre_list)
-        features = np.concatenate(
-            [
-                est.decode_features(prefix[:n_dec]),
-                est.chunk_features(rem[n_dec:], prefix[n_dec:]),
-            ]
-        )
-        exec_s = est.exec_s(features)
+        rem = np.zeros(n, dtype=_INT)
+        if n_run > n_dec:
+            rem[n_dec:n_run] = remaining_prefill_tokens(server, prefilling)
+        # a waiting request has prefilled nothing: it prefills its prompt plus, after a
+        # recompute preemption, the tokens it had generated (one array read for the long queue)
+        rem[n_run:] = prompt_tokens(server, ids[n_run:]) + gen[n_run:]
+        # decode_features over the decoding rows, chunk_features over the others, in one array
+        features = np.zeros((n, N_FEATURES))
+        features[:n_dec, F_DECODE_TOKENS] = 1.0
+        features[:n_dec, F_NUM_DECODE] = 1.0
+        features[:n_dec, F_DECODE_KV] = prefix[:n_dec]
+        c = rem[n_dec:].astype(float)
+        features[n_dec:, F_PREFILL_TOKENS] = c
+        features[n_dec:, F_NUM_PREFILL] = c > 0
+        features[n_dec:, F_PREFILL_ATTN] = c * (prefix[n_dec:].astype(float) + (c + 1.0) / 2.0)
+        inc: np.ndarray | None = None
+        if self._roofline is not None:
+            # RooflineTiming.times on the line increments the batch filling reads anyway
+            inc = features @ est.coef
+            per_line = inc + self._roofline
+            exec_s = per_line.max(axis=1) - est.t_c
+        else:
+            exec_s = est.exec_s(features)
         return _Queue(
-            ids, decode, waiting, deadline - server.now, weight, prefix, rem, exec_s, features
+            ids,
+            decode,
+            waiting,
+            deadline - server.now,
+            weight,
+            prefix,
+            rem,
+            exec_s,
+            features,
+            inc,
         )
 
     def budget_s(self, remain_s: np.ndarray) -> float:
@@ -505,24 +567,35 @@ class SlideBatching:
         tokens_left = server.max_batch_tokens or (1 << 62)
         lines, feats = est.empty()
         batch_s = est.batch_s(lines, feats)
-        inc = est.line_increments(q.rows).tolist() if est.lined else None
+        inc_rows = q.inc
+        if inc_rows is None and est.lined:
+            inc_rows = est.line_increments(q.rows)
         decode: list[int] = []
         prefill: list[tuple[int, int]] = []
         # affine time: once the budget left is below the cheapest item, nothing else fits
         smallest = est.smallest_item_s(q.exec_s[q.decode]) if est.affine else 0.0
+        # lines: once one line is over the budget by more than its cheapest item, nothing fits
+        floors = self._line_floors(q, inc_rows, budget) if len(q.ids) > FLOOR_QUEUE else None
+        full = False
+        # the queue's columns as Python lists: one conversion, not one per item visited
+        ids, is_decode, is_waiting = q.ids.tolist(), q.decode.tolist(), q.waiting.tolist()
+        rem_prefill, prefix = q.rem_prefill.tolist(), q.prefix.tolist()
         for i in order.tolist():
-            if budget - batch_s < smallest or slots <= 0 or tokens_left <= 0:
+            if full or budget - batch_s < smallest or slots <= 0 or tokens_left <= 0:
                 break
-            r = int(q.ids[i])
-            if q.decode[i]:
+            r = ids[i]
+            if is_decode[i]:
                 if free < 1:
                     continue
-                new_s = est.time_with(lines, feats, inc[i] if inc else (), q.rows[i])
+                inc = inc_rows[i].tolist() if inc_rows is not None else ()
+                new_s = est.time_with(lines, feats, inc, q.rows[i])
                 if new_s > budget + BUDGET_TOL_S:
                     continue
                 decode.append(r)
                 if inc:
-                    lines = [v + d for v, d in zip(lines, inc[i], strict=True)]
+                    lines = [v + d for v, d in zip(lines, inc, strict=True)]
+                    if floors:
+                        full = any(v + f > budget for v, f in zip(lines, floors, strict=True))
                 else:
                     feats = feats + q.rows[i]
                 batch_s = new_s
@@ -530,26 +603,49 @@ class SlideBatching:
                 tokens_left -= 1
                 slots -= 1
                 continue
-            rem = int(q.rem_prefill[i])
-            if q.waiting[i] and rem + 1 > free:
+            rem = rem_prefill[i]
+            if is_waiting[i] and rem + 1 > free:
                 continue
-            cap = min(rem, tokens_left, rem if q.waiting[i] else free - 1)
-            c = est.max_chunk(lines, feats, budget, int(q.prefix[i]), cap)
+            cap = min(rem, tokens_left, rem if is_waiting[i] else free - 1)
+            c = est.max_chunk(lines, feats, budget, prefix[i], cap)
             if c <= 0:
                 continue
             prefill.append((r, c))
             lines, feats = est.add(
-                lines, feats, est.chunk_features(np.array([c]), np.array([q.prefix[i]]))[0]
+                lines, feats, est.chunk_features(np.array([c]), np.array([prefix[i]]))[0]
             )
             batch_s = est.batch_s(lines, feats)
+            if floors:
+                full = any(v + f > budget for v, f in zip(lines, floors, strict=True))
             free -= c + (1 if c == rem else 0)
             tokens_left -= c
             slots -= 1
-            if q.waiting[i]:
+            if is_waiting[i]:
                 admitted.append(r)
         if not decode and not prefill:
             return self._progress(server, q, order, self._order.of(server))
         return Batch(prefill=prefill, decode=decode)
+
+    def _line_floors(
+        self, q: _Queue, inc: np.ndarray | None, budget_s: float
+    ) -> list[float] | None:
+        """Per line, the least any item of the queue adds to it, less a margin: a line whose
+        time plus its floor exceeds ``budget_s`` admits no further item (an early exit of the
+        filling loop that cannot change its outcome); None when no such bound holds (a timing
+        model without lines, a negative coefficient, or an infinite budget).
+
+        A decode token adds its own increment; a prefill chunk adds at least one token with no
+        cached prefix, ``c_pt + c_np + c_attn`` (the attention work ``c (prefix + (c + 1) / 2)``
+        is at least 1). The margin (1 ns plus the fitting tolerance) exceeds any rounding of the
+        fits' own arithmetic, so an item the fits would accept is never cut off.
+        """
+        floors = self._chunk_floors
+        if inc is None or floors is None or not math.isfinite(budget_s):
+            return None
+        if q.decode.any():
+            least = inc[q.decode].min(axis=0).tolist()
+            floors = [min(f, d) for f, d in zip(floors, least, strict=True)]
+        return [f - BUDGET_TOL_S - LINE_FLOOR_MARGIN_S for f in floors]
 
     def _progress(self, server: Server, q: _Queue, order: np.ndarray, admitted: list[int]) -> Batch:
         """Nothing fits the budget: serve the first request in order that memory allows."""
