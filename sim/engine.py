@@ -44,7 +44,7 @@ import heapq
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -1020,19 +1020,11 @@ class Engine:
             horizon = min(horizon, self._scale_heap[0][0])
         if not nxt < horizon < math.inf:
             return nxt  # nothing to skip, or nothing comes (the scaler stops at its next tick)
-        step = self.scaler.interval_s  # type: ignore[union-attr]
         first = nxt
-        while nxt < horizon:
-            # the tick times by repeated addition (np.cumsum adds left to right)
-            block = np.full(_SKIP_BLOCK, step)
-            block[0] = nxt
-            ticks = np.cumsum(block)
-            k = int(np.searchsorted(ticks, horizon, side="left"))
-            if not skip(view, ticks[:k]):
+        for ticks, after in self._tick_blocks(nxt, horizon):
+            if not len(ticks) or not skip(view, ticks):
                 break
-            nxt = float(ticks[k - 1]) + step
-            if k < _SKIP_BLOCK:
-                break
+            nxt = after
         return self._skip_quiet_ticks(view, nxt) if nxt == first else nxt
 
     def _skip_quiet_ticks(self, view: ClusterView, nxt: float) -> float:
@@ -1057,16 +1049,24 @@ class Engine:
             until = min(until, self._transfers[0][0])
         if not nxt < until < math.inf:
             return nxt
+        *_, (_, last) = self._tick_blocks(nxt, until)
+        return last
+
+    def _tick_blocks(self, nxt: float, until: float) -> Iterator[tuple[np.ndarray, float]]:
+        """The scaler's tick times from ``nxt`` on before ``until``, in blocks of at most
+        ``_SKIP_BLOCK``, each with the tick after it (the last: the first tick at or after
+        ``until``). Each time is the previous plus ``interval_s``, as the ticks themselves are
+        computed (``np.cumsum`` adds left to right)."""
         step = self.scaler.interval_s  # type: ignore[union-attr]
         while True:
-            # the tick times by repeated addition (np.cumsum adds left to right)
             block = np.full(_SKIP_BLOCK, step)
             block[0] = nxt
             ticks = np.cumsum(block)
             k = int(np.searchsorted(ticks, until, side="left"))
+            nxt = float(ticks[k]) if k < _SKIP_BLOCK else float(ticks[-1]) + step
+            yield ticks[:k], nxt
             if k < _SKIP_BLOCK:
-                return float(ticks[k])
-            nxt = float(ticks[-1]) + step
+                return
 
     def _apply(self, action: ScaleAction, by: str) -> None:
         """Execute a scaling action now (``by`` names its origin in error messages)."""
