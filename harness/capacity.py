@@ -499,6 +499,9 @@ class CountSearchResult:
         Whether counts were probed one by one (exact even on a non-monotone curve).
     stop_reason : str
         One of :data:`COUNT_STOP_REASONS`.
+    early : tuple of bool
+        Per probe, whether it stopped as soon as its verdict was certain (its attainment is
+        then the bound it proved, :class:`ProbeVerdict`).
     """
 
     count: int | None
@@ -508,9 +511,15 @@ class CountSearchResult:
     monotone: bool
     scan: bool
     stop_reason: str
+    early: tuple[bool, ...] = ()
 
     def __post_init__(self) -> None:
         _check_target(self.target)
+        if len(self.early) not in (0, len(self.probes)):
+            raise ValueError(
+                f"early must have one entry per probe ({len(self.probes)}) or none, "
+                f"got {len(self.early)}"
+            )
         lo, hi = self.bounds
         if not 1 <= lo <= hi:
             raise ValueError(f"bounds must satisfy 1 <= lo <= hi, got {self.bounds}")
@@ -528,9 +537,14 @@ class CountSearchResult:
         """The probes sorted by count."""
         return tuple(sorted(self.probes))
 
+    @property
+    def n_early(self) -> int:
+        """Probes that stopped as soon as their verdict was certain."""
+        return sum(self.early)
+
 
 def smallest_count(
-    probe: Callable[[int], float],
+    probe: Callable[[int], float | ProbeVerdict],
     *,
     target: float = 0.9,
     lo: int = 1,
@@ -553,10 +567,15 @@ def smallest_count(
     turn until one meets the target: the true smallest count whatever the curve's shape, at
     up to ``hi - lo + 1`` probes.
 
+    A probe may return a :class:`ProbeVerdict`: a run stopped as soon as its verdict was
+    certain gives a bound on the right side of ``target``. The search only asks which side
+    a probe is on, so it probes the same counts and finds the same count as with the full
+    attainments; ``monotone`` then counts a fall only when the bounds prove it.
+
     Parameters
     ----------
     probe : callable
-        ``probe(count) -> attainment`` in [0, 1].
+        ``probe(count) -> attainment`` in [0, 1], or a :class:`ProbeVerdict`.
     target : float, default 0.9
         Attainment to reach, in (0, 1]; "meets" means ``attainment >= target``.
     lo, hi : int, default 1, 32
@@ -579,26 +598,35 @@ def smallest_count(
     if not monotone_tol >= 0:
         raise ValueError(f"monotone_tol must be >= 0, got {monotone_tol!r}")
     probes: list[tuple[int, float]] = []
+    early: list[bool] = []
 
     def meets(count: int) -> bool:
-        attainment = float(probe(count))
+        answer = probe(count)
+        attainment = float(answer.attainment if isinstance(answer, ProbeVerdict) else answer)
         if not 0.0 <= attainment <= 1.0:
             raise ValueError(f"probe({count}) returned attainment {attainment!r}, not in [0, 1]")
         probes.append((count, attainment))
+        early.append(isinstance(answer, ProbeVerdict) and answer.early)
         logger.debug("count probe %d: count %d -> attainment %g", len(probes), count, attainment)
         return attainment >= target
 
     def result(count: int | None) -> CountSearchResult:
-        # Attainment non-decreasing in the count is -attainment non-increasing in it.
+        # Attainment non-decreasing in the count is -attainment non-increasing in it; a probe
+        # stopped early knows [bound, 1] when it met the target, [0, bound] when it missed.
         mirrored = [(float(c), -attainment) for c, attainment in probes]
+        intervals = [
+            ((-1.0, -a) if a >= target else (-a, 0.0)) if stopped else (-a, -a)
+            for (_, a), stopped in zip(probes, early, strict=True)
+        ]
         return CountSearchResult(
             count=count,
             target=target,
             bounds=(lo, hi),
             probes=tuple(probes),
-            monotone=_is_monotone(mirrored, monotone_tol),
+            monotone=_is_monotone(mirrored, monotone_tol, intervals),
             scan=scan,
             stop_reason="met" if count is not None else "missed_at_max",
+            early=tuple(early),
         )
 
     if scan:

@@ -3,7 +3,8 @@
 For a trace (rescaled to a traffic level), SLOs and a timing preset (the GPU and model), and
 each scheduler, :func:`plan` finds the smallest server count whose simulated attainment meets
 the target (:func:`slolab.harness.capacity.smallest_count`: doubling and bisection over the
-integers, every probe a full simulation), and reports the cost of the fleet: server-seconds
+integers, every probe a simulation; with ``early`` a probe certain to miss the target stops
+there), and reports the cost of the fleet: server-seconds
 (servers x the time the last request finishes) and server-seconds per request that met its
 SLO, optionally priced per server-hour. ``slolab plan`` is its command line;
 ``notebooks/capacity_planning.ipynb`` its what-if notebook (traffic x1/x2/x4, SLO tightness,
@@ -22,43 +23,73 @@ import dataclasses
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from slolab.harness.capacity import CountSearchResult, smallest_count
+from slolab.harness.capacity import CountSearchResult, ProbeVerdict, smallest_count
 from slolab.harness.serving import ServingSetup, warn_large_fleet
+
+if TYPE_CHECKING:
+    from slolab.sim.engine import Engine
+    from slolab.sim.verdict import AttainmentWatch
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PlanProbe:
     """One simulation of the plan: a server count and what it achieved.
 
+    A simulation stopped as soon as it was certain to miss the target (``early``) knows only
+    a bound: ``attainment`` is then the most the full run can reach (below the target), and
+    the numbers only a full run gives (``met_requests``, ``end_s``, ``server_s``) are None.
+
     Attributes
     ----------
     servers : int
         Servers simulated.
     attainment : float
-        Attainment under the plan's definition.
-    requests, met_requests : int
-        Requests simulated and those that met their SLO (under the definition).
-    end_s : float
-        When the last request finished (s).
-    server_s : float
+        Attainment under the plan's definition; when ``early``, an upper bound on it.
+    requests : int
+        Requests simulated.
+    met_requests : int or None
+        Requests that met their SLO (under the definition); None when ``early``.
+    end_s : float or None
+        When the last request finished (s); None when ``early``.
+    server_s : float or None
         Server-seconds of the run (:func:`slolab.sim.metrics.server_seconds`): ``servers *
-        end_s`` for a fixed fleet, less when a policy's own scaler switches servers off.
+        end_s`` for a fixed fleet, less when a policy's own scaler switches servers off; None
+        when ``early``.
+    early : bool, default False
+        The run stopped once more than ``(1 - target)`` of its requests had missed their SLO
+        for good (:class:`slolab.sim.verdict.AttainmentWatch`).
+    stopped_at_s : float or None
+        Simulated time at which an ``early`` run stopped (s); None otherwise.
     """
 
     servers: int
     attainment: float
     requests: int
-    met_requests: int
-    end_s: float
-    server_s: float
+    met_requests: int | None
+    end_s: float | None
+    server_s: float | None
+    early: bool = False
+    stopped_at_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.servers < 1:
             raise ValueError(f"servers must be >= 1, got {self.servers}")
         if not 0.0 <= self.attainment <= 1.0:
             raise ValueError(f"attainment must be in [0, 1], got {self.attainment}")
+        full = (self.met_requests, self.end_s, self.server_s)
+        if self.early:
+            if any(value is not None for value in full) or self.stopped_at_s is None:
+                raise ValueError(
+                    "a probe stopped early has stopped_at_s and no met_requests, end_s or "
+                    f"server_s, got {full} and stopped_at_s={self.stopped_at_s}"
+                )
+            return
+        if self.met_requests is None or self.end_s is None or self.server_s is None:
+            raise ValueError(f"a full probe needs met_requests, end_s and server_s, got {full}")
+        if self.stopped_at_s is not None:
+            raise ValueError(f"stopped_at_s is for early probes only, got {self.stopped_at_s}")
         if not 0 <= self.met_requests <= self.requests:
             raise ValueError(
                 f"met_requests must be in [0, requests={self.requests}], got {self.met_requests}"
@@ -68,18 +99,27 @@ class PlanProbe:
 
     @property
     def cost_per_met_request_s(self) -> float:
-        """Server-seconds per request that met its SLO (inf when none did)."""
+        """Server-seconds per request that met its SLO (inf when none did, NaN when
+        ``early``: not measured)."""
+        if self.met_requests is None or self.server_s is None:
+            return math.nan
         return self.server_s / self.met_requests if self.met_requests else math.inf
 
     def to_dict(self, price_per_server_hour: float | None = None) -> dict[str, Any]:
         record = dataclasses.asdict(self)
         record["cost_per_met_request_s"] = self.cost_per_met_request_s
         if price_per_server_hour is not None:
-            record["cost"] = self.server_s / 3600.0 * price_per_server_hour
+            record["cost"] = (
+                None if self.server_s is None else self.server_s / 3600.0 * price_per_server_hour
+            )
             record["cost_per_met_request"] = (
                 record["cost_per_met_request_s"] / 3600.0 * (price_per_server_hour)
             )
         return record
+
+    def attainment_text(self, digits: int = 3) -> str:
+        """The attainment as printed: ``0.420``, or ``0.420 or less`` when ``early``."""
+        return f"{self.attainment:.{digits}f}" + (" or less" if self.early else "")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -102,6 +142,8 @@ class PolicyPlan:
         Every simulation, in the order made.
     price_per_server_hour : float or None
         Price used for ``cost`` figures (None: costs in server-seconds only).
+    early : bool, default False
+        Whether a simulation certain to miss the target stopped there (early verdicts).
     """
 
     policy: str
@@ -111,10 +153,15 @@ class PolicyPlan:
     search: CountSearchResult
     probes: tuple[PlanProbe, ...]
     price_per_server_hour: float | None = None
+    early: bool = False
 
     def __post_init__(self) -> None:
         if [p.servers for p in self.probes] != [count for count, _ in self.search.probes]:
             raise ValueError("probes must be the search's probes, in order")
+        if self.search.early and [p.early for p in self.probes] != list(self.search.early):
+            raise ValueError("probes stopped early must be the search's")
+        if any(p.early for p in self.probes) and not self.early:
+            raise ValueError("a probe stopped early in a plan without early verdicts")
         if self.price_per_server_hour is not None and not self.price_per_server_hour >= 0:
             raise ValueError(
                 f"price_per_server_hour must be >= 0, got {self.price_per_server_hour}"
@@ -132,8 +179,14 @@ class PolicyPlan:
 
     @property
     def curve(self) -> tuple[tuple[int, float], ...]:
-        """``(servers, attainment)`` of every probe, by server count."""
+        """``(servers, attainment)`` of every probe, by server count (an upper bound for the
+        counts in :attr:`stopped_early`)."""
         return self.search.curve
+
+    @property
+    def stopped_early(self) -> tuple[int, ...]:
+        """The server counts whose simulation stopped early, ascending."""
+        return tuple(sorted(p.servers for p in self.probes if p.early))
 
     def to_dict(self) -> dict[str, Any]:
         """What ``slolab plan --json`` prints for the policy (strict JSON but for inf/nan)."""
@@ -159,13 +212,40 @@ class PolicyPlan:
                 "traffic": self.rate / self.trace_rate,
                 "range": list(self.search.bounds),
                 "curve": [list(point) for point in self.curve],
+                "stopped_early": list(self.stopped_early),
                 "monotone": self.search.monotone,
                 "scan": self.search.scan,
+                "early_verdicts": self.early,
                 "n_probes": len(self.probes),
+                "n_early": len(self.stopped_early),
                 "probes": [p.to_dict(self.price_per_server_hour) for p in self.probes],
             }
         )
         return record
+
+
+class _MissWatch:
+    """Stops a run once it is certain to miss the target; a run certain to meet it goes on.
+
+    A plan reports the full numbers of the count it chooses (attainment, server-seconds, cost
+    per met request), and a count is chosen only if it meets the target, so only a run that
+    misses may stop: it then knows an upper bound on its attainment
+    (:attr:`slolab.sim.verdict.AttainmentWatch.bound`). Once the watch has found the run
+    certain to meet the target it is not asked again (the run goes to its end anyway).
+    """
+
+    def __init__(self, watch: AttainmentWatch) -> None:
+        self.watch = watch
+        self.every = watch.every
+        self.meets = False
+
+    def __call__(self, engine: Engine) -> bool:
+        if self.meets or not self.watch(engine):
+            return False
+        if self.watch.verdict == "misses":
+            return True
+        self.meets = True
+        return False
 
 
 def plan(
@@ -181,6 +261,7 @@ def plan(
     monotone_tol: float = 0.0,
     price_per_server_hour: float | None = None,
     progress: bool = False,
+    early: bool = False,
 ) -> list[PolicyPlan]:
     """The smallest server count meeting ``target`` attainment, for each scheduler.
 
@@ -188,6 +269,13 @@ def plan(
     are ignored), rescaled to ``rate`` req/s or to ``traffic`` times its own rate, and
     simulated with each policy at the server counts :func:`smallest_count` probes in
     ``servers = (lo, hi)``.
+
+    With ``early`` a simulation stops as soon as more than ``(1 - target)`` of its requests
+    have missed their SLO for good (:class:`slolab.sim.verdict.AttainmentWatch`): the count
+    certainly misses the target, and its probe records the upper bound on its attainment
+    (``PlanProbe.early``). A simulation that meets the target always runs to its end, so the
+    search probes the same counts and chooses the same one as without ``early``, and the
+    chosen count's attainment, server-seconds and cost are the full run's.
 
     Parameters
     ----------
@@ -213,6 +301,9 @@ def plan(
         Adds ``cost`` and ``cost_per_met_request`` in that currency.
     progress : bool, default False
         Show a progress bar of the simulations.
+    early : bool, default False
+        Stop a simulation as soon as it is certain to miss the target (``slolab plan`` does
+        unless ``--full-probes``; off by default here, where every probe's cost is full).
 
     Returns
     -------
@@ -223,6 +314,7 @@ def plan(
     from slolab.instances import mean_rate
     from slolab.sim import metrics
     from slolab.sim.metrics import DEFINITIONS
+    from slolab.sim.verdict import AttainmentWatch
     from tqdm.auto import tqdm
 
     if not policies:
@@ -248,31 +340,50 @@ def plan(
             chosen = dataclasses.replace(setup, policy=policy)
             probes: list[PlanProbe] = []
 
-            def probe(count: int, chosen: ServingSetup = chosen, probes: list = probes) -> float:
+            def probe(
+                count: int, chosen: ServingSetup = chosen, probes: list = probes
+            ) -> ProbeVerdict:
                 policy = chosen.policy
                 cluster = dataclasses.replace(base.cluster, servers=count)
                 instance = dataclasses.replace(base, cluster=cluster)
                 instance, sched = chosen.prepare(instance)
                 warn_large_fleet(instance.cluster.servers, instance.n_requests)
-                outcome = sched.run(instance, seed=setup.seed, record_iterations=False)
-                table = metrics.request_table(instance, outcome)
-                met = table[f"met_{definition}"].to_numpy(dtype=bool)
-                if definition == "e2e":
-                    met = met & table["has_e2e_slo"].to_numpy(dtype=bool)
-                attainment = metrics.attainment_from_table(table, definition)
-                probes.append(
-                    PlanProbe(
+                watch = AttainmentWatch(instance, definition, target) if early else None
+                outcome = sched.run(
+                    instance,
+                    seed=setup.seed,
+                    record_iterations=False,
+                    stop=None if watch is None else _MissWatch(watch),
+                )
+                stopped = outcome.info.get("stopped_early")
+                if stopped and watch is not None and watch.bound is not None:
+                    found = PlanProbe(
                         servers=count,
-                        attainment=attainment,
+                        attainment=watch.bound,
+                        requests=instance.n_requests,
+                        met_requests=None,
+                        end_s=None,
+                        server_s=None,
+                        early=True,
+                        stopped_at_s=watch.stopped_at_s,
+                    )
+                else:
+                    table = metrics.request_table(instance, outcome)
+                    met = table[f"met_{definition}"].to_numpy(dtype=bool)
+                    if definition == "e2e":
+                        met = met & table["has_e2e_slo"].to_numpy(dtype=bool)
+                    found = PlanProbe(
+                        servers=count,
+                        attainment=metrics.attainment_from_table(table, definition),
                         requests=instance.n_requests,
                         met_requests=int(met.sum()),
                         end_s=outcome.end_s,
                         server_s=metrics.server_seconds(instance, outcome),
                     )
-                )
+                probes.append(found)
                 bar.update(1)
-                bar.set_postfix(policy=policy, servers=count, attainment=f"{attainment:.3f}")
-                return attainment
+                bar.set_postfix(policy=policy, servers=count, attainment=found.attainment_text())
+                return ProbeVerdict(found.attainment, early=found.early)
 
             search = smallest_count(
                 probe, target=target, lo=lo, hi=hi, scan=scan, monotone_tol=monotone_tol
@@ -286,6 +397,7 @@ def plan(
                     search=search,
                     probes=tuple(probes),
                     price_per_server_hour=price_per_server_hour,
+                    early=early,
                 )
             )
     finally:
@@ -303,7 +415,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description="For each scheduler, find the smallest server count (in --servers LO..HI) "
         "whose simulated attainment meets --target, by doubling and bisection over the counts "
         "(--scan: one by one); report the attainment curve probed and the cost (server-seconds "
-        "= servers x end of the run, and per request that met its SLO). See docs/planning.md.",
+        "= servers x end of the run, and per request that met its SLO). A simulation stops as "
+        "soon as it is certain to miss the target (early verdicts: more than 1 - target of "
+        "its requests already missed their SLO for good); its attainment is then printed as a "
+        "bound ('0.420 or less'). A count that meets the target always runs to its end, so "
+        "the chosen count and its attainment and cost are those of full simulations "
+        "(--full-probes runs every simulation to its end). See docs/planning.md.",
         conflict_handler="resolve",
     )
     _add_serving_args(p)
@@ -341,6 +458,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--scan",
         action="store_true",
         help="probe server counts one by one from LO (exact even on a non-monotone curve)",
+    )
+    p.add_argument(
+        "--full-probes",
+        action="store_true",
+        help="run every simulation to its end (default: one certain to miss the target stops "
+        "there and its attainment is the bound it proved; the chosen count is the same)",
     )
     p.add_argument(
         "--price-per-server-hour",
@@ -394,6 +517,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         scan=args.scan,
         price_per_server_hour=args.price_per_server_hour,
         progress=not args.json and not args.quiet,
+        early=not args.full_probes,
     )
     if args.json:
         for found in plans:
@@ -421,7 +545,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 f"{chosen.server_s:>10.1f} {chosen.cost_per_met_request_s:>12.3f}"
             )
     for found in plans:
-        curve = ", ".join(f"{count}: {value:.3f}" for count, value in found.curve)
+        by_count = sorted(found.probes, key=lambda probe: probe.servers)
+        curve = ", ".join(f"{p.servers}: {p.attainment_text()}" for p in by_count)
         note = "" if found.search.monotone else " (not monotone: consider --scan)"
         print(f"  {found.policy} curve (servers: attainment): {curve}{note}")
+    if any(found.stopped_early for found in plans):
+        counted = ", ".join(
+            f"{found.policy} {len(found.stopped_early)} of {len(found.probes)}" for found in plans
+        )
+        print(
+            f"  stopped early (certain to miss the target, attainment 'or less'): {counted} "
+            "simulations; --full-probes runs them to their end"
+        )
     return 0
