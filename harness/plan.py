@@ -266,7 +266,8 @@ def plan(
     """The smallest server count meeting ``target`` attainment, for each scheduler.
 
     The trace is cut and given SLOs as ``setup`` says (``setup.policy`` and ``setup.servers``
-    are ignored), rescaled to ``rate`` req/s or to ``traffic`` times its own rate, and
+    are ignored), rescaled to ``rate`` req/s or to ``traffic`` times its own rate (with
+    ``setup.arrivals``, arrivals drawn at that rate instead of its own times rescaled), and
     simulated with each policy at the server counts :func:`smallest_count` probes in
     ``servers = (lo, hi)``.
 
@@ -330,7 +331,8 @@ def plan(
     if rate is not None and traffic != 1.0:
         raise ValueError("give rate or traffic, not both")
     lo, hi = servers
-    trace_rate = mean_rate(setup.instance(None).workload)
+    # the trace's own mean rate, also when each simulation draws its arrivals at ``rate``
+    trace_rate = mean_rate(dataclasses.replace(setup, arrivals=None, cv=None).instance().workload)
     rate = rate if rate is not None else traffic * trace_rate
     base = setup.instance(rate)
     plans = []

@@ -113,3 +113,33 @@ def test_plan_table_misaligned_on_a_long_module_name(capsys):
     for row in rows[1:]:
         assert row[width] == " " and row[width + 1 : width + 8].strip() in {"1", "2", "none"}
     assert rows[2].startswith(long_name + " ")
+
+
+def test_plan_with_drawn_arrivals_ended_in_a_rate_error(capsys):
+    """`plan --arrivals poisson --rate 3` draws arrivals at 3 req/s, not "pass --rate"."""
+    code = main(
+        [
+            "plan",
+            "mooncake_conversation",
+            "--limit",
+            "50",
+            "--slos",
+            "polyserve",
+            "--arrivals",
+            "poisson",
+            "--rate",
+            "3",
+            "--policies",
+            "sarathi",
+            "--servers",
+            "1..16",
+            "--json",
+        ]
+    )
+    assert code == 0
+    record = json.loads(capsys.readouterr().out)
+    # the first 50 Mooncake requests arrive at 3.2667 req/s on their own times: 3 / 3.2667
+    assert record["rate"] == 3.0 and record["traffic"] == pytest.approx(3.0 / 3.2667, rel=1e-4)
+    # 1, 2, 4 miss and 8 meets; bisection: 6 misses, 7 meets (0.90, 45 of 50 met)
+    assert [probe["servers"] for probe in record["probes"]] == [1, 2, 4, 8, 6, 7]
+    assert record["servers"] == 7 and record["attainment"] == 0.9
