@@ -232,15 +232,30 @@ class _MissWatch:
     misses may stop: it then knows an upper bound on its attainment
     (:attr:`slolab.sim.verdict.AttainmentWatch.bound`). Once the watch has found the run
     certain to meet the target it is not asked again (the run goes to its end anyway).
+
+    The gaps between checks double from ``every = max(100, watch.every // 16)`` server events
+    up to the watch's own ``watch.every`` (then stay there): a count far below what the trace
+    needs is certain to miss early in its run, and a run that may meet the target is asked
+    at the watch's pace (a check costs O(tokens)).
     """
 
     def __init__(self, watch: AttainmentWatch) -> None:
         self.watch = watch
-        self.every = watch.every
+        self.every = max(100, watch.every // 16)
+        self.max_gap = max(1, watch.every // self.every)
         self.meets = False
+        self.calls = 0
+        self.gap = 1
 
     def __call__(self, engine: Engine) -> bool:
-        if self.meets or not self.watch(engine):
+        if self.meets:
+            return False
+        self.calls += 1
+        if self.calls < self.gap:
+            return False
+        self.calls = 0
+        self.gap = min(2 * self.gap, self.max_gap)
+        if not self.watch(engine):
             return False
         if self.watch.verdict == "misses":
             return True
