@@ -28,42 +28,31 @@ from slolab.harness.serving import ServingSetup
 
 OUT = Path(__file__).parent / "out"
 
+
+def conversation(limit: int) -> ServingSetup:
+    """The first ``limit`` Azure conversation requests, OPT-13B on an H100, tight ChatBot SLOs."""
+    return ServingSetup(
+        "azure_conv_2023",
+        limit=limit,
+        timing="opt-13b-h100-slos",
+        scenario="chatbot",
+        slack="tight",
+    )
+
+
+def mooncake(limit: int) -> ServingSetup:
+    """The first ``limit`` Mooncake conversation requests, PolyServe's SLOs, Poisson arrivals."""
+    return ServingSetup("mooncake_conversation", limit=limit, slos="polyserve", arrivals="poisson")
+
+
 #: name -> (set-up, rate in req/s, server range): the planning example of docs/planning.md,
 #: the same set-up on 2,000 requests, and the Mooncake trace with PolyServe's SLOs and drawn
 #: arrivals (its own times come in bursts no server count meets, docs/planning.md).
 CASES: dict[str, tuple[ServingSetup, float, tuple[int, int]]] = {
-    "example": (
-        ServingSetup(
-            "azure_conv_2023",
-            limit=150,
-            timing="opt-13b-h100-slos",
-            scenario="chatbot",
-            slack="tight",
-        ),
-        16.0,
-        (1, 16),
-    ),
-    "conv-2000": (
-        ServingSetup(
-            "azure_conv_2023",
-            limit=2000,
-            timing="opt-13b-h100-slos",
-            scenario="chatbot",
-            slack="tight",
-        ),
-        16.0,
-        (1, 32),
-    ),
-    "mooncake-1000": (
-        ServingSetup("mooncake_conversation", limit=1000, slos="polyserve", arrivals="poisson"),
-        3.0,
-        (1, 32),
-    ),
-    "mooncake-4000": (
-        ServingSetup("mooncake_conversation", limit=4000, slos="polyserve", arrivals="poisson"),
-        3.0,
-        (1, 32),
-    ),
+    "example": (conversation(150), 16.0, (1, 16)),
+    "conv-2000": (conversation(2000), 16.0, (1, 32)),
+    "mooncake-1000": (mooncake(1000), 3.0, (1, 32)),
+    "mooncake-4000": (mooncake(4000), 3.0, (1, 32)),
 }
 
 
