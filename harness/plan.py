@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from slolab.harness.capacity import CountSearchResult, ProbeVerdict, smallest_count
 from slolab.harness.serving import ServingSetup, warn_large_fleet
+from slolab.sim.verdict import RampedStop
 
 if TYPE_CHECKING:
-    from slolab.sim.engine import Engine
     from slolab.sim.verdict import AttainmentWatch
 
 
@@ -224,7 +224,7 @@ class PolicyPlan:
         return record
 
 
-class _MissWatch:
+class _MissWatch(RampedStop):
     """Stops a run once it is certain to miss the target; a run certain to meet it goes on.
 
     A plan reports the full numbers of the count it chooses (attainment, server-seconds, cost
@@ -234,33 +234,14 @@ class _MissWatch:
     certain to meet the target it is not asked again (the run goes to its end anyway).
 
     The gaps between checks double from ``every = max(100, watch.every // 16)`` server events
-    up to the watch's own ``watch.every`` (then stay there): a count far below what the trace
-    needs is certain to miss early in its run, and a run that may meet the target is asked
-    at the watch's pace (a check costs O(tokens)).
+    up to the watch's own ``watch.every`` (then stay there), as
+    :class:`slolab.sim.verdict.RampedStop` says: a count far below what the trace needs is
+    certain to miss early in its run, and a run that may meet the target is asked at the
+    watch's pace (a check costs O(tokens)).
     """
 
     def __init__(self, watch: AttainmentWatch) -> None:
-        self.watch = watch
-        self.every = max(100, watch.every // 16)
-        self.max_gap = max(1, watch.every // self.every)
-        self.meets = False
-        self.calls = 0
-        self.gap = 1
-
-    def __call__(self, engine: Engine) -> bool:
-        if self.meets:
-            return False
-        self.calls += 1
-        if self.calls < self.gap:
-            return False
-        self.calls = 0
-        self.gap = min(2 * self.gap, self.max_gap)
-        if not self.watch(engine):
-            return False
-        if self.watch.verdict == "misses":
-            return True
-        self.meets = True
-        return False
+        super().__init__(watch, stop_on=("misses",))
 
 
 def plan(

@@ -463,14 +463,14 @@ def _probe(
     """One capacity probe: ``setup`` simulated at ``rate``, stopped early when ``early`` and
     its verdict is certain (a module-level function, so a process pool can run it)."""
     from slolab.sim import metrics
-    from slolab.sim.verdict import AttainmentWatch
+    from slolab.sim.verdict import AttainmentWatch, RampedStop
 
     start = time.perf_counter()
     watches: list[AttainmentWatch] = []
 
-    def watch(instance: Instance) -> AttainmentWatch:
+    def watch(instance: Instance) -> RampedStop:
         watches.append(AttainmentWatch(instance, definition, target))
-        return watches[-1]
+        return RampedStop(watches[-1])
 
     instance, outcome, _ = setup.simulate(rate, progress=progress, stop=watch if early else None)
     wall = time.perf_counter() - start

@@ -20,7 +20,7 @@ exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from slolab.sim.metrics import (
@@ -187,3 +187,54 @@ class AttainmentWatch:
         self.settled = settled
         self.stopped_at_s = engine.now
         return True
+
+
+class RampedStop:
+    """Asks a watch at gaps that double from a sixteenth of its pace up to its pace.
+
+    The engine calls a stop every ``stop.every`` server events. A run far from meeting its
+    target is usually certain to miss within its first checks, and a run with few events per
+    token (long decode windows) may end before its first check at the watch's own pace, so
+    this stop is called every ``max(100, watch.every // ramp)`` events and asks the watch at
+    calls 1, 3, 7, 15, ... (gaps of 1, 2, 4, ... calls) up to a gap of ``watch.every`` events,
+    then at that pace: about ``log2(ramp)`` checks more than the watch alone (a check costs
+    O(tokens)). The verdicts are the watch's, hence the full run's.
+
+    Parameters
+    ----------
+    watch : AttainmentWatch
+        The watch asked (or anything callable on the engine with an ``every`` and a
+        ``verdict``).
+    stop_on : tuple of str
+        The verdicts that stop the run. A verdict that does not stop it (e.g. ``"meets"`` when
+        only misses stop) ends the asking: the run goes to its end.
+    ramp : int
+        The first gap is ``watch.every // ramp`` events (at least 100).
+    """
+
+    def __init__(
+        self, watch: Any, stop_on: tuple[str, ...] = ("meets", "misses"), ramp: int = 16
+    ) -> None:
+        self.watch = watch
+        self.stop_on = stop_on
+        self.every = max(100, watch.every // ramp)
+        self.max_gap = max(1, watch.every // self.every)
+        self.done = False
+        self.calls = 0
+        self.gap = 1
+
+    def __call__(self, engine: Engine) -> bool:
+        """Whether ``engine``'s run can stop now."""
+        if self.done:
+            return False
+        self.calls += 1
+        if self.calls < self.gap:
+            return False
+        self.calls = 0
+        self.gap = min(2 * self.gap, self.max_gap)
+        if not self.watch(engine):
+            return False
+        if self.watch.verdict in self.stop_on:
+            return True
+        self.done = True
+        return False

@@ -118,3 +118,54 @@ def test_capacity_search_early_gives_the_full_search():
     meets = [a >= 0.9 for _, a in full.probes]
     assert [a >= 0.9 for _, a in fast.probes] == meets
     assert full.n_early == 0 and fast.n_early >= 1
+
+
+class _Verdicts:
+    """A stand-in for AttainmentWatch: its verdict is read from a list, one per check."""
+
+    def __init__(self, every: int, verdicts: list) -> None:
+        self.every, self.verdicts, self.verdict, self.asked = every, verdicts, None, []
+
+    def __call__(self, engine) -> bool:
+        self.asked.append(engine)
+        self.verdict = self.verdicts.pop(0)
+        return self.verdict is not None
+
+
+def test_ramped_stop_asks_at_doubling_gaps_and_stops_on_either_verdict():
+    """Called every 1600 // 16 = 100 events, the watch is asked at calls 1, 3, 7, 15, 31, 47."""
+    from slolab.sim.verdict import RampedStop
+
+    watch = _Verdicts(1600, [None] * 5 + ["meets"])
+    stop = RampedStop(watch)
+    # gaps of 1, 2, 4, 8, 16 calls, then 16 calls (1600 events) for good
+    said = [stop(call) for call in range(1, 48)]
+    assert stop.every == 100 and watch.asked == [1, 3, 7, 15, 31, 47]
+    assert said.index(True) == 46 and said.count(True) == 1
+    misses = _Verdicts(1600, ["misses"])
+    assert RampedStop(misses)(1) and misses.asked == [1]
+    # with only misses stopping, a meets verdict ends the asking and the run goes on
+    meets = _Verdicts(1600, ["meets"])
+    only = RampedStop(meets, stop_on=("misses",))
+    assert not any(only(call) for call in range(1, 50)) and meets.asked == [1]
+
+
+def test_ramped_stop_stops_an_overloaded_run_the_watchs_pace_never_checks():
+    """vLLM at 64 req/s on 2 servers (400 requests) ends before the watch's first check (812
+    events); asked at the ramp's pace it stops with the full run's verdict and a bound above
+    the full attainment."""
+    from slolab.sim.verdict import RampedStop
+
+    setup = ServingSetup("azure_conv_2023", policy="vllm", servers=2, limit=400, seed=3)
+    instance, sched = setup.prepare(setup.instance(64.0))
+    full = sched.run(instance, seed=setup.seed, record_iterations=False)
+    attained = metrics.attainment(instance, full, "deadline")
+    plain = AttainmentWatch(instance, "deadline", 0.9)
+    sched.run(instance, seed=setup.seed, record_iterations=False, stop=plain)
+    # 400 requests, one check per 128 output tokens: every = 812 events, never reached
+    assert (plain.every, plain.checks, plain.verdict) == (812, 0, None)
+    watch = AttainmentWatch(instance, "deadline", 0.9)
+    short = sched.run(instance, seed=setup.seed, record_iterations=False, stop=RampedStop(watch))
+    assert short.info["stopped_early"] and watch.verdict == "misses" and attained < 0.9
+    assert watch.bound is not None and attained <= watch.bound < 0.9
+    assert watch.stopped_at_s is not None and watch.stopped_at_s < full.token_times.max()
