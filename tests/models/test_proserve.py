@@ -309,7 +309,7 @@ def test_bound_strictly_below_ideal_on_a_loaded_window():
     exact = solve(TdgHorizon(inst), solver="highs", time_limit=30)
     assert exact.status == Status.OPTIMAL
     assert exact.objective == pytest.approx(6.0)
-    bound = solve(TdgHorizonBound(inst), solver="highs", time_limit=30)
+    bound = solve(TdgHorizonBound(inst, family="bucket"), solver="highs", time_limit=30)
     assert bound.status == Status.OPTIMAL
     # capacity of [0, 25 ms]: 10 ms g_a + 10 ms g_b + 10 ms (one iteration) <= 25 ms, so the LP
     # takes g_b = 1 and g_a = 0.5: 6 + 3 * 0.5 = 7.5
@@ -329,12 +329,14 @@ def test_release_cuts_strictly_tighter_on_a_loaded_window():
     assert exact.objective == pytest.approx(6.0)
     # plain LP: the one fluid iteration of A (by b_j, counted from 0) also emits B's and C's
     # tokens, so [50, 75 ms] holds only their 20 ms of work: every first token, 9
-    plain = solve(TdgHorizonBound(inst, release_cuts=False), solver="highs", time_limit=30)
+    plain = solve(
+        TdgHorizonBound(inst, release_cuts=False, family="bucket"), solver="highs", time_limit=30
+    )
     assert plain.bound == pytest.approx(9.0, abs=1e-4)
     # release cuts: B's and C's tokens need iterations inside (50, 75 ms], at least
     # max(phi_B, phi_C) of them: 10 x + 10 x + 10 x <= 25 at phi_B = phi_C = x = 5 / 6, so
     # 3 + 3 * 5 / 3 = 8
-    cut = solve(TdgHorizonBound(inst), solver="highs", time_limit=30)
+    cut = solve(TdgHorizonBound(inst, family="bucket"), solver="highs", time_limit=30)
     assert cut.status == Status.OPTIMAL
     assert cut.bound == pytest.approx(8.0, abs=1e-4)
 
