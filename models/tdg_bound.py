@@ -99,6 +99,9 @@ CUTS_PER_ROUND = 200
 CUT_TOL = 1e-6
 #: The integral phase of the ``chain`` family runs only with at least this much time left (s).
 MIP_MIN_S = 1.0
+#: ... and on windows whose grid of events has at most this many (request, bucket) pairs
+#: (beyond it HiGHS's MILP does not get past its root LP within minutes).
+MIP_MAX_PAIRS = 4_000
 
 
 def ideal_gain(data: HorizonData) -> float:
@@ -135,6 +138,22 @@ def _cancel(highs: Any) -> None:
     """Ask a running HiGHS solve to stop (safe from another thread)."""
     highs.cancelSolve()
     highs.HandleUserInterrupt = True
+
+
+def _run_for(highs: Any, seconds: float) -> None:
+    """Run ``highs`` for at most about ``seconds``: its own limit (its clock runs over every
+    solve of the same model), and a timer that stops it, since a warm re-solve or a MILP
+    checks that limit only between its steps."""
+    from slolab.solvers.highs import run_highs
+
+    seconds = float(max(seconds, 1e-3))
+    highs.setOptionValue("time_limit", highs.getRunTime() + seconds)
+    timer = threading.Timer(seconds, _cancel, args=(highs,))
+    timer.start()
+    try:
+        run_highs(highs)
+    finally:
+        timer.cancel()
 
 
 def _round_up(bounds: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -204,6 +223,13 @@ class TdgHorizonBound(ExactModel):
             coarse = self._grid(None, max_pairs // COARSE_SHARE, events=False)
             if coarse.pairs < self.grid.pairs:
                 self.grids.insert(0, coarse)
+        #: grid of the integral phase (``chain`` family): every event boundary and the
+        #: coarsest uniform spacing; None when it is off or the grid exceeds MIP_MAX_PAIRS
+        self.integral_grid: BucketGrid | None = None
+        if family == "chain" and integral:
+            grid = self._grid(spacing_s or GRID_SPACINGS_S[-1], 2**62)
+            if grid.pairs <= MIP_MAX_PAIRS:
+                self.integral_grid = grid
 
     # -- data of the relaxation -------------------------------------------------------------------
     def prompt_work_s(self) -> np.ndarray:
@@ -556,12 +582,19 @@ class TdgHorizonBound(ExactModel):
         bound, status = ideal, Status.TIME_LIMIT
         families: dict[str, float] = {}
         levels: list[dict[str, Any]] = []
-        for i, grid in enumerate(self.grids):
+        plan = [(grid, False) for grid in self.grids]
+        if self.integral_grid is not None:
+            plan.append((self.integral_grid, True))
+        finished = True
+        for i, (grid, integral) in enumerate(plan):
             left = time_limit - (time.perf_counter() - start)
-            share = left / COARSE_SHARE if i + 1 < len(self.grids) else left
+            share = left if i + 1 == len(plan) else left / COARSE_SHARE
+            if grid is self.grid and self.integral_grid is not None:
+                share = left / 2
             if share <= 0:
+                finished = False
                 break
-            level = self._solve_lp(grid, backend, share)
+            level = self._solve_lp(grid, backend, share, integral=integral)
             levels.append(level)
             for family, value in level["families"].items():
                 value = min(value + LP_MARGIN_REL * abs(value) + LP_MARGIN_ABS, ideal)
@@ -569,9 +602,13 @@ class TdgHorizonBound(ExactModel):
                 bound = min(bound, value)
             if level["families"] and status == Status.TIME_LIMIT:
                 status = Status.FEASIBLE
-            if grid is self.grid and level["converged"]:
-                status = Status.OPTIMAL
-        finest = levels[-1] if levels else {}
+            if grid is self.grid:
+                finished = finished and level["converged"]
+            if integral:
+                finished = finished and level["mip"].get("status") == "Optimal"
+        if status == Status.FEASIBLE and finished and len(levels) == len(plan):
+            status = Status.OPTIMAL
+        finest = next((lv for lv in levels if lv["pairs"] == self.grid.pairs), {})
         tightest = min(families, key=lambda f: (families[f], f != "bucket")) if families else None
         return Result(
             status=status,
@@ -596,12 +633,13 @@ class TdgHorizonBound(ExactModel):
             },
         )
 
-    def _solve_lp(self, grid: BucketGrid, backend: Any, time_limit: float) -> dict[str, Any]:
+    def _solve_lp(
+        self, grid: BucketGrid, backend: Any, time_limit: float, integral: bool = False
+    ) -> dict[str, Any]:
         """Solve the LP on ``grid`` (with the ``chain`` family: in rounds of interval rows)
         within ``time_limit``; a summary with each family's optimum (absent when not solved)
         and whether the last LP solved is the family's whole LP (``converged``)."""
         import highspy
-        from slolab.solvers.highs import run_highs
 
         start = time.perf_counter()
         lp = self.build_lp(grid)
@@ -628,6 +666,7 @@ class TdgHorizonBound(ExactModel):
         highs.passModel(model)
         families: dict[str, float] = {}
         rounds: list[float] = []
+        round_s: list[float] = []  # time from the build to the end of each round
         cuts_added = 0
         converged = False
         first_solve_s = 0.0
@@ -636,13 +675,11 @@ class TdgHorizonBound(ExactModel):
             left = time_limit - (time.perf_counter() - start)
             if left <= 1e-3 and rounds:
                 break
-            # HiGHS's clock runs over every solve of the same model
-            highs.setOptionValue("time_limit", highs.getRunTime() + float(max(left, 1e-3)))
-            run_highs(highs)
+            _run_for(highs, left)
             if not rounds:
                 first_solve_s = time.perf_counter() - start - built
             code = highs.getModelStatus()
-            if code == highspy.HighsModelStatus.kTimeLimit:
+            if code in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt):
                 break
             if code != highspy.HighsModelStatus.kOptimal:
                 raise RuntimeError(
@@ -650,6 +687,7 @@ class TdgHorizonBound(ExactModel):
                 )
             value = float(highs.getInfo().objective_function_value) + lp["fixed_gain"]
             rounds.append(value)
+            round_s.append(time.perf_counter() - start)
             families.setdefault("bucket", value)
             if self.family != "chain":
                 converged = True
@@ -672,7 +710,7 @@ class TdgHorizonBound(ExactModel):
         # HiGHS's MILP re-solves the root LP and checks its clock only between its steps, so
         # it may overrun its limit by about one LP solve: that much is kept back
         left = time_limit - (time.perf_counter() - start) - first_solve_s
-        if self.integral and converged and self.family == "chain" and left > MIP_MIN_S:
+        if integral and converged and left > MIP_MIN_S:
             value, mip = self._solve_integral(highs, lp, left)
             if value is not None:
                 families["chain-integral"] = value
@@ -685,6 +723,7 @@ class TdgHorizonBound(ExactModel):
             "value": rounds[-1] if rounds else None,
             "families": families,
             "rounds": len(rounds),
+            "round_s": round_s,
             "cuts": cuts_added,
             "converged": converged,
             "mip": mip,
@@ -700,7 +739,6 @@ class TdgHorizonBound(ExactModel):
         none) and a summary. Interval rows violated by an incumbent are added and the MILP
         re-solved while time is left; every dual bound holds (it bounds a relaxation)."""
         import highspy
-        from slolab.solvers.highs import run_highs
 
         start = time.perf_counter()
         integral = np.concatenate(
@@ -718,14 +756,7 @@ class TdgHorizonBound(ExactModel):
             left = time_limit - (time.perf_counter() - start)
             if left <= MIP_MIN_S and rounds:
                 break
-            highs.setOptionValue("time_limit", highs.getRunTime() + float(max(left, 1e-3)))
-            # the MILP checks its own limit only between its steps: stop it at the limit
-            timer = threading.Timer(max(left, 1e-3), _cancel, args=(highs,))
-            timer.start()
-            try:
-                run_highs(highs)
-            finally:
-                timer.cancel()
+            _run_for(highs, left)
             rounds += 1
             code = highs.getModelStatus()
             status = highs.modelStatusToString(code)
