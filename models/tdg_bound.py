@@ -605,7 +605,7 @@ class TdgHorizonBound(ExactModel):
             if grid is self.grid:
                 finished = finished and level["converged"]
             if integral:
-                finished = finished and level["mip"].get("status") == "Optimal"
+                finished = finished and level["integral_done"]
         if status == Status.FEASIBLE and finished and len(levels) == len(plan):
             status = Status.OPTIMAL
         finest = next((lv for lv in levels if lv["pairs"] == self.grid.pairs), {})
@@ -710,10 +710,13 @@ class TdgHorizonBound(ExactModel):
         # HiGHS's MILP re-solves the root LP and checks its clock only between its steps, so
         # it may overrun its limit by about one LP solve: that much is kept back
         left = time_limit - (time.perf_counter() - start) - first_solve_s
-        if integral and converged and left > MIP_MIN_S:
+        # with no first token that can be on time there is nothing to make integral
+        integral_done = converged and not lp["leaders"]
+        if integral and converged and lp["leaders"] and left > MIP_MIN_S:
             value, mip = self._solve_integral(highs, lp, left)
             if value is not None:
                 families["chain-integral"] = value
+            integral_done = mip["status"] == "Optimal"
         return {
             "spacing_s": grid.spacing_s,
             "pairs": grid.pairs,
@@ -727,6 +730,7 @@ class TdgHorizonBound(ExactModel):
             "cuts": cuts_added,
             "converged": converged,
             "mip": mip,
+            "integral_done": integral_done,
             "runtime_s": time.perf_counter() - start,
             "build_s": built,
         }
