@@ -37,6 +37,19 @@ with ``P_r`` the prompt's work (``a_tok p_r + a_seq``), ``W_r(m)`` the work of `
 tokens (convex in ``m``), ``t_min_r`` the shortest iteration holding a decode token of ``r``,
 ``D_rj`` the decode tokens of ``r`` whose deadline rounds up to a boundary ``<= b_j``.
 
+This is the ``bucket`` family. The ``chain`` family (the default) adds what the fluid
+iteration count ``N`` misses: every on-time first token is emitted by an iteration that ends
+by its deadline, shared only with first tokens whose prompts can all be done by the earliest
+of their deadlines. With ``x_rr`` (``r``'s first token on time and the earliest-deadline one of
+its iteration, its *leader*) and ``x_rq`` (on time in the iteration led by ``q``)::
+
+    g1_r <= x_rr + sum_q x_rq,   x_rq <= x_qq,   sum_(q : j1(q) <= j) x_rq <= phi_rj
+    N_e - N_s >= sum_(q : f(q) - 1 >= s, j1(q) <= e) x_qq         (interval rows)
+
+the interval rows added in rounds, most violated first; then, on the grid of events with the
+coarsest spacing, the same LP with integral ``g1`` and ``x`` (HiGHS's MILP, its dual bound).
+Each family's value is reported; the bound is the least.
+
 The LP is built with numpy and solved by HiGHS (highspy) directly: at 500 requests it has
 hundreds of thousands of columns, too many to write through PuLP. Two grids are solved in turn:
 a coarse one (the uniform grid alone, a quarter of the pairs) and the fine one; the bound is
@@ -179,6 +192,14 @@ class TdgHorizonBound(ExactModel):
         Count against a request's tokens only the iterations after its arrival
         (``K_rj <= N_j - N_(first(r)-1)``, the release cuts; default). False gives the plain
         bucket LP (``K_rj <= N_j``), never tighter.
+    family : {"chain", "bucket"}
+        ``bucket``: the bucket LP alone; ``chain`` (default): the bucket LP, then its
+        completion-leader rows in rounds (its first round is the bucket LP), then the
+        integral phase; every family's value is in the result's ``details["families"]``,
+        the least is the bound and ``details["tightest"]`` names it.
+    integral : bool
+        Run the ``chain`` family's integral phase (default), on windows whose grid of events
+        has at most :data:`MIP_MAX_PAIRS` pairs, with half the time the coarse LP leaves.
     """
 
     sense = "max"
