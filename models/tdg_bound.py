@@ -714,12 +714,7 @@ class TdgHorizonBound(ExactModel):
                 converged = True
                 break
             families["chain"] = value
-            cuts = self._leader_cuts(
-                np.asarray(highs.getSolution().col_value),
-                lp["iterations"],
-                lp["leaders"],
-                max(CUTS_PER_ROUND, self.data.n),
-            )
+            cuts = self._violated_rows(highs, lp)
             if not cuts:
                 converged = True
                 break
@@ -791,12 +786,7 @@ class TdgHorizonBound(ExactModel):
                 best = dual if best is None else min(best, dual)
             if code != highspy.HighsModelStatus.kOptimal:
                 break
-            cuts = self._leader_cuts(
-                np.asarray(highs.getSolution().col_value),
-                lp["iterations"],
-                lp["leaders"],
-                max(CUTS_PER_ROUND, self.data.n),
-            )
+            cuts = self._violated_rows(highs, lp)
             if not cuts:
                 break
             self._add_cuts(highs, cuts, lp["iterations"])
@@ -807,6 +797,15 @@ class TdgHorizonBound(ExactModel):
             "integral_columns": int(len(integral)),
             "runtime_s": time.perf_counter() - start,
         }
+
+    def _violated_rows(self, highs: Any, lp: dict[str, Any]) -> list[tuple[int, int, np.ndarray]]:
+        """The interval rows most violated by HiGHS's last solution (:meth:`_leader_cuts`)."""
+        return self._leader_cuts(
+            np.asarray(highs.getSolution().col_value),
+            lp["iterations"],
+            lp["leaders"],
+            max(CUTS_PER_ROUND, self.data.n),
+        )
 
     @staticmethod
     def _add_cuts(
