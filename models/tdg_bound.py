@@ -588,13 +588,17 @@ class TdgHorizonBound(ExactModel):
         """Solve the LPs of :attr:`grids` with HiGHS, coarsest first; the bound is the least
         optimum found plus a margin, at most the ideal.
 
-        The coarse LP gets a quarter of the time limit, the fine one the rest. With the
-        ``chain`` family each LP is re-solved (dual simplex, warm) after adding its most
-        violated interval rows, until none is violated or the time is up; every round's
-        optimum is a bound, its first round's that of the ``bucket`` family. Status: OPTIMAL
-        when the finest LP is solved (with the ``chain`` family: to the last interval row),
-        FEASIBLE when only a coarser one or some rounds are (their bound holds), TIME_LIMIT
-        with the ideal gain (the trivial bound) when none is.
+        The coarse LP gets a quarter of the time limit, the fine one the rest (half of it when
+        the integral phase follows, which gets what is left). With the ``chain`` family each LP
+        is re-solved (dual simplex, warm) after adding its most violated interval rows, until
+        none is violated or the time is up; every round's optimum is a bound, its first
+        round's that of the ``bucket`` family; then the integral phase on
+        :attr:`integral_grid`. ``details["families"]`` holds each family's least value
+        (``bucket``, ``chain``, ``chain-integral``), ``details["tightest"]`` the least (the
+        ``bucket`` family on a tie). Status: OPTIMAL when every phase finished (the fine LP to
+        its last interval row, the MILP to optimality), FEASIBLE when some bound was found but
+        a phase was cut by the time (the bound holds), TIME_LIMIT with the ideal gain (the
+        trivial bound) when none was.
         """
         if backend.name != "highs":
             raise ValueError(f"{BOUND_MODEL} is solved by HiGHS's LP only, not {backend.name!r}")
