@@ -4,9 +4,12 @@ trace's own output lengths.
 For each trace (Azure conversation and code 2023), load (low, medium, high) and window size
 (25, 50, 100, 200, 500 requests; ``--max-output-tokens 0``, seed 0), the benchmark runs
 
-- ``bound``: the time-bucketed LP bound with release cuts (``tdg-horizon-bound``, HiGHS),
-  within ``--bound-limit`` seconds and ``--max-pairs`` (request, bucket) pairs; with
-  ``--plain`` also the plain bucket LP (no release cuts, same limits), to compare the two;
+- ``bound``: the bound ``tdg-horizon-bound`` (HiGHS) within ``--bound-limit`` seconds and
+  ``--max-pairs`` (request, bucket) pairs: the time-bucketed LP with release cuts (the
+  ``bucket`` family, its first round), then with the completion-leader rows (``chain``, LP
+  rounds, then ``chain-integral``, the MILP's dual bound, while time is left), each family's
+  value and the tightest reported; with ``--plain`` also the plain bucket LP (no release
+  cuts, same limits);
 - ``lns``: the replay-scored steering search, within ``--lns-limit`` seconds;
 - SlideBatching and the five baselines of ProServe's evaluation, online;
 
@@ -72,6 +75,16 @@ def one_window(
             time_limit=bound_limit,
         )
         plain_bound, plain_s = float(other.bound), other.runtime_s
+    families = bound.details.get("families", {})
+    levels = bound.details.get("levels", [])
+    # the bucket family is the first round of each LP: its time is up to the end of the fine
+    # LP's first round (NaN when that LP was not solved)
+    fine = next(
+        (i for i, level in enumerate(levels) if level["pairs"] == bound.details["pairs"]), None
+    )
+    bucket_s = float("nan")
+    if fine is not None and levels[fine].get("round_s"):
+        bucket_s = sum(level["runtime_s"] for level in levels[:fine]) + levels[fine]["round_s"][0]
     frame = compare(inst, ["lns"], time_limit=lns_limit)
     frame = pd.concat(
         [frame, compare(inst, list(PROSERVE_POLICIES), time_limit=lns_limit)], ignore_index=True
@@ -100,6 +113,13 @@ def one_window(
                 "ideal": bound.details.get("ideal"),
                 "bound_plain": plain_bound,
                 "bound_plain_s": plain_s,
+                "bound_bucket": families.get("bucket", float("nan")),
+                "bound_bucket_s": bucket_s,
+                "bound_chain": families.get("chain", float("nan")),
+                "bound_chain_integral": families.get("chain-integral", float("nan")),
+                "bound_tightest": bound.details.get("tightest"),
+                "bound_rounds": sum(level.get("rounds", 0) for level in levels),
+                "bound_cuts": sum(level.get("cuts", 0) for level in levels),
                 "width": 1 - best / upper,
                 "gap_lo": 1 - v / best,
                 "gap_hi": 1 - v / upper,
@@ -150,6 +170,9 @@ def main(argv: list[str] | None = None) -> None:
                     f"{head['width']:.1%} (ideal {head['ideal']:.6g}; bound {head['bound_s']:.0f} "
                     f"s {head['bound_status']}, spacing {head['bound_spacing_s']} s) in "
                     f"{time.perf_counter() - t0:.0f} s"
+                    + f"; bucket {head['bound_bucket']:.6g} ({head['bound_bucket_s']:.0f} s), chain "
+                    f"{head['bound_chain']:.6g}, integral {head['bound_chain_integral']:.6g}, "
+                    f"tightest {head['bound_tightest']}"
                     + (f"; plain LP {head['bound_plain']:.6g}" if a.plain else ""),
                     flush=True,
                 )

@@ -37,6 +37,19 @@ with ``P_r`` the prompt's work (``a_tok p_r + a_seq``), ``W_r(m)`` the work of `
 tokens (convex in ``m``), ``t_min_r`` the shortest iteration holding a decode token of ``r``,
 ``D_rj`` the decode tokens of ``r`` whose deadline rounds up to a boundary ``<= b_j``.
 
+This is the ``bucket`` family. The ``chain`` family (the default) adds what the fluid
+iteration count ``N`` misses: every on-time first token is emitted by an iteration that ends
+by its deadline, shared only with first tokens whose prompts can all be done by the earliest
+of their deadlines. With ``x_rr`` (``r``'s first token on time and the earliest-deadline one of
+its iteration, its *leader*) and ``x_rq`` (on time in the iteration led by ``q``)::
+
+    g1_r <= x_rr + sum_q x_rq,   x_rq <= x_qq,   sum_(q : j1(q) <= j) x_rq <= phi_rj
+    N_e - N_s >= sum_(q : f(q) - 1 >= s, j1(q) <= e) x_qq         (interval rows)
+
+the interval rows added in rounds, most violated first; then, on the grid of events with the
+coarsest spacing, the same LP with integral ``g1`` and ``x`` (HiGHS's MILP, its dual bound).
+Each family's value is reported; the bound is the least.
+
 The LP is built with numpy and solved by HiGHS (highspy) directly: at 500 requests it has
 hundreds of thousands of columns, too many to write through PuLP. Two grids are solved in turn:
 a coarse one (the uniform grid alone, a quarter of the pairs) and the fine one; the bound is
@@ -53,6 +66,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -90,6 +104,17 @@ LP_MARGIN_REL = 1e-6
 LP_MARGIN_ABS = 1e-6
 #: The coarse LP (no event boundaries) gets 1/COARSE_SHARE of the pairs and of the time left.
 COARSE_SHARE = 4
+#: Families of the bound: the bucket LP alone, or with the completion-leader rows.
+FAMILIES = ("bucket", "chain")
+#: Interval rows added per round of the ``chain`` family (at least one per request).
+CUTS_PER_ROUND = 200
+#: An interval row is added when violated by more than this many iterations.
+CUT_TOL = 1e-6
+#: The integral phase of the ``chain`` family runs only with at least this much time left (s).
+MIP_MIN_S = 1.0
+#: ... and on windows whose grid of events has at most this many (request, bucket) pairs
+#: (beyond it the MILP does not finish within minutes: 435 s at 5,728 pairs, docs/proserve.md).
+MIP_MAX_PAIRS = 4_000
 
 
 def ideal_gain(data: HorizonData) -> float:
@@ -122,6 +147,28 @@ class BucketGrid:
         return int((self.last - self.first + 1).sum())
 
 
+def _cancel(highs: Any) -> None:
+    """Ask a running HiGHS solve to stop (safe from another thread)."""
+    highs.cancelSolve()
+    highs.HandleUserInterrupt = True
+
+
+def _run_for(highs: Any, seconds: float) -> None:
+    """Run ``highs`` for at most about ``seconds``: its own limit (its clock runs over every
+    solve of the same model), and a timer that stops it, since a warm re-solve or a MILP
+    checks that limit only between its steps."""
+    from slolab.solvers.highs import run_highs
+
+    seconds = float(max(seconds, 1e-3))
+    highs.setOptionValue("time_limit", highs.getRunTime() + seconds)
+    timer = threading.Timer(seconds, _cancel, args=(highs,))
+    timer.start()
+    try:
+        run_highs(highs)
+    finally:
+        timer.cancel()
+
+
 def _round_up(bounds: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Index ``j`` of the first boundary ``b_j >= t``."""
     return np.searchsorted(bounds, t, side="left")
@@ -145,6 +192,14 @@ class TdgHorizonBound(ExactModel):
         Count against a request's tokens only the iterations after its arrival
         (``K_rj <= N_j - N_(first(r)-1)``, the release cuts; default). False gives the plain
         bucket LP (``K_rj <= N_j``), never tighter.
+    family : {"chain", "bucket"}
+        ``bucket``: the bucket LP alone; ``chain`` (default): the bucket LP, then its
+        completion-leader rows in rounds (its first round is the bucket LP), then the
+        integral phase; every family's value is in the result's ``details["families"]``,
+        the least is the bound and ``details["tightest"]`` names it.
+    integral : bool
+        Run the ``chain`` family's integral phase (default), on windows whose grid of events
+        has at most :data:`MIP_MAX_PAIRS` pairs, with half the time the coarse LP leaves.
     """
 
     sense = "max"
@@ -158,9 +213,15 @@ class TdgHorizonBound(ExactModel):
         spacing_s: float | None = None,
         max_pairs: int = DEFAULT_MAX_PAIRS,
         release_cuts: bool = True,
+        family: str = "chain",
+        integral: bool = True,
     ) -> None:
         super().__init__(instance)
+        if family not in FAMILIES:
+            raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
         self.release_cuts = release_cuts
+        self.family = family
+        self.integral = integral
         self.data = HorizonData.of(instance, max_iterations=1)
         self.t_c, coef = _affine(instance.timing, BOUND_MODEL)
         if (coef < 0).any() or self.t_c < 0:
@@ -183,6 +244,13 @@ class TdgHorizonBound(ExactModel):
             coarse = self._grid(None, max_pairs // COARSE_SHARE, events=False)
             if coarse.pairs < self.grid.pairs:
                 self.grids.insert(0, coarse)
+        #: grid of the integral phase (``chain`` family): every event boundary and the
+        #: coarsest uniform spacing; None when it is off or the grid exceeds MIP_MAX_PAIRS
+        self.integral_grid: BucketGrid | None = None
+        if family == "chain" and integral:
+            grid = self._grid(spacing_s or GRID_SPACINGS_S[-1], 2**62)
+            if grid.pairs <= MIP_MAX_PAIRS:
+                self.integral_grid = grid
 
     # -- data of the relaxation -------------------------------------------------------------------
     def prompt_work_s(self) -> np.ndarray:
@@ -309,6 +377,8 @@ class TdgHorizonBound(ExactModel):
         earliest = self.earliest_first_token_s()
         t_min = self.shortest_decode_iteration_s()
         fixed_gain = 0.0
+        phi_of: dict[int, tuple[int, np.ndarray]] = {}  # r -> (first bucket, phi columns)
+        g1_of: dict[int, int] = {}
         for r in range(d.n):
             o = int(d.output[r])
             if not finite[r]:
@@ -369,10 +439,16 @@ class TdgHorizonBound(ExactModel):
             # first token
             g1 = add_cols(1, 0.0, 1.0, float(d.first_gain[r]))
             j1 = int(grid.first_deadline_bucket[r])
-            if j1 < j[0]:
+            if j1 < j[0] or phi_hi[min(j1, j[-1]) - j[0]] == 0.0:
                 cols_hi[-1][:] = 0.0
             else:
                 add_rows([(g1, 1.0), (phi[[min(j1, j[-1]) - j[0]]], -1.0)], -inf, 0.0)
+                phi_of[r] = (int(j[0]), phi)
+                g1_of[r] = int(g1[0])
+
+        leaders: dict[str, np.ndarray] = {}
+        if self.family == "chain" and g1_of:
+            leaders = self._completion_rows(grid, phi_of, g1_of, add_cols, add_rows)
 
         cap_rows = np.concatenate([t[0] for t in capacity_terms]) - 1 + next_row[0]
         rows_i.append(cap_rows)
@@ -395,7 +471,114 @@ class TdgHorizonBound(ExactModel):
             "row_lo": np.concatenate(row_lo),
             "row_hi": np.concatenate(row_hi),
             "fixed_gain": fixed_gain,
+            "iterations": N,
+            "leaders": leaders,
+            "first_tokens": np.array(sorted(g1_of.values()), dtype=np.int64),
         }
+
+    def _completion_rows(
+        self,
+        grid: BucketGrid,
+        phi_of: dict[int, tuple[int, np.ndarray]],
+        g1_of: dict[int, int],
+        add_cols: Any,
+        add_rows: Any,
+    ) -> dict[str, np.ndarray]:
+        """The completion-leader columns and rows of the ``chain`` family.
+
+        ``x_rq`` (``q`` before ``r`` in (first deadline, index) order, both able to complete in
+        one iteration by ``d_q``): ``r``'s first token is on time and emitted by the iteration
+        that emits ``q``'s, ``q`` the earliest-deadline on-time first token in it (its
+        *leader*); ``x_rr``: ``r`` leads its own. Rows::
+
+            g1_r <= x_rr + sum_q x_rq,      x_rq <= x_qq,
+            sum_(q : j1(q) <= j) x_rq <= phi_rj   for j in {j1(q)} and j1(r)
+
+        Returns the leaders' columns with the bucket range their iteration lies in (``start``
+        = ``f(q) - 1``, ``end`` = ``j1(q)``), for the interval rows of :meth:`_leader_cuts`.
+        """
+        d = self.data
+        reqs = np.array(sorted(g1_of, key=lambda r: (d.first_deadline_s[r], r)), dtype=np.int64)
+        arrival = d.arrival_s[reqs]
+        deadline = d.first_deadline_s[reqs] + ON_TIME_TOL_S + 1e-12
+        work = self.prompt_work_s()[reqs]
+        earliest = self.earliest_first_token_s()[reqs]
+        j1 = grid.first_deadline_bucket[reqs].astype(np.int64)
+        m = len(reqs)
+        lead = add_cols(m, 0.0, 1.0)
+        shared: list[np.ndarray] = []
+        for i in range(m):
+            r = int(reqs[i])
+            # leaders before r whose iteration can also complete r's prompt by their deadline
+            q = np.arange(i)
+            ok = (earliest[i] <= deadline[q]) & (
+                np.minimum(arrival[i], arrival[q]) + self.t_c + work[i] + work[q] <= deadline[q]
+            )
+            q = q[ok]
+            x = add_cols(len(q), 0.0, 1.0) if len(q) else np.zeros(0, dtype=np.int64)
+            shared.append(x)
+            g1 = np.array([g1_of[r]])
+            add_rows(
+                [(g1, 1.0), (np.array([lead[i]]), -1.0)] + [(np.array([c]), -1.0) for c in x],
+                -np.inf,
+                0.0,
+            )
+            if len(q):
+                add_rows([(x, 1.0), (lead[q], -1.0)], -np.inf, 0.0)
+            first, phi = phi_of[r]
+            order = np.argsort(j1[q], kind="stable")
+            xs, js = x[order], j1[q][order]
+            for jj in np.unique(js):
+                mine = xs[js <= jj]
+                add_rows(
+                    [(np.array([c]), 1.0) for c in mine] + [(np.array([phi[jj - first]]), -1.0)],
+                    -np.inf,
+                    0.0,
+                )
+            add_rows(
+                [(np.array([c]), 1.0) for c in xs]
+                + [(np.array([lead[i]]), 1.0), (np.array([phi[j1[i] - first]]), -1.0)],
+                -np.inf,
+                0.0,
+            )
+        start = grid.first[reqs].astype(np.int64) - 1
+        return {
+            "columns": lead,
+            "start": start,
+            "end": j1,
+            "shared": np.concatenate(shared) if shared else np.zeros(0, dtype=np.int64),
+        }
+
+    @staticmethod
+    def _leader_cuts(
+        values: np.ndarray, iterations: np.ndarray, leaders: dict[str, np.ndarray], most: int
+    ) -> list[tuple[int, int, np.ndarray]]:
+        """The most violated interval rows ``N_e - N_s >= sum_(q : s <= start_q, end_q <= e)
+        x_qq`` at ``values`` (at most ``most``), as ``(s, e, leader columns)``."""
+        if not len(leaders.get("columns", ())):
+            return []
+        x = values[leaders["columns"]]
+        start, end = leaders["start"], leaders["end"]
+        s_vals, s_idx = np.unique(start, return_inverse=True)
+        e_vals, e_idx = np.unique(end, return_inverse=True)
+        mass = np.zeros((len(s_vals), len(e_vals)))
+        np.add.at(mass, (s_idx, e_idx), x)
+        # leaders with start >= s_i and end <= e_k
+        count = np.cumsum(np.cumsum(mass[::-1], axis=0)[::-1], axis=1)
+        n_at = np.concatenate([[0.0], values[iterations]])  # N_0 = 0
+        inside = n_at[e_vals][None, :] - n_at[s_vals][:, None]
+        excess = count - inside
+        excess[s_vals[:, None] >= e_vals[None, :]] = 0.0
+        flat = np.flatnonzero(excess > CUT_TOL)
+        if not len(flat):
+            return []
+        flat = flat[np.argsort(-excess.flat[flat], kind="stable")[:most]]
+        cuts = []
+        for f in flat:
+            i, k = divmod(int(f), len(e_vals))
+            chosen = (start >= s_vals[i]) & (end <= e_vals[k])
+            cuts.append((int(s_vals[i]), int(e_vals[k]), leaders["columns"][chosen]))
+        return cuts
 
     def supports(self) -> frozenset[str]:
         """HiGHS only: the LP goes to highspy directly (see the module docstring)."""
@@ -405,27 +588,53 @@ class TdgHorizonBound(ExactModel):
         """Solve the LPs of :attr:`grids` with HiGHS, coarsest first; the bound is the least
         optimum found plus a margin, at most the ideal.
 
-        The coarse LP gets a quarter of the time limit, the fine one the rest. Status:
-        OPTIMAL when the finest LP is solved, FEASIBLE when only a coarser one is (its bound
-        holds), TIME_LIMIT with the ideal gain (the trivial bound) when none is.
+        The coarse LP gets a quarter of the time limit, the fine one the rest (half of it when
+        the integral phase follows, which gets what is left). With the ``chain`` family each LP
+        is re-solved (dual simplex, warm) after adding its most violated interval rows, until
+        none is violated or the time is up; every round's optimum is a bound, its first
+        round's that of the ``bucket`` family; then the integral phase on
+        :attr:`integral_grid`. ``details["families"]`` holds each family's least value
+        (``bucket``, ``chain``, ``chain-integral``), ``details["tightest"]`` the least (the
+        ``bucket`` family on a tie). Status: OPTIMAL when every phase finished (the fine LP to
+        its last interval row, the MILP to optimality), FEASIBLE when some bound was found but
+        a phase was cut by the time (the bound holds), TIME_LIMIT with the ideal gain (the
+        trivial bound) when none was.
         """
         if backend.name != "highs":
             raise ValueError(f"{BOUND_MODEL} is solved by HiGHS's LP only, not {backend.name!r}")
         start = time.perf_counter()
         ideal = ideal_gain(self.data)
         bound, status = ideal, Status.TIME_LIMIT
+        families: dict[str, float] = {}
         levels: list[dict[str, Any]] = []
-        for i, grid in enumerate(self.grids):
+        plan = [(grid, False) for grid in self.grids]
+        if self.integral_grid is not None:
+            plan.append((self.integral_grid, True))
+        finished = True
+        for i, (grid, integral) in enumerate(plan):
             left = time_limit - (time.perf_counter() - start)
-            share = left / COARSE_SHARE if i + 1 < len(self.grids) else left
+            share = left if i + 1 == len(plan) else left / COARSE_SHARE
+            if grid is self.grid and self.integral_grid is not None:
+                share = left / 2
             if share <= 0:
+                finished = False
                 break
-            value, level = self._solve_lp(grid, backend, share)
+            level = self._solve_lp(grid, backend, share, integral=integral)
             levels.append(level)
-            if value is not None:
-                bound = min(bound, value + LP_MARGIN_REL * abs(value) + LP_MARGIN_ABS)
-                status = Status.OPTIMAL if grid is self.grid else Status.FEASIBLE
-        finest = levels[-1] if levels else {}
+            for family, value in level["families"].items():
+                value = min(value + LP_MARGIN_REL * abs(value) + LP_MARGIN_ABS, ideal)
+                families[family] = min(families.get(family, ideal), value)
+                bound = min(bound, value)
+            if level["families"] and status == Status.TIME_LIMIT:
+                status = Status.FEASIBLE
+            if grid is self.grid:
+                finished = finished and level["converged"]
+            if integral:
+                finished = finished and level["integral_done"]
+        if status == Status.FEASIBLE and finished and len(levels) == len(plan):
+            status = Status.OPTIMAL
+        finest = next((lv for lv in levels if lv["pairs"] == self.grid.pairs), {})
+        tightest = min(families, key=lambda f: (families[f], f != "bucket")) if families else None
         return Result(
             status=status,
             objective=bound,
@@ -440,6 +649,9 @@ class TdgHorizonBound(ExactModel):
                 "pairs": self.grid.pairs,
                 "spacing_s": self.grid.spacing_s,
                 "release_cuts": self.release_cuts,
+                "family": self.family,
+                "families": families,
+                "tightest": tightest,
                 "columns": finest.get("columns"),
                 "rows": finest.get("rows"),
                 "levels": levels,
@@ -447,11 +659,12 @@ class TdgHorizonBound(ExactModel):
         )
 
     def _solve_lp(
-        self, grid: BucketGrid, backend: Any, time_limit: float
-    ) -> tuple[float | None, dict[str, Any]]:
-        """The LP optimum on ``grid`` (None when HiGHS stops at the time limit) and a summary."""
+        self, grid: BucketGrid, backend: Any, time_limit: float, integral: bool = False
+    ) -> dict[str, Any]:
+        """Solve the LP on ``grid`` (with the ``chain`` family: in rounds of interval rows)
+        within ``time_limit``; a summary with each family's optimum (absent when not solved)
+        and whether the last LP solved is the family's whole LP (``converged``)."""
         import highspy
-        from slolab.solvers.highs import run_highs
 
         start = time.perf_counter()
         lp = self.build_lp(grid)
@@ -472,29 +685,155 @@ class TdgHorizonBound(ExactModel):
         model.a_matrix_.value_ = matrix.data
         highs = highspy.Highs()
         highs.setOptionValue("output_flag", bool(backend.log))
-        highs.setOptionValue("time_limit", float(max(time_limit - built, 1e-3)))
         highs.setOptionValue("threads", int(backend.threads))
         highs.setOptionValue("random_seed", int(backend.seed))
         highs.setOptionValue("solver", self.lp_method)
         highs.passModel(model)
-        run_highs(highs)
-        code = highs.getModelStatus()
-        value = None
-        if code == highspy.HighsModelStatus.kOptimal:
+        families: dict[str, float] = {}
+        rounds: list[float] = []
+        round_s: list[float] = []  # time from the build to the end of each round
+        cuts_added = 0
+        converged = False
+        first_solve_s = 0.0
+        code = None
+        while True:
+            left = time_limit - (time.perf_counter() - start)
+            if left <= 1e-3 and rounds:
+                break
+            _run_for(highs, left)
+            if not rounds:
+                first_solve_s = time.perf_counter() - start - built
+            code = highs.getModelStatus()
+            if code in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt):
+                break
+            if code != highspy.HighsModelStatus.kOptimal:
+                raise RuntimeError(
+                    f"{BOUND_MODEL}: HiGHS ended the LP with {highs.modelStatusToString(code)}"
+                )
             value = float(highs.getInfo().objective_function_value) + lp["fixed_gain"]
-        elif code != highspy.HighsModelStatus.kTimeLimit:
-            raise RuntimeError(
-                f"{BOUND_MODEL}: HiGHS ended the LP with {highs.modelStatusToString(code)}"
-            )
-        return value, {
+            rounds.append(value)
+            round_s.append(time.perf_counter() - start)
+            families.setdefault("bucket", value)
+            if self.family != "chain":
+                converged = True
+                break
+            families["chain"] = value
+            cuts = self._violated_rows(highs, lp)
+            if not cuts:
+                converged = True
+                break
+            self._add_cuts(highs, cuts, lp["iterations"])
+            cuts_added += len(cuts)
+            # the basis of the last optimum stays valid: the dual simplex warm-starts from it
+            highs.setOptionValue("solver", "simplex")
+        mip: dict[str, Any] = {}
+        # HiGHS's MILP re-solves the root LP and checks its clock only between its steps, so
+        # it may overrun its limit by about one LP solve: that much is kept back
+        left = time_limit - (time.perf_counter() - start) - first_solve_s
+        # with no first token that can be on time there is nothing to make integral
+        integral_done = converged and not lp["leaders"]
+        if integral and converged and lp["leaders"] and left > MIP_MIN_S:
+            value, mip = self._solve_integral(highs, lp, left)
+            if value is not None:
+                families["chain-integral"] = value
+            integral_done = mip["status"] == "Optimal"
+        return {
             "spacing_s": grid.spacing_s,
             "pairs": grid.pairs,
-            "columns": int(matrix.shape[1]),
-            "rows": int(matrix.shape[0]),
-            "status": highs.modelStatusToString(code),
-            "value": value,
+            "columns": int(highs.getNumCol()),
+            "rows": int(highs.getNumRow()),
+            "status": highs.modelStatusToString(code) if code is not None else "not run",
+            "value": rounds[-1] if rounds else None,
+            "families": families,
+            "rounds": len(rounds),
+            "round_s": round_s,
+            "cuts": cuts_added,
+            "converged": converged,
+            "mip": mip,
+            "integral_done": integral_done,
+            "runtime_s": time.perf_counter() - start,
+            "build_s": built,
+        }
+
+    def _solve_integral(
+        self, highs: Any, lp: dict[str, Any], time_limit: float
+    ) -> tuple[float | None, dict[str, Any]]:
+        """The LP of the last round with integral first tokens and leaders (``g1``, ``x``),
+        solved by HiGHS's MILP within ``time_limit``: its dual bound (None when HiGHS found
+        none) and a summary. Interval rows violated by an incumbent are added and the MILP
+        re-solved while time is left; every dual bound holds (it bounds a relaxation)."""
+        import highspy
+
+        start = time.perf_counter()
+        integral = np.concatenate(
+            [lp["first_tokens"], lp["leaders"]["columns"], lp["leaders"]["shared"]]
+        )
+        highs.changeColsIntegrality(
+            len(integral),
+            integral.astype(np.int32),
+            np.full(len(integral), highspy.HighsVarType.kInteger),
+        )
+        best: float | None = None
+        rounds = 0
+        status = "not run"
+        while True:
+            left = time_limit - (time.perf_counter() - start)
+            if left <= MIP_MIN_S and rounds:
+                break
+            _run_for(highs, left)
+            rounds += 1
+            code = highs.getModelStatus()
+            status = highs.modelStatusToString(code)
+            dual = float(highs.getInfo().mip_dual_bound)
+            if math.isfinite(dual):
+                dual += lp["fixed_gain"]
+                best = dual if best is None else min(best, dual)
+            if code != highspy.HighsModelStatus.kOptimal:
+                break
+            cuts = self._violated_rows(highs, lp)
+            if not cuts:
+                break
+            self._add_cuts(highs, cuts, lp["iterations"])
+        return best, {
+            "status": status,
+            "dual_bound": best,
+            "rounds": rounds,
+            "integral_columns": int(len(integral)),
             "runtime_s": time.perf_counter() - start,
         }
+
+    def _violated_rows(self, highs: Any, lp: dict[str, Any]) -> list[tuple[int, int, np.ndarray]]:
+        """The interval rows most violated by HiGHS's last solution (:meth:`_leader_cuts`)."""
+        return self._leader_cuts(
+            np.asarray(highs.getSolution().col_value),
+            lp["iterations"],
+            lp["leaders"],
+            max(CUTS_PER_ROUND, self.data.n),
+        )
+
+    @staticmethod
+    def _add_cuts(
+        highs: Any, cuts: list[tuple[int, int, np.ndarray]], iterations: np.ndarray
+    ) -> None:
+        """Add the rows ``N_e - N_s - sum x_qq >= 0`` of :meth:`_leader_cuts`."""
+        starts: list[int] = []
+        index: list[int] = []
+        value: list[float] = []
+        for s, e, leaders in cuts:
+            starts.append(len(index))
+            cols = [int(iterations[e - 1])] + ([int(iterations[s - 1])] if s >= 1 else [])
+            coefs = [1.0] + ([-1.0] if s >= 1 else [])
+            index.extend(cols + [int(c) for c in leaders])
+            value.extend(coefs + [-1.0] * len(leaders))
+        highs.addRows(
+            len(cuts),
+            np.zeros(len(cuts)),
+            np.full(len(cuts), np.inf),
+            len(index),
+            np.asarray(starts, dtype=np.int32),
+            np.asarray(index, dtype=np.int32),
+            np.asarray(value, dtype=float),
+        )
 
 
 register_model(BOUND_MODEL)(TdgHorizonBound)
