@@ -15,8 +15,15 @@ from hypothesis import strategies as st
 from slolab.harness.cli import main
 from slolab.harness.compare import compare
 from slolab.instances import load_instance, read_workload, resolve_trace
-from slolab.models import dispatch_lns
-from slolab.models.dispatch_bounds import DispatchBound, ideal_bound, relaxation_bound
+from slolab.models import dispatch_bounds, dispatch_lns
+from slolab.models.dispatch_bounds import (
+    DispatchBound,
+    _build,
+    _request_profile,
+    ideal_bound,
+    relaxation_bound,
+    safe_dual_bound,
+)
 from slolab.models.dispatch_lns import lives_window, lns
 from slolab.models.dispatch_scale import DispatchScale, ScaleWindow, decision_schedule
 from slolab.problems import build_instance
@@ -78,9 +85,12 @@ def test_battery_bound_above_the_proved_optimum_and_below_the_ideal(inst, bucket
     assert res.status == Status.OPTIMAL
     ideal = ideal_bound(ScaleWindow.of(inst))
     for integral in (False, True):
-        found = relaxation_bound(inst, buckets=buckets, integral=integral)
+        found = relaxation_bound(inst, buckets=buckets, coarse_buckets=4, integral=integral)
         assert res.objective <= found.bound + 1e-9
         assert found.bound <= ideal + 1e-12
+        # every grid's LP bounds the optimum on its own, the coarse one included
+        for level in found.levels:
+            assert level.bound is not None and res.objective <= level.bound + 1e-9
 
 
 @settings(max_examples=6, deadline=None, derandomize=True)
@@ -131,6 +141,63 @@ def trace_window():
         cost_weight=0.002,
         seed=1,
     )
+
+
+def test_coarse_grid_alone_tightens_the_ideal_and_the_fine_grid_keeps_the_least(trace_window):
+    """On the 30-request trace window the coarse LP (16 buckets) alone is below the ideal
+    bound, and the default run (coarse, then 64 buckets) reports the least of its levels."""
+    coarse = relaxation_bound(trace_window, buckets=16, coarse_buckets=None)
+    assert coarse.status == "optimal" and len(coarse.levels) == 1
+    assert coarse.bound < coarse.ideal - 0.01
+    both = relaxation_bound(trace_window)
+    assert [level.status for level in both.levels] == ["optimal", "optimal"]
+    assert both.levels[0].buckets < both.levels[1].buckets
+    assert both.levels[0].bound == pytest.approx(coarse.bound, abs=1e-9)
+    assert both.bound == pytest.approx(min(level.bound for level in both.levels), abs=1e-12)
+
+
+def test_fine_lp_stopped_keeps_the_coarse_bound(trace_window, monkeypatch):
+    """When the fine LP stops at its time limit the coarse LP's bound is reported (status
+    coarse, FEASIBLE for the bound model), not the ideal one."""
+    real = dispatch_bounds._solve_lp
+
+    def coarse_only(lp, time_limit, threads, method):
+        if lp.buckets > 20:
+            return None, None, "time limit"
+        return real(lp, time_limit, threads, method)
+
+    monkeypatch.setattr(dispatch_bounds, "_solve_lp", coarse_only)
+    found = relaxation_bound(trace_window)
+    assert found.status == "coarse"
+    assert [level.status for level in found.levels] == ["optimal", "time limit"]
+    assert found.bound == pytest.approx(found.levels[0].bound, abs=1e-12)
+    assert found.bound < found.ideal
+    res = solve(DispatchBound(trace_window), solver="highs", time_limit=30)
+    assert res.status == Status.FEASIBLE and res.bound == pytest.approx(found.bound, abs=1e-12)
+
+
+def test_safe_dual_bound_holds_for_any_multipliers(trace_window):
+    """Weak duality on the box: the optimal duals give the LP optimum (within 1e-6), random
+    and zero multipliers values never below it; zero multipliers give the box's bound, the
+    most every m_r can add, (1/n) x (requests that meet alone)."""
+    data = ScaleWindow.of(trace_window)
+    meets = [r for r in range(data.n) if data.can_meet(r)]
+    profiles = [_request_profile(data, r) if r in meets else None for r in range(data.n)]
+    lp = _build(data, meets, profiles, 16)
+    value, x, status = dispatch_bounds._solve_lp(lp, 30.0, 1, "simplex")
+    assert status == "optimal" and value is not None and x is not None
+    primal = -float(lp.cost @ x)
+    assert value == pytest.approx(primal, abs=1e-6)
+    assert value >= primal - 1e-9
+    # zero multipliers: min over the box of c x = -(1/n) per met request (costs are >= 0),
+    # plus the 1e-9 margin
+    assert safe_dual_bound(lp, np.zeros(lp.matrix.shape[0])) == pytest.approx(
+        len(meets) / data.n + 1e-9, abs=1e-12
+    )
+    rng = np.random.default_rng(0)
+    for scale in (1e-3, 1e-1, 1.0):
+        y = rng.normal(0.0, scale, lp.matrix.shape[0])
+        assert safe_dual_bound(lp, y) >= primal - 1e-9
 
 
 def test_builder_keeps_real_outputs_and_sets_the_load(trace_window):
