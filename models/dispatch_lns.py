@@ -94,13 +94,15 @@ SNAPSHOT_EVERY = 8
 class _Snapshot:
     """The greedy worker's state at the top of a pass: its clock, the latest arrival the
     passes before it read (the clock, or a next arrival they looked ahead to), how many
-    members had been taken in, the waiting and running requests, tokens emitted, the late
-    requests and how many iterations were built."""
+    members had been taken in, the waiting prompts (that may still meet their first token,
+    and those that no longer can), the running requests, tokens emitted, the late requests
+    and how many iterations were built."""
 
     t: float
     seen_s: float
     taken: int
-    pending: tuple[int, ...]
+    waiting: tuple[int, ...]
+    hopeless: tuple[int, ...]
     running: tuple[int, ...]
     generated: tuple[tuple[int, int], ...]
     late: frozenset[int]
@@ -176,7 +178,8 @@ def _greedy(
     comps: list[Composition] = []
     snaps: list[_Snapshot] = []
     generated: dict[int, int] = {}
-    pending: list[int] = []
+    waiting: list[int] = []  # arrived prompts that may still meet their first token
+    hopeless: list[int] = []  # arrived prompts that no longer can (and never will again)
     running: list[int] = []
     late: set[int] = set()
     t = seen = ready_s
@@ -191,7 +194,8 @@ def _greedy(
                 break
         if base is not None:
             t, seen, nxt = base.t, base.seen_s, base.taken
-            pending, running = list(base.pending), list(base.running)
+            waiting, hopeless = list(base.waiting), list(base.hopeless)
+            running = list(base.running)
             generated, late = dict(base.generated), set(base.late)
             comps = list(old.comps[: base.built])
             snaps = [x for x in old.snaps if x.built <= base.built and x.t <= base.t]
@@ -199,14 +203,15 @@ def _greedy(
     max_tokens = tab.max_batch_tokens
     any_s, prefill_s = tab.any_s, tab.prefill_s
     passes = 0
-    while nxt < len(order) or pending or running:
+    while nxt < len(order) or waiting or hopeless or running:
         if passes % SNAPSHOT_EVERY == 0 and (not snaps or snaps[-1].built < len(comps)):
             snaps.append(
                 _Snapshot(
                     t,
                     max(seen, t),
                     nxt,
-                    tuple(pending),
+                    tuple(waiting),
+                    tuple(hopeless),
                     tuple(running),
                     tuple(generated.items()),
                     frozenset(late),
@@ -215,9 +220,9 @@ def _greedy(
             )
         passes += 1
         while nxt < len(order) and arrival[order[nxt]] <= t + 1e-12:
-            pending.append(order[nxt])
+            waiting.append(order[nxt])
             nxt += 1
-        if not pending and not running:
+        if not waiting and not hopeless and not running:
             t = max(t, arrival[order[nxt]])
             seen = max(seen, t)
             continue
@@ -231,11 +236,13 @@ def _greedy(
             (first_due[r] + generated[r] * tpot[r] + tol for r in decode if r not in late),
             default=math.inf,
         )
-        viable = sorted(
-            (r for r in pending if t + alone[r] <= first_due[r] + tol),
-            key=lambda r: (first_due[r], r),
-        )
-        chosen = viable or pending
+        # the clock only grows, so a prompt that cannot meet its first token now never will
+        still = [r for r in waiting if t + alone[r] <= first_due[r] + tol]
+        if len(still) < len(waiting):
+            hopeless += [r for r in waiting if t + alone[r] > first_due[r] + tol]
+            waiting = still
+        viable = sorted(waiting, key=lambda r: (first_due[r], r))
+        chosen = viable or hopeless
         # late prompts fill idle time: an iteration that ends by the next member's arrival
         # (once no member is left to arrive, at any time)
         next_arrival = arrival[order[nxt]] if nxt < len(order) else math.inf
@@ -279,9 +286,13 @@ def _greedy(
             generated[r] += 1
             if t > first_due[r] + (generated[r] - 1) * tpot[r] + tol:
                 late.add(r)
+        taken = set(prefill)
+        if viable:
+            waiting = [r for r in waiting if r not in taken]
+        else:
+            hopeless = [r for r in hopeless if r not in taken]
         for r in prefill:
             generated[r] = 1
-            pending.remove(r)
             if t > first_due[r] + tol:
                 late.add(r)
         running = [r for r in running if generated[r] < output[r]]
@@ -638,7 +649,12 @@ def _move(state: _State, rng: np.random.Generator) -> tuple[list[int], list[_Wor
     d = state.d
     workers = state.workers
     used = [i for i, w in enumerate(workers) if w.members]
-    kind = int(rng.integers(0, 7))
+    kind = int(rng.integers(0, 8))
+    if kind == 7:  # a missed request to the worker where J rises most
+        missed = [x for w in workers for x in w.late]
+        if not missed:
+            return None
+        return _best_relocation(state, int(missed[int(rng.integers(0, len(missed)))]))
     if kind == 4:  # rebuild one worker's iterations
         if not used:
             return None
@@ -730,6 +746,33 @@ def _move(state: _State, rng: np.random.Generator) -> tuple[list[int], list[_Wor
     if not 0 <= shifted < d.slots:
         return None
     return [i], [state.retimed(workers[i], shifted)]
+
+
+def _best_relocation(state: _State, r: int) -> tuple[list[int], list[_Worker]] | None:
+    """Request ``r`` moved to the worker where ``J`` rises most: every used worker on at its
+    arrival or later, and a new life switched on at the latest slot ready by its arrival."""
+    workers = state.workers
+    arrival = state.tables.arrival[r]
+    src = next(i for i, w in enumerate(workers) if r in w.members)
+    left = state.rebuilt(
+        workers[src], [x for x in workers[src].members if x != r], workers[src].slot, (r,)
+    )
+    base = state.value(workers[src]) - state.value(left)
+    slot = _slot_before(state.d, arrival)
+    best: tuple[float, int, _Worker] | None = None
+    for i, w in enumerate(workers):
+        if i == src or not w.members or (w.slot is not None and w.end_s < arrival):
+            continue
+        grown = state.rebuilt(w, [*w.members, r], w.slot, (r,))
+        gain = state.value(grown) - state.value(w)
+        if best is None or gain > best[0]:
+            best = (gain, i, grown)
+    life = state.rebuilt(_Worker((), None, (), 0, 0.0), [r], slot)
+    if best is None or state.value(life) > best[0]:
+        best = (state.value(life), len(workers), life)
+    if best[0] <= base:
+        return None
+    return [src, best[1]], [left, best[2]]
 
 
 def _target(state: _State, dst: int, arrival_s: float) -> _Worker:
