@@ -17,7 +17,10 @@ with requests x buckets, not with tokens x iterations:
 
 Maximizing ``(1/n) sum_r m_r - lambda C`` over it (``m_r`` binary, or continuous for the LP)
 bounds the objective of every schedule the engine can run on the window from above; the proof
-is in docs/hyperflexis.md ("Bounds at trace scale").
+is in docs/hyperflexis.md ("Intervals at trace scale"). The proof holds on any bucket grid, so
+the LP is solved on a coarse grid first and then on the fine one, the least value kept; each
+value is read off HiGHS's duals by weak duality over the box of the (bounded) columns
+(:func:`safe_dual_bound`), so it does not rest on the solver's tolerances.
 
 References
 ----------
