@@ -486,7 +486,7 @@ def lns(
     starts: Sequence[str] = START_POLICIES,
     progress: bool | None = None,
 ) -> LnsResult:
-    """Large-neighbourhood search from the best online run (see the module docstring).
+    """Large-neighbourhood search from the best start (see the module docstring).
 
     Parameters
     ----------
@@ -497,8 +497,8 @@ def lns(
     time_limit : float
         Seconds for the whole search (the start runs included); honoured between moves.
     starts : sequence of str
-        Online heuristics to start from (their replayed decisions; the greedy worker scheduler
-        on a round-robin routing is always a candidate).
+        Online heuristics to start from (their replayed decisions; the insertion start, the
+        greedy worker on a round-robin routing and on one worker are always candidates).
     progress : bool, optional
         Progress line on stderr (default: when stderr is a terminal).
 
