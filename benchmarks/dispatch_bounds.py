@@ -8,7 +8,8 @@ costs 0.1 of attainment (``lambda = 0.1 / (4 x span)``), and on it:
 
 - ``bound``: the work-and-availability LP (HiGHS), its value and time; the ideal bound; for
   windows of at most 50 requests also the relaxation with binary ``m_r`` (HiGHS MILP);
-- ``lns``: the large-neighbourhood search from the best online run (time limit by size);
+- ``lns``: the large-neighbourhood search from its best start (time limit by size, or
+  ``--time-limit`` for every window);
 - the online heuristics HyperFlexis (with and without its scaler) and round robin, each with
   its gap interval ``[gap_lo, gap_hi]`` from those two rows.
 
@@ -32,7 +33,8 @@ from typing import Any
 
 import pandas as pd
 from slolab.harness.compare import compare
-from slolab.models.dispatch_bounds import relaxation_bound
+from slolab.models.dispatch_bounds import ideal_bound, relaxation_bound
+from slolab.models.dispatch_scale import ScaleWindow
 from slolab.problems import build_instance
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -74,8 +76,9 @@ def cell(trace: str, load: str, n: int, limit: float) -> dict[str, Any]:
     row["compare_s"] = time.perf_counter() - t0
     by = {r["method"]: r for r in frame.to_dict("records")}
     b, p = by["bound"], by["lns"]
-    row["ideal"] = relaxation_bound(inst, time_limit=limit).ideal
+    row["ideal"] = ideal_bound(ScaleWindow.of(inst))
     row["bound"] = b["bound"]
+    row["bound_status"] = b["status"]
     row["bound_s"] = b["runtime_s"]
     if n <= 50:
         binary = relaxation_bound(inst, integral=True, time_limit=limit)
@@ -166,11 +169,27 @@ def clairvoyance_small(seeds: range = range(6)) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--traces", default=",".join(TRACES))
-    parser.add_argument("--loads", default=",".join(LOADS))
-    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument(
+        "--traces", default=",".join(TRACES), help="comma-separated traces (default: both)"
+    )
+    parser.add_argument(
+        "--loads", default=",".join(LOADS), help="comma-separated loads (default: all three)"
+    )
+    parser.add_argument(
+        "--sizes",
+        default=",".join(map(str, SIZES)),
+        help="comma-separated window sizes, requests (default: 25,50,100,200,500)",
+    )
     parser.add_argument("--quick", action="store_true", help="25 and 50 requests, high load")
-    parser.add_argument("--out", default=str(OUT / "dispatch_bounds.csv"))
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="seconds per method on every window (default: by window size, 15-90 s)",
+    )
+    parser.add_argument(
+        "--out", default=str(OUT / "dispatch_bounds.csv"), help="CSV written after every window"
+    )
     parser.add_argument(
         "--clairvoyance",
         action="store_true",
@@ -185,6 +204,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         traces, loads, sizes = traces[:1], ["high"], [25, 50]
         limits = {25: 5.0, 50: 8.0}
+    if args.time_limit is not None:
+        if not args.time_limit > 0:
+            parser.error(f"--time-limit must be > 0, got {args.time_limit}")
+        limits = dict.fromkeys(sizes, args.time_limit)
     print(f"machine load (1, 5, 15 min): {os.getloadavg()}")
     if args.clairvoyance:
         found = [r for t in traces for lo in loads for n in sizes for r in clairvoyance(t, lo, n)]
@@ -204,8 +227,9 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append(row)
                 print(
                     f"{trace} {load} n={n}: [{row['lns']:.4f}, {row['bound']:.4f}] width "
-                    f"{100 * row['width']:.2f}% (bound {row['bound_s']:.1f} s, lns "
-                    f"{row['lns_s']:.1f} s)",
+                    f"{100 * row['width']:.2f}% (bound {row['bound_s']:.1f} s "
+                    f"{row['bound_status']}, lns {row['lns_s']:.1f} s; load average "
+                    f"{os.getloadavg()[0]:.1f})",
                     flush=True,
                 )
                 out = Path(args.out)
@@ -213,6 +237,7 @@ def main(argv: list[str] | None = None) -> None:
                 pd.DataFrame(rows).to_csv(out, index=False)
     frame = pd.DataFrame(rows)
     cols = ["trace", "load", "n", "tokens", "ideal", "bound", "bound_s", "lns", "lns_s", "width"]
+    cols += ["bound_status"]
     cols += [f"{h}_gap_lo" for h in HEURISTICS] + [f"{h}_gap_hi" for h in HEURISTICS]
     print(frame[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print(f"machine load (1, 5, 15 min): {os.getloadavg()}")

@@ -17,7 +17,10 @@ with requests x buckets, not with tokens x iterations:
 
 Maximizing ``(1/n) sum_r m_r - lambda C`` over it (``m_r`` binary, or continuous for the LP)
 bounds the objective of every schedule the engine can run on the window from above; the proof
-is in docs/hyperflexis.md ("Bounds at trace scale").
+is in docs/hyperflexis.md ("Intervals at trace scale"). The proof holds on any bucket grid, so
+the LP is solved on a coarse grid first and then on the fine one, the least value kept; each
+value is read off HiGHS's duals by weak duality over the box of the (bounded) columns
+(:func:`safe_dual_bound`), so it does not rest on the solver's tolerances.
 
 References
 ----------
@@ -26,6 +29,7 @@ HyperFlexis, Sec. 3 (Eqs. 1-4) and Sec. 6 (start-up delays).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -40,12 +44,42 @@ from slolab.solvers.backend import Backend
 from slolab.solvers.base import ExactModel, Result, Status
 from slolab.solvers.registry import register_model
 
-__all__ = ["DispatchBound", "RelaxationBound", "ideal_bound", "relaxation_bound"]
+__all__ = [
+    "DispatchBound",
+    "LevelSolve",
+    "RelaxationBound",
+    "ideal_bound",
+    "relaxation_bound",
+    "safe_dual_bound",
+]
 
 logger = logging.getLogger("slolab")
 
 #: Default number of time buckets of the relaxation.
 DEFAULT_BUCKETS = 64
+#: Buckets of the coarse LP solved first (the same relaxation on a coarser grid).
+COARSE_BUCKETS = 16
+#: Share of the time limit the coarse LP may take (the fine one takes the rest).
+COARSE_SHARE = 0.25
+#: HiGHS LP methods accepted, and the default (interior point without crossover: the safe dual
+#: bound needs no basis; benchmarks in docs/hyperflexis.md, "Solving the LP").
+LP_METHODS = ("ipm", "simplex", "pdlp")
+LP_METHOD = "ipm"
+#: Added to every LP or MILP value reported as a bound (covers the rounding of its sums).
+SAFE_MARGIN = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class LevelSolve:
+    """One grid's LP solve: its size, how HiGHS ended, the bound it gave (None: none) and the
+    wall time of build and solve."""
+
+    buckets: int
+    variables: int
+    constraints: int
+    status: str
+    bound: float | None
+    runtime_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +98,16 @@ class RelaxationBound:
     cost_server_s : float
         Worker-seconds of that solution.
     status : str
-        HiGHS's status (``optimal`` or ``time limit``).
+        ``optimal`` (the fine LP solved), ``coarse`` (only the coarse one) or ``time limit``
+        (neither: the bound is the ideal one).
     integral : bool
         Whether ``m_r`` were binary.
     buckets, variables, constraints : int
-        Size of the LP.
+        Size of the LP whose solve gave the bound.
     runtime_s : float
         Wall time of build and solve.
+    levels : tuple of LevelSolve
+        Each grid's solve, coarse first.
     """
 
     bound: float
@@ -83,6 +120,7 @@ class RelaxationBound:
     variables: int
     constraints: int
     runtime_s: float
+    levels: tuple[LevelSolve, ...] = ()
 
 
 def ideal_bound(data: ScaleWindow) -> float:
@@ -131,69 +169,52 @@ def _boundaries(data: ScaleWindow, profiles: list[Any], buckets: int) -> np.ndar
     return np.concatenate(([0.0], ends))
 
 
-def relaxation_bound(
-    instance: Instance,
-    *,
-    buckets: int = DEFAULT_BUCKETS,
-    integral: bool = False,
-    time_limit: float = 60.0,
-    threads: int = 1,
-) -> RelaxationBound:
-    """The work-and-availability relaxation of a ``dispatch-scale`` window, solved by HiGHS.
+@dataclass(frozen=True, slots=True)
+class _Lp:
+    """The relaxation on one bucket grid, as ``min cost x`` subject to
+    ``row_lo <= matrix x <= row_hi`` and ``col_lo <= x <= col_hi`` (every column bounded)."""
 
-    Parameters
-    ----------
-    instance : Instance
-        A ``dispatch-scale`` window.
-    buckets : int
-        About this many time buckets (>= 2); more is tighter and larger.
-    integral : bool
-        Binary ``m_r`` (a MILP whose dual bound is reported) or continuous (the LP).
-    time_limit : float
-        Seconds for HiGHS; a MILP stopped by it reports its dual bound (still valid).
-    threads : int
-        HiGHS threads.
+    cost: np.ndarray
+    matrix: Any
+    row_lo: np.ndarray
+    row_hi: np.ndarray
+    col_lo: np.ndarray
+    col_hi: np.ndarray
+    integrality: np.ndarray
+    met_cols: np.ndarray
+    x0_cols: np.ndarray
+    xn_cols: np.ndarray
+    up_cols: np.ndarray
+    length_s: np.ndarray
+    startup_s: float
 
-    Returns
-    -------
-    RelaxationBound
-        The bound, never above :func:`ideal_bound`; the ideal bound itself, status
-        ``time limit``, when the LP does not finish within ``time_limit``.
-    """
-    from scipy.optimize import Bounds, LinearConstraint, milp
+    @property
+    def buckets(self) -> int:
+        return len(self.length_s)
+
+
+def _build(data: ScaleWindow, meets: list[int], profiles: list[Any], buckets: int) -> _Lp:
+    """The relaxation's LP on :func:`_boundaries` of about ``buckets`` buckets (the rows of
+    docs/hyperflexis.md, "The relaxation")."""
     from scipy.sparse import coo_array
 
-    if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 2:
-        raise ValueError(f"buckets must be an integer >= 2, got {buckets!r}")
-    start = time.perf_counter()
-    data = ScaleWindow.of(instance)
     n, n0, W = data.n, data.initial_servers, data.max_servers
     lam = data.cost_weight
-    ideal = ideal_bound(data)
-    meets = [r for r in range(n) if data.can_meet(r)]
-    if not meets:
-        return RelaxationBound(0.0, 0.0, 0.0, 0.0, "optimal", integral, 0, 0, 0, 0.0)
     v = data.view
     overhead = v.any_s + min(v.prefill_s, v.decode_s)
-    profiles: list[Any] = [None] * n
-    for r in meets:
-        profiles[r] = _request_profile(data, r)
     t = _boundaries(data, profiles, buckets)
     B = len(t) - 1
     length = np.diff(t)
-    # variables: m (len meets), F[r, b] for b in r's range, X0[b], Xn[b], up[b], O[b]
     cols: list[str] = []
     lo: list[float] = []
     hi: list[float] = []
     cost: list[float] = []
-    integrality: list[int] = []
 
-    def var(kind: str, lower: float, upper: float, c: float, integer: int = 0) -> int:
+    def var(kind: str, lower: float, upper: float, c: float) -> int:
         cols.append(kind)
         lo.append(lower)
         hi.append(upper)
         cost.append(c)
-        integrality.append(integer)
         return len(cols) - 1
 
     rows: list[int] = []
@@ -212,15 +233,16 @@ def relaxation_bound(
         rhi.append(upper)
 
     # objective: minimize -(1/n) sum m + lambda C
-    m = {r: var("m", 0.0, 1.0, -1.0 / n, 1 if integral else 0) for r in meets}
+    m = {r: var("m", 0.0, 1.0, -1.0 / n) for r in meets}
     X0 = [var("X0", 0.0, float(n0), lam * length[b]) for b in range(B)]
     # a new worker serves from its switch-on plus the start-up delay, at the earliest delta
     Xn = [
         var("Xn", 0.0, float(W) if t[b] >= data.startup_s - 1e-12 else 0.0, lam * length[b])
         for b in range(B)
     ]
-    up = [var("up", 0.0, math.inf, lam * data.startup_s) for b in range(B)]
-    overhead_s = [var("O", 0.0, math.inf, 0.0) for b in range(B)]
+    # U_b <= W and O_b <= W L_b hold for the schedule's values (docs: "Every column bounded")
+    up = [var("up", 0.0, float(W), lam * data.startup_s) for b in range(B)]
+    overhead_s = [var("O", 0.0, float(W) * length[b], 0.0) for b in range(B)]
     work_in: list[list[tuple[int, float]]] = [[] for _ in range(B)]
     for r in meets:
         release, due, work = profiles[r]
@@ -291,95 +313,286 @@ def relaxation_bound(
         if b:
             row([(X0[b], 1.0), (X0[b - 1], -1.0)], -math.inf, 0.0)
         row([(up[b], 1.0), (Xn[b], -1.0)] + ([(Xn[b - 1], 1.0)] if b else []), 0.0, math.inf)
-    A = coo_array((vals, (rows, colidx)), shape=(len(rlo), len(cols))).tocsr()
-    problem = (
-        np.asarray(cost),
-        LinearConstraint(A, np.asarray(rlo), np.asarray(rhi)),
-        Bounds(np.asarray(lo), np.asarray(hi)),
+    matrix = coo_array((vals, (rows, colidx)), shape=(len(rlo), len(cols))).tocsr()
+    kinds = np.zeros(len(cols), dtype=int)
+    met_cols = np.fromiter(m.values(), dtype=np.int64, count=len(m))
+    kinds[met_cols] = 1
+    return _Lp(
+        cost=np.asarray(cost),
+        matrix=matrix,
+        row_lo=np.asarray(rlo),
+        row_hi=np.asarray(rhi),
+        col_lo=np.asarray(lo),
+        col_hi=np.asarray(hi),
+        integrality=kinds,
+        met_cols=met_cols,
+        x0_cols=np.asarray(X0),
+        xn_cols=np.asarray(Xn),
+        up_cols=np.asarray(up),
+        length_s=length,
+        startup_s=data.startup_s,
     )
 
-    def run(kinds: np.ndarray) -> Any:
-        remaining = max(time_limit - (time.perf_counter() - start), 0.1)
-        return milp(
-            problem[0],
-            constraints=problem[1],
-            bounds=problem[2],
-            integrality=kinds,
-            options={"time_limit": remaining, "disp": False, "presolve": True},
-        )
 
-    # the LP first (its optimum is a bound), then binary m_r within what is left
-    res = run(np.zeros(len(cols), dtype=int))
-    if res.status != 0:
-        # no LP optimum within the limit: the ideal bound is all that is proved
-        logger.warning("%s relaxation: %s; reporting the ideal bound", PROBLEM, res.message)
-        return RelaxationBound(
-            bound=ideal,
-            ideal=ideal,
-            met=float(len(meets)),
-            cost_server_s=0.0,
-            status="time limit",
-            integral=integral,
-            buckets=B,
-            variables=len(cols),
-            constraints=len(rlo),
-            runtime_s=time.perf_counter() - start,
-        )
-    bound = -float(res.fun)
-    status = "optimal"
-    if integral and time.perf_counter() - start < time_limit:
-        mip = run(np.asarray(integrality))
-        dual = getattr(mip, "mip_dual_bound", None)
-        if mip.status == 0:
-            bound, res = min(bound, -float(mip.fun)), mip
-        else:
-            status = "time limit"
-            if dual is not None and math.isfinite(dual):
-                bound = min(bound, -float(dual))
-            if mip.x is not None:
-                res = mip
-    elif integral:
-        status = "time limit"
-    x = res.x
-    met = float(sum(x[m[r]] for r in meets))
-    c_on = float(
-        sum(length[b] * (x[X0[b]] + x[Xn[b]]) + data.startup_s * x[up[b]] for b in range(B))
+def safe_dual_bound(lp: _Lp, row_dual: np.ndarray) -> float:
+    """An upper bound on the relaxation's optimum ``J`` from any row multipliers.
+
+    For ``min c x`` over ``row_lo <= A x <= row_hi``, ``col_lo <= x <= col_hi``, every ``y``
+    gives ``c x >= y+ row_lo + y- row_hi + sum_j min(d_j col_lo_j, d_j col_hi_j)`` with
+    ``y+ = max(y, 0)`` on rows with a finite lower side, ``y- = min(y, 0)`` on rows with a
+    finite upper side and ``d = c - A^T (y+ + y-)``: weak duality on the box, which needs
+    every column bounded (all are) and no optimality of ``y``. So the bound does not rest on
+    the solver's tolerances; with HiGHS's optimal duals it equals the LP optimum to about
+    1e-8. A margin of 1e-9 covers the rounding of these sums.
+    """
+    y = np.asarray(row_dual, dtype=float)
+    has_lo = np.isfinite(lp.row_lo)
+    has_hi = np.isfinite(lp.row_hi)
+    y_lo = np.where(has_lo, np.maximum(y, 0.0), 0.0)
+    y_hi = np.where(has_hi, np.minimum(y, 0.0), 0.0)
+    reduced = lp.cost - lp.matrix.T @ (y_lo + y_hi)
+    least = (
+        math.fsum(y_lo[has_lo] * lp.row_lo[has_lo])
+        + math.fsum(y_hi[has_hi] * lp.row_hi[has_hi])
+        + math.fsum(np.where(reduced > 0, reduced * lp.col_lo, reduced * lp.col_hi))
     )
+    return -least + SAFE_MARGIN
+
+
+def _solve_lp(
+    lp: _Lp, time_limit: float, threads: int, method: str
+) -> tuple[float | None, np.ndarray | None, str]:
+    """HiGHS on the LP: ``(safe bound, primal solution, status)``; no bound when HiGHS stops
+    before an optimum (its duals then prove nothing useful). An interior-point run that ends
+    without a status (IPX without crossover does so on some degenerate LPs) is redone by the
+    simplex method in the time left."""
+    import highspy
+    from slolab.solvers.highs import run_highs
+
+    start = time.perf_counter()
+    csc = lp.matrix.tocsc()
+    model = highspy.HighsLp()
+    model.num_col_ = int(csc.shape[1])
+    model.num_row_ = int(csc.shape[0])
+    model.col_cost_ = lp.cost
+    model.col_lower_ = lp.col_lo
+    model.col_upper_ = lp.col_hi
+    model.row_lower_ = lp.row_lo
+    model.row_upper_ = lp.row_hi
+    model.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    model.a_matrix_.start_ = csc.indptr
+    model.a_matrix_.index_ = csc.indices
+    model.a_matrix_.value_ = csc.data
+    for attempt in (method, "simplex"):
+        highs = highspy.Highs()
+        highs.setOptionValue("output_flag", False)
+        left = time_limit - (time.perf_counter() - start)
+        highs.setOptionValue("time_limit", float(max(left, 1e-3)))
+        highs.setOptionValue("threads", int(threads))
+        highs.setOptionValue("solver", attempt)
+        if attempt == "ipm":
+            # the safe dual bound needs no basis, so the crossover is skipped
+            highs.setOptionValue("run_crossover", "off")
+        highs.passModel(model)
+        run_highs(highs)
+        code = highs.getModelStatus()
+        if code == highspy.HighsModelStatus.kOptimal:
+            solution = highs.getSolution()
+            if solution.dual_valid:
+                bound = safe_dual_bound(lp, np.asarray(solution.row_dual))
+                return bound, np.asarray(solution.col_value), "optimal"
+        elif code == highspy.HighsModelStatus.kTimeLimit:
+            return None, None, "time limit"
+        elif code != highspy.HighsModelStatus.kUnknown or attempt == "simplex":
+            name = highs.modelStatusToString(code)
+            raise RuntimeError(f"{PROBLEM} relaxation: HiGHS ended the LP with {name}")
+        if attempt == "simplex" or time.perf_counter() - start >= time_limit:
+            break
+    return None, None, "no duals"
+
+
+def relaxation_bound(
+    instance: Instance,
+    *,
+    buckets: int = DEFAULT_BUCKETS,
+    coarse_buckets: int | None = COARSE_BUCKETS,
+    integral: bool = False,
+    time_limit: float = 60.0,
+    threads: int = 1,
+    lp_method: str = LP_METHOD,
+) -> RelaxationBound:
+    """The work-and-availability relaxation of a ``dispatch-scale`` window, solved by HiGHS.
+
+    The LP is solved on a coarse grid first (``coarse_buckets``, at most
+    :data:`COARSE_SHARE` of the time), then on the fine one with the time left; both are the
+    same relaxation on different buckets, so both bound ``J`` and the least is kept.
+
+    Parameters
+    ----------
+    instance : Instance
+        A ``dispatch-scale`` window.
+    buckets : int
+        About this many time buckets (>= 2) on the fine grid; more is tighter and larger.
+    coarse_buckets : int or None
+        Buckets of the coarse grid solved first (None, or not below ``buckets``: none).
+    integral : bool
+        Also solve the fine grid with binary ``m_r`` (a MILP whose dual bound is reported)
+        in the time left after its LP.
+    time_limit : float
+        Seconds in all.
+    threads : int
+        HiGHS threads.
+    lp_method : str
+        HiGHS's LP method: ``ipm`` (interior point, no crossover; the default), ``simplex``
+        or ``pdlp``.
+
+    Returns
+    -------
+    RelaxationBound
+        The least bound found, never above :func:`ideal_bound`; status ``optimal`` when the
+        fine LP is solved, ``coarse`` when only the coarse one is, ``time limit`` (and the
+        ideal bound) when neither is.
+    """
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 2:
+        raise ValueError(f"buckets must be an integer >= 2, got {buckets!r}")
+    if coarse_buckets is not None and (
+        isinstance(coarse_buckets, bool)
+        or not isinstance(coarse_buckets, int)
+        or coarse_buckets < 2
+    ):
+        raise ValueError(f"coarse_buckets must be an integer >= 2 or None, got {coarse_buckets!r}")
+    if lp_method not in LP_METHODS:
+        raise ValueError(f"lp_method must be one of {', '.join(LP_METHODS)}, got {lp_method!r}")
+    start = time.perf_counter()
+    data = ScaleWindow.of(instance)
+    ideal = ideal_bound(data)
+    meets = [r for r in range(data.n) if data.can_meet(r)]
+    if not meets:
+        return RelaxationBound(0.0, 0.0, 0.0, 0.0, "optimal", integral, 0, 0, 0, 0.0, ())
+    profiles: list[Any] = [None] * data.n
+    for r in meets:
+        profiles[r] = _request_profile(data, r)
+    grids = [buckets]
+    if coarse_buckets is not None and coarse_buckets < buckets:
+        grids.insert(0, coarse_buckets)
+    bound, status = ideal, "time limit"
+    best: tuple[_Lp, np.ndarray] | None = None
+    levels: list[LevelSolve] = []
+    lp = None
+    for i, size in enumerate(grids):
+        begun = time.perf_counter()
+        left = time_limit - (begun - start)
+        if left <= 0:
+            break
+        lp = _build(data, meets, profiles, size)
+        share = left * COARSE_SHARE if i + 1 < len(grids) else left
+        share -= time.perf_counter() - begun
+        value, x, how = _solve_lp(lp, share, threads, lp_method)
+        levels.append(
+            LevelSolve(
+                lp.buckets,
+                lp.matrix.shape[1],
+                lp.matrix.shape[0],
+                how,
+                value,
+                time.perf_counter() - begun,
+            )
+        )
+        if value is not None and x is not None:
+            if value < bound:
+                bound, best = value, (lp, x)
+            status = "optimal" if i + 1 == len(grids) else "coarse"
+    if status == "time limit":
+        logger.warning(
+            "%s relaxation: no LP solved within %.1f s; reporting the ideal bound",
+            PROBLEM,
+            time_limit,
+        )
+    if integral and lp is not None and status == "optimal":
+        remaining = time_limit - (time.perf_counter() - start)
+        if remaining > 0:
+            mip = milp(
+                lp.cost,
+                constraints=LinearConstraint(lp.matrix, lp.row_lo, lp.row_hi),
+                bounds=Bounds(lp.col_lo, lp.col_hi),
+                integrality=lp.integrality,
+                options={"time_limit": remaining, "disp": False, "presolve": True},
+            )
+            dual = getattr(mip, "mip_dual_bound", None)
+            if mip.status == 0:
+                # HiGHS's MIP gap tolerance leaves its optimum within 1e-4 of the dual bound
+                value = (
+                    -float(dual) if dual is not None and math.isfinite(dual) else -float(mip.fun)
+                )
+            elif dual is not None and math.isfinite(dual):
+                value = -float(dual)
+                status = "time limit"
+            else:
+                value = math.inf
+                status = "time limit"
+            if value + SAFE_MARGIN < bound:
+                bound = value + SAFE_MARGIN
+                if mip.x is not None:
+                    best = (lp, np.asarray(mip.x))
+    met = cost_s = 0.0
+    if best is not None:
+        lp_best, x = best
+        met = float(x[lp_best.met_cols].sum())
+        cost_s = float(
+            (lp_best.length_s * (x[lp_best.x0_cols] + x[lp_best.xn_cols])).sum()
+            + lp_best.startup_s * x[lp_best.up_cols].sum()
+        )
+    final = best[0] if best is not None else lp
     return RelaxationBound(
         bound=min(bound, ideal),
         ideal=ideal,
-        met=met,
-        cost_server_s=c_on,
+        met=met if best is not None else float(len(meets)),
+        cost_server_s=cost_s,
         status=status,
         integral=integral,
-        buckets=B,
-        variables=len(cols),
-        constraints=len(rlo),
+        buckets=final.buckets if final is not None else 0,
+        variables=int(final.matrix.shape[1]) if final is not None else 0,
+        constraints=int(final.matrix.shape[0]) if final is not None else 0,
         runtime_s=time.perf_counter() - start,
+        levels=tuple(levels),
     )
 
 
 @register_model("dispatch-bound")
 class DispatchBound(ExactModel):
     """The relaxation of :func:`relaxation_bound` as a bound-only model of ``dispatch-scale``
-    (method ``bound``): HiGHS on the bucketed MILP, its dual bound reported.
+    (method ``bound``): HiGHS on the coarse then the fine LP, the least safe bound reported.
 
-    Options: ``buckets`` (default :data:`DEFAULT_BUCKETS`), ``integral`` (default False: the LP).
+    Options: ``buckets`` (default :data:`DEFAULT_BUCKETS`), ``coarse_buckets`` (default
+    :data:`COARSE_BUCKETS`; None: the fine grid alone), ``integral`` (default False: the LP),
+    ``lp_method`` (default :data:`LP_METHOD`). Status OPTIMAL when the fine LP is solved,
+    FEASIBLE when only the coarse one is (its bound holds), TIME_LIMIT with the ideal bound
+    when neither is.
     """
 
     sense = "max"
     bound_only = True
 
     def __init__(
-        self, instance: Instance, *, buckets: int = DEFAULT_BUCKETS, integral: bool = False
+        self,
+        instance: Instance,
+        *,
+        buckets: int = DEFAULT_BUCKETS,
+        coarse_buckets: int | None = COARSE_BUCKETS,
+        integral: bool = False,
+        lp_method: str = LP_METHOD,
     ) -> None:
         super().__init__(instance)
         self.data = ScaleWindow.of(instance)
         self.buckets = buckets
+        self.coarse_buckets = coarse_buckets
         self.integral = integral
+        self.lp_method = lp_method
 
     def supports(self) -> frozenset[str]:
-        """HiGHS only (through SciPy's ``milp``)."""
+        """HiGHS only (through highspy; the binary variant through SciPy's ``milp``)."""
         return frozenset({"milp"})
 
     def solve_with(self, backend: Backend, time_limit: float, **params: Any) -> Result | None:
@@ -388,13 +601,18 @@ class DispatchBound(ExactModel):
         found = relaxation_bound(
             self.instance,
             buckets=self.buckets,
+            coarse_buckets=self.coarse_buckets,
             integral=self.integral,
             time_limit=time_limit,
             threads=backend.threads,
+            lp_method=self.lp_method,
+        )
+        status = {"optimal": Status.OPTIMAL, "coarse": Status.FEASIBLE}.get(
+            found.status, Status.TIME_LIMIT
         )
         return Result(
-            status=Status.OPTIMAL if found.status == "optimal" else Status.TIME_LIMIT,
-            objective=found.bound if found.status == "optimal" else None,
+            status=status,
+            objective=found.bound if status != Status.TIME_LIMIT else None,
             bound=found.bound,
             runtime_s=found.runtime_s,
             backend="highs",
@@ -409,5 +627,7 @@ class DispatchBound(ExactModel):
                 "variables": found.variables,
                 "constraints": found.constraints,
                 "integral": found.integral,
+                "bound_status": found.status,
+                "levels": [dataclasses.asdict(level) for level in found.levels],
             },
         )

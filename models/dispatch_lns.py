@@ -1,14 +1,17 @@
 """Large-neighbourhood search on dispatch-scale windows (``dispatch-lns``, method ``lns``).
 
-The primal side of the trace-scale interval. It starts from the best online policy's run
-(HyperFlexis's dispatcher with and without its scaler, round robin, and two greedy starts),
-each written as a decision over worker lives (the initial workers and each switch-on) and
-replayed with the same iterations, each started as early as the engine starts it, every
-worker leaving when its last iteration ends; then it improves it by moves until the time
-limit:
+The primal side of the trace-scale interval. It starts from the best of: an insertion
+start (requests in arrival order, each to the worker or new worker life where ``J`` rises
+most), the online policies' runs (HyperFlexis's dispatcher with and without its scaler,
+round robin), each written as a decision over worker lives (the initial workers and each
+switch-on) and replayed with the same iterations, each started as early as the engine
+starts it, every worker leaving when its last iteration ends, and two greedy starts; then it
+improves it by moves until the time limit:
 
-- relocate one request (or the one whose last token ends its worker) to another worker, a
-  used one or a new life switched on at the latest slot ready by its arrival;
+- relocate one request (a missed one half the time, or the one whose last token ends its
+  worker) to another worker, a used one or a new life switched on at the latest slot ready
+  by its arrival;
+- swap a missed request with the request of another worker that arrives closest to it;
 - move every request arriving in a short time span to one worker;
 - close a worker, its requests spread over the others;
 - rebuild one worker's iterations;
@@ -16,8 +19,10 @@ limit:
 
 A changed worker's iterations are rebuilt by :func:`greedy_worker`. Given the routing and a
 worker's ready time the workers are independent, so a move re-times only the workers it
-changes. Moves are kept when they raise ``J`` and keep at most ``max_servers`` workers on at
-once; the incumbent is replayed by the engine at the end and its objective is the replay's.
+changes, and each of those from its last saved state before the first request the move
+adds or takes away (the passes before it are the same). Moves are kept when they raise
+``J`` and keep at most ``max_servers`` workers on at once; the incumbent is replayed by the
+engine at the end and its objective is the replay's.
 The model also carries the relaxation bound of :mod:`slolab.models.dispatch_bounds` (HiGHS, at
 most a quarter of the time limit), so its Result is an interval ``[incumbent, bound]``.
 
@@ -60,6 +65,8 @@ logger = logging.getLogger("slolab")
 START_POLICIES = ("hyperflexis", "round-robin", "hyperflexis-scaling")
 #: Share of the time limit the bound may take inside ``dispatch-lns``.
 BOUND_SHARE = 0.25
+#: Share of the time limit the insertion start may take (it is dropped when unfinished).
+INSERTION_SHARE = 0.25
 #: Seconds between two progress updates on stderr.
 PROGRESS_EVERY_S = 1.0
 
@@ -78,6 +85,30 @@ class LnsResult:
     runtime_s: float
 
 
+#: Passes of the greedy worker between two saved states (a rebuild resumes from the last one
+#: before the first arrival it changes).
+SNAPSHOT_EVERY = 8
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """The greedy worker's state at the top of a pass: its clock, the latest arrival the
+    passes before it read (the clock, or a next arrival they looked ahead to), how many
+    members had been taken in, the waiting prompts (that may still meet their first token,
+    and those that no longer can), the running requests, tokens emitted, the late requests
+    and how many iterations were built."""
+
+    t: float
+    seen_s: float
+    taken: int
+    waiting: tuple[int, ...]
+    hopeless: tuple[int, ...]
+    running: tuple[int, ...]
+    generated: tuple[tuple[int, int], ...]
+    late: frozenset[int]
+    built: int
+
+
 @dataclass
 class _Worker:
     members: tuple[int, ...]
@@ -85,6 +116,29 @@ class _Worker:
     comps: tuple[Composition, ...]
     met: int
     end_s: float
+    late: frozenset[int] = frozenset()
+    snaps: tuple[_Snapshot, ...] = ()
+
+
+class _Tables:
+    """Per-request numbers the greedy worker reads (lists: faster than array reads)."""
+
+    def __init__(self, data: ScaleWindow) -> None:
+        v = data.view
+        self.arrival = [float(a) for a in data.arrival_s]
+        self.first_due = [
+            float(a) + float(d) for a, d in zip(data.arrival_s, data.ttft_s, strict=True)
+        ]
+        self.tpot = [float(x) for x in data.tpot_s]
+        self.prompt = [int(x) for x in data.prompt]
+        self.output = [int(x) for x in data.output]
+        self.part = [v.prefill_part_s(p) for p in self.prompt]
+        # a prompt's iteration alone
+        self.alone = [v.any_s + v.prefill_s + part for part in self.part]
+        self.any_s, self.prefill_s, self.decode_s = v.any_s, v.prefill_s, v.decode_s
+        self.decode_token_s, self.kv_s = v.decode_token_s, v.kv_s
+        self.cap = data.max_batch_size
+        self.max_batch_tokens = data.max_batch_tokens
 
 
 def greedy_worker(
@@ -97,79 +151,171 @@ def greedy_worker(
     first-token-deadline order, the arrived prompts that can still meet that deadline while
     the iteration ends before the next token of every on-time running request is due (a
     worker with nothing running takes the first such prompt whatever its length). Prompts
-    already late are prefilled in iterations that take no on-time prompt."""
-    v = data.view
+    already late are prefilled in iterations that take no on-time prompt and end by the next
+    member's arrival (the worker idles until then when none fits; once no member is left to
+    arrive, at any time)."""
+    found = _greedy(_Tables(data), members, ready_s)
+    return found.comps, found.met, found.end_s
+
+
+def _greedy(
+    tab: _Tables,
+    members: Sequence[int],
+    ready_s: float,
+    slot: int | None = None,
+    resume: tuple[_Worker, float] | None = None,
+) -> _Worker:
+    """:func:`greedy_worker` as a :class:`_Worker` with its saved states. ``resume``: a
+    worker with the same ready time whose members differ from ``members`` only in requests
+    arriving at or after the given time; its passes before then are the same (a pass reads
+    only requests that arrived by its start and, at most, the next arrival after it), so the
+    build resumes from its last saved state whose passes read no arrival at or after that
+    time, and gives the same iterations as a build from the start."""
     tol = ON_TIME_TOLERANCE_S
-    order = sorted(members, key=lambda r: (float(data.arrival_s[r]), r))
-    arrival = {r: float(data.arrival_s[r]) for r in order}
-    # the metrics' deadline, arrival + TTFT + (k - 1) TPOT, with its tolerance
-    first_due = {r: arrival[r] + float(data.ttft_s[r]) for r in order}
-    tpot = {r: float(data.tpot_s[r]) for r in order}
-    prompt = {r: int(data.prompt[r]) for r in order}
-    output = {r: int(data.output[r]) for r in order}
-    alone = {r: v.any_s + v.prefill_s + v.prefill_part_s(prompt[r]) for r in order}
-    generated = dict.fromkeys(order, 0)
-    nxt = 0
-    pending: list[int] = []
+    arrival, first_due, tpot = tab.arrival, tab.first_due, tab.tpot
+    prompt, output, part, alone = tab.prompt, tab.output, tab.part, tab.alone
+    order = sorted(members, key=lambda r: (arrival[r], r))
+    comps: list[Composition] = []
+    snaps: list[_Snapshot] = []
+    generated: dict[int, int] = {}
+    waiting: list[int] = []  # arrived prompts that may still meet their first token
+    hopeless: list[int] = []  # arrived prompts that no longer can (and never will again)
     running: list[int] = []
     late: set[int] = set()
-    comps: list[Composition] = []
-    t = ready_s
-    cap = data.max_batch_size
-    while nxt < len(order) or pending or running:
+    t = seen = ready_s
+    nxt = 0
+    if resume is not None:
+        old, changed_s = resume
+        base = None
+        for snap in old.snaps:
+            if changed_s > snap.seen_s + 1e-12:
+                base = snap
+            else:
+                break
+        if base is not None:
+            t, seen, nxt = base.t, base.seen_s, base.taken
+            waiting, hopeless = list(base.waiting), list(base.hopeless)
+            running = list(base.running)
+            generated, late = dict(base.generated), set(base.late)
+            comps = list(old.comps[: base.built])
+            snaps = [x for x in old.snaps if x.built <= base.built and x.t <= base.t]
+    cap = tab.cap
+    max_tokens = tab.max_batch_tokens
+    any_s, prefill_s = tab.any_s, tab.prefill_s
+    passes = 0
+    while nxt < len(order) or waiting or hopeless or running:
+        if passes % SNAPSHOT_EVERY == 0 and (not snaps or snaps[-1].built < len(comps)):
+            snaps.append(
+                _Snapshot(
+                    t,
+                    max(seen, t),
+                    nxt,
+                    tuple(waiting),
+                    tuple(hopeless),
+                    tuple(running),
+                    tuple(generated.items()),
+                    frozenset(late),
+                    len(comps),
+                )
+            )
+        passes += 1
         while nxt < len(order) and arrival[order[nxt]] <= t + 1e-12:
-            pending.append(order[nxt])
+            waiting.append(order[nxt])
             nxt += 1
-        if not pending and not running:
+        if not waiting and not hopeless and not running:
             t = max(t, arrival[order[nxt]])
+            seen = max(seen, t)
             continue
         decode = running[:cap]
-        ctx = [(r, prompt[r] + generated[r]) for r in decode]
+        if decode:
+            kv = sum(prompt[r] + generated[r] for r in decode)
+            decode_part = tab.decode_s + len(decode) * tab.decode_token_s + tab.kv_s * kv
+        else:
+            decode_part = 0.0
         limit = min(
             (first_due[r] + generated[r] * tpot[r] + tol for r in decode if r not in late),
             default=math.inf,
         )
-        viable = sorted(
-            (r for r in pending if t + alone[r] <= first_due[r] + tol),
-            key=lambda r: (first_due[r], r),
-        )
-        chosen = viable or pending
+        # the clock only grows, so a prompt that cannot meet its first token now never will
+        still = [r for r in waiting if t + alone[r] <= first_due[r] + tol]
+        if len(still) < len(waiting):
+            hopeless += [r for r in waiting if t + alone[r] > first_due[r] + tol]
+            waiting = still
+        viable = sorted(waiting, key=lambda r: (first_due[r], r))
+        chosen = viable or hopeless
+        # late prompts fill idle time: an iteration that ends by the next member's arrival
+        # (once no member is left to arrive, at any time)
+        next_arrival = arrival[order[nxt]] if nxt < len(order) else math.inf
+        if not viable and next_arrival < math.inf:
+            seen = max(seen, next_arrival)
         prefill: list[int] = []
         tokens = len(decode)
+        parts = 0.0
         for r in chosen:
             if len(prefill) + len(decode) >= cap:
                 break
-            if data.max_batch_tokens and tokens + prompt[r] > data.max_batch_tokens:
+            if max_tokens and tokens + prompt[r] > max_tokens:
                 continue
-            end = t + data.iteration_s([*prefill, r], ctx)
+            with_r = parts + part[r]
+            took = any_s + (prefill_s + with_r)
+            if decode:
+                took += decode_part
+            end = t + took
             if decode and end > limit:
                 continue
             if viable and any(end > first_due[q] + tol for q in (*prefill, r)):
                 continue
+            if not viable and end > next_arrival:
+                continue
             prefill.append(r)
+            parts = with_r
             tokens += prompt[r]
         if not prefill and not decode:
+            if next_arrival < math.inf:
+                t = next_arrival
+                continue
             prefill = [chosen[0]]
-        t = t + data.iteration_s(prefill, ctx)
+            parts = part[chosen[0]]
+        took = any_s
+        if prefill:
+            took += prefill_s + parts
+        if decode:
+            took += decode_part
+        t = t + took
         for r in decode:
             generated[r] += 1
             if t > first_due[r] + (generated[r] - 1) * tpot[r] + tol:
                 late.add(r)
+        taken = set(prefill)
+        if viable:
+            waiting = [r for r in waiting if r not in taken]
+        else:
+            hopeless = [r for r in hopeless if r not in taken]
         for r in prefill:
             generated[r] = 1
-            pending.remove(r)
             if t > first_due[r] + tol:
                 late.add(r)
         running = [r for r in running if generated[r] < output[r]]
         running += [r for r in prefill if output[r] > 1]
         comps.append((tuple(sorted(prefill)), tuple(sorted(decode))))
-    return tuple(comps), len(order) - len(late), t
+    return _Worker(
+        tuple(sorted(members)),
+        slot,
+        tuple(comps),
+        len(order) - len(late),
+        t,
+        frozenset(late),
+        tuple(snaps),
+    )
 
 
-def _score(data: ScaleWindow, comps: Sequence[Composition], ready_s: float) -> tuple[int, float]:
-    """``(requests met, end of the last iteration)`` of a worker's iterations from ``ready_s``."""
+def _score(
+    data: ScaleWindow, comps: Sequence[Composition], ready_s: float
+) -> tuple[int, float, frozenset[int]]:
+    """``(requests met, end of the last iteration, requests served and not met)`` of a
+    worker's iterations from ``ready_s``."""
     if not comps:
-        return 0, ready_s
+        return 0, ready_s, frozenset()
     ends = _timeline(data, comps, ready_s)
     emitted: dict[int, int] = {}
     late: set[int] = set()
@@ -179,16 +325,17 @@ def _score(data: ScaleWindow, comps: Sequence[Composition], ready_s: float) -> t
             emitted[r] = token
             if end > data.deadline_s(r, token) + ON_TIME_TOLERANCE_S:
                 late.add(r)
-    met = sum(1 for r, k in emitted.items() if k == int(data.output[r]) and r not in late)
-    return met, ends[-1]
+    missed = frozenset(r for r, k in emitted.items() if k < int(data.output[r]) or r in late)
+    return len(emitted) - len(missed), ends[-1], missed
 
 
 class _State:
     """Workers of a decision with their scores; ``J`` summed per worker."""
 
-    def __init__(self, data: ScaleWindow, workers: list[_Worker]) -> None:
+    def __init__(self, data: ScaleWindow, workers: list[_Worker], tables: _Tables) -> None:
         self.d = data
         self.workers = workers
+        self.tables = tables
 
     def on_s(self, w: _Worker) -> float:
         return 0.0 if w.slot is None else self.d.slot_time_s(w.slot)
@@ -204,15 +351,22 @@ class _State:
     def total(self) -> float:
         return math.fsum(self.value(w) for w in self.workers)
 
-    def rebuilt(self, w: _Worker, members: Sequence[int], slot: int | None) -> _Worker:
-        out = _Worker(tuple(sorted(members)), slot, (), 0, 0.0)
-        ready = self.ready_s(out)
-        out.comps, out.met, out.end_s = greedy_worker(self.d, out.members, ready)
-        return out
+    def rebuilt(
+        self, w: _Worker, members: Sequence[int], slot: int | None, changed: Sequence[int] = ()
+    ) -> _Worker:
+        """Worker ``w``'s life at ``slot`` serving ``members``, its iterations built by the
+        greedy worker; when only the requests ``changed`` join or leave and the ready time
+        stays, the build resumes from ``w``'s last saved state before the first of them
+        arrives (the same iterations, fewer passes)."""
+        ready = self.ready_s(_Worker((), slot, (), 0, 0.0))
+        resume = None
+        if changed and w.snaps and slot == w.slot:
+            resume = (w, min(self.tables.arrival[r] for r in changed))
+        return _greedy(self.tables, members, ready, slot, resume)
 
     def retimed(self, w: _Worker, slot: int) -> _Worker:
         out = _Worker(w.members, slot, w.comps, 0, 0.0)
-        out.met, out.end_s = _score(self.d, out.comps, self.ready_s(out))
+        out.met, out.end_s, out.late = _score(self.d, out.comps, self.ready_s(out))
         return out
 
     def decision(self) -> ScaleDecision:
@@ -302,7 +456,7 @@ def online_decision(
     return ScaleDecision(routing, tuple(slots), tuple(tuple(c) for c in its))
 
 
-def _state_of(data: ScaleWindow, decision: ScaleDecision) -> _State:
+def _state_of(data: ScaleWindow, decision: ScaleDecision, tables: _Tables) -> _State:
     workers = []
     for w in range(len(decision.iterations)):
         members = tuple(r for r in range(data.n) if decision.routing[r] == w)
@@ -313,9 +467,9 @@ def _state_of(data: ScaleWindow, decision: ScaleDecision) -> _State:
             slot = 0
         worker = _Worker(members, slot, decision.iterations[w], 0, 0.0)
         ready = 0.0 if slot is None else data.slot_time_s(slot) + data.startup_s
-        worker.met, worker.end_s = _score(data, worker.comps, ready)
+        worker.met, worker.end_s, worker.late = _score(data, worker.comps, ready)
         workers.append(worker)
-    return _State(data, workers)
+    return _State(data, workers, tables)
 
 
 def _replayed(instance: Instance, data: ScaleWindow, decision: ScaleDecision) -> float:
@@ -332,7 +486,7 @@ def lns(
     starts: Sequence[str] = START_POLICIES,
     progress: bool | None = None,
 ) -> LnsResult:
-    """Large-neighbourhood search from the best online run (see the module docstring).
+    """Large-neighbourhood search from the best start (see the module docstring).
 
     Parameters
     ----------
@@ -343,8 +497,8 @@ def lns(
     time_limit : float
         Seconds for the whole search (the start runs included); honoured between moves.
     starts : sequence of str
-        Online heuristics to start from (their replayed decisions; the greedy worker scheduler
-        on a round-robin routing is always a candidate).
+        Online heuristics to start from (their replayed decisions; the insertion start, the
+        greedy worker on a round-robin routing and on one worker are always candidates).
     progress : bool, optional
         Progress line on stderr (default: when stderr is a terminal).
 
@@ -360,24 +514,28 @@ def lns(
     stop = t0 + time_limit
     data = ScaleWindow.of(instance)
     rng = np.random.default_rng(seed)
+    tables = _Tables(data)
     n0, W = data.initial_servers, data.max_servers
     candidates: list[tuple[str, _State]] = []
     rr = tuple(r % n0 for r in range(data.n))
     empty: list[tuple[Composition, ...]] = [()] * W
-    greedy = _state_of(data, ScaleDecision(rr, (None,) * W, tuple(empty)))
+    greedy = _state_of(data, ScaleDecision(rr, (None,) * W, tuple(empty)), tables)
     greedy.workers = [greedy.rebuilt(w, w.members, w.slot) for w in greedy.workers]
-    one = _state_of(data, ScaleDecision((0,) * data.n, (None,) * W, tuple(empty)))
+    one = _state_of(data, ScaleDecision((0,) * data.n, (None,) * W, tuple(empty)), tables)
     one.workers = [one.rebuilt(w, w.members, w.slot) for w in one.workers]
     candidates.append(("greedy-one-worker", one))
     candidates.append(("greedy-round-robin", greedy))
     interrupted = False
     try:
+        inserted = _insertion_start(data, tables, t0 + INSERTION_SHARE * time_limit)
+        if inserted is not None:
+            candidates.append(("greedy-insertion", inserted))
         for name in starts:
             if time.perf_counter() > stop:
                 break
             decision = online_decision(data, instance, name, seed=seed)
             if decision is not None:
-                candidates.append((name, _state_of(data, decision)))
+                candidates.append((name, _state_of(data, decision, tables)))
     except KeyboardInterrupt:
         interrupted = True
     start_name, state = max(candidates, key=lambda c: c[1].total())
@@ -437,32 +595,113 @@ def lns(
     )
 
 
+def _insertion_start(data: ScaleWindow, tables: _Tables, stop: float) -> _State | None:
+    """A start built in arrival order: each request joins the worker (an initial one, a life
+    already switched on, or a new life at the latest slot ready by its arrival) where ``J``
+    rises most while at most ``max_servers`` lives are on at once. Appending the latest
+    arrival resumes each worker's build near its end, so a try costs the passes from there.
+    When ``stop`` (a perf_counter time) passes first, the requests left go round robin to the
+    initial workers; None when no worker can take a request."""
+    W = data.max_servers
+    state = _State(
+        data, [_Worker((), None, (), 0, 0.0) for _ in range(data.initial_servers)], tables
+    )
+    order = sorted(range(data.n), key=lambda x: (tables.arrival[x], x))
+    for k, r in enumerate(order):
+        if time.perf_counter() > stop:
+            # out of time: the rest round robin on the initial workers
+            rest: dict[int, list[int]] = {}
+            for j, x in enumerate(order[k:]):
+                rest.setdefault(j % data.initial_servers, []).append(x)
+            for i, extra in rest.items():
+                w = state.workers[i]
+                state.workers[i] = state.rebuilt(w, [*w.members, *extra], w.slot)
+            return state if state.concurrency(state.workers) <= W else None
+        options: list[tuple[float, int, _Worker]] = []
+        slot = _slot_before(data, tables.arrival[r])
+        for i, w in enumerate(state.workers):
+            if w.slot is not None and w.end_s < data.slot_time_s(slot):
+                # a life that ended before the new life's switch-on: the new life serves r
+                # from the same time at no more cost, with nothing else on it
+                continue
+            grown = state.rebuilt(w, [*w.members, r], w.slot, (r,))
+            options.append((state.value(grown) - state.value(w), i, grown))
+        if W > data.initial_servers:
+            life = state.rebuilt(_Worker((), None, (), 0, 0.0), [r], slot)
+            options.append((state.value(life), len(state.workers), life))
+        options.sort(key=lambda o: (-o[0], o[1]))
+        for _, i, grown in options:
+            trial = list(state.workers)
+            if i < len(trial):
+                trial[i] = grown
+            else:
+                trial.append(grown)
+            if state.concurrency(trial) <= W:
+                state.workers = trial
+                break
+        else:
+            return None
+    return state
+
+
 def _move(state: _State, rng: np.random.Generator) -> tuple[list[int], list[_Worker]] | None:
     """One random move: indices of the workers it changes and their new versions."""
     d = state.d
     workers = state.workers
     used = [i for i, w in enumerate(workers) if w.members]
-    kind = int(rng.integers(0, 6))
+    kind = int(rng.integers(0, 8))
+    if kind == 7:  # a missed request to the worker where J rises most
+        missed = [x for w in workers for x in w.late]
+        if not missed:
+            return None
+        return _best_relocation(state, int(missed[int(rng.integers(0, len(missed)))]))
     if kind == 4:  # rebuild one worker's iterations
         if not used:
             return None
         i = int(rng.choice(used))
         return [i], [state.rebuilt(workers[i], workers[i].members, workers[i].slot)]
-    if kind in (0, 5):  # relocate one request (5: the one whose last token ends its worker)
+    if kind in (0, 5, 6):
+        # relocate one request (0: a missed one half the time, 5: the one whose last token
+        # ends its worker); 6: swap a missed request with the one of another worker arriving
+        # closest to it
         if kind == 5 and used:
             src = int(rng.choice(used))
             r = _last_finisher(d, workers[src])
         else:
-            r = int(rng.integers(0, d.n))
+            missed = [x for w in workers for x in w.late]
+            if missed and (kind == 6 or rng.random() < 0.5):
+                r = int(missed[int(rng.integers(0, len(missed)))])
+            else:
+                r = int(rng.integers(0, d.n))
             src = next(i for i, w in enumerate(workers) if r in w.members)
+        if kind == 6:
+            others = [i for i in used if i != src]
+            if not others:
+                return None
+            dst = int(rng.choice(others))
+            arrival = state.tables.arrival
+            q = min(workers[dst].members, key=lambda x: (abs(arrival[x] - arrival[r]), x))
+            a = state.rebuilt(
+                workers[src],
+                [x for x in workers[src].members if x != r] + [q],
+                workers[src].slot,
+                (r, q),
+            )
+            b = state.rebuilt(
+                workers[dst],
+                [x for x in workers[dst].members if x != q] + [r],
+                workers[dst].slot,
+                (r, q),
+            )
+            return [src, dst], [a, b]
         dst = int(rng.integers(0, len(workers) + 1))
         if dst == src:
             return None
         target = _target(state, dst, float(d.arrival_s[r]))
         a = state.rebuilt(
-            workers[src], [x for x in workers[src].members if x != r], workers[src].slot
+            workers[src], [x for x in workers[src].members if x != r], workers[src].slot, (r,)
         )
-        b = state.rebuilt(target, [*target.members, r], target.slot)
+        b = state.rebuilt(target, [*target.members, r], target.slot, (r,))
         return [src, dst], [a, b]
     if kind == 1:  # a span of arrivals to one worker
         r = int(rng.integers(0, d.n))
@@ -476,19 +715,25 @@ def _move(state: _State, rng: np.random.Generator) -> tuple[list[int], list[_Wor
         for i in idx:
             w = target if i == dst else workers[i]
             keep = [x for x in w.members if x not in moved]
-            out.append(state.rebuilt(w, keep + moved if i == dst else keep, w.slot))
+            members = keep + [x for x in moved if x not in keep] if i == dst else keep
+            out.append(state.rebuilt(w, members, w.slot, moved))
         return idx, out
     if kind == 2:  # close a worker
         if len(used) < 2:
             return None
         src = int(rng.choice(used))
         others = [i for i in used if i != src]
-        share: dict[int, list[int]] = {i: list(workers[i].members) for i in others}
+        share: dict[int, list[int]] = {i: [] for i in others}
         for k, r in enumerate(workers[src].members):
             share[others[k % len(others)]].append(r)
         idx = [src, *others]
         out = [state.rebuilt(workers[src], [], workers[src].slot)]
-        out += [state.rebuilt(workers[i], share[i], workers[i].slot) for i in others]
+        out += [
+            state.rebuilt(workers[i], [*workers[i].members, *share[i]], workers[i].slot, share[i])
+            if share[i]
+            else workers[i]
+            for i in others
+        ]
         return idx, out
     # shift a new worker's switch-on
     new = [i for i in used if workers[i].slot is not None]
@@ -501,6 +746,33 @@ def _move(state: _State, rng: np.random.Generator) -> tuple[list[int], list[_Wor
     if not 0 <= shifted < d.slots:
         return None
     return [i], [state.retimed(workers[i], shifted)]
+
+
+def _best_relocation(state: _State, r: int) -> tuple[list[int], list[_Worker]] | None:
+    """Request ``r`` moved to the worker where ``J`` rises most: every used worker on at its
+    arrival or later, and a new life switched on at the latest slot ready by its arrival."""
+    workers = state.workers
+    arrival = state.tables.arrival[r]
+    src = next(i for i, w in enumerate(workers) if r in w.members)
+    left = state.rebuilt(
+        workers[src], [x for x in workers[src].members if x != r], workers[src].slot, (r,)
+    )
+    base = state.value(workers[src]) - state.value(left)
+    slot = _slot_before(state.d, arrival)
+    best: tuple[float, int, _Worker] | None = None
+    for i, w in enumerate(workers):
+        if i == src or not w.members or (w.slot is not None and w.end_s < arrival):
+            continue
+        grown = state.rebuilt(w, [*w.members, r], w.slot, (r,))
+        gain = state.value(grown) - state.value(w)
+        if best is None or gain > best[0]:
+            best = (gain, i, grown)
+    life = state.rebuilt(_Worker((), None, (), 0, 0.0), [r], slot)
+    if best is None or state.value(life) > best[0]:
+        best = (state.value(life), len(workers), life)
+    if best[0] <= base:
+        return None
+    return [src, best[1]], [left, best[2]]
 
 
 def _target(state: _State, dst: int, arrival_s: float) -> _Worker:

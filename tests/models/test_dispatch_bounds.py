@@ -6,6 +6,7 @@ the methods ``bound`` and ``lns`` in compare and on the command line."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -15,8 +16,15 @@ from hypothesis import strategies as st
 from slolab.harness.cli import main
 from slolab.harness.compare import compare
 from slolab.instances import load_instance, read_workload, resolve_trace
-from slolab.models import dispatch_lns
-from slolab.models.dispatch_bounds import DispatchBound, ideal_bound, relaxation_bound
+from slolab.models import dispatch_bounds, dispatch_lns
+from slolab.models.dispatch_bounds import (
+    DispatchBound,
+    _build,
+    _request_profile,
+    ideal_bound,
+    relaxation_bound,
+    safe_dual_bound,
+)
 from slolab.models.dispatch_lns import lives_window, lns
 from slolab.models.dispatch_scale import DispatchScale, ScaleWindow, decision_schedule
 from slolab.problems import build_instance
@@ -78,9 +86,12 @@ def test_battery_bound_above_the_proved_optimum_and_below_the_ideal(inst, bucket
     assert res.status == Status.OPTIMAL
     ideal = ideal_bound(ScaleWindow.of(inst))
     for integral in (False, True):
-        found = relaxation_bound(inst, buckets=buckets, integral=integral)
+        found = relaxation_bound(inst, buckets=buckets, coarse_buckets=4, integral=integral)
         assert res.objective <= found.bound + 1e-9
         assert found.bound <= ideal + 1e-12
+        # every grid's LP bounds the optimum on its own, the coarse one included
+        for level in found.levels:
+            assert level.bound is not None and res.objective <= level.bound + 1e-9
 
 
 @settings(max_examples=6, deadline=None, derandomize=True)
@@ -116,14 +127,13 @@ def test_bound_strictly_tightens_the_ideal_on_a_loaded_window():
     assert res.objective <= found.bound
 
 
-@pytest.fixture(scope="module")
-def trace_window():
-    """30 consecutive Azure conv requests at high load with their real outputs, 2 of 4 workers
-    ready, 0.002 attainment per worker-second."""
+def azure_window(trace: str, n: int):
+    """``n`` consecutive requests of ``trace`` at high load with their real outputs, 2 of 4
+    workers ready, 0.002 attainment per worker-second."""
     return build_instance(
         "dispatch-scale",
-        trace="azure_conv_2023",
-        n=30,
+        trace=trace,
+        n=n,
         load="high",
         max_output_tokens=0,
         servers=2,
@@ -131,6 +141,69 @@ def trace_window():
         cost_weight=0.002,
         seed=1,
     )
+
+
+@pytest.fixture(scope="module")
+def trace_window():
+    """30 consecutive Azure conv requests (:func:`azure_window`)."""
+    return azure_window("azure_conv_2023", 30)
+
+
+def test_coarse_grid_alone_tightens_the_ideal_and_the_fine_grid_keeps_the_least(trace_window):
+    """On the 30-request trace window the coarse LP (16 buckets) alone is below the ideal
+    bound, and the default run (coarse, then 64 buckets) reports the least of its levels."""
+    coarse = relaxation_bound(trace_window, buckets=16, coarse_buckets=None)
+    assert coarse.status == "optimal" and len(coarse.levels) == 1
+    assert coarse.bound < coarse.ideal - 0.01
+    both = relaxation_bound(trace_window)
+    assert [level.status for level in both.levels] == ["optimal", "optimal"]
+    assert both.levels[0].buckets < both.levels[1].buckets
+    assert both.levels[0].bound == pytest.approx(coarse.bound, abs=1e-9)
+    assert both.bound == pytest.approx(min(level.bound for level in both.levels), abs=1e-12)
+
+
+def test_fine_lp_stopped_keeps_the_coarse_bound(trace_window, monkeypatch):
+    """When the fine LP stops at its time limit the coarse LP's bound is reported (status
+    coarse, FEASIBLE for the bound model), not the ideal one."""
+    real = dispatch_bounds._solve_lp
+
+    def coarse_only(lp, time_limit, threads, method):
+        if lp.buckets > 20:
+            return None, None, "time limit"
+        return real(lp, time_limit, threads, method)
+
+    monkeypatch.setattr(dispatch_bounds, "_solve_lp", coarse_only)
+    found = relaxation_bound(trace_window)
+    assert found.status == "coarse"
+    assert [level.status for level in found.levels] == ["optimal", "time limit"]
+    assert found.bound == pytest.approx(found.levels[0].bound, abs=1e-12)
+    assert found.bound < found.ideal
+    res = solve(DispatchBound(trace_window), solver="highs", time_limit=30)
+    assert res.status == Status.FEASIBLE and res.bound == pytest.approx(found.bound, abs=1e-12)
+
+
+def test_safe_dual_bound_holds_for_any_multipliers(trace_window):
+    """Weak duality on the box: the optimal duals give the LP optimum (within 1e-6), random
+    and zero multipliers values never below it; zero multipliers give the box's bound, the
+    most every m_r can add, (1/n) x (requests that meet alone)."""
+    data = ScaleWindow.of(trace_window)
+    meets = [r for r in range(data.n) if data.can_meet(r)]
+    profiles = [_request_profile(data, r) if r in meets else None for r in range(data.n)]
+    lp = _build(data, meets, profiles, 16)
+    value, x, status = dispatch_bounds._solve_lp(lp, 30.0, 1, "simplex")
+    assert status == "optimal" and value is not None and x is not None
+    primal = -float(lp.cost @ x)
+    assert value == pytest.approx(primal, abs=1e-6)
+    assert value >= primal - 1e-9
+    # zero multipliers: min over the box of c x = -(1/n) per met request (costs are >= 0),
+    # plus the 1e-9 margin
+    assert safe_dual_bound(lp, np.zeros(lp.matrix.shape[0])) == pytest.approx(
+        len(meets) / data.n + 1e-9, abs=1e-12
+    )
+    rng = np.random.default_rng(0)
+    for scale in (1e-3, 1e-1, 1.0):
+        y = rng.normal(0.0, scale, lp.matrix.shape[0])
+        assert safe_dual_bound(lp, y) >= primal - 1e-9
 
 
 def test_builder_keeps_real_outputs_and_sets_the_load(trace_window):
@@ -162,6 +235,47 @@ def test_lns_replays_clean_within_its_start_and_the_bound(trace_window):
     assert found.objective >= found.start_objective - 1e-12
     assert found.objective <= relaxation_bound(inst).bound + 1e-9
     assert found.runtime_s < 2.0 + 30.0  # the moves stop at the limit (a move is well under 1 s)
+
+
+def test_resumed_worker_builds_equal_builds_from_the_start():
+    """Seeded member sets of a 40-request Azure code window (arrivals over about 9 s), each
+    changed by 1-3 of the later half's requests joining or leaving: the greedy worker resumed from its saved states gives the same iterations,
+    requests met, end and missed requests as a build from the start (60 cases)."""
+    data = ScaleWindow.of(azure_window("azure_code_2023", 40))
+    tables = dispatch_lns._Tables(data)
+    rng = np.random.default_rng(1)
+    resumed_from_a_state = 0
+    for _ in range(20):
+        members = sorted(rng.choice(data.n, size=data.n // 2, replace=False).tolist())
+        ready = float(rng.choice([0.0, 0.5]))
+        old = dispatch_lns._greedy(tables, members, ready)
+        for _ in range(3):
+            # requests of the later half (arrival order), so that most builds resume late
+            later = np.argsort(data.arrival_s, kind="stable")[data.n // 2 :]
+            changed = rng.choice(later, size=int(rng.integers(1, 4)), replace=False).tolist()
+            new = sorted(set(members) ^ set(changed))
+            first = min(tables.arrival[r] for r in changed)
+            full = dispatch_lns._greedy(tables, new, ready)
+            resumed = dispatch_lns._greedy(tables, new, ready, None, (old, first))
+            assert resumed.comps == full.comps
+            assert (resumed.met, resumed.end_s, resumed.late) == (full.met, full.end_s, full.late)
+            resumed_from_a_state += any(first > snap.seen_s + 1e-12 for snap in old.snaps[1:])
+    # the check has teeth: most cases (all 60 with this seed) resume past the first saved
+    # state, where a build that missed a pass's look-ahead would differ
+    assert resumed_from_a_state >= 30
+
+
+def test_insertion_start_replays_to_its_score(trace_window):
+    """The insertion start, built by resumed appends, scores (per worker) what the engine
+    replays, with a clean checker, and serves every request."""
+    data = ScaleWindow.of(trace_window)
+    state = dispatch_lns._insertion_start(data, dispatch_lns._Tables(data), math.inf)
+    assert state is not None
+    assert sorted(r for w in state.workers for r in w.members) == list(range(data.n))
+    decision = state.decision()
+    schedule = decision_schedule(lives_window(data, decision), decision)
+    assert check(trace_window, replay(trace_window, schedule)) == []
+    assert DispatchScale(trace_window).evaluate(schedule) == pytest.approx(state.total(), abs=1e-9)
 
 
 def test_lns_keeps_the_incumbent_on_ctrl_c(trace_window, monkeypatch):
