@@ -177,6 +177,17 @@ def token_budget(
     return max((batch_s - b) / a, 0.0)
 
 
+def _least_time_after(t0: float, span_s: float) -> float:
+    """The least float ``t`` with ``t - t0 >= span_s`` (float subtraction is non-decreasing in
+    ``t``, so the times that pass form an interval from it)."""
+    t = t0 + span_s
+    while t - t0 < span_s:
+        t = math.nextafter(t, math.inf)
+    while math.nextafter(t, -math.inf) - t0 >= span_s:
+        t = math.nextafter(t, -math.inf)
+    return t
+
+
 def _phi(x: float) -> float:
     """Standard normal distribution function."""
     return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
@@ -420,6 +431,19 @@ class HyperFlexisDispatcher:
             t0, b0 = now, server.busy_s
         self._busy[server.id] = (t0, b0, rho)
 
+    def _next_sample_s(self, server: Server) -> float:
+        """The first time a decision takes the next utilization sample (the least float ``t``
+        with ``t - t0 >= utilization_window_s``, ``t0`` the last sample's time).
+
+        A repeated decode batch asks to be decided again at the end of the first iteration
+        ending then (``Batch.wake_at_s``): every decision before it returns the same batch and
+        leaves the monitor's state as it is (no request finishes, starts decoding or waits while
+        the batch repeats), so the samples, and the decisions that read them, are those of a
+        decision at every iteration.
+        """
+        t0 = self._busy[server.id][0]
+        return _least_time_after(t0, self.params.utilization_window_s)
+
     def _targets(self, queue: Sequence[int]) -> None:
         """Give newly seen requests their (mapped) targets."""
         if self.mapper is None:
@@ -515,8 +539,11 @@ class HyperFlexisDispatcher:
         if preempt:
             return Batch(decode=decode, preempt=preempt)
         full = len(decode) == len(server.decoding)
-        repeat = full and not pending
-        return Batch(decode=server.decoding_ids() if repeat else decode, repeat=repeat)
+        if full and not pending:
+            return Batch(
+                decode=server.decoding_ids(), repeat=True, wake_at_s=self._next_sample_s(server)
+            )
+        return Batch(decode=decode)
 
     def _scan(self, server: Server, queue: list[int]) -> list[int]:
         """Steps 2-4 of Algorithm 1 for ``server``: the requests of its next prefill batch."""
@@ -616,12 +643,11 @@ class HyperFlexisDispatcher:
         if not decode:
             return Batch()
         admitted = len(decode) > len(server.decoding)
-        quiet = not admitted and not candidates
-        return Batch(
-            decode=server.decoding_ids() if quiet else decode,
-            pull=pull,
-            repeat=quiet and len(decode) == len(server.decoding),
-        )
+        if not admitted and not candidates and len(decode) == len(server.decoding):
+            return Batch(
+                decode=server.decoding_ids(), repeat=True, wake_at_s=self._next_sample_s(server)
+            )
+        return Batch(decode=decode, pull=pull)
 
     # -- as a router --------------------------------------------------------------------------
     central = True

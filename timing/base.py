@@ -226,7 +226,23 @@ class LinearTiming(TimingModel):
         self.name = name
 
     def times(self, features: np.ndarray) -> np.ndarray:
-        return self.intercept_s + np.asarray(features, dtype=float) @ self.coef
+        """``intercept + x_0 c_0 + x_1 c_1 + ...`` added left to right over the non-zero
+        coefficients, row by row: a row's time does not depend on the rows beside it (a
+        matrix product may sum a row in another order depending on their number), so the
+        engine's vectorised decode windows equal its one-iteration steps bit for bit."""
+        f = np.asarray(features, dtype=float)
+        coef = self.coef.tolist()
+        if f.ndim == 2 and f.shape[0] == 1:
+            t = self.intercept_s
+            for x, c in zip(f[0].tolist(), coef, strict=True):
+                if c != 0.0:
+                    t += x * c
+            return np.array([t])
+        out = np.full(f.shape[:-1], self.intercept_s)
+        for j, c in enumerate(coef):
+            if c != 0.0:
+                out += f[..., j] * c
+        return out
 
     def affine(self) -> tuple[float, np.ndarray]:
         return self.intercept_s, self.coef.copy()
