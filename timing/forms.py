@@ -115,7 +115,8 @@ class RooflineTiming(TimingModel):
         :meth:`LinearTiming.times` does (a row's time does not depend on the rows beside it)."""
         f = np.asarray(features, dtype=float)
         if f.shape[0] == 1:
-            return np.array([max(float(line.times(f)[0]) for line in self.lines)])
+            row = f[0].tolist()
+            return np.array([max(line.time_of_row(row) for line in self.lines)])
         out = self.lines[0].times(f)
         for line in self.lines[1:]:
             np.maximum(out, line.times(f), out=out)
