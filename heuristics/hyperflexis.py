@@ -47,6 +47,7 @@ from slolab.heuristics.baselines import (
     RoundRobin,
     _AdmissionOrder,
     _make_room_for_decode,
+    decode_steps_within_until_s,
 )
 from slolab.heuristics.policies import Scheduler, register_policy, register_router
 from slolab.heuristics.scalers import _drain_order, register_scaler
@@ -900,6 +901,22 @@ class ScorpioPolicy:
       ``max_batch_tokens``; a prompt longer than the cap alone is prefilled in chunks of the
       cap, before anything else is admitted (ours: the cap is the engine's configuration).
 
+    Repeated decode batches (speed; the same decisions): a decision that decodes every running
+    request (their step within the tightest TPOT ``T_min``), admits, rejects and preempts
+    nothing is marked ``repeat=True``, and the engine runs it without asking again until a
+    request arrives, one finishes, memory runs out, or ``wake_at_s``. Until then every decision
+    would be the same. Nothing is prefilling. Nothing is admitted: the loop over the queue
+    stops at its head, and a head that does not fit stays so while the batch only decodes (the
+    batch size is fixed, the free memory only shrinks, and its step check reads more KV
+    tokens each step, on a model whose step time never falls with them; on other models the
+    batch repeats only with an empty queue). The head changes only when a waiting request turns
+    late (``now + alone > deadline``), which also is when one may be rejected: ``wake_at_s`` is
+    no later than the first such time. The decode part stays the whole batch while its step
+    stays within ``T_min``, timed step by step ahead as the engine times it
+    (:func:`~slolab.heuristics.baselines.decode_steps_within_until_s`); the credit-based
+    choice, which rotates among the requests, never repeats. ``tests/heuristics/
+    test_scorpio_speed.py`` checks the tokens against one decision per iteration, bit for bit.
+
     References
     ----------
     Tang et al., "SCORPIO: Serving the Right Requests at the Right Time for Heterogeneous SLOs
@@ -978,6 +995,7 @@ class ScorpioPolicy:
         tpot = self.tpot
         queue: Sequence[int] = st.queue
         rejected: list[int] = []  # turned away in this decision, which goes on without them
+        late_at = None
         if queue:
             # late: cannot meet its TTFT even if prefilled alone now (same sums as
             # ``now + prefill_s(...) > arrival + TTFT`` per request)
@@ -1031,7 +1049,8 @@ class ScorpioPolicy:
         if not n_running:
             return Batch(reject=rejected)
         t_min = st.running_t_min
-        if st.step_within(n_running, kv_running, t_min):
+        whole = st.step_within(n_running, kv_running, t_min)
+        if whole:
             decode = list(running[: server.max_batch_size])
         else:
             # the whole batch would exceed the tightest TPOT: requests by their pace (credits),
@@ -1056,7 +1075,28 @@ class ScorpioPolicy:
             st.order_key = None
         else:
             preempt = []  # one step fits: nothing to preempt
+            if (
+                whole
+                and not rejected
+                and n_running <= server.max_batch_size
+                and (not queue or st.kv_monotone)
+            ):
+                wake = decode_steps_within_until_s(server.timing, now, n_running, kv_running, t_min)
+                if wake is not None:
+                    if late_at is not None and not late_at.all():
+                        # a waiting request turning late reorders the queue (or is rejected)
+                        wake = min(wake, self._turns_late_s(st, late_at))
+                    return Batch(decode=server.decoding_ids(), repeat=True, wake_at_s=wake)
         return Batch(decode=decode, preempt=preempt, reject=rejected)
+
+    @staticmethod
+    def _turns_late_s(st: _ScorpioServer, late_at: np.ndarray) -> float:
+        """A time no later than the first at which a waiting request not late now turns late
+        (``now + alone > deadline``): the least ``deadline - alone`` less 1 ns (and a relative
+        1e-12), which the rounding of the sum cannot cross."""
+        on_time = ~late_at
+        first = float((st.deadline[on_time] - st.alone[on_time]).min())
+        return first - 1e-9 - 1e-12 * abs(first)
 
 
 class _ScorpioServer:
