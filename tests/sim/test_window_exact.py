@@ -130,6 +130,8 @@ def test_windows_equal_stepping_on_every_timing_form(name, policy):
         ("hyperflexis-pm", 3.0),
         ("slos-serve", 3.0),
         ("polyserve", 1.5),
+        ("scorpio", 3.0),
+        ("slide-batching", 3.0),
     ],
 )
 def test_registered_repeating_policies_equal_stepping(policy, rate):
