@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from slolab.heuristics.baselines import (
+    REPEAT_LOOKAHEAD,
     PrefillFirstFCFS,
     RoundRobin,
     _AdmissionOrder,
@@ -384,6 +385,7 @@ class HyperFlexisDispatcher:
         self._busy: dict[int, tuple[float, float, float]] = {}
         self._coef: dict[int, tuple[float, float]] = {}
         self._clocks: dict[int, PrefillClock] = {}
+        self._monotone: dict[int, bool] = {}
         self._seen: dict[int, set[int]] = {}
         self._first: dict[int, float] = {}
         self._admitted: dict[int, float] = {}
@@ -513,7 +515,8 @@ class HyperFlexisDispatcher:
             # preemption: finish it before anything else
             r = server.prefilling[0]
             return Batch(prefill=[(r, min(server.remaining_prefill(r), cap))])
-        if pending and self._mature(server):
+        mature = pending and self._mature(server)
+        if mature:
             admitted = self._scan(server, self._queue(server, self.tpot))
             if admitted:
                 waiting = set(server.waiting)
@@ -539,12 +542,116 @@ class HyperFlexisDispatcher:
         preempt = _make_room_for_decode(server, decode, order)
         if preempt:
             return Batch(decode=decode, preempt=preempt)
-        full = len(decode) == len(server.decoding)
-        if full and not pending:
-            return Batch(
-                decode=server.decoding_ids(), repeat=True, wake_at_s=self._next_sample_s(server)
-            )
+        if len(decode) == len(server.decoding):
+            wake = self._next_sample_s(server)
+            if pending:
+                blocked = self._none_admitted_until_s(server)
+                if blocked is not None:
+                    wake = min(wake, blocked)
+                elif not mature:
+                    wake = min(wake, self._matures_s(server))
+                else:
+                    return Batch(decode=decode)
+            return Batch(decode=server.decoding_ids(), repeat=True, wake_at_s=wake)
         return Batch(decode=decode)
+
+    def _none_admitted_until_s(self, server: Server) -> float | None:
+        """A time up to which :meth:`_scan` would admit nothing at any decision while the
+        worker only decodes (mature or not), or None when that is not shown.
+
+        The queue stays as it is until the batch is decided again (a request held or taken
+        from the global queue, or routed here, cuts the engine's window). Each candidate is
+        passed over for good when its prompt plus one token exceeds the free memory (which
+        only shrinks while decoding) or its prompt exceeds the token budget (Eq. 5 falls as the
+        decode step ``D`` grows, and ``D`` grows with the KV tokens read on a model whose step
+        never falls with them). Any other candidate is
+        passed over now only if it can still meet its TTFT alone (``R >= T``, else it is
+        admitted as best effort) and its probability ``Phi((R - T) / (kappa rho T))`` is below
+        the threshold by more than 1e-9 (``R`` only falls, and the computed ``Phi`` is within
+        an ulp or two of the exact, non-decreasing one); it stays so until ``R < T``, and the
+        time returned is no later than the first such turn (less 1 ns and a relative 1e-12, more
+        than the rounding of ``R``). ``rho`` changes only at a utilization sample, which the
+        caller's ``wake_at_s`` covers too.
+        """
+        timing = server.timing
+        monotone = self._monotone.get(id(timing))
+        if monotone is None:
+            monotone = self._monotone[id(timing)] = _kv_monotone(timing)
+        if not monotone:
+            return None
+        p = self.params
+        now = server.now
+        queue = self._queue(server, self.tpot)
+        if server.max_batch_size - len(server.decoding) <= 0:
+            return math.inf
+        a, b = self._ab(server)
+        decode = self._decode_now_s(server)
+        budget = token_budget(
+            a,
+            b,
+            ttft_s=min(self.ttft[r] for r in queue),
+            tpot_s=min([self.tpot[r] for r in server.decoding] + [self.tpot[queue[0]]]),
+            decode_s=decode,
+            time_saving_rate=p.time_saving_rate,
+        )
+        rho = self._busy.get(server.id, (now, 0.0, 0.0))[2]
+        clock = self._clock(server)
+        free = server.kv_free_tokens - len(server.decoding)
+        until = math.inf
+        for r in queue:
+            need = server.remaining_prefill(r)
+            if need + 1 > free or need > budget:
+                continue
+            t_hat = clock.batch_s([need])
+            due = server.arrival(r) + self.ttft[r]
+            left = due - now
+            if left < t_hat:
+                return None
+            spread = p.latency_spread * rho * t_hat + 1e-12
+            if not _phi((left - t_hat) / spread) < p.admit_threshold - 1e-9:
+                return None
+            turn = due - t_hat
+            until = min(until, turn - 1e-9 - 1e-12 * abs(turn))
+        return until
+
+    def _matures_s(self, server: Server) -> float:
+        """A time inside the decode step after which the worker, decoding all its running
+        requests and nothing else, turns mature (:meth:`_mature`), among the next
+        :data:`~slolab.heuristics.baselines.REPEAT_LOOKAHEAD` steps (inside the last of them
+        when none).
+
+        The step ``j`` from now ends at ``e_j`` (the steps' times accumulated from now as the
+        engine does) and the decision there reads ``D_(j+1)``, the step at ``batch (j + 1)``
+        more KV tokens: mature when ``TPOT > D`` and ``e_j >= t0 + T_prefill + n D`` with
+        ``n = ceil(T_prefill (1 - alpha) / (TPOT - D))``, evaluated for every ``j`` at once with
+        the same floating-point operations as :meth:`_mature`. The time returned is half that
+        step before its end (``Batch.wake_at_s``: the engine's window ends with that step).
+        """
+        running = server.decoding
+        n = len(running)
+        kv = sum(server.kv_held(r) for r in running)
+        t0, pre_s = self._dispatch.get(server.id, (-math.inf, 0.0))
+        tpot = min(self.tpot[r] for r in running)
+        k = REPEAT_LOOKAHEAD
+        f = np.zeros((k + 1, N_FEATURES))
+        f[:, F_DECODE_TOKENS] = n
+        f[:, F_NUM_DECODE] = n
+        f[:, F_DECODE_KV] = kv + n * np.arange(k + 1)
+        step = server.timing.times(f)
+        ends = np.empty(k + 1)
+        ends[0] = server.now
+        ends[1:] = step[:k]
+        np.cumsum(ends, out=ends)
+        ends = ends[1:]
+        decode = step[1:]
+        faster = tpot > decode
+        with np.errstate(divide="ignore", invalid="ignore"):
+            steps = np.ceil(
+                pre_s * (1.0 - self.params.time_saving_rate) / np.where(faster, tpot - decode, 1.0)
+            )
+        mature = faster & (ends >= t0 + pre_s + steps * decode)
+        j = int(np.argmax(mature)) if mature.any() else k - 1
+        return float(ends[j] - 0.5 * step[j])
 
     def _scan(self, server: Server, queue: list[int]) -> list[int]:
         """Steps 2-4 of Algorithm 1 for ``server``: the requests of its next prefill batch."""

@@ -34,7 +34,9 @@ server, above the server's capacity) is rejected on arrival and counted in
 Speed: a decode-only batch the policy marks ``repeat=True`` is fast-forwarded in one vectorised
 window until the first of its requests finishes or memory runs out, or (with ``wake_at_s``)
 until the first iteration ending at or after that time; a request routed to the server (or a
-KV transfer reaching it) cuts the window after the iteration in progress. The result is
+KV transfer reaching it), a request held in the central queue of its side under a central
+router, and a request another server takes from that queue, cut the window after the
+iteration in progress. The result is
 identical to asking the policy at every iteration, bit for bit: the window's iteration ends are
 its durations accumulated from its start left to right (``np.cumsum``), the floats that
 stepping ``end = start + duration`` one iteration at a time gives, and every timing form times
@@ -1304,6 +1306,12 @@ class Engine:
             )
         server.waiting.append(r)
         server.waiting_t = None
+        # the other servers of this side see a shorter central queue from now: a window in
+        # progress there is cut after its iteration in progress (its policy may read the queue)
+        for view in self.decode_views if decode else self.entry_views:
+            other = view._s
+            if other.window is not None and other is not server:
+                self._truncate(other)
         if decode:
             self.transfer_done[r] = now
             self.server_of[r] = server.id
