@@ -642,7 +642,7 @@ class SlideBatching:
                 admitted.append(r)
         if not decode and not prefill:
             return self._progress(server, q, order, self._order.of(server))
-        if not prefill and len(decode) == len(server.decoding):
+        if not prefill and len(decode) == len(server.decoding) and batch_s <= self._eta_s:
             wake = self._repeat_until_s(server, q)
             if wake is not None:
                 return Batch(decode=server.decoding_ids(), repeat=True, wake_at_s=wake)
