@@ -8,15 +8,23 @@ the same floats: every token time, every iteration's start and end, every server
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
 from sim_cases import random_instance
 from slolab.harness.serving import ServingSetup
 from slolab.heuristics.baselines import LeastLoaded, PrefillFirstFCFS, SarathiFCFS
-from slolab.sim import check, run
+from slolab.instances.records import Cluster, Instance, Workload
+from slolab.sim import Batch, check, run
 from slolab.sim.engine import _WINDOW_CHUNK
-from slolab.timing.base import F_DECODE_KV, F_DECODE_TOKENS, F_NUM_DECODE, N_FEATURES
+from slolab.timing.base import (
+    F_DECODE_KV,
+    F_DECODE_TOKENS,
+    F_NUM_DECODE,
+    N_FEATURES,
+    LinearTiming,
+)
 from slolab.timing.forms import MeanLengthTiming, ProfiledTiming, ThresholdTiming
 from slolab.timing.presets import available_presets, preset
 
@@ -159,3 +167,46 @@ def test_registered_repeating_policies_equal_stepping(policy, rate):
     # the windows fast-forwarded iterations: fewer decisions with them than without
     assert fast.n_iterations == slow.n_iterations
     assert fast_policy.decisions < slow_policy.decisions
+
+
+class WakeOnce:
+    """Prefills its one request whole, then repeats its decode batch, asking to decide again
+    at 0.1 s the first time; records the times it is asked."""
+
+    def __init__(self):
+        self.asked = []
+
+    def start(self, instance, seed):
+        self.asked = []
+
+    def next_batch(self, server):
+        self.asked.append(server.now)
+        if server.waiting:
+            r = server.waiting[0]
+            return Batch(prefill=[(r, server.remaining_prefill(r))])
+        if not server.decoding:
+            return Batch()
+        wake = 0.1 if len(self.asked) == 2 else math.inf
+        return Batch(decode=server.decoding_ids(), repeat=True, wake_at_s=wake)
+
+
+def test_wake_at_s_ends_a_window_with_the_first_step_ending_at_or_after_it():
+    """A repeated decode batch with ``wake_at_s`` 0.1 s is decided again at the end of the
+    first step ending at or after 0.1 s; the tokens are those of stepping."""
+    wl = Workload({"arrival_s": [0.0], "prompt_tokens": [10], "output_tokens": [20]})
+    inst = Instance(
+        "wake",
+        wl,
+        Cluster(),
+        LinearTiming(0.010, {"prefill_tokens": 0.001, "decode_tokens": 0.002}),
+    )
+    policy = WakeOnce()
+    fast = run(inst, policy, seed=0)
+    slow = run(inst, Counted(WakeOnce(), repeat=False), seed=0)
+    # prefill 10 tokens: 0.010 + 0.010 = 0.020 (token 1); decode steps of 0.012 end at
+    # 0.032, 0.044, ..., 0.092, 0.104: the first at or after 0.1 is the 7th, at 0.104; from
+    # there the batch repeats to the last token (19 steps: 0.020 + 19 x 0.012 = 0.248)
+    assert policy.asked[:3] == pytest.approx([0.0, 0.020, 0.104], abs=1e-12)
+    assert fast.tokens_of(0)[-1] == pytest.approx(0.248, abs=1e-12)
+    assert np.array_equal(fast.token_times, slow.token_times)
+    assert check(inst, fast) == []
