@@ -366,6 +366,12 @@ class HyperFlexisDispatcher:
     Migrator: at every step they admit held or transferred requests by (TPOT target, arrival)
     while the predicted step stays within the tightest TPOT and memory allows.
 
+    Speed (the same decisions): a batch that decodes every running request is marked
+    ``repeat=True`` and decided again at the first of the monitor's next utilization sample
+    (:meth:`_next_sample_s`) and, with requests waiting, the first decision at which one could
+    be admitted (:meth:`_none_admitted_until_s`) or, failing that proof, at which the worker
+    turns mature (:meth:`_matures_s`); until then every decision would choose that batch.
+
     References
     ----------
     HyperFlexis, Sec. 5.1 (Algorithm 1, P/D-disaggregated Dispatcher and Migrator), Eq. 5,

@@ -143,14 +143,14 @@ def test_windows_equal_stepping_on_every_timing_form(name, policy):
     ],
 )
 def test_registered_repeating_policies_equal_stepping(policy, rate):
-    """The registered policies that mark decode batches ``repeat=True``, on 100 Mooncake
+    """The registered policies that mark decode batches ``repeat=True``, on 60 Mooncake
     requests with Poisson arrivals on 4 servers: the same token times and busy times bit for
     bit with and without windows."""
     setup = ServingSetup(
         "mooncake_conversation",
         policy=policy,
         servers=4,
-        limit=100,
+        limit=60,
         slos="polyserve",
         arrivals="poisson",
     )
