@@ -35,10 +35,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 from slolab.heuristics.policies import register_policy, register_router
 from slolab.sim.policy import Batch
+from slolab.timing.base import F_DECODE_KV, F_DECODE_TOKENS, F_NUM_DECODE, N_FEATURES
 
 if TYPE_CHECKING:
     from slolab.instances.records import Instance
     from slolab.sim.engine import Server
+    from slolab.timing.base import TimingModel
 
 
 def _make_room_for_decode(
@@ -79,6 +81,43 @@ def _decode_server_batch(server: Server) -> Batch:
         return Batch()
     full = not admitted and len(decode) == len(server.decoding)
     return Batch(decode=server.decoding_ids() if full else decode, repeat=full)
+
+
+#: Iterations of a repeated decode batch whose steps :func:`decode_steps_within_until_s` times
+#: in one call (a batch whose steps stay within longer is decided again after them).
+REPEAT_LOOKAHEAD = 256
+
+
+def decode_steps_within_until_s(
+    timing: TimingModel, now: float, batch: int, kv_tokens: int, limit_s: float
+) -> float | None:
+    """Up to when a decode batch repeated from ``now`` keeps every step within ``limit_s``.
+
+    The batch of ``batch`` requests reading ``kv_tokens`` KV tokens runs step after step, each
+    reading ``batch`` more tokens than the one before. Returns None when the first step exceeds
+    ``limit_s``; otherwise a time inside the last step, among the next
+    :data:`REPEAT_LOOKAHEAD`, before the first that exceeds it (half that step's duration before
+    its end): given as ``Batch.wake_at_s``, the engine's window ends with that step and the
+    policy decides at its end. The steps are timed as the engine times them (the rows of one
+    ``times`` call equal one-row calls) and their ends accumulated from ``now`` left to right
+    as the engine does; the half step keeps the time inside the right step whatever the
+    rounding.
+    """
+    k = REPEAT_LOOKAHEAD
+    f = np.zeros((k, N_FEATURES))
+    f[:, F_DECODE_TOKENS] = batch
+    f[:, F_NUM_DECODE] = batch
+    f[:, F_DECODE_KV] = kv_tokens + batch * np.arange(k)
+    steps = timing.times(f)
+    within = steps <= limit_s
+    if not within[0]:
+        return None
+    last = k - 1 if within.all() else int(np.argmin(within)) - 1
+    ends = np.empty(last + 2)
+    ends[0] = now
+    ends[1:] = steps[: last + 1]
+    np.cumsum(ends, out=ends)
+    return float(ends[-1] - 0.5 * steps[last])
 
 
 @dataclass

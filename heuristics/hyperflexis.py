@@ -43,10 +43,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from slolab.heuristics.baselines import (
+    REPEAT_LOOKAHEAD,
     PrefillFirstFCFS,
     RoundRobin,
     _AdmissionOrder,
     _make_room_for_decode,
+    decode_steps_within_until_s,
 )
 from slolab.heuristics.policies import Scheduler, register_policy, register_router
 from slolab.heuristics.scalers import _drain_order, register_scaler
@@ -175,6 +177,17 @@ def token_budget(
     amortize = (1.0 - time_saving_rate) * decode_s / (tpot_s - decode_s)
     batch_s = ttft_s / (2.0 + amortize)
     return max((batch_s - b) / a, 0.0)
+
+
+def _least_time_after(t0: float, span_s: float) -> float:
+    """The least float ``t`` with ``t - t0 >= span_s`` (float subtraction is non-decreasing in
+    ``t``, so the times that pass form an interval from it)."""
+    t = t0 + span_s
+    while t - t0 < span_s:
+        t = math.nextafter(t, math.inf)
+    while math.nextafter(t, -math.inf) - t0 >= span_s:
+        t = math.nextafter(t, -math.inf)
+    return t
 
 
 def _phi(x: float) -> float:
@@ -353,6 +366,12 @@ class HyperFlexisDispatcher:
     Migrator: at every step they admit held or transferred requests by (TPOT target, arrival)
     while the predicted step stays within the tightest TPOT and memory allows.
 
+    Speed (the same decisions): a batch that decodes every running request is marked
+    ``repeat=True`` and decided again at the first of the monitor's next utilization sample
+    (:meth:`_next_sample_s`) and, with requests waiting, the first decision at which one could
+    be admitted (:meth:`_none_admitted_until_s`) or, failing that proof, at which the worker
+    turns mature (:meth:`_matures_s`); until then every decision would choose that batch.
+
     References
     ----------
     HyperFlexis, Sec. 5.1 (Algorithm 1, P/D-disaggregated Dispatcher and Migrator), Eq. 5,
@@ -372,6 +391,7 @@ class HyperFlexisDispatcher:
         self._busy: dict[int, tuple[float, float, float]] = {}
         self._coef: dict[int, tuple[float, float]] = {}
         self._clocks: dict[int, PrefillClock] = {}
+        self._monotone: dict[int, bool] = {}
         self._seen: dict[int, set[int]] = {}
         self._first: dict[int, float] = {}
         self._admitted: dict[int, float] = {}
@@ -419,6 +439,19 @@ class HyperFlexisDispatcher:
             rho = min(max((server.busy_s - b0) / (now - t0), 0.0), 1.0)
             t0, b0 = now, server.busy_s
         self._busy[server.id] = (t0, b0, rho)
+
+    def _next_sample_s(self, server: Server) -> float:
+        """The first time a decision takes the next utilization sample (the least float ``t``
+        with ``t - t0 >= utilization_window_s``, ``t0`` the last sample's time).
+
+        A repeated decode batch asks to be decided again at the end of the first iteration
+        ending then (``Batch.wake_at_s``): every decision before it returns the same batch and
+        leaves the monitor's state as it is (no request finishes, starts decoding or waits while
+        the batch repeats), so the samples, and the decisions that read them, are those of a
+        decision at every iteration.
+        """
+        t0 = self._busy[server.id][0]
+        return _least_time_after(t0, self.params.utilization_window_s)
 
     def _targets(self, queue: Sequence[int]) -> None:
         """Give newly seen requests their (mapped) targets."""
@@ -488,7 +521,8 @@ class HyperFlexisDispatcher:
             # preemption: finish it before anything else
             r = server.prefilling[0]
             return Batch(prefill=[(r, min(server.remaining_prefill(r), cap))])
-        if pending and self._mature(server):
+        mature = pending and self._mature(server)
+        if mature:
             admitted = self._scan(server, self._queue(server, self.tpot))
             if admitted:
                 waiting = set(server.waiting)
@@ -514,9 +548,116 @@ class HyperFlexisDispatcher:
         preempt = _make_room_for_decode(server, decode, order)
         if preempt:
             return Batch(decode=decode, preempt=preempt)
-        full = len(decode) == len(server.decoding)
-        repeat = full and not pending
-        return Batch(decode=server.decoding_ids() if repeat else decode, repeat=repeat)
+        if len(decode) == len(server.decoding):
+            wake = self._next_sample_s(server)
+            if pending:
+                blocked = self._none_admitted_until_s(server)
+                if blocked is not None:
+                    wake = min(wake, blocked)
+                elif not mature:
+                    wake = min(wake, self._matures_s(server))
+                else:
+                    return Batch(decode=decode)
+            return Batch(decode=server.decoding_ids(), repeat=True, wake_at_s=wake)
+        return Batch(decode=decode)
+
+    def _none_admitted_until_s(self, server: Server) -> float | None:
+        """A time up to which :meth:`_scan` would admit nothing at any decision while the
+        worker only decodes (mature or not), or None when that is not shown.
+
+        The queue stays as it is until the batch is decided again (a request held or taken
+        from the global queue, or routed here, cuts the engine's window). Each candidate is
+        passed over for good when its prompt plus one token exceeds the free memory (which
+        only shrinks while decoding) or its prompt exceeds the token budget (Eq. 5 falls as the
+        decode step ``D`` grows, and ``D`` grows with the KV tokens read on a model whose step
+        never falls with them). Any other candidate is
+        passed over now only if it can still meet its TTFT alone (``R >= T``, else it is
+        admitted as best effort) and its probability ``Phi((R - T) / (kappa rho T))`` is below
+        the threshold by more than 1e-9 (``R`` only falls, and the computed ``Phi`` is within
+        an ulp or two of the exact, non-decreasing one); it stays so until ``R < T``, and the
+        time returned is no later than the first such turn (less 1 ns and a relative 1e-12, more
+        than the rounding of ``R``). ``rho`` changes only at a utilization sample, which the
+        caller's ``wake_at_s`` covers too.
+        """
+        timing = server.timing
+        monotone = self._monotone.get(id(timing))
+        if monotone is None:
+            monotone = self._monotone[id(timing)] = _kv_monotone(timing)
+        if not monotone:
+            return None
+        p = self.params
+        now = server.now
+        queue = self._queue(server, self.tpot)
+        if server.max_batch_size - len(server.decoding) <= 0:
+            return math.inf
+        a, b = self._ab(server)
+        decode = self._decode_now_s(server)
+        budget = token_budget(
+            a,
+            b,
+            ttft_s=min(self.ttft[r] for r in queue),
+            tpot_s=min([self.tpot[r] for r in server.decoding] + [self.tpot[queue[0]]]),
+            decode_s=decode,
+            time_saving_rate=p.time_saving_rate,
+        )
+        rho = self._busy.get(server.id, (now, 0.0, 0.0))[2]
+        clock = self._clock(server)
+        free = server.kv_free_tokens - len(server.decoding)
+        until = math.inf
+        for r in queue:
+            need = server.remaining_prefill(r)
+            if need + 1 > free or need > budget:
+                continue
+            t_hat = clock.batch_s([need])
+            due = server.arrival(r) + self.ttft[r]
+            left = due - now
+            if left < t_hat:
+                return None
+            spread = p.latency_spread * rho * t_hat + 1e-12
+            if not _phi((left - t_hat) / spread) < p.admit_threshold - 1e-9:
+                return None
+            turn = due - t_hat
+            until = min(until, turn - 1e-9 - 1e-12 * abs(turn))
+        return until
+
+    def _matures_s(self, server: Server) -> float:
+        """A time inside the decode step after which the worker, decoding all its running
+        requests and nothing else, turns mature (:meth:`_mature`), among the next
+        :data:`~slolab.heuristics.baselines.REPEAT_LOOKAHEAD` steps (inside the last of them
+        when none).
+
+        The step ``j`` from now ends at ``e_j`` (the steps' times accumulated from now as the
+        engine does) and the decision there reads ``D_(j+1)``, the step at ``batch (j + 1)``
+        more KV tokens: mature when ``TPOT > D`` and ``e_j >= t0 + T_prefill + n D`` with
+        ``n = ceil(T_prefill (1 - alpha) / (TPOT - D))``, evaluated for every ``j`` at once with
+        the same floating-point operations as :meth:`_mature`. The time returned is half that
+        step before its end (``Batch.wake_at_s``: the engine's window ends with that step).
+        """
+        running = server.decoding
+        n = len(running)
+        kv = sum(server.kv_held(r) for r in running)
+        t0, pre_s = self._dispatch.get(server.id, (-math.inf, 0.0))
+        tpot = min(self.tpot[r] for r in running)
+        k = REPEAT_LOOKAHEAD
+        f = np.zeros((k + 1, N_FEATURES))
+        f[:, F_DECODE_TOKENS] = n
+        f[:, F_NUM_DECODE] = n
+        f[:, F_DECODE_KV] = kv + n * np.arange(k + 1)
+        step = server.timing.times(f)
+        ends = np.empty(k + 1)
+        ends[0] = server.now
+        ends[1:] = step[:k]
+        np.cumsum(ends, out=ends)
+        ends = ends[1:]
+        decode = step[1:]
+        faster = tpot > decode
+        with np.errstate(divide="ignore", invalid="ignore"):
+            steps = np.ceil(
+                pre_s * (1.0 - self.params.time_saving_rate) / np.where(faster, tpot - decode, 1.0)
+            )
+        mature = faster & (ends >= t0 + pre_s + steps * decode)
+        j = int(np.argmax(mature)) if mature.any() else k - 1
+        return float(ends[j] - 0.5 * step[j])
 
     def _scan(self, server: Server, queue: list[int]) -> list[int]:
         """Steps 2-4 of Algorithm 1 for ``server``: the requests of its next prefill batch."""
@@ -616,12 +757,11 @@ class HyperFlexisDispatcher:
         if not decode:
             return Batch()
         admitted = len(decode) > len(server.decoding)
-        quiet = not admitted and not candidates
-        return Batch(
-            decode=server.decoding_ids() if quiet else decode,
-            pull=pull,
-            repeat=quiet and len(decode) == len(server.decoding),
-        )
+        if not admitted and not candidates and len(decode) == len(server.decoding):
+            return Batch(
+                decode=server.decoding_ids(), repeat=True, wake_at_s=self._next_sample_s(server)
+            )
+        return Batch(decode=decode, pull=pull)
 
     # -- as a router --------------------------------------------------------------------------
     central = True
@@ -874,6 +1014,22 @@ class ScorpioPolicy:
       ``max_batch_tokens``; a prompt longer than the cap alone is prefilled in chunks of the
       cap, before anything else is admitted (ours: the cap is the engine's configuration).
 
+    Repeated decode batches (speed; the same decisions): a decision that decodes every running
+    request (their step within the tightest TPOT ``T_min``), admits, rejects and preempts
+    nothing is marked ``repeat=True``, and the engine runs it without asking again until a
+    request arrives, one finishes, memory runs out, or ``wake_at_s``. Until then every decision
+    would be the same. Nothing is prefilling. Nothing is admitted: the loop over the queue
+    stops at its head, and a head that does not fit stays so while the batch only decodes (the
+    batch size is fixed, the free memory only shrinks, and its step check reads more KV
+    tokens each step, on a model whose step time never falls with them; on other models the
+    batch repeats only with an empty queue). The head changes only when a waiting request turns
+    late (``now + alone > deadline``), which also is when one may be rejected: ``wake_at_s`` is
+    no later than the first such time. The decode part stays the whole batch while its step
+    stays within ``T_min``, timed step by step ahead as the engine times it
+    (:func:`~slolab.heuristics.baselines.decode_steps_within_until_s`); the credit-based
+    choice, which rotates among the requests, never repeats. ``tests/heuristics/
+    test_scorpio_speed.py`` checks the tokens against one decision per iteration, bit for bit.
+
     References
     ----------
     Tang et al., "SCORPIO: Serving the Right Requests at the Right Time for Heterogeneous SLOs
@@ -952,6 +1108,7 @@ class ScorpioPolicy:
         tpot = self.tpot
         queue: Sequence[int] = st.queue
         rejected: list[int] = []  # turned away in this decision, which goes on without them
+        late_at = None
         if queue:
             # late: cannot meet its TTFT even if prefilled alone now (same sums as
             # ``now + prefill_s(...) > arrival + TTFT`` per request)
@@ -1005,7 +1162,8 @@ class ScorpioPolicy:
         if not n_running:
             return Batch(reject=rejected)
         t_min = st.running_t_min
-        if st.step_within(n_running, kv_running, t_min):
+        whole = st.step_within(n_running, kv_running, t_min)
+        if whole:
             decode = list(running[: server.max_batch_size])
         else:
             # the whole batch would exceed the tightest TPOT: requests by their pace (credits),
@@ -1030,7 +1188,28 @@ class ScorpioPolicy:
             st.order_key = None
         else:
             preempt = []  # one step fits: nothing to preempt
+            if (
+                whole
+                and not rejected
+                and n_running <= server.max_batch_size
+                and (not queue or st.kv_monotone)
+            ):
+                wake = decode_steps_within_until_s(server.timing, now, n_running, kv_running, t_min)
+                if wake is not None:
+                    if late_at is not None and not late_at.all():
+                        # a waiting request turning late reorders the queue (or is rejected)
+                        wake = min(wake, self._turns_late_s(st, late_at))
+                    return Batch(decode=server.decoding_ids(), repeat=True, wake_at_s=wake)
         return Batch(decode=decode, preempt=preempt, reject=rejected)
+
+    @staticmethod
+    def _turns_late_s(st: _ScorpioServer, late_at: np.ndarray) -> float:
+        """A time no later than the first at which a waiting request not late now turns late
+        (``now + alone > deadline``): the least ``deadline - alone`` less 1 ns (and a relative
+        1e-12), which the rounding of the sum cannot cross."""
+        on_time = ~late_at
+        first = float((st.deadline[on_time] - st.alone[on_time]).min())
+        return first - 1e-9 - 1e-12 * abs(first)
 
 
 class _ScorpioServer:

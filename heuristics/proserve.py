@@ -42,6 +42,7 @@ from slolab.heuristics.baselines import (
     _AdmissionOrder,
     _decode_server_batch,
     _make_room_for_decode,
+    decode_steps_within_until_s,
 )
 from slolab.heuristics.policies import register_policy, register_router
 from slolab.sim.policy import Batch
@@ -400,6 +401,23 @@ class SlideBatching:
     one token fits (as the vLLM and Sarathi baselines do); when not even the decode tokens fit,
     the most recently admitted requests are preempted (recomputed later).
 
+    Repeated decode batches (speed; the same decisions): a call that decodes every decoding
+    request and prefills nothing is marked ``repeat=True`` (the engine runs it without asking
+    again until a request arrives, one finishes, memory runs out, or ``wake_at_s``) when the
+    same call would be made at every iteration until then, whatever the remaining times and
+    the order: nothing is prefilling; every waiting request's prompt plus one token exceeds
+    the free KV memory, which only shrinks while the batch decodes, so each is skipped
+    wherever the order puts it; the timing model is a maximum of affine lines with
+    non-negative coefficients (a batch's time never falls when an item joins, so every item of
+    a batch that fits fits wherever it comes); and the whole decode step stays within ``eta``
+    less 1 ns, ``eta`` being a lower bound of every budget (``t_budget = max(min remain,
+    eta)``) and 1 ns more than the filling loop's rounding and tolerance, so every decode token
+    joins and the early exits (the cheapest item, the line floors) never cut before the last.
+    ``wake_at_s`` ends the window with the last step within it, timed step by step ahead as the
+    engine times it (:func:`~slolab.heuristics.baselines.decode_steps_within_until_s`).
+    ``tests/heuristics/test_slide_batching_speed.py`` checks the tokens against one call per
+    iteration, bit for bit.
+
     Parameters
     ----------
     params : SlideBatchingParams, optional
@@ -624,7 +642,26 @@ class SlideBatching:
                 admitted.append(r)
         if not decode and not prefill:
             return self._progress(server, q, order, self._order.of(server))
+        if not prefill and len(decode) == len(server.decoding) and batch_s <= self._eta_s:
+            wake = self._repeat_until_s(server, q)
+            if wake is not None:
+                return Batch(decode=server.decoding_ids(), repeat=True, wake_at_s=wake)
         return Batch(prefill=prefill, decode=decode)
+
+    def _repeat_until_s(self, server: Server, q: _Queue) -> float | None:
+        """Up to when the decision to decode every decoding request, and nothing else, stays
+        the same (the class docstring's argument); None when that is not shown."""
+        est = self._est
+        assert est is not None
+        if self.capture or self._chunk_floors is None or server.prefilling:
+            return None
+        if server.timing is not est.timing and server.timing != est.timing:
+            return None
+        if q.waiting.any() and int(q.rem_prefill[q.waiting].min()) + 1 <= server.kv_free_tokens:
+            return None
+        kv = int(q.prefix[q.decode].sum())
+        limit = self._eta_s - LINE_FLOOR_MARGIN_S
+        return decode_steps_within_until_s(est.timing, server.now, int(q.decode.sum()), kv, limit)
 
     def _line_floors(
         self, q: _Queue, inc: np.ndarray | None, budget_s: float

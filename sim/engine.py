@@ -32,9 +32,15 @@ server, above the server's capacity) is rejected on arrival and counted in
 ``Outcome.rejected_kv``, with a warning.
 
 Speed: a decode-only batch the policy marks ``repeat=True`` is fast-forwarded in one vectorised
-window until the first of its requests finishes or memory runs out; a request routed to the
-server (or a KV transfer reaching it) cuts the window after the iteration in progress. The
-result is identical to asking the policy at every iteration.
+window until the first of its requests finishes or memory runs out, or (with ``wake_at_s``)
+until the first iteration ending at or after that time; a request routed to the server (or a
+KV transfer reaching it), a request held in the central queue of its side under a central
+router, and a request another server takes from that queue, cut the window after the
+iteration in progress. The result is
+identical to asking the policy at every iteration, bit for bit: the window's iteration ends are
+its durations accumulated from its start left to right (``np.cumsum``), the floats that
+stepping ``end = start + duration`` one iteration at a time gives, and every timing form times
+a row the same way whatever rows are beside it.
 """
 
 from __future__ import annotations
@@ -91,26 +97,41 @@ _EMPTY_I = np.zeros(0, dtype=np.int64)
 class _Window:
     """A fast-forwarded run of identical decode-only iterations (pending until committed)."""
 
-    __slots__ = ("ids", "starts", "ends", "features", "kv0", "keep", "extendable")
+    __slots__ = (
+        "ids",
+        "starts",
+        "ends",
+        "durations",
+        "features",
+        "kv0",
+        "keep",
+        "extendable",
+        "wake_at_s",
+    )
 
     def __init__(
         self,
         ids: np.ndarray,
         starts: np.ndarray,
         ends: np.ndarray,
+        durations: np.ndarray,
         features: np.ndarray,
         kv0: int,
         extendable: bool,
+        wake_at_s: float,
     ):
         self.ids = ids
         self.starts = starts
         self.ends = ends
+        self.durations = durations
         self.features = features
         self.kv0 = kv0
         self.keep = len(ends)
         # the window stopped at its chunk length, not at a finish or at the memory limit: if it
         # runs to its end uncut, the same batch continues without asking the policy again
         self.extendable = extendable
+        # the policy is asked again at the end of the first iteration ending at or after it
+        self.wake_at_s = wake_at_s
 
 
 class _Pending:
@@ -738,7 +759,7 @@ class Engine:
                 w = server.window
                 self._commit_window(server)
                 if w.extendable:
-                    self._open_window(server, w.ids)
+                    self._open_window(server, w.ids, w.wake_at_s)
                     continue
             elif server.pending is not None:
                 self._commit(server)
@@ -1285,6 +1306,12 @@ class Engine:
             )
         server.waiting.append(r)
         server.waiting_t = None
+        # the other servers of this side see a shorter central queue from now: a window in
+        # progress there is cut after its iteration in progress (its policy may read the queue)
+        for view in self.decode_views if decode else self.entry_views:
+            other = view._s
+            if other.window is not None and other is not server:
+                self._truncate(other)
         if decode:
             self.transfer_done[r] = now
             self.server_of[r] = server.id
@@ -1495,10 +1522,11 @@ class Engine:
                 f"server {server.id} t={now}: batch needs {s} KV tokens but only "
                 f"{server.kv_capacity - server.kv} of {server.kv_capacity} are free"
             )
-        self._open_window(server, ids)
+        self._open_window(server, ids, batch.wake_at_s)
 
-    def _open_window(self, server: _Srv, ids: np.ndarray) -> None:
-        """Fast-forward the decode-only batch ``ids`` from now (see the module docstring)."""
+    def _open_window(self, server: _Srv, ids: np.ndarray, wake_at_s: float) -> None:
+        """Fast-forward the decode-only batch ``ids`` from now (see the module docstring),
+        until the end of the first iteration ending at or after ``wake_at_s`` at the latest."""
         now = self.now
         s = len(ids)
         gen = self.generated[ids]
@@ -1519,13 +1547,25 @@ class Engine:
             raise PolicyError(
                 f"server {server.id} t={now}: timing model gave a non-positive iteration time"
             )
-        ends = now + np.cumsum(dur)
-        starts = np.empty(k)
-        starts[0] = now
-        starts[1:] = ends[:-1]
+        # one iteration at a time each starts at the previous one's end: ``end = start + dur``;
+        # accumulating from ``now`` (np.cumsum adds left to right) gives those floats exactly
+        times = np.empty(k + 1)
+        times[0] = now
+        times[1:] = dur
+        np.cumsum(times, out=times)
+        extendable = k < min(k_fin, k_mem)
+        if times[-1] >= wake_at_s:
+            # the policy asked to decide again at the first iteration end at or after it
+            k = int(np.searchsorted(times[1:], wake_at_s, side="left")) + 1
+            times = times[: k + 1]
+            dur = dur[:k]
+            f = f[:k]
+            extendable = False
         server.kv += s
-        server.window = _Window(ids, starts, ends, f, server.kv, extendable=k < min(k_fin, k_mem))
-        self._push(float(ends[-1]), server, _EV_END)
+        server.window = _Window(
+            ids, times[:-1], times[1:], dur, f, server.kv, extendable, wake_at_s
+        )
+        self._push(float(times[-1]), server, _EV_END)
 
     def _start_static(self, server: _Srv, batch: Batch) -> None:
         now = self.now
@@ -1676,7 +1716,11 @@ class Engine:
         gen[ids] += k
         self.held[ids] += k
         server.kv += s * (k - 1)
-        server.busy_s += float(w.ends[k - 1] - w.starts[0])
+        # busy time added iteration by iteration (left to right), as one step at a time does
+        busy = np.empty(k + 1)
+        busy[0] = server.busy_s
+        busy[1:] = w.durations[:k]
+        server.busy_s = float(np.cumsum(busy)[-1])
         if self.record:
             self._log(
                 server.id,

@@ -56,12 +56,14 @@ class Batch:
         dispatcher's decision; the request counts as routed, or transferred, now).
     repeat : bool
         A decode-only batch the policy would choose again, unchanged, at every iteration until
-        a request finishes, a request is routed to this server, or memory runs out. The
-        engine then fast-forwards those iterations in one vectorised step (same result as
-        asking the policy every iteration).
+        a request finishes, a request is routed to this server, or memory runs out (or until
+        ``wake_at_s``). The engine then fast-forwards those iterations in one vectorised step
+        (the same floats as asking the policy every iteration).
     wake_at_s : float
         With an empty batch: when to ask the policy again (default: at the next event that
-        concerns this server).
+        concerns this server). With a repeated decode batch: the policy is asked again at the
+        end of the first iteration ending at or after it (a choice that changes at a known
+        time, such as a periodic sample).
     scale : sequence of ScaleAction
         Scaling actions to execute now, before the batch starts (switch servers on, drain or
         move them; see :mod:`slolab.sim.scaling`).

@@ -223,10 +223,29 @@ class LinearTiming(TimingModel):
         self.coef = np.array([float(coefficients.get(n, 0.0)) for n in FEATURES])
         if not np.all(np.isfinite(self.coef)):
             raise ValueError(f"coefficients must be finite, got {dict(coefficients)}")
+        #: ``(feature index, coefficient)`` of the non-zero coefficients, in feature order
+        self.terms = tuple((j, c) for j, c in enumerate(self.coef.tolist()) if c != 0.0)
         self.name = name
 
     def times(self, features: np.ndarray) -> np.ndarray:
-        return self.intercept_s + np.asarray(features, dtype=float) @ self.coef
+        """``intercept + x_0 c_0 + x_1 c_1 + ...`` added left to right over the non-zero
+        coefficients, row by row: a row's time does not depend on the rows beside it (a
+        matrix product may sum a row in another order depending on their number), so the
+        engine's vectorised decode windows equal its one-iteration steps bit for bit."""
+        f = np.asarray(features, dtype=float)
+        if f.ndim == 2 and f.shape[0] == 1:
+            return np.array([self.time_of_row(f[0].tolist())])
+        out = np.full(f.shape[:-1], self.intercept_s)
+        for j, c in self.terms:
+            out += f[..., j] * c
+        return out
+
+    def time_of_row(self, row: list[float]) -> float:
+        """The time of one feature row (a list), summed as :meth:`times` sums each row."""
+        t = self.intercept_s
+        for j, c in self.terms:
+            t += row[j] * c
+        return t
 
     def affine(self) -> tuple[float, np.ndarray]:
         return self.intercept_s, self.coef.copy()

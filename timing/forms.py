@@ -111,9 +111,16 @@ class RooflineTiming(TimingModel):
         )
 
     def times(self, features: np.ndarray) -> np.ndarray:
-        per_line = np.asarray(features, dtype=float) @ self.coef_matrix
-        per_line += self.intercepts_s
-        return per_line.max(axis=1)
+        """The largest of the lines' times, each line summed row by row as
+        :meth:`LinearTiming.times` does (a row's time does not depend on the rows beside it)."""
+        f = np.asarray(features, dtype=float)
+        if f.shape[0] == 1:
+            row = f[0].tolist()
+            return np.array([max(line.time_of_row(row) for line in self.lines)])
+        out = self.lines[0].times(f)
+        for line in self.lines[1:]:
+            np.maximum(out, line.times(f), out=out)
+        return out
 
     def affine(self) -> tuple[float, np.ndarray] | None:
         """The single line's ``(intercept, coefficients)``; None with two or more lines."""
@@ -543,23 +550,20 @@ class MeanLengthTiming(TimingModel):
             if row[F_NUM_DECODE] > 0:
                 extra += self.decode_context_coef_s * row[F_DECODE_KV] / row[F_NUM_DECODE]
             return base + extra
-        prefill_mean = np.divide(
-            f[:, F_PREFILL_TOKENS],
+        # the same operations in the same order as one row above, so rows equal one-row calls
+        prefill_term = np.divide(
+            self.prefill_length_coef_s * f[:, F_PREFILL_TOKENS],
             f[:, F_NUM_PREFILL],
             out=np.zeros(f.shape[0]),
             where=f[:, F_NUM_PREFILL] > 0,
         )
-        decode_mean = np.divide(
-            f[:, F_DECODE_KV],
+        decode_term = np.divide(
+            self.decode_context_coef_s * f[:, F_DECODE_KV],
             f[:, F_NUM_DECODE],
             out=np.zeros(f.shape[0]),
             where=f[:, F_NUM_DECODE] > 0,
         )
-        return (
-            base
-            + self.prefill_length_coef_s * prefill_mean
-            + self.decode_context_coef_s * decode_mean
-        )
+        return base + (prefill_term + decode_term)
 
     def to_dict(self) -> dict[str, Any]:
         return {
