@@ -11,6 +11,7 @@ from slolab.harness.capacity import ProbeVerdict, smallest_count
 from slolab.harness.cli import main
 from slolab.harness.plan import PlanProbe, plan
 from slolab.harness.serving import ServingSetup
+from verdict_stubs import ListedVerdicts
 
 E2E_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "ttft_slo_s", "tpot_slo_s")
 
@@ -184,33 +185,21 @@ def test_plan_cli_prints_bounds_and_full_probes_turns_them_off(capsys):
         assert early[key] == full[key]
 
 
-class _Watch:
-    """A stand-in for AttainmentWatch: its verdict is read from a list, one per check."""
-
-    def __init__(self, every: int, verdicts: list) -> None:
-        self.every, self.verdicts, self.verdict, self.asked = every, verdicts, None, []
-
-    def __call__(self, engine) -> bool:
-        self.asked.append(engine)
-        self.verdict = self.verdicts.pop(0)
-        return self.verdict is not None
-
-
 def test_miss_watch_checks_early_then_at_the_watchs_pace():
     """Gaps of 200, 400, 800, 1600, 3200 events, then 3200; a meets verdict is not re-asked."""
     from slolab.harness.plan import _MissWatch
 
-    watch = _Watch(3200, [None] * 6 + ["misses"])
+    watch = ListedVerdicts(3200, [None] * 6 + ["misses"])
     stop = _MissWatch(watch)
     # the engine calls the stop every 3200 // 16 = 200 events; the watch is asked at calls
     # 1, 3, 7, 15, 31, 47, 63 (gaps 1, 2, 4, 8, 16, 16, 16 calls)
     assert stop.every == 200
     said = [stop(call) for call in range(1, 64)]
     assert watch.asked == [1, 3, 7, 15, 31, 47, 63] and said.index(True) == 62
-    meets = _Watch(3200, ["meets"])
+    meets = ListedVerdicts(3200, ["meets"])
     stop = _MissWatch(meets)
     # asked once (call 1), certain to meet: the run goes on and the watch is not asked again
     assert not any(stop(call) for call in range(1, 100)) and meets.asked == [1]
     # a small run's watch (every 100 events) is asked at every one of its calls
-    small = _MissWatch(_Watch(150, [None] * 5))
+    small = _MissWatch(ListedVerdicts(150, [None] * 5))
     assert (small.every, small.max_gap) == (100, 1)

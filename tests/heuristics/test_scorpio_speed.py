@@ -105,9 +105,9 @@ class PlainScorpio(ScorpioPolicy):
         return Batch(decode=decode, preempt=preempt, reject=rejected)
 
 
-def both(trace: str, *, limit: int, servers: int, rate: float, reject: bool, timing: str):
-    """The instance at ``rate`` and its outcomes under the fast and the plain rule."""
-    setup = ServingSetup(
+def scorpio_setup(trace: str, *, limit: int, servers: int, timing: str) -> ServingSetup:
+    """SCORPIO on ``trace`` with PolyServe's SLOs and Poisson arrivals."""
+    return ServingSetup(
         trace,
         policy="scorpio",
         servers=servers,
@@ -116,6 +116,11 @@ def both(trace: str, *, limit: int, servers: int, rate: float, reject: bool, tim
         arrivals="poisson",
         timing=timing,
     )
+
+
+def both(trace: str, *, limit: int, servers: int, rate: float, reject: bool, timing: str):
+    """The instance at ``rate`` and its outcomes under the fast and the plain rule."""
+    setup = scorpio_setup(trace, limit=limit, servers=servers, timing=timing)
     instance, sched = setup.prepare(setup.instance(rate))
     fast = dataclasses.replace(sched, policy=ScorpioPolicy(reject_unattainable=reject))
     plain = dataclasses.replace(sched, policy=PlainScorpio(reject_unattainable=reject))
@@ -216,15 +221,7 @@ def test_repeated_decode_batches_give_the_tokens_of_one_decision_per_iteration(
 ):
     """SCORPIO with repeated decode batches against the plain rule (a decision at every
     iteration): every token, rejection and finish bit for bit, with fewer decisions."""
-    setup = ServingSetup(
-        trace,
-        policy="scorpio",
-        servers=servers,
-        limit=limit,
-        slos="polyserve",
-        arrivals="poisson",
-        timing=timing,
-    )
+    setup = scorpio_setup(trace, limit=limit, servers=servers, timing=timing)
     instance, sched = setup.prepare(setup.instance(rate))
     fast_policy = Counted(ScorpioPolicy(reject_unattainable=reject))
     plain_policy = Counted(PlainScorpio(reject_unattainable=reject))

@@ -11,6 +11,7 @@ from slolab.sim import metrics
 from slolab.sim.metrics import DEFINITIONS
 from slolab.sim.verdict import AttainmentWatch
 from slolab.timing.base import LinearTiming
+from verdict_stubs import ListedVerdicts
 
 ROUND = LinearTiming(0.010, {"prefill_tokens": 0.001, "decode_tokens": 0.002})
 
@@ -120,32 +121,20 @@ def test_capacity_search_early_gives_the_full_search():
     assert full.n_early == 0 and fast.n_early >= 1
 
 
-class _Verdicts:
-    """A stand-in for AttainmentWatch: its verdict is read from a list, one per check."""
-
-    def __init__(self, every: int, verdicts: list) -> None:
-        self.every, self.verdicts, self.verdict, self.asked = every, verdicts, None, []
-
-    def __call__(self, engine) -> bool:
-        self.asked.append(engine)
-        self.verdict = self.verdicts.pop(0)
-        return self.verdict is not None
-
-
 def test_ramped_stop_asks_at_doubling_gaps_and_stops_on_either_verdict():
     """Called every 1600 // 16 = 100 events, the watch is asked at calls 1, 3, 7, 15, 31, 47."""
     from slolab.sim.verdict import RampedStop
 
-    watch = _Verdicts(1600, [None] * 5 + ["meets"])
+    watch = ListedVerdicts(1600, [None] * 5 + ["meets"])
     stop = RampedStop(watch)
     # gaps of 1, 2, 4, 8, 16 calls, then 16 calls (1600 events) for good
     said = [stop(call) for call in range(1, 48)]
     assert stop.every == 100 and watch.asked == [1, 3, 7, 15, 31, 47]
     assert said.index(True) == 46 and said.count(True) == 1
-    misses = _Verdicts(1600, ["misses"])
+    misses = ListedVerdicts(1600, ["misses"])
     assert RampedStop(misses)(1) and misses.asked == [1]
     # with only misses stopping, a meets verdict ends the asking and the run goes on
-    meets = _Verdicts(1600, ["meets"])
+    meets = ListedVerdicts(1600, ["meets"])
     only = RampedStop(meets, stop_on=("misses",))
     assert not any(only(call) for call in range(1, 50)) and meets.asked == [1]
 
