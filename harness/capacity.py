@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -207,6 +207,18 @@ def _check_target(target: float) -> None:
         raise ValueError(f"target must be an attainment in (0, 1], got {target!r}")
 
 
+def _known_intervals(
+    probes: Sequence[tuple[float, float]], early: Sequence[bool], target: float
+) -> list[tuple[float, float]]:
+    """Per probe, the ``(low, high)`` its attainment is known to lie in: the value itself for a
+    full run; ``[bound, 1]`` for a run stopped once certain to meet ``target``, ``[0, bound]``
+    for one stopped once certain to miss it."""
+    return [
+        ((a, 1.0) if a >= target else (0.0, a)) if stopped else (a, a)
+        for (_, a), stopped in zip(probes, early, strict=True)
+    ]
+
+
 def _is_monotone(
     probes: list[tuple[float, float]],
     tolerance: float,
@@ -359,10 +371,7 @@ def capacity(
         return attainment >= target
 
     def result(stop_reason: str) -> CapacityResult:
-        intervals = [
-            ((a, 1.0) if a >= target else (0.0, a)) if stopped else (a, a)
-            for (_, a), stopped in zip(probes, early, strict=True)
-        ]
+        intervals = _known_intervals(probes, early, target)
         found = CapacityResult(
             capacity=lo,
             target=target,
@@ -611,13 +620,10 @@ def smallest_count(
         return attainment >= target
 
     def result(count: int | None) -> CountSearchResult:
-        # Attainment non-decreasing in the count is -attainment non-increasing in it; a probe
-        # stopped early knows [bound, 1] when it met the target, [0, bound] when it missed.
+        # Attainment non-decreasing in the count is -attainment non-increasing in it (and a
+        # known interval [low, high] is [-high, -low] mirrored).
         mirrored = [(float(c), -attainment) for c, attainment in probes]
-        intervals = [
-            ((-1.0, -a) if a >= target else (-a, 0.0)) if stopped else (-a, -a)
-            for (_, a), stopped in zip(probes, early, strict=True)
-        ]
+        intervals = [(-high, -low) for low, high in _known_intervals(probes, early, target)]
         return CountSearchResult(
             count=count,
             target=target,

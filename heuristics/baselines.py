@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from slolab.heuristics.policies import register_policy, register_router
 from slolab.sim.policy import Batch
-from slolab.timing.base import F_DECODE_KV, F_DECODE_TOKENS, F_NUM_DECODE, N_FEATURES
+from slolab.timing.base import accumulate_from, decode_run_features
 
 if TYPE_CHECKING:
     from slolab.instances.records import Instance
@@ -104,20 +104,13 @@ def decode_steps_within_until_s(
     rounding.
     """
     k = REPEAT_LOOKAHEAD
-    f = np.zeros((k, N_FEATURES))
-    f[:, F_DECODE_TOKENS] = batch
-    f[:, F_NUM_DECODE] = batch
-    f[:, F_DECODE_KV] = kv_tokens + batch * np.arange(k)
-    steps = timing.times(f)
+    steps = timing.times(decode_run_features(batch, kv_tokens, k))
     within = steps <= limit_s
     if not within[0]:
         return None
     last = k - 1 if within.all() else int(np.argmin(within)) - 1
-    ends = np.empty(last + 2)
-    ends[0] = now
-    ends[1:] = steps[: last + 1]
-    np.cumsum(ends, out=ends)
-    return float(ends[-1] - 0.5 * steps[last])
+    end = accumulate_from(now, steps[: last + 1])[-1]
+    return float(end - 0.5 * steps[last])
 
 
 @dataclass

@@ -54,7 +54,14 @@ from slolab.heuristics.policies import Scheduler, register_policy, register_rout
 from slolab.heuristics.scalers import _drain_order, register_scaler
 from slolab.sim.policy import HOLD, Batch
 from slolab.sim.scaling import ClusterView, ScaleAction
-from slolab.timing.base import F_DECODE_KV, F_DECODE_TOKENS, F_NUM_DECODE, N_FEATURES
+from slolab.timing.base import (
+    F_DECODE_KV,
+    F_DECODE_TOKENS,
+    F_NUM_DECODE,
+    N_FEATURES,
+    accumulate_from,
+    decode_run_features,
+)
 
 if TYPE_CHECKING:
     from slolab.instances.records import Instance
@@ -188,6 +195,12 @@ def _least_time_after(t0: float, span_s: float) -> float:
     while math.nextafter(t, -math.inf) - t0 >= span_s:
         t = math.nextafter(t, -math.inf)
     return t
+
+
+def _safely_before(t: float) -> float:
+    """A time before ``t`` by 1 ns and a relative 1e-12: more than the rounding of a sum that
+    computes ``t`` another way, so a comparison with ``t`` cannot flip before it."""
+    return t - 1e-9 - 1e-12 * abs(t)
 
 
 def _phi(x: float) -> float:
@@ -616,8 +629,7 @@ class HyperFlexisDispatcher:
             spread = p.latency_spread * rho * t_hat + 1e-12
             if not _phi((left - t_hat) / spread) < p.admit_threshold - 1e-9:
                 return None
-            turn = due - t_hat
-            until = min(until, turn - 1e-9 - 1e-12 * abs(turn))
+            until = min(until, _safely_before(due - t_hat))
         return until
 
     def _matures_s(self, server: Server) -> float:
@@ -639,16 +651,8 @@ class HyperFlexisDispatcher:
         t0, pre_s = self._dispatch.get(server.id, (-math.inf, 0.0))
         tpot = min(self.tpot[r] for r in running)
         k = REPEAT_LOOKAHEAD
-        f = np.zeros((k + 1, N_FEATURES))
-        f[:, F_DECODE_TOKENS] = n
-        f[:, F_NUM_DECODE] = n
-        f[:, F_DECODE_KV] = kv + n * np.arange(k + 1)
-        step = server.timing.times(f)
-        ends = np.empty(k + 1)
-        ends[0] = server.now
-        ends[1:] = step[:k]
-        np.cumsum(ends, out=ends)
-        ends = ends[1:]
+        step = server.timing.times(decode_run_features(n, kv, k + 1))
+        ends = accumulate_from(server.now, step[:k])[1:]
         decode = step[1:]
         faster = tpot > decode
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -1208,8 +1212,7 @@ class ScorpioPolicy:
         (``now + alone > deadline``): the least ``deadline - alone`` less 1 ns (and a relative
         1e-12), which the rounding of the sum cannot cross."""
         on_time = ~late_at
-        first = float((st.deadline[on_time] - st.alone[on_time]).min())
-        return first - 1e-9 - 1e-12 * abs(first)
+        return _safely_before(float((st.deadline[on_time] - st.alone[on_time]).min()))
 
 
 class _ScorpioServer:

@@ -367,22 +367,10 @@ def _solve_lp(
     without a status (IPX without crossover does so on some degenerate LPs) is redone by the
     simplex method in the time left."""
     import highspy
-    from slolab.solvers.highs import run_highs
+    from slolab.solvers.highs import highs_lp, run_highs
 
     start = time.perf_counter()
-    csc = lp.matrix.tocsc()
-    model = highspy.HighsLp()
-    model.num_col_ = int(csc.shape[1])
-    model.num_row_ = int(csc.shape[0])
-    model.col_cost_ = lp.cost
-    model.col_lower_ = lp.col_lo
-    model.col_upper_ = lp.col_hi
-    model.row_lower_ = lp.row_lo
-    model.row_upper_ = lp.row_hi
-    model.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    model.a_matrix_.start_ = csc.indptr
-    model.a_matrix_.index_ = csc.indices
-    model.a_matrix_.value_ = csc.data
+    model = highs_lp(lp.matrix, lp.cost, lp.col_lo, lp.col_hi, lp.row_lo, lp.row_hi)
     for attempt in (method, "simplex"):
         highs = highspy.Highs()
         highs.setOptionValue("output_flag", False)

@@ -66,7 +66,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +78,7 @@ from slolab.models.proserve import (
     _affine,
 )
 from slolab.solvers.base import ExactModel, Result, Status
+from slolab.solvers.highs import highs_lp, run_highs_for
 from slolab.solvers.registry import register_model
 from slolab.timing.base import (
     F_DECODE_KV,
@@ -145,28 +145,6 @@ class BucketGrid:
     @property
     def pairs(self) -> int:
         return int((self.last - self.first + 1).sum())
-
-
-def _cancel(highs: Any) -> None:
-    """Ask a running HiGHS solve to stop (safe from another thread)."""
-    highs.cancelSolve()
-    highs.HandleUserInterrupt = True
-
-
-def _run_for(highs: Any, seconds: float) -> None:
-    """Run ``highs`` for at most about ``seconds``: its own limit (its clock runs over every
-    solve of the same model), and a timer that stops it, since a warm re-solve or a MILP
-    checks that limit only between its steps."""
-    from slolab.solvers.highs import run_highs
-
-    seconds = float(max(seconds, 1e-3))
-    highs.setOptionValue("time_limit", highs.getRunTime() + seconds)
-    timer = threading.Timer(seconds, _cancel, args=(highs,))
-    timer.start()
-    try:
-        run_highs(highs)
-    finally:
-        timer.cancel()
 
 
 def _round_up(bounds: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -669,20 +647,15 @@ class TdgHorizonBound(ExactModel):
         start = time.perf_counter()
         lp = self.build_lp(grid)
         built = time.perf_counter() - start
-        matrix = lp["matrix"]
-        model = highspy.HighsLp()
-        model.num_col_ = int(matrix.shape[1])
-        model.num_row_ = int(matrix.shape[0])
-        model.col_cost_ = lp["cost"]
-        model.col_lower_ = lp["col_lo"]
-        model.col_upper_ = lp["col_hi"]
-        model.row_lower_ = lp["row_lo"]
-        model.row_upper_ = lp["row_hi"]
-        model.sense_ = highspy.ObjSense.kMaximize
-        model.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-        model.a_matrix_.start_ = matrix.indptr
-        model.a_matrix_.index_ = matrix.indices
-        model.a_matrix_.value_ = matrix.data
+        model = highs_lp(
+            lp["matrix"],
+            lp["cost"],
+            lp["col_lo"],
+            lp["col_hi"],
+            lp["row_lo"],
+            lp["row_hi"],
+            maximize=True,
+        )
         highs = highspy.Highs()
         highs.setOptionValue("output_flag", bool(backend.log))
         highs.setOptionValue("threads", int(backend.threads))
@@ -700,7 +673,7 @@ class TdgHorizonBound(ExactModel):
             left = time_limit - (time.perf_counter() - start)
             if left <= 1e-3 and rounds:
                 break
-            _run_for(highs, left)
+            run_highs_for(highs, left)
             if not rounds:
                 first_solve_s = time.perf_counter() - start - built
             code = highs.getModelStatus()
@@ -780,7 +753,7 @@ class TdgHorizonBound(ExactModel):
             left = time_limit - (time.perf_counter() - start)
             if left <= MIP_MIN_S and rounds:
                 break
-            _run_for(highs, left)
+            run_highs_for(highs, left)
             rounds += 1
             code = highs.getModelStatus()
             status = highs.modelStatusToString(code)

@@ -75,6 +75,8 @@ from slolab.timing.base import (
     F_PREFILL_TOKENS,
     N_FEATURES,
     TimingModel,
+    accumulate_from,
+    decode_run_features,
 )
 from slolab.timing.presets import preset
 
@@ -1537,22 +1539,15 @@ class Engine:
             self._decide(server)
             return
         k = min(k_fin, k_mem, _WINDOW_CHUNK)
-        base = self.kv_held_sum(ids)
-        f = np.zeros((k, N_FEATURES))
-        f[:, F_DECODE_TOKENS] = s
-        f[:, F_NUM_DECODE] = s
-        f[:, F_DECODE_KV] = base + s * np.arange(k)
+        f = decode_run_features(s, self.kv_held_sum(ids), k)
         dur = server.timing.times(f)
         if not np.all(dur > 0):
             raise PolicyError(
                 f"server {server.id} t={now}: timing model gave a non-positive iteration time"
             )
         # one iteration at a time each starts at the previous one's end: ``end = start + dur``;
-        # accumulating from ``now`` (np.cumsum adds left to right) gives those floats exactly
-        times = np.empty(k + 1)
-        times[0] = now
-        times[1:] = dur
-        np.cumsum(times, out=times)
+        # accumulating from ``now`` left to right gives those floats exactly
+        times = accumulate_from(now, dur)
         extendable = k < min(k_fin, k_mem)
         if times[-1] >= wake_at_s:
             # the policy asked to decide again at the first iteration end at or after it
@@ -1717,10 +1712,7 @@ class Engine:
         self.held[ids] += k
         server.kv += s * (k - 1)
         # busy time added iteration by iteration (left to right), as one step at a time does
-        busy = np.empty(k + 1)
-        busy[0] = server.busy_s
-        busy[1:] = w.durations[:k]
-        server.busy_s = float(np.cumsum(busy)[-1])
+        server.busy_s = float(accumulate_from(server.busy_s, w.durations[:k])[-1])
         if self.record:
             self._log(
                 server.id,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -70,11 +71,62 @@ def run_highs(highs: Any) -> None:
         finally:
             highspy.Highs.resetGlobalScheduler(False)
 
-    def stop() -> None:
-        highs.cancelSolve()
-        highs.HandleUserInterrupt = True
+    run_interruptibly(work, functools.partial(cancel_highs, highs))
 
-    run_interruptibly(work, stop)
+
+def cancel_highs(highs: Any) -> None:
+    """Ask a running ``highspy.Highs`` solve to stop (safe from another thread): raise its stop
+    flag and start the interrupt callbacks that read it (:func:`run_highs`)."""
+    highs.cancelSolve()
+    highs.HandleUserInterrupt = True
+
+
+def run_highs_for(highs: Any, seconds: float) -> None:
+    """:func:`run_highs` for at most about ``seconds``: HiGHS's own limit (its clock runs over
+    every solve of the same model, so the limit is set past its run time so far) and a timer
+    that stops it, since a warm re-solve or a MILP checks that limit only between its steps.
+    A solve the timer stopped ends with HiGHS's interrupt status."""
+    seconds = float(max(seconds, 1e-3))
+    highs.setOptionValue("time_limit", highs.getRunTime() + seconds)
+    timer = threading.Timer(seconds, cancel_highs, args=(highs,))
+    timer.start()
+    try:
+        run_highs(highs)
+    finally:
+        timer.cancel()
+
+
+def highs_lp(
+    matrix: Any,
+    cost: Any,
+    col_lo: Any,
+    col_hi: Any,
+    row_lo: Any,
+    row_hi: Any,
+    *,
+    maximize: bool = False,
+) -> Any:
+    """A ``highspy.HighsLp`` of ``row_lo <= matrix x <= row_hi``, ``col_lo <= x <= col_hi``,
+    objective ``cost x`` (minimised, or maximised with ``maximize``); ``matrix`` is a SciPy
+    sparse matrix, passed column-wise without a copy when it is already CSC."""
+    import highspy
+
+    csc = matrix.tocsc()
+    model = highspy.HighsLp()
+    model.num_col_ = int(csc.shape[1])
+    model.num_row_ = int(csc.shape[0])
+    model.col_cost_ = cost
+    model.col_lower_ = col_lo
+    model.col_upper_ = col_hi
+    model.row_lower_ = row_lo
+    model.row_upper_ = row_hi
+    if maximize:
+        model.sense_ = highspy.ObjSense.kMaximize
+    model.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    model.a_matrix_.start_ = csc.indptr
+    model.a_matrix_.index_ = csc.indices
+    model.a_matrix_.value_ = csc.data
+    return model
 
 
 def _use_threads(threads: int) -> None:

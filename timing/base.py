@@ -86,6 +86,27 @@ def padded_decode_features(batch_size: float, kv_tokens: Any) -> np.ndarray:
     return f
 
 
+def decode_run_features(batch: int, kv_tokens: float, steps: int) -> np.ndarray:
+    """``(steps, 7)`` features of a decode-only batch of ``batch`` requests repeated ``steps``
+    times: the first iteration reads ``kv_tokens`` KV tokens, each next one ``batch`` more (every
+    request's previous token joins its cache)."""
+    f = np.zeros((steps, N_FEATURES))
+    f[:, F_DECODE_TOKENS] = batch
+    f[:, F_NUM_DECODE] = batch
+    f[:, F_DECODE_KV] = kv_tokens + batch * np.arange(steps)
+    return f
+
+
+def accumulate_from(start: float, durations: np.ndarray) -> np.ndarray:
+    """``[start, start + d_0, (start + d_0) + d_1, ...]``: the ends of iterations run one after
+    another from ``start``, added left to right (``np.cumsum`` does), so each is the float that
+    stepping ``end = start + duration`` one iteration at a time gives."""
+    times = np.empty(len(durations) + 1)
+    times[0] = start
+    times[1:] = durations
+    return np.cumsum(times, out=times)
+
+
 @dataclass(frozen=True, slots=True)
 class BatchShape:
     """Shape of one iteration (see :data:`FEATURES`)."""
