@@ -28,7 +28,7 @@ Tradeoff in LLM Inference with Sarathi-Serve", OSDI 2024 (Sec. 4: token budget, 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -89,28 +89,34 @@ REPEAT_LOOKAHEAD = 256
 
 
 def decode_steps_within_until_s(
-    timing: TimingModel, now: float, batch: int, kv_tokens: int, limit_s: float
+    timing: TimingModel,
+    now: float,
+    batch: int,
+    kv_tokens: int,
+    limit_s: float | Callable[[np.ndarray], np.ndarray],
 ) -> float | None:
     """Up to when a decode batch repeated from ``now`` keeps every step within ``limit_s``.
 
     The batch of ``batch`` requests reading ``kv_tokens`` KV tokens runs step after step, each
-    reading ``batch`` more tokens than the one before. Returns None when the first step exceeds
-    ``limit_s``; otherwise a time inside the last step, among the next
-    :data:`REPEAT_LOOKAHEAD`, before the first that exceeds it (half that step's duration before
-    its end): given as ``Batch.wake_at_s``, the engine's window ends with that step and the
-    policy decides at its end. The steps are timed as the engine times them (the rows of one
-    ``times`` call equal one-row calls) and their ends accumulated from ``now`` left to right
-    as the engine does; the half step keeps the time inside the right step whatever the
-    rounding.
+    reading ``batch`` more tokens than the one before. ``limit_s`` is one limit for every step,
+    or a function of the steps' start times (the first is ``now``) giving each step's own limit.
+    Returns None when the first step exceeds its limit; otherwise a time inside the last step,
+    among the next :data:`REPEAT_LOOKAHEAD`, before the first that exceeds it (half that step's
+    duration before its end): given as ``Batch.wake_at_s``, the engine's window ends with that
+    step and the policy decides at its end. The steps are timed as the engine times them (the
+    rows of one ``times`` call equal one-row calls) and their ends accumulated from ``now`` left
+    to right as the engine does (so the start times are the engine's floats too); the half step
+    keeps the time inside the right step whatever the rounding.
     """
     k = REPEAT_LOOKAHEAD
     steps = timing.times(decode_run_features(batch, kv_tokens, k))
-    within = steps <= limit_s
+    ends = accumulate_from(now, steps)
+    within = steps <= (limit_s(ends[:-1]) if callable(limit_s) else limit_s)
     if not within[0]:
         return None
     last = k - 1 if within.all() else int(np.argmin(within)) - 1
-    end = accumulate_from(now, steps[: last + 1])[-1]
-    return float(end - 0.5 * steps[last])
+    # the cumulative sum runs left to right: its prefix is the sum over the first steps alone
+    return float(ends[last + 1] - 0.5 * steps[last])
 
 
 @dataclass

@@ -82,6 +82,8 @@ BUDGET_TOL_S = 1e-12
 LINE_FLOOR_MARGIN_S = 1e-9
 #: Queues longer than this get SlideBatching's early exit (shorter ones are walked whole).
 FLOOR_QUEUE = 64
+#: Queues up to this long are built and ordered on Python lists (numpy's calls cost more there).
+SHORT_QUEUE = 32
 
 
 # -- per-request reads: the one place policies look at requests ------------------------------
@@ -242,7 +244,7 @@ class LatencyEstimator:
     ) -> float:
         """Time of the batch with one more row (``inc`` its line increments)."""
         if self.lined:
-            return max(v + d for v, d in zip(lines, inc, strict=True))
+            return max([v + d for v, d in zip(lines, inc, strict=True)])
         return float(self.timing.times((features + row)[None, :])[0])
 
     def max_chunk(
@@ -305,6 +307,39 @@ class LatencyEstimator:
         inc = row @ self.coef
         return [v + float(d) for v, d in zip(lines, inc, strict=True)], features + row
 
+    def add_chunk(
+        self, lines: list[float], features: np.ndarray, chunk: int, prefix: int
+    ) -> tuple[list[float], np.ndarray]:
+        """State after a prefill chunk of ``chunk`` tokens after ``prefix`` cached joins the
+        batch: :meth:`add` of :meth:`chunk_features`' row (the same floats), built without
+        array arithmetic. With lines the feature vector is left as it is (only a model without
+        lines reads it)."""
+        row = np.array(chunk_row(chunk, prefix))
+        if self.lined:
+            inc = (row @ self.coef).tolist()
+            return [v + d for v, d in zip(lines, inc, strict=True)], features
+        return self.add(lines, features, row)
+
+
+def decode_row(context_tokens: int) -> list[float]:
+    """:meth:`LatencyEstimator.decode_features`' row of one decode token, as a list."""
+    row = [0.0] * N_FEATURES
+    row[F_DECODE_TOKENS] = 1.0
+    row[F_NUM_DECODE] = 1.0
+    row[F_DECODE_KV] = float(context_tokens)
+    return row
+
+
+def chunk_row(chunk: int, prefix: int) -> list[float]:
+    """:meth:`LatencyEstimator.chunk_features`' row of one chunk, as a list (the same floats:
+    ``c * (prefix + (c + 1) / 2)`` in the same order)."""
+    c = float(chunk)
+    row = [0.0] * N_FEATURES
+    row[F_PREFILL_TOKENS] = c
+    row[F_NUM_PREFILL] = float(chunk > 0)
+    row[F_PREFILL_ATTN] = c * (float(prefix) + (c + 1.0) / 2.0)
+    return row
+
 
 # -- SlideBatching (Sec. 4.2) ----------------------------------------------------------------------
 
@@ -362,20 +397,67 @@ def default_eta_s(instance: Instance) -> float:
 
 
 @dataclass
-class _Queue:
-    """The queue of one SlideBatching call, vectorised (decoding requests first)."""
+class _QueueArrays:
+    """The columns of a long queue as arrays (decoding requests first), for numpy's order."""
 
     ids: np.ndarray
     decode: np.ndarray  # bool: decoding (else prefilling or waiting)
     waiting: np.ndarray  # bool: not admitted yet
     remain_s: np.ndarray
     weight: np.ndarray
-    prefix: np.ndarray
-    rem_prefill: np.ndarray
     exec_s: np.ndarray
+    inc: np.ndarray | None  # ``rows @ est.coef`` (None: a timing model without lines)
+
+
+@dataclass
+class _Queue:
+    """The queue of one SlideBatching call as Python lists (decoding requests first).
+
+    ``rows`` are the items' feature rows (decode tokens at their contexts, whole remaining
+    prompts at their prefixes) and ``inc`` their line increments ``rows @ est.coef`` (a row a
+    list, or the array of a long queue; None without lines). ``arrays`` holds a long queue's
+    columns as arrays (None for a short one, built and ordered on the lists alone).
+    """
+
+    ids: list[int]
+    decode: list[bool]
+    waiting: list[bool]
+    generated: list[int]
+    remain_s: list[float]
+    weight: list[float]
+    prefix: list[int]
+    rem_prefill: list[int]
+    exec_s: list[float]
     rows: np.ndarray = field(repr=False)
-    #: ``rows @ est.coef`` when already computed (None: not yet)
-    inc: np.ndarray | None = field(default=None, repr=False)
+    inc: np.ndarray | list[list[float]] | None = field(default=None, repr=False)
+    arrays: _QueueArrays | None = field(default=None, repr=False)
+
+
+def numpy_sum(values: Sequence[float]) -> float:
+    """``np.sum`` of a float64 array of ``values``, on Python floats: numpy's pairwise
+    summation (fewer than 8 values added left to right; up to 128 in eight running sums
+    combined pairwise, the rest left to right; more split in two at a multiple of 8), so the
+    same float as ``float(np.asarray(values).sum())``."""
+    n = len(values)
+    if n < 8:
+        total = 0.0
+        for v in values:
+            total += v
+        return total
+    if n <= 128:
+        r = list(values[:8])
+        i = 8
+        while i < n - n % 8:
+            for j in range(8):
+                r[j] += values[i + j]
+            i += 8
+        total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        for v in values[i:]:
+            total += v
+        return total
+    half = n // 2
+    half -= half % 8
+    return numpy_sum(values[:half]) + numpy_sum(values[half:])
 
 
 class SlideBatching:
@@ -401,20 +483,30 @@ class SlideBatching:
     one token fits (as the vLLM and Sarathi baselines do); when not even the decode tokens fit,
     the most recently admitted requests are preempted (recomputed later).
 
+    Short queues (speed; the same floats): a queue of at most :data:`SHORT_QUEUE` requests is
+    built, summed and ordered on Python floats, with the same operations in the same order as
+    numpy's on the arrays (elementwise arithmetic is correctly rounded either way; ``sum exec``
+    is numpy's pairwise sum, :func:`numpy_sum`; the stable sort on the same keys gives
+    ``np.lexsort``'s order, no key being NaN); the line increments stay one matrix product on
+    the same feature rows, as for a long queue.
+
     Repeated decode batches (speed; the same decisions): a call that decodes every decoding
     request and prefills nothing is marked ``repeat=True`` (the engine runs it without asking
     again until a request arrives, one finishes, memory runs out, or ``wake_at_s``) when the
-    same call would be made at every iteration until then, whatever the remaining times and
-    the order: nothing is prefilling; every waiting request's prompt plus one token exceeds
-    the free KV memory, which only shrinks while the batch decodes, so each is skipped
-    wherever the order puts it; the timing model is a maximum of affine lines with
-    non-negative coefficients (a batch's time never falls when an item joins, so every item of
-    a batch that fits fits wherever it comes); and the whole decode step stays within ``eta``
-    less 1 ns, ``eta`` being a lower bound of every budget (``t_budget = max(min remain,
-    eta)``) and 1 ns more than the filling loop's rounding and tolerance, so every decode token
-    joins and the early exits (the cheapest item, the line floors) never cut before the last.
-    ``wake_at_s`` ends the window with the last step within it, timed step by step ahead as the
-    engine times it (:func:`~slolab.heuristics.baselines.decode_steps_within_until_s`).
+    same call would be made at every iteration until then, whatever the order: nothing is
+    prefilling; every waiting request's prompt plus one token exceeds the free KV memory, which
+    only shrinks while the batch decodes, so each is skipped wherever the order puts it; the
+    timing model is a maximum of affine lines with non-negative coefficients (a batch's time
+    never falls when an item joins, so every item of a batch that fits fits wherever it comes);
+    and each decode step stays within the budget of the call at its start less 1 ns, 1 ns being
+    more than the filling loop's rounding and tolerance, so every decode token joins and the
+    early exits (the cheapest item, the line floors) never cut before the last. That budget is
+    known ahead: ``t_budget = max(min remain, eta)`` where a decoding request's next deadline
+    moves on by one TPOT a step and a waiting request's stays, and each step starts where the
+    one before ends; :meth:`_repeat_until_s` computes it with the floats of the call (the same
+    operations on the same values). ``wake_at_s`` ends the window with the last step within
+    its budget, timed step by step ahead as the engine times it
+    (:func:`~slolab.heuristics.baselines.decode_steps_within_until_s`).
     ``tests/heuristics/test_slide_batching_speed.py`` checks the tokens against one call per
     iteration, bit for bit.
 
@@ -442,6 +534,12 @@ class SlideBatching:
         self._order = _AdmissionOrder({})
         self._chunk_floors: list[float] | None = None
         self._static = np.zeros((0, 4))
+        self._static_lists: tuple[list[float], list[float], list[float], list[float]] = (
+            [],
+            [],
+            [],
+            [],
+        )
         self._roofline: np.ndarray | None = None
 
     def start(self, instance: Instance, seed: int) -> None:
@@ -454,6 +552,8 @@ class SlideBatching:
         self._static = np.column_stack(
             [data.arrival_s + data.ttft_s, data.tpot_s, data.first_weight, data.decode_weight]
         )
+        first_due, tpot, first_weight, decode_weight = self._static.T.tolist()
+        self._static_lists = (first_due, tpot, first_weight, decode_weight)
         # a roofline's times are its line increments plus its intercepts, maximised
         self._roofline = (
             instance.timing.intercepts_s
@@ -474,15 +574,59 @@ class SlideBatching:
 
     # -- Algorithm 1 -------------------------------------------------------------------------
     def _queue(self, server: Server) -> _Queue | None:
-        data, est = self._data, self._est
-        assert data is not None and est is not None
+        """The call's queue: on Python lists up to :data:`SHORT_QUEUE` requests, else arrays."""
+        n = server.load
+        if n == 0:
+            return None
+        if n <= SHORT_QUEUE:
+            return self._short_queue(server)
+        return self._long_queue(server)
+
+    def _short_queue(self, server: Server) -> _Queue:
+        """:meth:`_long_queue`'s columns computed item by item on Python floats."""
+        est = self._est
+        assert est is not None
+        first_due, tpot, first_weight, decode_weight = self._static_lists
+        decoding, prefilling, waiting_ids = server.decoding, server.prefilling, server.waiting
+        ids = list(decoding + prefilling + waiting_ids)
+        n_dec, n_run = len(decoding), len(decoding) + len(prefilling)
+        now = server.now
+        gen = [server.generated(r) for r in ids]
+        prefix = [server.kv_held(r) for r in ids]
+        rem = [0] * n_dec + [server.remaining_prefill(r) for r in prefilling]
+        # a waiting request prefills its prompt plus the tokens it generated before a recompute
+        rem += [server.prompt(r) + g for r, g in zip(waiting_ids, gen[n_run:], strict=True)]
+        remain = [first_due[r] + g * tpot[r] - now for r, g in zip(ids, gen, strict=True)]
+        weight = [
+            first_weight[r] if g == 0 else decode_weight[r] for r, g in zip(ids, gen, strict=True)
+        ]
+        rows = [decode_row(p) for p in prefix[:n_dec]]
+        rows += [chunk_row(c, p) for c, p in zip(rem[n_dec:], prefix[n_dec:], strict=True)]
+        features = np.array(rows)
+        inc: list[list[float]] | None = None
+        if est.lined:
+            inc = (features @ est.coef).tolist()
+        if self._roofline is not None:
+            assert inc is not None
+            b = est.intercepts
+            t_c = est.t_c
+            exec_s = [max([v + c for v, c in zip(row, b, strict=True)]) - t_c for row in inc]
+        else:
+            exec_s = est.exec_s(features).tolist()
+        n = len(ids)
+        decode = [True] * n_dec + [False] * (n - n_dec)
+        waiting = [False] * n_run + [True] * (n - n_run)
+        return _Queue(ids, decode, waiting, gen, remain, weight, prefix, rem, exec_s, features, inc)
+
+    def _long_queue(self, server: Server) -> _Queue:
+        """The queue's columns built on arrays (one numpy call a column)."""
+        est = self._est
+        assert est is not None
         dec = server.decoding_ids()
         prefilling, waiting_ids = server.prefilling, server.waiting
         n_dec = len(dec)
         n_run = n_dec + len(prefilling)
         n = n_run + len(waiting_ids)
-        if n == 0:
-            return None
         ids = np.empty(n, dtype=_INT)
         ids[:n_dec] = dec
         ids[n_dec:n_run] = prefilling
@@ -513,40 +657,51 @@ class SlideBatching:
         features[n_dec:, F_NUM_PREFILL] = c > 0
         features[n_dec:, F_PREFILL_ATTN] = c * (prefix[n_dec:].astype(float) + (c + 1.0) / 2.0)
         inc: np.ndarray | None = None
+        if est.lined:
+            inc = features @ est.coef
         if self._roofline is not None:
             # RooflineTiming.times on the line increments the batch filling reads anyway
-            inc = features @ est.coef
-            per_line = inc + self._roofline
-            exec_s = per_line.max(axis=1) - est.t_c
+            assert inc is not None
+            exec_s = (inc + self._roofline).max(axis=1) - est.t_c
         else:
             exec_s = est.exec_s(features)
+        remain = deadline - server.now
+        arrays = _QueueArrays(ids, decode, waiting, remain, weight, exec_s, inc)
         return _Queue(
-            ids,
-            decode,
-            waiting,
-            deadline - server.now,
-            weight,
-            prefix,
-            rem,
-            exec_s,
+            ids.tolist(),
+            decode.tolist(),
+            waiting.tolist(),
+            gen.tolist(),
+            remain.tolist(),
+            weight.tolist(),
+            prefix.tolist(),
+            rem.tolist(),
+            exec_s.tolist(),
             features,
             inc,
+            arrays,
         )
 
-    def budget_s(self, remain_s: np.ndarray) -> float:
+    def budget_s(self, remain_s: Sequence[float]) -> float:
         """``t_budget = max(min remain, eta)`` (Algorithm 1, lines 6-7)."""
-        return max(float(remain_s.min()), self._eta_s)
+        return max(float(min(remain_s)), self._eta_s)
 
-    def _urgent(self, q: _Queue, budget_s: float, role: str) -> np.ndarray:
+    def _steps(self, budget_s: float) -> float:
+        """``t_budget / (t_budget - t_c)``: iterations to serve the queue (Eq. 8's factor)."""
+        est = self._est
+        assert est is not None
+        if math.isinf(budget_s):
+            return 1.0
+        return budget_s / (budget_s - est.t_c) if budget_s > est.t_c else math.inf
+
+    def _urgent(self, q: _QueueArrays, budget_s: float, role: str) -> np.ndarray:
         """URGENT mask: ``remain < gamma * phi(r, Q)`` (Algorithm 1, lines 8-12)."""
         est = self._est
         assert est is not None
         gamma = self.params.gamma
         if role == "prefill":
             return q.remain_s < gamma * (q.exec_s.sum() + len(q.ids) * est.t_c)
-        steps = budget_s / (budget_s - est.t_c) if budget_s > est.t_c else math.inf
-        if math.isinf(budget_s):
-            steps = 1.0
+        steps = self._steps(budget_s)
         if self.params.phi == "aggressive":
             return q.remain_s < gamma * steps * float(q.exec_s.sum())
         by_deadline = np.argsort(q.remain_s, kind="stable")
@@ -554,17 +709,54 @@ class SlideBatching:
         phi[by_deadline] = steps * np.cumsum(q.exec_s[by_deadline])
         return q.remain_s < gamma * phi
 
-    def order(self, q: _Queue, budget_s: float, role: str) -> np.ndarray:
+    def _short_urgent(self, q: _Queue, budget_s: float, role: str) -> list[bool]:
+        """:meth:`_urgent` on Python floats (the same operations, in the same order)."""
+        est = self._est
+        assert est is not None
+        gamma = self.params.gamma
+        remain = q.remain_s
+        if role == "prefill":
+            limit = gamma * (numpy_sum(q.exec_s) + len(q.ids) * est.t_c)
+            return [v < limit for v in remain]
+        steps = self._steps(budget_s)
+        if self.params.phi == "aggressive":
+            limit = gamma * steps * numpy_sum(q.exec_s)
+            return [v < limit for v in remain]
+        phi = [0.0] * len(remain)
+        total = 0.0
+        for i in sorted(range(len(remain)), key=remain.__getitem__):
+            total += q.exec_s[i]
+            phi[i] = steps * total
+        return [v < gamma * p for v, p in zip(remain, phi, strict=True)]
+
+    def order(self, q: _Queue, budget_s: float, role: str) -> list[int]:
         """Positions of the queue in service order (Algorithm 1, line 13)."""
-        density = q.weight / np.maximum(q.exec_s, 1e-12)
+        a = q.arrays
+        if a is None:
+            return self._short_order(q, budget_s, role)
+        density = a.weight / np.maximum(a.exec_s, 1e-12)
         if self.params.order == "deadline":
-            return np.lexsort((np.arange(len(q.ids)), q.remain_s))
+            return np.lexsort((np.arange(len(a.ids)), a.remain_s)).tolist()
         if self.params.order == "density":
-            return np.lexsort((q.remain_s, -density))
-        urgent = self._urgent(q, budget_s, role)
+            return np.lexsort((a.remain_s, -density)).tolist()
+        urgent = self._urgent(a, budget_s, role)
         # URGENT first by decreasing density, then NORMAL by increasing remaining time
-        key = np.where(urgent, -density, q.remain_s)
-        return np.lexsort((np.arange(len(q.ids)), key, ~urgent))
+        key = np.where(urgent, -density, a.remain_s)
+        return np.lexsort((np.arange(len(a.ids)), key, ~urgent)).tolist()
+
+    def _short_order(self, q: _Queue, budget_s: float, role: str) -> list[int]:
+        """:meth:`order` by Python's stable sort: ties keep the queue's order, as the index
+        key of ``np.lexsort`` does."""
+        remain = q.remain_s
+        positions = range(len(remain))
+        density = [w / max(e, 1e-12) for w, e in zip(q.weight, q.exec_s, strict=True)]
+        if self.params.order == "deadline":
+            return sorted(positions, key=remain.__getitem__)
+        if self.params.order == "density":
+            return sorted(positions, key=lambda i: (-density[i], remain[i]))
+        urgent = self._short_urgent(q, budget_s, role)
+        key = [-d if u else v for u, d, v in zip(urgent, density, remain, strict=True)]
+        return sorted(positions, key=lambda i: (not urgent[i], key[i]))
 
     def next_batch(self, server: Server) -> Batch:
         if server.role == "decode":
@@ -577,7 +769,8 @@ class SlideBatching:
         budget = self.budget_s(q.remain_s)
         order = self.order(q, budget, server.role)
         if self.capture:
-            self.captured.append(capture_point(server, q.ids, budget, self._eta_s))
+            queued = np.asarray(q.ids, dtype=_INT)
+            self.captured.append(capture_point(server, queued, budget, self._eta_s))
         # admissions in order (synchronised with the running set only when preempting)
         admitted = self._order.order.setdefault(server.id, [])
         free = server.kv_free_tokens
@@ -586,27 +779,31 @@ class SlideBatching:
         lines, feats = est.empty()
         batch_s = est.batch_s(lines, feats)
         inc_rows = q.inc
-        if inc_rows is None and est.lined:
-            inc_rows = est.line_increments(q.rows)
+        rows = q.rows
         decode: list[int] = []
         prefill: list[tuple[int, int]] = []
         # affine time: once the budget left is below the cheapest item, nothing else fits
-        smallest = est.smallest_item_s(q.exec_s[q.decode]) if est.affine else 0.0
+        smallest = 0.0
+        if est.affine:
+            dec_exec = [e for e, d in zip(q.exec_s, q.decode, strict=True) if d]
+            smallest = est.smallest_item_s(np.array(dec_exec, dtype=float))
         # lines: once one line is over the budget by more than its cheapest item, nothing fits
-        floors = self._line_floors(q, inc_rows, budget) if len(q.ids) > FLOOR_QUEUE else None
+        floors = self._line_floors(q.arrays, budget) if len(q.ids) > FLOOR_QUEUE else None
         full = False
-        # the queue's columns as Python lists: one conversion, not one per item visited
-        ids, is_decode, is_waiting = q.ids.tolist(), q.decode.tolist(), q.waiting.tolist()
-        rem_prefill, prefix = q.rem_prefill.tolist(), q.prefix.tolist()
-        for i in order.tolist():
+        ids, is_decode, is_waiting = q.ids, q.decode, q.waiting
+        rem_prefill, prefix = q.rem_prefill, q.prefix
+        for i in order:
             if full or budget - batch_s < smallest or slots <= 0 or tokens_left <= 0:
                 break
             r = ids[i]
             if is_decode[i]:
                 if free < 1:
                     continue
-                inc = inc_rows[i].tolist() if inc_rows is not None else ()
-                new_s = est.time_with(lines, feats, inc, q.rows[i])
+                inc: Sequence[float] = ()
+                if inc_rows is not None:
+                    row_inc = inc_rows[i]
+                    inc = row_inc.tolist() if isinstance(row_inc, np.ndarray) else row_inc
+                new_s = est.time_with(lines, feats, inc, rows[i])
                 if new_s > budget + BUDGET_TOL_S:
                     continue
                 decode.append(r)
@@ -615,7 +812,7 @@ class SlideBatching:
                     if floors:
                         full = any(v + f > budget for v, f in zip(lines, floors, strict=True))
                 else:
-                    feats = feats + q.rows[i]
+                    feats = feats + rows[i]
                 batch_s = new_s
                 free -= 1
                 tokens_left -= 1
@@ -629,9 +826,7 @@ class SlideBatching:
             if c <= 0:
                 continue
             prefill.append((r, c))
-            lines, feats = est.add(
-                lines, feats, est.chunk_features(np.array([c]), np.array([prefix[i]]))[0]
-            )
+            lines, feats = est.add_chunk(lines, feats, c, prefix[i])
             batch_s = est.batch_s(lines, feats)
             if floors:
                 full = any(v + f > budget for v, f in zip(lines, floors, strict=True))
@@ -642,7 +837,7 @@ class SlideBatching:
                 admitted.append(r)
         if not decode and not prefill:
             return self._progress(server, q, order, self._order.of(server))
-        if not prefill and len(decode) == len(server.decoding) and batch_s <= self._eta_s:
+        if not prefill and len(decode) == len(server.decoding):
             wake = self._repeat_until_s(server, q)
             if wake is not None:
                 return Batch(decode=server.decoding_ids(), repeat=True, wake_at_s=wake)
@@ -657,15 +852,27 @@ class SlideBatching:
             return None
         if server.timing is not est.timing and server.timing != est.timing:
             return None
-        if q.waiting.any() and int(q.rem_prefill[q.waiting].min()) + 1 <= server.kv_free_tokens:
+        free = server.kv_free_tokens
+        if any(w and rem + 1 <= free for w, rem in zip(q.waiting, q.rem_prefill, strict=True)):
             return None
-        kv = int(q.prefix[q.decode].sum())
-        limit = self._eta_s - LINE_FLOOR_MARGIN_S
-        return decode_steps_within_until_s(est.timing, server.now, int(q.decode.sum()), kv, limit)
+        ids = np.asarray(q.ids, dtype=_INT)
+        decode = np.asarray(q.decode, dtype=bool)
+        gen = np.asarray(q.generated, dtype=_INT)
+        first_due, tpot = self._static[ids, 0], self._static[ids, 1]
+        eta, margin = self._eta_s, LINE_FLOOR_MARGIN_S
 
-    def _line_floors(
-        self, q: _Queue, inc: np.ndarray | None, budget_s: float
-    ) -> list[float] | None:
+        def limits_s(starts: np.ndarray) -> np.ndarray:
+            # the budget of the call at each step's start (next_token's floats: a decoding
+            # request has emitted one more token a step, a waiting one none), less 1 ns
+            emitted = gen + np.arange(len(starts))[:, None] * decode
+            remain = (first_due + emitted * tpot) - starts[:, None]
+            return np.maximum(remain.min(axis=1), eta) - margin
+
+        kv = sum(p for p, d in zip(q.prefix, q.decode, strict=True) if d)
+        n_dec = len(server.decoding)
+        return decode_steps_within_until_s(est.timing, server.now, n_dec, kv, limits_s)
+
+    def _line_floors(self, q: _QueueArrays | None, budget_s: float) -> list[float] | None:
         """Per line, the least any item of the queue adds to it, less a margin: a line whose
         time plus its floor exceeds ``budget_s`` admits no further item (an early exit of the
         filling loop that cannot change its outcome); None when no such bound holds (a timing
@@ -677,23 +884,23 @@ class SlideBatching:
         fits' own arithmetic, so an item the fits would accept is never cut off.
         """
         floors = self._chunk_floors
-        if inc is None or floors is None or not math.isfinite(budget_s):
+        if q is None or q.inc is None or floors is None or not math.isfinite(budget_s):
             return None
         if q.decode.any():
-            least = inc[q.decode].min(axis=0).tolist()
+            least = q.inc[q.decode].min(axis=0).tolist()
             floors = [min(f, d) for f, d in zip(floors, least, strict=True)]
         return [f - BUDGET_TOL_S - LINE_FLOOR_MARGIN_S for f in floors]
 
-    def _progress(self, server: Server, q: _Queue, order: np.ndarray, admitted: list[int]) -> Batch:
+    def _progress(self, server: Server, q: _Queue, order: list[int], admitted: list[int]) -> Batch:
         """Nothing fits the budget: serve the first request in order that memory allows."""
         free = server.kv_free_tokens
-        for i in order.tolist():
-            r = int(q.ids[i])
+        for i in order:
+            r = q.ids[i]
             if q.decode[i]:
                 if free >= 1:
                     return Batch(decode=[r])
                 continue
-            rem = int(q.rem_prefill[i])
+            rem = q.rem_prefill[i]
             if (rem + 1 if q.waiting[i] else 2) <= free:
                 if q.waiting[i]:
                     admitted.append(r)

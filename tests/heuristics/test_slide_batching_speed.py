@@ -1,20 +1,34 @@
-"""SlideBatching's vectorised waiting reads and early exit decide exactly as the former code."""
+"""SlideBatching's faster decisions (short queues on Python floats, vectorised reads, early
+exits, repeated decode batches) decide exactly as the former code."""
 
 from __future__ import annotations
 
+import functools
+import math
+import operator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from slolab.harness.serving import ServingSetup
+from slolab.heuristics import proserve
+from slolab.heuristics.baselines import _decode_server_batch, _make_room_for_decode
 from slolab.heuristics.policies import make_router
 from slolab.heuristics.proserve import (
     BUDGET_TOL_S,
     FLOOR_QUEUE,
+    LINE_FLOOR_MARGIN_S,
     SlideBatching,
+    SlideBatchingParams,
     _Queue,
+    capture_point,
+    decode_steps_within_until_s,
     kv_held_tokens,
     next_token,
+    numpy_sum,
     remaining_prefill_tokens,
 )
 from slolab.problems.tdg_horizon import proserve_instance
@@ -23,11 +37,217 @@ from slolab.sim import Batch, check, run
 _INT = np.int64
 
 
-class FormerSlideBatching(SlideBatching):
-    """SlideBatching as written before: every waiting request's prefill read one at a time
-    from the server, every line increment turned into a list, the whole order walked."""
+@dataclass
+class _RefQueue:
+    """The queue of one call as the reference builds it: numpy arrays."""
 
-    def _queue(self, server: Any) -> _Queue | None:
+    ids: np.ndarray
+    decode: np.ndarray  # bool: decoding (else prefilling or waiting)
+    waiting: np.ndarray  # bool: not admitted yet
+    remain_s: np.ndarray
+    weight: np.ndarray
+    prefix: np.ndarray
+    rem_prefill: np.ndarray
+    exec_s: np.ndarray
+    rows: np.ndarray = field(repr=False)
+    #: ``rows @ est.coef`` when already computed (None: not yet)
+    inc: np.ndarray | None = field(default=None, repr=False)
+
+
+class ReferenceSlideBatching(SlideBatching):
+    """SlideBatching before short queues were built on Python floats and before decode batches
+    repeated beyond ``eta``: every queue on numpy arrays, and its order, filling loop and
+    repeat rule as they were."""
+
+    def _queue(self, server: Any) -> _RefQueue | None:
+        # the numpy build, unchanged (FormerSlideBatching checks it against its own reads)
+        if server.load == 0:
+            return None
+        q = self._long_queue(server)
+        a = q.arrays
+        assert a is not None
+        prefix, rem = np.asarray(q.prefix, dtype=_INT), np.asarray(q.rem_prefill, dtype=_INT)
+        return _RefQueue(
+            a.ids, a.decode, a.waiting, a.remain_s, a.weight, prefix, rem, a.exec_s, q.rows, a.inc
+        )
+
+    def budget_s(self, remain_s: np.ndarray) -> float:
+        """``t_budget = max(min remain, eta)`` (Algorithm 1, lines 6-7)."""
+        return max(float(remain_s.min()), self._eta_s)
+
+    def _urgent(self, q: _RefQueue, budget_s: float, role: str) -> np.ndarray:
+        """URGENT mask: ``remain < gamma * phi(r, Q)`` (Algorithm 1, lines 8-12)."""
+        est = self._est
+        assert est is not None
+        gamma = self.params.gamma
+        if role == "prefill":
+            return q.remain_s < gamma * (q.exec_s.sum() + len(q.ids) * est.t_c)
+        steps = budget_s / (budget_s - est.t_c) if budget_s > est.t_c else math.inf
+        if math.isinf(budget_s):
+            steps = 1.0
+        if self.params.phi == "aggressive":
+            return q.remain_s < gamma * steps * float(q.exec_s.sum())
+        by_deadline = np.argsort(q.remain_s, kind="stable")
+        phi = np.empty(len(q.ids))
+        phi[by_deadline] = steps * np.cumsum(q.exec_s[by_deadline])
+        return q.remain_s < gamma * phi
+
+    def order(self, q: _RefQueue, budget_s: float, role: str) -> np.ndarray:
+        """Positions of the queue in service order (Algorithm 1, line 13)."""
+        density = q.weight / np.maximum(q.exec_s, 1e-12)
+        if self.params.order == "deadline":
+            return np.lexsort((np.arange(len(q.ids)), q.remain_s))
+        if self.params.order == "density":
+            return np.lexsort((q.remain_s, -density))
+        urgent = self._urgent(q, budget_s, role)
+        # URGENT first by decreasing density, then NORMAL by increasing remaining time
+        key = np.where(urgent, -density, q.remain_s)
+        return np.lexsort((np.arange(len(q.ids)), key, ~urgent))
+
+    def next_batch(self, server: Any) -> Batch:
+        if server.role == "decode":
+            return _decode_server_batch(server)
+        q = self._queue(server)
+        if q is None:
+            return Batch()
+        est = self._est
+        assert est is not None
+        budget = self.budget_s(q.remain_s)
+        order = self.order(q, budget, server.role)
+        if self.capture:
+            self.captured.append(capture_point(server, q.ids, budget, self._eta_s))
+        # admissions in order (synchronised with the running set only when preempting)
+        admitted = self._order.order.setdefault(server.id, [])
+        free = server.kv_free_tokens
+        slots = server.max_batch_size
+        tokens_left = server.max_batch_tokens or (1 << 62)
+        lines, feats = est.empty()
+        batch_s = est.batch_s(lines, feats)
+        inc_rows = q.inc
+        if inc_rows is None and est.lined:
+            inc_rows = est.line_increments(q.rows)
+        decode: list[int] = []
+        prefill: list[tuple[int, int]] = []
+        # affine time: once the budget left is below the cheapest item, nothing else fits
+        smallest = est.smallest_item_s(q.exec_s[q.decode]) if est.affine else 0.0
+        # lines: once one line is over the budget by more than its cheapest item, nothing fits
+        floors = self._line_floors(q, inc_rows, budget) if len(q.ids) > FLOOR_QUEUE else None
+        full = False
+        # the queue's columns as Python lists: one conversion, not one per item visited
+        ids, is_decode, is_waiting = q.ids.tolist(), q.decode.tolist(), q.waiting.tolist()
+        rem_prefill, prefix = q.rem_prefill.tolist(), q.prefix.tolist()
+        for i in order.tolist():
+            if full or budget - batch_s < smallest or slots <= 0 or tokens_left <= 0:
+                break
+            r = ids[i]
+            if is_decode[i]:
+                if free < 1:
+                    continue
+                inc = inc_rows[i].tolist() if inc_rows is not None else ()
+                new_s = est.time_with(lines, feats, inc, q.rows[i])
+                if new_s > budget + BUDGET_TOL_S:
+                    continue
+                decode.append(r)
+                if inc:
+                    lines = [v + d for v, d in zip(lines, inc, strict=True)]
+                    if floors:
+                        full = any(v + f > budget for v, f in zip(lines, floors, strict=True))
+                else:
+                    feats = feats + q.rows[i]
+                batch_s = new_s
+                free -= 1
+                tokens_left -= 1
+                slots -= 1
+                continue
+            rem = rem_prefill[i]
+            if is_waiting[i] and rem + 1 > free:
+                continue
+            cap = min(rem, tokens_left, rem if is_waiting[i] else free - 1)
+            c = est.max_chunk(lines, feats, budget, prefix[i], cap)
+            if c <= 0:
+                continue
+            prefill.append((r, c))
+            lines, feats = est.add(
+                lines, feats, est.chunk_features(np.array([c]), np.array([prefix[i]]))[0]
+            )
+            batch_s = est.batch_s(lines, feats)
+            if floors:
+                full = any(v + f > budget for v, f in zip(lines, floors, strict=True))
+            free -= c + (1 if c == rem else 0)
+            tokens_left -= c
+            slots -= 1
+            if is_waiting[i]:
+                admitted.append(r)
+        if not decode and not prefill:
+            return self._progress(server, q, order, self._order.of(server))
+        if not prefill and len(decode) == len(server.decoding) and batch_s <= self._eta_s:
+            wake = self._repeat_until_s(server, q)
+            if wake is not None:
+                return Batch(decode=server.decoding_ids(), repeat=True, wake_at_s=wake)
+        return Batch(prefill=prefill, decode=decode)
+
+    def _repeat_until_s(self, server: Any, q: _RefQueue) -> float | None:
+        """Up to when the decision to decode every decoding request, and nothing else, stays
+        the same (the class docstring's argument); None when that is not shown."""
+        est = self._est
+        assert est is not None
+        if self.capture or self._chunk_floors is None or server.prefilling:
+            return None
+        if server.timing is not est.timing and server.timing != est.timing:
+            return None
+        if q.waiting.any() and int(q.rem_prefill[q.waiting].min()) + 1 <= server.kv_free_tokens:
+            return None
+        kv = int(q.prefix[q.decode].sum())
+        limit = self._eta_s - LINE_FLOOR_MARGIN_S
+        return decode_steps_within_until_s(est.timing, server.now, int(q.decode.sum()), kv, limit)
+
+    def _line_floors(
+        self, q: _RefQueue, inc: np.ndarray | None, budget_s: float
+    ) -> list[float] | None:
+        """Per line, the least any item of the queue adds to it, less a margin: a line whose
+        time plus its floor exceeds ``budget_s`` admits no further item (an early exit of the
+        filling loop that cannot change its outcome); None when no such bound holds (a timing
+        model without lines, a negative coefficient, or an infinite budget).
+
+        A decode token adds its own increment; a prefill chunk adds at least one token with no
+        cached prefix, ``c_pt + c_np + c_attn`` (the attention work ``c (prefix + (c + 1) / 2)``
+        is at least 1). The margin (1 ns plus the fitting tolerance) exceeds any rounding of the
+        fits' own arithmetic, so an item the fits would accept is never cut off.
+        """
+        floors = self._chunk_floors
+        if inc is None or floors is None or not math.isfinite(budget_s):
+            return None
+        if q.decode.any():
+            least = inc[q.decode].min(axis=0).tolist()
+            floors = [min(f, d) for f, d in zip(floors, least, strict=True)]
+        return [f - BUDGET_TOL_S - LINE_FLOOR_MARGIN_S for f in floors]
+
+    def _progress(self, server: Any, q: _RefQueue, order: np.ndarray, admitted: list[int]) -> Batch:
+        """Nothing fits the budget: serve the first request in order that memory allows."""
+        free = server.kv_free_tokens
+        for i in order.tolist():
+            r = int(q.ids[i])
+            if q.decode[i]:
+                if free >= 1:
+                    return Batch(decode=[r])
+                continue
+            rem = int(q.rem_prefill[i])
+            if (rem + 1 if q.waiting[i] else 2) <= free:
+                if q.waiting[i]:
+                    admitted.append(r)
+                return Batch(prefill=[(r, 1)])
+        if server.decoding:
+            decode = list(server.decoding[:1])
+            preempt = _make_room_for_decode(server, decode, admitted)
+            return Batch(decode=decode, preempt=preempt) if decode else Batch(preempt=preempt)
+        return Batch()
+
+
+class FormerSlideBatching(ReferenceSlideBatching):
+    """SlideBatching as first written: every waiting request's prefill read one at a time from
+    the server, the whole order walked, and a call at every iteration (no repeated batches)."""
+
+    def _queue(self, server: Any) -> _RefQueue | None:
         data, est = self._data, self._est
         assert data is not None and est is not None
         dec = server.decoding_ids()
@@ -51,72 +271,15 @@ class FormerSlideBatching(SlideBatching):
             ]
         )
         exec_s = est.exec_s(features)
-        return _Queue(
+        return _RefQueue(
             ids, decode, waiting, deadline - server.now, weight, prefix, rem, exec_s, features
         )
 
-    def next_batch(self, server: Any) -> Batch:
-        from slolab.heuristics.baselines import _decode_server_batch
+    def _line_floors(self, q: _RefQueue, inc: Any, budget_s: float) -> list[float] | None:
+        return None  # the whole order walked
 
-        if server.role == "decode":
-            return _decode_server_batch(server)
-        q = self._queue(server)
-        if q is None:
-            return Batch()
-        est = self._est
-        assert est is not None
-        budget = self.budget_s(q.remain_s)
-        order = self.order(q, budget, server.role)
-        admitted = self._order.order.setdefault(server.id, [])
-        free = server.kv_free_tokens
-        slots = server.max_batch_size
-        tokens_left = server.max_batch_tokens or (1 << 62)
-        lines, feats = est.empty()
-        batch_s = est.batch_s(lines, feats)
-        inc = est.line_increments(q.rows).tolist() if est.lined else None
-        decode: list[int] = []
-        prefill: list[tuple[int, int]] = []
-        smallest = est.smallest_item_s(q.exec_s[q.decode]) if est.affine else 0.0
-        for i in order.tolist():
-            if budget - batch_s < smallest or slots <= 0 or tokens_left <= 0:
-                break
-            r = int(q.ids[i])
-            if q.decode[i]:
-                if free < 1:
-                    continue
-                new_s = est.time_with(lines, feats, inc[i] if inc else (), q.rows[i])
-                if new_s > budget + BUDGET_TOL_S:
-                    continue
-                decode.append(r)
-                if inc:
-                    lines = [v + d for v, d in zip(lines, inc[i], strict=True)]
-                else:
-                    feats = feats + q.rows[i]
-                batch_s = new_s
-                free -= 1
-                tokens_left -= 1
-                slots -= 1
-                continue
-            rem = int(q.rem_prefill[i])
-            if q.waiting[i] and rem + 1 > free:
-                continue
-            cap = min(rem, tokens_left, rem if q.waiting[i] else free - 1)
-            c = est.max_chunk(lines, feats, budget, int(q.prefix[i]), cap)
-            if c <= 0:
-                continue
-            prefill.append((r, c))
-            lines, feats = est.add(
-                lines, feats, est.chunk_features(np.array([c]), np.array([q.prefix[i]]))[0]
-            )
-            batch_s = est.batch_s(lines, feats)
-            free -= c + (1 if c == rem else 0)
-            tokens_left -= c
-            slots -= 1
-            if q.waiting[i]:
-                admitted.append(r)
-        if not decode and not prefill:
-            return self._progress(server, q, order, self._order.of(server))
-        return Batch(prefill=prefill, decode=decode)
+    def _repeat_until_s(self, server: Any, q: _RefQueue) -> float | None:
+        return None  # asked at every iteration
 
 
 def both_runs(inst: Any, router: str) -> tuple[Any, Any]:
@@ -207,14 +370,21 @@ class CheckedReads(SlideBatching):
 
     def __init__(self) -> None:
         super().__init__()
-        self.recomputes = 0
+        # recomputed waiting requests seen in short (Python) and long (numpy) queues
+        self.recomputes = {"short": 0, "long": 0}
 
     def _queue(self, server: Any) -> _Queue | None:
         q = super()._queue(server)
         if q is not None:
-            ids = q.ids[~q.decode].tolist()
-            assert np.array_equal(q.rem_prefill[~q.decode], remaining_prefill_tokens(server, ids))
-            self.recomputes += int((q.waiting & (server.generated_of(q.ids) > 0)).sum())
+            queued = [i for i, d in enumerate(q.decode) if not d]
+            ids = [q.ids[i] for i in queued]
+            assert [q.rem_prefill[i] for i in queued] == remaining_prefill_tokens(
+                server, ids
+            ).tolist()
+            kind = "long" if q.arrays is not None else "short"
+            self.recomputes[kind] += sum(
+                w and server.generated(r) > 0 for r, w in zip(q.ids, q.waiting, strict=True)
+            )
         return q
 
 
@@ -226,7 +396,9 @@ def test_waiting_prefill_reads_equal_the_servers() -> None:
     )
     policy = CheckedReads()
     run(inst, policy, make_router("least-loaded"), seed=0)
-    assert policy.recomputes > 0
+    # measured: 646 recomputed waiting requests seen in short queues, 1,293 in long ones
+    assert policy.recomputes["short"] > 0
+    assert policy.recomputes["long"] > 0
 
 
 class Counted:
@@ -294,3 +466,74 @@ def test_repeated_decode_batches_give_the_tokens_of_one_call_per_iteration(
     assert former_policy.decisions >= old.n_iterations
     assert fast_policy.repeats > 0
     assert fast_policy.decisions * fewer < former_policy.decisions
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.floats(min_value=-1e3, max_value=1e3, allow_nan=False, allow_subnormal=False),
+        max_size=300,
+    )
+)
+def test_numpy_sum_is_numpys_sum(values: list[float]) -> None:
+    """The Python pairwise sum gives np.sum's float for any length (0 to 300 values)."""
+    assert numpy_sum(values) == float(np.asarray(values, dtype=float).sum())
+
+
+def test_numpy_sum_differs_from_a_left_to_right_sum() -> None:
+    """From 8 values numpy adds in eight running sums: the left-to-right sum can differ."""
+    values = [1.0] + [2.0**-53] * 8
+    # left to right each 2^-53 is lost against 1.0 (a tie rounded to even); numpy first sums
+    # the eight small ones pairwise (2^-50 in all, kept) and the 1.0 in its own running sum
+    assert math.fsum(values) == 1.0 + 2.0**-50
+    assert numpy_sum(values) == float(np.asarray(values).sum()) == 1.0 + 2.0**-50
+    assert functools.reduce(operator.add, values) == 1.0
+
+
+@pytest.fixture(scope="module")
+def near_capacity() -> Any:
+    """300 Mooncake requests, Poisson arrivals at 4.3 req/s on 8 servers: the capacity
+    search's regime (its 4,000-request capacity is 4.312 req/s)."""
+    return _mooncake(4.3, 8, 300)
+
+
+def test_near_capacity_same_token_times_as_the_reference(near_capacity: Any) -> None:
+    """Near the capacity decode steps outgrow ``eta`` while the budgets (the least remaining
+    time) stay larger: those batches repeat too, with every token of the reference (which
+    repeats within ``eta`` only) and of one call per iteration, bit for bit."""
+    new_policy, ref_policy = Counted(SlideBatching()), Counted(ReferenceSlideBatching())
+    former_policy = Counted(FormerSlideBatching())
+    new = run(near_capacity, new_policy, make_router("least-loaded"), seed=0)
+    ref = run(near_capacity, ref_policy, make_router("least-loaded"), seed=0)
+    former = run(near_capacity, former_policy, make_router("least-loaded"), seed=0)
+    assert_same(near_capacity, new, ref)
+    assert_same(near_capacity, new, former)
+    # measured: 5,317 calls (533 repeated) against the reference's 8,682 (473 repeated) and
+    # 42,720 with one call per iteration
+    assert new_policy.decisions * 1.4 < ref_policy.decisions
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SlideBatchingParams(),
+        SlideBatchingParams(gamma=3.0),
+        SlideBatchingParams(phi="conservative"),
+        SlideBatchingParams(order="deadline"),
+        SlideBatchingParams(order="density"),
+    ],
+    ids=["slide", "gamma-3", "conservative", "deadline", "density"],
+)
+def test_short_and_long_queues_decide_as_the_reference(
+    params: SlideBatchingParams, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every ordering (the ablations, phi_c, a larger gamma) on 150 Mooncake requests at 100
+    req/s on 2 servers (queues from 1 to past 64): queues built on Python floats, on numpy
+    arrays alone (the short-queue limit set to 0), and the reference give the same tokens."""
+    inst = _mooncake(100.0, 2, 150)
+    ref = run(inst, ReferenceSlideBatching(params), make_router("least-loaded"), seed=0)
+    new = run(inst, SlideBatching(params), make_router("least-loaded"), seed=0)
+    monkeypatch.setattr(proserve, "SHORT_QUEUE", 0)
+    long_only = run(inst, SlideBatching(params), make_router("least-loaded"), seed=0)
+    assert_same(inst, new, ref)
+    assert_same(inst, long_only, ref)
