@@ -433,6 +433,54 @@ class _Queue:
     arrays: _QueueArrays | None = field(default=None, repr=False)
 
 
+class _Members:
+    """A server's queued requests (decoding, prefilling, waiting) and their static columns,
+    kept while the server's three tuples stay the same objects (a tuple does not change, so
+    the same object holds the same requests). Read-only."""
+
+    __slots__ = (
+        "key",
+        "ids",
+        "id_array",
+        "n_dec",
+        "n_run",
+        "decode",
+        "waiting",
+        "first_due",
+        "tpot",
+        "first_weight",
+        "decode_weight",
+    )
+
+    def __init__(
+        self,
+        static: tuple[list[float], list[float], list[float], list[float]],
+        decoding: tuple[int, ...],
+        prefilling: tuple[int, ...],
+        waiting: tuple[int, ...],
+    ) -> None:
+        self.key = (decoding, prefilling, waiting)
+        self.ids = list(decoding + prefilling + waiting)
+        self.id_array = np.array(self.ids, dtype=_INT)
+        n = len(self.ids)
+        self.n_dec = len(decoding)
+        self.n_run = self.n_dec + len(prefilling)
+        self.decode = [True] * self.n_dec + [False] * (n - self.n_dec)
+        self.waiting = [False] * self.n_run + [True] * (n - self.n_run)
+        first_due, tpot, first_weight, decode_weight = static
+        self.first_due = [first_due[r] for r in self.ids]
+        self.tpot = [tpot[r] for r in self.ids]
+        self.first_weight = [first_weight[r] for r in self.ids]
+        self.decode_weight = [decode_weight[r] for r in self.ids]
+
+    def holds(
+        self, decoding: tuple[int, ...], prefilling: tuple[int, ...], waiting: tuple[int, ...]
+    ) -> bool:
+        """True when the server's tuples are the ones these columns were read from."""
+        key = self.key
+        return key[0] is decoding and key[1] is prefilling and key[2] is waiting
+
+
 def numpy_sum(values: Sequence[float]) -> float:
     """``np.sum`` of a float64 array of ``values``, on Python floats: numpy's pairwise
     summation (fewer than 8 values added left to right; up to 128 in eight running sums
@@ -541,10 +589,12 @@ class SlideBatching:
             [],
         )
         self._roofline: np.ndarray | None = None
+        self._members: dict[int, _Members] = {}
 
     def start(self, instance: Instance, seed: int) -> None:
         from slolab.timing.forms import RooflineTiming
 
+        self._members = {}
         self._data = RequestData.of(instance)
         self._est = est = LatencyEstimator(instance.timing)
         data = self._data
@@ -586,19 +636,27 @@ class SlideBatching:
         """:meth:`_long_queue`'s columns computed item by item on Python floats."""
         est = self._est
         assert est is not None
-        first_due, tpot, first_weight, decode_weight = self._static_lists
         decoding, prefilling, waiting_ids = server.decoding, server.prefilling, server.waiting
-        ids = list(decoding + prefilling + waiting_ids)
-        n_dec, n_run = len(decoding), len(decoding) + len(prefilling)
+        members = self._members.get(server.id)
+        if members is None or not members.holds(decoding, prefilling, waiting_ids):
+            members = _Members(self._static_lists, decoding, prefilling, waiting_ids)
+            self._members[server.id] = members
+        ids, n_dec, n_run = members.ids, members.n_dec, members.n_run
         now = server.now
-        gen = [server.generated(r) for r in ids]
-        prefix = [server.kv_held(r) for r in ids]
+        gen = server.generated_of(members.id_array).tolist()
+        prefix = server.kv_held_of(members.id_array).tolist()
         rem = [0] * n_dec + [server.remaining_prefill(r) for r in prefilling]
         # a waiting request prefills its prompt plus the tokens it generated before a recompute
         rem += [server.prompt(r) + g for r, g in zip(waiting_ids, gen[n_run:], strict=True)]
-        remain = [first_due[r] + g * tpot[r] - now for r, g in zip(ids, gen, strict=True)]
+        remain = [
+            due + g * tpot - now
+            for due, tpot, g in zip(members.first_due, members.tpot, gen, strict=True)
+        ]
         weight = [
-            first_weight[r] if g == 0 else decode_weight[r] for r, g in zip(ids, gen, strict=True)
+            first if g == 0 else later
+            for first, later, g in zip(
+                members.first_weight, members.decode_weight, gen, strict=True
+            )
         ]
         rows = [decode_row(p) for p in prefix[:n_dec]]
         rows += [chunk_row(c, p) for c, p in zip(rem[n_dec:], prefix[n_dec:], strict=True)]
@@ -613,10 +671,19 @@ class SlideBatching:
             exec_s = [max([v + c for v, c in zip(row, b, strict=True)]) - t_c for row in inc]
         else:
             exec_s = est.exec_s(features).tolist()
-        n = len(ids)
-        decode = [True] * n_dec + [False] * (n - n_dec)
-        waiting = [False] * n_run + [True] * (n - n_run)
-        return _Queue(ids, decode, waiting, gen, remain, weight, prefix, rem, exec_s, features, inc)
+        return _Queue(
+            ids,
+            members.decode,
+            members.waiting,
+            gen,
+            remain,
+            weight,
+            prefix,
+            rem,
+            exec_s,
+            features,
+            inc,
+        )
 
     def _long_queue(self, server: Server) -> _Queue:
         """The queue's columns built on arrays (one numpy call a column)."""
@@ -755,8 +822,11 @@ class SlideBatching:
         if self.params.order == "density":
             return sorted(positions, key=lambda i: (-density[i], remain[i]))
         urgent = self._short_urgent(q, budget_s, role)
-        key = [-d if u else v for u, d, v in zip(urgent, density, remain, strict=True)]
-        return sorted(positions, key=lambda i: (not urgent[i], key[i]))
+        # URGENT first by decreasing density, then NORMAL by increasing remaining time
+        keys = [
+            (False, -d) if u else (True, v) for u, d, v in zip(urgent, density, remain, strict=True)
+        ]
+        return sorted(positions, key=keys.__getitem__)
 
     def next_batch(self, server: Server) -> Batch:
         if server.role == "decode":
@@ -799,20 +869,23 @@ class SlideBatching:
             if is_decode[i]:
                 if free < 1:
                     continue
-                inc: Sequence[float] = ()
                 if inc_rows is not None:
+                    # est.time_with on lines: the lines with the item, maximised
                     row_inc = inc_rows[i]
                     inc = row_inc.tolist() if isinstance(row_inc, np.ndarray) else row_inc
-                new_s = est.time_with(lines, feats, inc, rows[i])
-                if new_s > budget + BUDGET_TOL_S:
-                    continue
-                decode.append(r)
-                if inc:
-                    lines = [v + d for v, d in zip(lines, inc, strict=True)]
+                    with_item = [v + d for v, d in zip(lines, inc, strict=True)]
+                    new_s = max(with_item)
+                    if new_s > budget + BUDGET_TOL_S:
+                        continue
+                    lines = with_item
                     if floors:
                         full = any(v + f > budget for v, f in zip(lines, floors, strict=True))
                 else:
+                    new_s = est.time_with(lines, feats, (), rows[i])
+                    if new_s > budget + BUDGET_TOL_S:
+                        continue
                     feats = feats + rows[i]
+                decode.append(r)
                 batch_s = new_s
                 free -= 1
                 tokens_left -= 1

@@ -78,6 +78,7 @@ from slolab.timing.base import (
     accumulate_from,
     decode_run_features,
 )
+from slolab.timing.forms import row_timer
 from slolab.timing.presets import preset
 
 if TYPE_CHECKING:
@@ -206,6 +207,7 @@ class _Srv:
         "move_to",
         "first_pool",
         "view",
+        "time_of_row",
     )
 
     def __init__(self, engine: Engine, sid: int, pool: int, state: int, origin: int = -1) -> None:
@@ -215,6 +217,8 @@ class _Srv:
         self.pool_name = p.name
         self.role = p.role
         self.timing = engine.pool_timing[pool]
+        # one iteration's time from its feature row as a list (the floats of ``timing.times``)
+        self.time_of_row = row_timer(self.timing)
         self.timing_name = p.timing
         self.kv_capacity = int(p.kv_capacity_tokens)  # type: ignore[arg-type]
         self.max_batch_size = int(p.max_batch_size)  # type: ignore[arg-type]
@@ -1398,11 +1402,12 @@ class Engine:
         prefilled = self.prefilled
         target = self.prefill_target
         n_pref = len(batch.prefill)
-        pids = np.empty(n_pref, dtype=np.int64)
-        ptok = np.empty(n_pref, dtype=np.int64)
+        pid_list: list[int] = []
+        ptok_list: list[int] = []
+        prefill_tokens = 0
         alloc = 0
         attn = 0.0
-        for j, (r, c) in enumerate(batch.prefill):
+        for r, c in batch.prefill:
             r = int(r)
             c = int(c)
             if server.role == "decode" and prefilled[r] >= target[r]:
@@ -1425,8 +1430,9 @@ class Engine:
                 raise PolicyError(
                     f"server {sid} t={now}: prefill chunk of request {r} must be in 1..{remaining}, got {c}"
                 )
-            pids[j] = r
-            ptok[j] = c
+            pid_list.append(r)
+            ptok_list.append(c)
+            prefill_tokens += c
             pre = int(prefilled[r])
             attn += c * (pre + (c + 1) / 2.0)
             alloc += c + (1 if c == remaining else 0)
@@ -1459,10 +1465,10 @@ class Engine:
             raise PolicyError(
                 f"server {sid} t={now}: batch of {n_seq} sequences exceeds max_batch_size {server.max_batch_size}"
             )
-        every = pids.tolist() + dids.tolist()
+        every = pid_list + dids.tolist()
         if len(set(every)) != len(every):
             raise PolicyError(f"server {sid} t={now}: a request appears twice in one batch")
-        tokens = int(ptok.sum()) + len(dids)
+        tokens = prefill_tokens + len(dids)
         if server.max_batch_tokens and tokens > server.max_batch_tokens:
             raise PolicyError(
                 f"server {sid} t={now}: batch of {tokens} tokens exceeds max_batch_tokens {server.max_batch_tokens}"
@@ -1473,14 +1479,13 @@ class Engine:
                 f"{server.kv_capacity - server.kv} of {server.kv_capacity} are free"
             )
         server.kv += alloc
-        f = np.zeros(N_FEATURES)
-        f[F_PREFILL_TOKENS] = ptok.sum()
-        f[F_DECODE_TOKENS] = len(dids)
-        f[F_NUM_DECODE] = len(dids)
-        f[F_DECODE_KV] = kv_read
-        f[F_PREFILL_ATTN] = attn
-        f[F_NUM_PREFILL] = n_pref
-        dur = float(server.timing.times(f[None, :])[0])
+        row = [0.0] * N_FEATURES
+        row[F_PREFILL_TOKENS] = float(prefill_tokens)
+        row[F_DECODE_TOKENS] = row[F_NUM_DECODE] = float(len(dids))
+        row[F_DECODE_KV] = float(kv_read)
+        row[F_PREFILL_ATTN] = attn
+        row[F_NUM_PREFILL] = float(n_pref)
+        dur = float(server.time_of_row(row))
         if not dur > 0:
             raise PolicyError(
                 f"server {sid} t={now}: timing model gave a non-positive iteration time {dur}"
@@ -1488,10 +1493,11 @@ class Engine:
         p = _Pending()
         p.start = now
         p.end = now + dur
-        p.prefill_ids = pids
-        p.prefill_tokens = ptok
+        if n_pref:
+            p.prefill_ids = np.array(pid_list, dtype=np.int64)
+            p.prefill_tokens = np.array(ptok_list, dtype=np.int64)
         p.decode_ids = dids
-        p.features = f
+        p.features = np.array(row)
         p.kv = server.kv
         server.pending = p
         server.busy_s += dur

@@ -21,7 +21,7 @@ scalar path for one row.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,12 +115,16 @@ class RooflineTiming(TimingModel):
         :meth:`LinearTiming.times` does (a row's time does not depend on the rows beside it)."""
         f = np.asarray(features, dtype=float)
         if f.shape[0] == 1:
-            row = f[0].tolist()
-            return np.array([max(line.time_of_row(row) for line in self.lines)])
+            return np.array([self.time_of_row(f[0].tolist())])
         out = self.lines[0].times(f)
         for line in self.lines[1:]:
             np.maximum(out, line.times(f), out=out)
         return out
+
+    def time_of_row(self, row: list[float]) -> float:
+        """The time of one feature row (a list): the largest of the lines' times, each summed as
+        :meth:`LinearTiming.time_of_row` sums it (what :meth:`times` gives for one row)."""
+        return max(line.time_of_row(row) for line in self.lines)
 
     def affine(self) -> tuple[float, np.ndarray] | None:
         """The single line's ``(intercept, coefficients)``; None with two or more lines."""
@@ -151,6 +155,19 @@ class RooflineTiming(TimingModel):
 
 
 _BATCH_AXES = ("tokens", "sequences")
+
+
+def row_timer(timing: TimingModel) -> Callable[[list[float]], float]:
+    """The time of one iteration from its feature row given as a list: the float
+    ``timing.times`` gives for that row, without building an array for the linear and
+    roofline forms (their ``times`` sums one row with ``time_of_row``)."""
+    if type(timing) is LinearTiming or type(timing) is RooflineTiming:
+        return timing.time_of_row
+
+    def one_row(row: list[float]) -> float:
+        return float(timing.times(np.array([row]))[0])
+
+    return one_row
 
 
 class ProfiledTiming(TimingModel):

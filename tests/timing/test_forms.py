@@ -15,6 +15,7 @@ from slolab.timing import (
     ThresholdTiming,
     TimingModel,
 )
+from slolab.timing.forms import row_timer
 
 
 def _roofline() -> RooflineTiming:
@@ -199,6 +200,23 @@ def test_single_row_path_matches_the_vectorised_path(build):
     one_by_one = np.array([model.times(rows[i : i + 1])[0] for i in range(len(rows))])
     # identical arithmetic up to rounding in the last bits
     np.testing.assert_allclose(one_by_one, batch, rtol=1e-12, atol=0)
+
+
+def _linear() -> LinearTiming:
+    return LinearTiming(0.012, {"prefill_tokens": 1.7e-4, "decode_kv_tokens": 3.1e-8})
+
+
+@pytest.mark.parametrize("build", [_linear, *ALL_FORMS])
+def test_row_timer_gives_the_float_of_times(build):
+    """The engine's one-row timer (a list in, no array for the linear and roofline forms)
+    gives, bit for bit, the float ``times`` gives for that row, on every form."""
+    model = build()
+    rows = _random_rows(seed=7, n=200)
+    timer = row_timer(model)
+    from_lists = [timer(row) for row in rows.tolist()]
+    from_times = [float(model.times(rows[i : i + 1])[0]) for i in range(len(rows))]
+    # exact equality: the engine's iteration times (hence every token time) are unchanged
+    assert from_lists == from_times
 
 
 def test_unknown_form_lists_known_ones():
