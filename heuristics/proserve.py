@@ -76,6 +76,8 @@ __all__ = [
 ]
 
 _INT = np.int64
+_NO_FEATURES = np.zeros(N_FEATURES)
+_NO_FEATURES.setflags(write=False)
 #: Seconds by which an estimated batch time may exceed the budget (floating-point rounding).
 BUDGET_TOL_S = 1e-12
 #: Seconds by which SlideBatching's early exit errs on the safe side (far above rounding).
@@ -226,8 +228,9 @@ class LatencyEstimator:
         return max(least * (1.0 - 1e-9), 0.0)
 
     def empty(self) -> tuple[list[float], np.ndarray]:
-        """State of an empty batch: per-line times and the feature vector."""
-        return list(self.intercepts), np.zeros(N_FEATURES)
+        """State of an empty batch: per-line times and the feature vector (read-only zeros:
+        adding to it makes a new vector)."""
+        return list(self.intercepts), _NO_FEATURES
 
     def line_increments(self, features: np.ndarray) -> np.ndarray:
         """``(n, L)``: what each row adds to each line."""

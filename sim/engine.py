@@ -95,6 +95,8 @@ _SKIP_BLOCK = 1 << 16
 #: nothing placed, after which the scaler stops (the held requests stay unserved).
 STALLED_TICKS = 100
 _EMPTY_I = np.zeros(0, dtype=np.int64)
+_NO_FEATURES = np.zeros(N_FEATURES)
+_NO_FEATURES.setflags(write=False)
 
 
 class _Window:
@@ -155,12 +157,13 @@ class _Pending:
     def __init__(self) -> None:
         self.start = 0.0
         self.end = 0.0
-        self.prefill_ids = _EMPTY_I
-        self.prefill_tokens = _EMPTY_I
+        self.prefill_ids: list[int] = []
+        self.prefill_tokens: list[int] = []
         self.decode_ids = _EMPTY_I
         self.static_ids: list[int] = []
         self.static_offsets: list[np.ndarray] = []
-        self.features = np.zeros(N_FEATURES)
+        # the iteration's feature vector, kept for the iteration log only (read-only zeros)
+        self.features = _NO_FEATURES
         self.kv = 0
 
 
@@ -1493,11 +1496,11 @@ class Engine:
         p = _Pending()
         p.start = now
         p.end = now + dur
-        if n_pref:
-            p.prefill_ids = np.array(pid_list, dtype=np.int64)
-            p.prefill_tokens = np.array(ptok_list, dtype=np.int64)
+        p.prefill_ids = pid_list
+        p.prefill_tokens = ptok_list
         p.decode_ids = dids
-        p.features = np.array(row)
+        if self.record:
+            p.features = np.array(row)
         p.kv = server.kv
         server.pending = p
         server.busy_s += dur
@@ -1663,7 +1666,7 @@ class Engine:
                     self._finish(server, r)
                 server.decoding_changed()
         # prefill chunks
-        for r, c in zip(p.prefill_ids.tolist(), p.prefill_tokens.tolist(), strict=True):
+        for r, c in zip(p.prefill_ids, p.prefill_tokens, strict=True):
             prefilled[r] += c
             self.held[r] += c
             if prefilled[r] == self.prefill_target[r]:
@@ -1692,14 +1695,16 @@ class Engine:
                 p.features[None, :],
                 np.array([p.kv]),
                 np.array([n_p + n_d]),
-                np.concatenate([p.prefill_ids, dids]),
+                np.concatenate([np.array(p.prefill_ids, dtype=np.int64), dids]),
                 np.concatenate(
                     [
                         np.full(n_p, PHASE_PREFILL, dtype=np.int8),
                         np.full(n_d, PHASE_DECODE, dtype=np.int8),
                     ]
                 ),
-                np.concatenate([p.prefill_tokens, np.ones(n_d, dtype=np.int64)]),
+                np.concatenate(
+                    [np.array(p.prefill_tokens, dtype=np.int64), np.ones(n_d, dtype=np.int64)]
+                ),
             )
 
     def _commit_window(self, server: _Srv) -> None:
