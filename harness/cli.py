@@ -609,6 +609,7 @@ def cmd_compare(a: argparse.Namespace) -> int:
         time_limit=a.time_limit,
         threads=a.threads,
         progress=not a.json and not a.quiet,
+        details=a.json,
     )
     if a.json:
         _print_json(frame.to_dict(orient="records"))
@@ -904,7 +905,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--seed", type=_seed, default=0, help="seed of stochastic methods and solvers (default: 0)"
     )
-    p.add_argument("--json", action="store_true", help="print a JSON list of rows")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON list of rows, each with the method's details (a bound's families, a search's steps)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_compare)
 

@@ -48,8 +48,53 @@ def objective(instance: Instance, outcome: Outcome, table: pd.DataFrame | None =
     return get_problem(instance.problem).objective(instance, outcome, table)
 
 
+DETAILS_MAX_ITEMS = 10_000
+_DROP = object()
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON-ready data (dicts, lists, numbers, strings, None), or ``_DROP``.
+
+    Arrays and sequences longer than :data:`DETAILS_MAX_ITEMS` and objects with no plain form
+    (a schedule, a solver handle) are dropped, so a row's details stay small and printable.
+    """
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        value = value.tolist() if value.size <= DETAILS_MAX_ITEMS else _DROP
+        return value
+    if isinstance(value, dict):
+        out = {str(k): _plain(v) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v is not _DROP}
+    if isinstance(value, list | tuple):
+        if len(value) > DETAILS_MAX_ITEMS:
+            return _DROP
+        items = [_plain(v) for v in value]
+        return [v for v in items if v is not _DROP]
+    return _DROP
+
+
+def run_details(mr: MethodRun) -> dict[str, Any]:
+    """What a method reported beyond its objective, as plain data (see :func:`_plain`).
+
+    The solver's ``Result.details`` (a bound's families and levels, a search's steps) and the
+    runner's own (a heuristic's decision time), the runner's winning on a shared key.
+    """
+    merged = dict(mr.result.details) if mr.result is not None else {}
+    merged.update(mr.details)
+    plain = _plain(merged)
+    return plain if isinstance(plain, dict) else {}
+
+
 def _row(
-    instance: Instance, name: str, kind: str, mr: MethodRun, run_checks: bool
+    instance: Instance,
+    name: str,
+    kind: str,
+    mr: MethodRun,
+    run_checks: bool,
+    details: bool = False,
 ) -> dict[str, Any]:
     res = mr.result
     objective_spec = get_problem(instance.problem).objective
@@ -70,6 +115,8 @@ def _row(
     }
     if res is not None and row["solver_objective"] is None:
         row["solver_objective"] = math.nan
+    if details:
+        row["details"] = run_details(mr)
     out = mr.outcome
     if out is None:
         row["violations"] = math.nan
@@ -149,6 +196,7 @@ def compare(
     threads: int = 1,
     run_checks: bool = True,
     progress: bool = False,
+    details: bool = False,
 ) -> pd.DataFrame:
     """Run ``methods`` on ``instance`` and return one row per method.
 
@@ -161,7 +209,8 @@ def compare(
     solver_objective, bound, gap_lo, gap_hi (the relative gap to the optimum as an interval: 0
     is optimal), gap (that gap once the interval is a point, NaN while it is not), optimum_lo, optimum_hi, runtime_s, attainment, cost_server_s (server-seconds
     of the run, :func:`slolab.sim.metrics.server_seconds`), finished, mean_latency_s,
-    ttft_p99_s, violations (checker).
+    ttft_p99_s, violations (checker); with ``details``, also details (what the method reported
+    beyond its objective, as plain data: :func:`run_details`).
     """
     resolved = resolve_methods(list(methods), instance)
     rows = []
@@ -174,7 +223,7 @@ def compare(
         mr = m.runner(
             instance, seed=seed, time_limit=time_limit, threads=threads, progress=progress
         )
-        rows.append(_row(instance, m.name, m.kind, mr, run_checks))
+        rows.append(_row(instance, m.name, m.kind, mr, run_checks, details))
     return with_gaps(pd.DataFrame(rows))
 
 

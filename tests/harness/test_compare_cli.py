@@ -175,3 +175,35 @@ def test_compare_simulating_a_heuristic_ran_without_a_word(small_serving, capsys
     # the engine's bar: "simulate" and its total, the 150 requests of the instance
     assert "simulate" in err
     assert "/150" in err
+
+
+def test_run_details_keep_plain_data_and_drop_the_rest():
+    """A row's details: numpy scalars and small arrays become plain numbers and lists; objects
+    with no plain form and arrays past the size limit are left out; the runner's own keys win."""
+    from slolab.harness.compare import DETAILS_MAX_ITEMS, run_details
+
+    res = Result(
+        Status.OPTIMAL,
+        1.0,
+        1.0,
+        0.0,
+        "fake",
+        "fake",
+        details={
+            "families": {"bucket": np.float64(2.5), "chain": 2.0},
+            "levels": [{"pairs": np.int64(7), "handle": object()}],
+            "small": np.arange(3),
+            "big": np.zeros(DETAILS_MAX_ITEMS + 1),
+            "schedule": object(),
+            "steps": 4,
+        },
+    )
+    mr = M.MethodRun(None, 0.0, "OPTIMAL", result=res, details={"steps": 5})
+    got = run_details(mr)
+    assert got == {
+        "families": {"bucket": 2.5, "chain": 2.0},
+        "levels": [{"pairs": 7}],
+        "small": [0, 1, 2],
+        "steps": 5,
+    }
+    assert json.loads(json.dumps(got)) == got

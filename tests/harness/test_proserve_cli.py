@@ -6,7 +6,8 @@ import json
 from slolab.harness.cli import main
 
 METHODS = (
-    "highs,cpsat,slide-batching,vllm-fcfs,sarathi-fcfs,sarathi-priority,fairbatching,weighted-vtc"
+    "highs,cpsat,bound,slide-batching,vllm-fcfs,sarathi-fcfs,sarathi-priority,fairbatching,"
+    "weighted-vtc"
 )
 
 
@@ -52,7 +53,7 @@ def test_decode_router_needs_disaggregated_mode(capsys):
 
 def test_tdg_horizon_build_and_compare(tmp_path, capsys):
     """A 2-request window: every method's TDG is recomputed; the MILP is optimal and no method
-    exceeds it."""
+    exceeds it; the bound is at least the optimum and its row's details name its families."""
     path = tmp_path / "h.json"
     assert (
         main(
@@ -81,9 +82,18 @@ def test_tdg_horizon_build_and_compare(tmp_path, capsys):
     assert set(rows) == set(METHODS.split(","))
     assert rows["highs"]["status"] == "OPTIMAL" and rows["highs"]["kind"] == "exact"
     best = rows["highs"]["objective"]
-    assert all(r["objective"] <= best + 1e-9 for r in rows.values())
-    assert all(r["violations"] == 0 for r in rows.values())
+    schedules = [r for m, r in rows.items() if m != "bound"]
+    assert all(r["objective"] <= best + 1e-9 for r in schedules)
+    assert all(r["violations"] == 0 for r in schedules)
+    assert rows["bound"]["objective"] is None and rows["bound"]["violations"] is None
     assert rows["highs"]["gap_lo"] == 0.0 and "runtime_s" in rows["slide-batching"]
+    bound = rows["bound"]
+    assert bound["kind"] == "bound" and bound["bound"] >= best - 1e-6
+    families = bound["details"]["families"]
+    assert bound["details"]["tightest"] in families
+    assert min(families.values()) == bound["bound"]
+    assert bound["details"]["ideal"] >= bound["bound"]
+    assert rows["highs"]["details"]["time_limit_s"] == 20
 
 
 def test_tdg_batch_build_and_compare(tmp_path, capsys):
