@@ -47,7 +47,12 @@ its iteration, its *leader*) and ``x_rq`` (on time in the iteration led by ``q``
     N_e - N_s >= sum_(q : f(q) - 1 >= s, j1(q) <= e) x_qq         (interval rows)
 
 the interval rows added in rounds, most violated first; then, on the grid of events with the
-coarsest spacing, the same LP with integral ``g1`` and ``x`` (HiGHS's MILP, its dual bound).
+coarsest spacing, the same LP with integral ``g1`` and ``x`` (HiGHS's MILP, its dual bound),
+whose rounds add the *start rows* too: the prompts completed in iterations that cannot start
+before ``b_u`` (their own arrival or their leader's is later) fit in ``(b_u, b_e]`` unless
+one more iteration runs in ``[b_s, b_e]``::
+
+    Work + t_c Lead <= (b_e - b_u) + c (N_e - N_s - Lead),   c = max(0, b_u - b_s - t_c)
 Each family's value is reported; the bound is the least.
 
 The LP is built with numpy and solved by HiGHS (highspy) directly: at 500 requests it has
@@ -183,6 +188,10 @@ class TdgHorizonBound(ExactModel):
     integral : bool
         Run the ``chain`` family's integral phase (default), on windows whose grid of events
         has at most :data:`MIP_MAX_PAIRS` pairs, with half the time the coarse LP leaves.
+    start_rows : bool
+        Add the start rows (:meth:`_start_cuts`: an iteration starts after the arrivals of
+        what it holds) in the integral phase's rounds (default); False gives the former
+        integral phase. The LP rounds never use them (they moved no LP optimum measurably).
     """
 
     sense = "max"
@@ -682,7 +691,6 @@ class TdgHorizonBound(ExactModel):
         rounds: list[float] = []
         round_s: list[float] = []  # time from the build to the end of each round
         cuts_added = 0
-        start_cuts = 0
         converged = False
         first_solve_s = 0.0
         code = None
@@ -708,13 +716,12 @@ class TdgHorizonBound(ExactModel):
                 converged = True
                 break
             families["chain"] = value
-            cuts, starts = self._violated_rows(highs, lp)
+            cuts, _ = self._violated_rows(highs, lp)
             if not cuts:
                 converged = True
                 break
             self._add_cuts(highs, cuts)
-            cuts_added += len(cuts) - starts
-            start_cuts += starts
+            cuts_added += len(cuts)
             # the basis of the last optimum stays valid: the dual simplex warm-starts from it
             highs.setOptionValue("solver", "simplex")
         mip: dict[str, Any] = {}
@@ -739,7 +746,6 @@ class TdgHorizonBound(ExactModel):
             "rounds": len(rounds),
             "round_s": round_s,
             "cuts": cuts_added,
-            "start_cuts": start_cuts,
             "converged": converged,
             "mip": mip,
             "integral_done": integral_done,
@@ -783,7 +789,7 @@ class TdgHorizonBound(ExactModel):
                 best = dual if best is None else min(best, dual)
             if code != highspy.HighsModelStatus.kOptimal:
                 break
-            cuts, starts = self._violated_rows(highs, lp)
+            cuts, starts = self._violated_rows(highs, lp, self.start_rows)
             if not cuts:
                 break
             self._add_cuts(highs, cuts)
@@ -797,10 +803,12 @@ class TdgHorizonBound(ExactModel):
             "runtime_s": time.perf_counter() - start,
         }
 
-    def _violated_rows(self, highs: Any, lp: dict[str, Any]) -> tuple[list[Row], int]:
-        """The interval rows (:meth:`_leader_cuts`) and, with :attr:`start_rows`, the start
-        rows (:meth:`_start_cuts`) most violated by HiGHS's last solution, as rows ``sum coef
-        x <= upper``, and how many of them are start rows."""
+    def _violated_rows(
+        self, highs: Any, lp: dict[str, Any], start_rows: bool = False
+    ) -> tuple[list[Row], int]:
+        """The interval rows (:meth:`_leader_cuts`) and, with ``start_rows``, the start rows
+        (:meth:`_start_cuts`) most violated by HiGHS's last solution, as rows ``sum coef x <=
+        upper``, and how many of them are start rows."""
         values = np.asarray(highs.getSolution().col_value)
         iterations = lp["iterations"]
         most = max(CUTS_PER_ROUND, self.data.n)
@@ -816,7 +824,7 @@ class TdgHorizonBound(ExactModel):
                     0.0,
                 )
             )
-        starts = self._start_cuts(values, lp, most) if self.start_rows else []
+        starts = self._start_cuts(values, lp, most) if start_rows else []
         return rows + starts, len(starts)
 
     def _start_cuts(self, values: np.ndarray, lp: dict[str, Any], most: int) -> list[Row]:
