@@ -829,7 +829,7 @@ class TdgHorizonBound(ExactModel):
 
     def _start_cuts(self, values: np.ndarray, lp: dict[str, Any], most: int) -> list[Row]:
         """The most violated start rows at ``values`` (at most ``most``; docs/proserve.md,
-        "Iterations cannot start before an arrival"). For boundaries ``s < u < e`` (``s`` and
+        "Start rows", with the proof). For boundaries ``s < u < e`` (``s`` and
         ``u`` where first buckets start, ``e`` where first deadlines round to), with ``c =
         max(0, b_u - b_s - t_c)``::
 
