@@ -53,7 +53,9 @@ before ``b_u`` (their own arrival or their leader's is later) fit in ``(b_u, b_e
 one more iteration runs in ``[b_s, b_e]``::
 
     Work + t_c Lead <= (b_e - b_u) + c (N_e - N_s - Lead),   c = max(0, b_u - b_s - t_c)
-Each family's value is reported; the bound is the least.
+
+(``Work``: those prompts' work; ``Lead``: their leaders arriving at or after ``b_u``; see
+:meth:`TdgHorizonBound._start_cuts`). Each family's value is reported; the bound is the least.
 
 The LP is built with numpy and solved by HiGHS (highspy) directly: at 500 requests it has
 hundreds of thousands of columns, too many to write through PuLP. Two grids are solved in turn:
