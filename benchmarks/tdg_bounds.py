@@ -9,7 +9,8 @@ For each trace (Azure conversation and code 2023), load (low, medium, high) and 
   ``bucket`` family, its first round), then with the completion-leader rows (``chain``, LP
   rounds, then ``chain-integral``, the MILP's dual bound, while time is left), each family's
   value and the tightest reported; with ``--plain`` also the plain bucket LP (no release
-  cuts, same limits);
+  cuts, same limits); with ``--without-start-rows`` also the bound without the ``chain``
+  family's start rows (same limits), so each window has both against the same ``lns``;
 - ``lns``: the replay-scored steering search, within ``--lns-limit`` seconds;
 - SlideBatching and the five baselines of ProServe's evaluation, online;
 
@@ -26,6 +27,7 @@ are reported, never asserted.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,7 @@ def one_window(
     lns_limit: float,
     max_pairs: int,
     plain: bool = False,
+    without_start_rows: bool = False,
 ) -> list[dict[str, Any]]:
     """Every method on one window; the rows of the compare table plus the window's interval.
 
@@ -66,7 +69,9 @@ def one_window(
         rate=rate,
         max_output_tokens=KEEP_OUTPUTS,
     )
+    cpu = time.process_time()
     bound = solve(TdgHorizonBound(inst, max_pairs=max_pairs), "highs", time_limit=bound_limit)
+    bound_cpu_s = time.process_time() - cpu
     plain_bound, plain_s = float("nan"), float("nan")
     if plain:
         other = solve(
@@ -75,6 +80,21 @@ def one_window(
             time_limit=bound_limit,
         )
         plain_bound, plain_s = float(other.bound), other.runtime_s
+    former: dict[str, Any] = {}
+    if without_start_rows:
+        cpu = time.process_time()
+        other = solve(
+            TdgHorizonBound(inst, max_pairs=max_pairs, start_rows=False),
+            "highs",
+            time_limit=bound_limit,
+        )
+        former = {
+            "bound": float(other.bound),
+            "s": other.runtime_s,
+            "cpu_s": time.process_time() - cpu,
+            "status": other.status.value,
+            "integral": other.details["families"].get("chain-integral", float("nan")),
+        }
     families = bound.details.get("families", {})
     levels = bound.details.get("levels", [])
     # the bucket family is the first round of each LP: its time is up to the end of the fine
@@ -108,6 +128,8 @@ def one_window(
                 "bound": upper,
                 "bound_status": bound.status.value,
                 "bound_s": bound.runtime_s,
+                "bound_cpu_s": bound_cpu_s,
+                "load_average": os.getloadavg()[0],
                 "bound_spacing_s": bound.details.get("spacing_s"),
                 "bound_pairs": bound.details.get("pairs"),
                 "ideal": bound.details.get("ideal"),
@@ -120,6 +142,15 @@ def one_window(
                 "bound_tightest": bound.details.get("tightest"),
                 "bound_rounds": sum(level.get("rounds", 0) for level in levels),
                 "bound_cuts": sum(level.get("cuts", 0) for level in levels),
+                "bound_start_cuts": sum(
+                    level.get("mip", {}).get("start_cuts", 0) for level in levels
+                ),
+                "bound_without_start_rows": former.get("bound", float("nan")),
+                "bound_without_start_rows_s": former.get("s", float("nan")),
+                "bound_without_start_rows_cpu_s": former.get("cpu_s", float("nan")),
+                "bound_without_start_rows_status": former.get("status"),
+                "bound_without_start_rows_integral": former.get("integral", float("nan")),
+                "width_without_start_rows": 1 - best / former.get("bound", float("nan")),
                 "width": 1 - best / upper,
                 "gap_lo": 1 - v / best,
                 "gap_hi": 1 - v / upper,
@@ -141,6 +172,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--plain", action="store_true", help="also solve the plain LP (no release cuts)"
     )
+    parser.add_argument(
+        "--without-start-rows",
+        action="store_true",
+        help="also solve the bound without the chain family's start rows",
+    )
     parser.add_argument("--quick", action="store_true", help="25 requests, 10 s limits")
     parser.add_argument("--out", default=str(OUT / "tdg_bounds.csv"))
     a = parser.parse_args(argv)
@@ -161,6 +197,7 @@ def main(argv: list[str] | None = None) -> None:
                     lns_limit=a.lns_limit,
                     max_pairs=a.max_pairs,
                     plain=a.plain,
+                    without_start_rows=a.without_start_rows,
                 )
                 rows.extend(got)
                 pd.DataFrame(rows).to_csv(a.out, index=False)
@@ -168,12 +205,20 @@ def main(argv: list[str] | None = None) -> None:
                 print(
                     f"{trace} n={n} {load}: [{head['best']:.6g}, {head['bound']:.6g}] width "
                     f"{head['width']:.1%} (ideal {head['ideal']:.6g}; bound {head['bound_s']:.0f} "
-                    f"s {head['bound_status']}, spacing {head['bound_spacing_s']} s) in "
+                    f"s, {head['bound_cpu_s']:.0f} s CPU, {head['bound_status']}, spacing "
+                    f"{head['bound_spacing_s']} s; load average {head['load_average']:.1f}) in "
                     f"{time.perf_counter() - t0:.0f} s"
                     + f"; bucket {head['bound_bucket']:.6g} ({head['bound_bucket_s']:.0f} s), chain "
                     f"{head['bound_chain']:.6g}, integral {head['bound_chain_integral']:.6g}, "
                     f"tightest {head['bound_tightest']}"
-                    + (f"; plain LP {head['bound_plain']:.6g}" if a.plain else ""),
+                    + (f"; plain LP {head['bound_plain']:.6g}" if a.plain else "")
+                    + (
+                        f"; without start rows {head['bound_without_start_rows']:.6g} "
+                        f"({head['bound_without_start_rows_s']:.0f} s), width "
+                        f"{head['width_without_start_rows']:.1%}"
+                        if a.without_start_rows
+                        else ""
+                    ),
                     flush=True,
                 )
     frame = pd.DataFrame(rows)

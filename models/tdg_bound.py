@@ -47,8 +47,15 @@ its iteration, its *leader*) and ``x_rq`` (on time in the iteration led by ``q``
     N_e - N_s >= sum_(q : f(q) - 1 >= s, j1(q) <= e) x_qq         (interval rows)
 
 the interval rows added in rounds, most violated first; then, on the grid of events with the
-coarsest spacing, the same LP with integral ``g1`` and ``x`` (HiGHS's MILP, its dual bound).
-Each family's value is reported; the bound is the least.
+coarsest spacing, the same LP with integral ``g1`` and ``x`` (HiGHS's MILP, its dual bound),
+whose rounds add the *start rows* too: the prompts completed in iterations that cannot start
+before ``b_u`` (their own arrival or their leader's is later) fit in ``(b_u, b_e]`` unless
+one more iteration runs in ``[b_s, b_e]``::
+
+    Work + t_c Lead <= (b_e - b_u) + c (N_e - N_s - Lead),   c = max(0, b_u - b_s - t_c)
+
+(``Work``: those prompts' work; ``Lead``: their leaders arriving at or after ``b_u``; see
+:meth:`TdgHorizonBound._start_cuts`). Each family's value is reported; the bound is the least.
 
 The LP is built with numpy and solved by HiGHS (highspy) directly: at 500 requests it has
 hundreds of thousands of columns, too many to write through PuLP. Two grids are solved in turn:
@@ -92,6 +99,9 @@ __all__ = ["BOUND_MODEL", "BucketGrid", "TdgHorizonBound", "ideal_gain"]
 
 logger = logging.getLogger("slolab")
 
+#: A row ``sum coef x <= upper`` added in a round: (columns, coefficients, upper).
+Row = tuple[np.ndarray, np.ndarray, float]
+
 #: Registry name of the bound.
 BOUND_MODEL = "tdg-horizon-bound"
 #: Grid spacings tried, finest first (s); the finest whose LP stays within the size budget wins.
@@ -110,6 +120,8 @@ FAMILIES = ("bucket", "chain")
 CUTS_PER_ROUND = 200
 #: An interval row is added when violated by more than this many iterations.
 CUT_TOL = 1e-6
+#: A start row is added when violated by more than this many seconds.
+START_CUT_TOL_S = 1e-7
 #: The integral phase of the ``chain`` family runs only with at least this much time left (s).
 MIP_MIN_S = 1.0
 #: ... and on windows whose grid of events has at most this many (request, bucket) pairs
@@ -178,6 +190,10 @@ class TdgHorizonBound(ExactModel):
     integral : bool
         Run the ``chain`` family's integral phase (default), on windows whose grid of events
         has at most :data:`MIP_MAX_PAIRS` pairs, with half the time the coarse LP leaves.
+    start_rows : bool
+        Add the start rows (:meth:`_start_cuts`: an iteration starts after the arrivals of
+        what it holds) in the integral phase's rounds (default); False gives the former
+        integral phase. The LP rounds never use them (they moved no LP optimum measurably).
     """
 
     sense = "max"
@@ -193,6 +209,7 @@ class TdgHorizonBound(ExactModel):
         release_cuts: bool = True,
         family: str = "chain",
         integral: bool = True,
+        start_rows: bool = True,
     ) -> None:
         super().__init__(instance)
         if family not in FAMILIES:
@@ -200,6 +217,7 @@ class TdgHorizonBound(ExactModel):
         self.release_cuts = release_cuts
         self.family = family
         self.integral = integral
+        self.start_rows = start_rows
         self.data = HorizonData.of(instance, max_iterations=1)
         self.t_c, coef = _affine(instance.timing, BOUND_MODEL)
         if (coef < 0).any() or self.t_c < 0:
@@ -450,6 +468,7 @@ class TdgHorizonBound(ExactModel):
             "row_hi": np.concatenate(row_hi),
             "fixed_gain": fixed_gain,
             "iterations": N,
+            "bounds": grid.bounds,
             "leaders": leaders,
             "first_tokens": np.array(sorted(g1_of.values()), dtype=np.int64),
         }
@@ -485,6 +504,7 @@ class TdgHorizonBound(ExactModel):
         m = len(reqs)
         lead = add_cols(m, 0.0, 1.0)
         shared: list[np.ndarray] = []
+        shared_q: list[np.ndarray] = []
         for i in range(m):
             r = int(reqs[i])
             # leaders before r whose iteration can also complete r's prompt by their deadline
@@ -495,6 +515,7 @@ class TdgHorizonBound(ExactModel):
             q = q[ok]
             x = add_cols(len(q), 0.0, 1.0) if len(q) else np.zeros(0, dtype=np.int64)
             shared.append(x)
+            shared_q.append(q)
             g1 = np.array([g1_of[r]])
             add_rows(
                 [(g1, 1.0), (np.array([lead[i]]), -1.0)] + [(np.array([c]), -1.0) for c in x],
@@ -524,7 +545,13 @@ class TdgHorizonBound(ExactModel):
             "columns": lead,
             "start": start,
             "end": j1,
-            "shared": np.concatenate(shared) if shared else np.zeros(0, dtype=np.int64),
+            "shared": np.concatenate(shared),
+            # position (in deadline order) of the joining request and of the leader of each
+            # shared column, each request's first-token column and its prompt work
+            "shared_r": np.repeat(np.arange(m), [len(q) for q in shared_q]),
+            "shared_q": np.concatenate(shared_q).astype(np.int64),
+            "first_tokens": np.array([g1_of[int(r)] for r in reqs], dtype=np.int64),
+            "work": work,
         }
 
     @staticmethod
@@ -691,11 +718,11 @@ class TdgHorizonBound(ExactModel):
                 converged = True
                 break
             families["chain"] = value
-            cuts = self._violated_rows(highs, lp)
+            cuts, _ = self._violated_rows(highs, lp)
             if not cuts:
                 converged = True
                 break
-            self._add_cuts(highs, cuts, lp["iterations"])
+            self._add_cuts(highs, cuts)
             cuts_added += len(cuts)
             # the basis of the last optimum stays valid: the dual simplex warm-starts from it
             highs.setOptionValue("solver", "simplex")
@@ -748,6 +775,7 @@ class TdgHorizonBound(ExactModel):
         )
         best: float | None = None
         rounds = 0
+        start_cuts = 0
         status = "not run"
         while True:
             left = time_limit - (time.perf_counter() - start)
@@ -763,49 +791,138 @@ class TdgHorizonBound(ExactModel):
                 best = dual if best is None else min(best, dual)
             if code != highspy.HighsModelStatus.kOptimal:
                 break
-            cuts = self._violated_rows(highs, lp)
+            cuts, starts = self._violated_rows(highs, lp, self.start_rows)
             if not cuts:
                 break
-            self._add_cuts(highs, cuts, lp["iterations"])
+            self._add_cuts(highs, cuts)
+            start_cuts += starts
         return best, {
             "status": status,
             "dual_bound": best,
             "rounds": rounds,
             "integral_columns": int(len(integral)),
+            "start_cuts": start_cuts,
             "runtime_s": time.perf_counter() - start,
         }
 
-    def _violated_rows(self, highs: Any, lp: dict[str, Any]) -> list[tuple[int, int, np.ndarray]]:
-        """The interval rows most violated by HiGHS's last solution (:meth:`_leader_cuts`)."""
-        return self._leader_cuts(
-            np.asarray(highs.getSolution().col_value),
-            lp["iterations"],
-            lp["leaders"],
-            max(CUTS_PER_ROUND, self.data.n),
-        )
+    def _violated_rows(
+        self, highs: Any, lp: dict[str, Any], start_rows: bool = False
+    ) -> tuple[list[Row], int]:
+        """The interval rows (:meth:`_leader_cuts`) and, with ``start_rows``, the start rows
+        (:meth:`_start_cuts`) most violated by HiGHS's last solution, as rows ``sum coef x <=
+        upper``, and how many of them are start rows."""
+        values = np.asarray(highs.getSolution().col_value)
+        iterations = lp["iterations"]
+        most = max(CUTS_PER_ROUND, self.data.n)
+        rows: list[Row] = []
+        for s, e, leaders in self._leader_cuts(values, iterations, lp["leaders"], most):
+            # N_e - N_s - sum x_qq >= 0, written -N_e + N_s + sum x_qq <= 0 (N_0 = 0)
+            cols = [int(iterations[e - 1])] + ([int(iterations[s - 1])] if s >= 1 else [])
+            coefs = [-1.0] + ([1.0] if s >= 1 else [])
+            rows.append(
+                (
+                    np.concatenate([np.asarray(cols, dtype=np.int64), leaders]),
+                    np.concatenate([coefs, np.ones(len(leaders))]),
+                    0.0,
+                )
+            )
+        starts = self._start_cuts(values, lp, most) if start_rows else []
+        return rows + starts, len(starts)
+
+    def _start_cuts(self, values: np.ndarray, lp: dict[str, Any], most: int) -> list[Row]:
+        """The most violated start rows at ``values`` (at most ``most``; docs/proserve.md,
+        "Start rows", with the proof). For boundaries ``s < u < e`` (``s`` and
+        ``u`` where first buckets start, ``e`` where first deadlines round to), with ``c =
+        max(0, b_u - b_s - t_c)``::
+
+            Work + t_c Lead <= (b_e - b_u) + c (N_e - N_s - Lead)            (S1)
+            Work + t_c Lead <= (b_e - b_u) + c                   when c > 0  (S2)
+
+        ``Lead = sum x_qq`` over the leaders arriving at or after ``b_u`` with ``j1(q) <= e``;
+        ``Work = sum P_r g1_r`` over the requests arriving at or after ``b_u`` with ``j1(r) <=
+        e``, plus ``sum P_r x_rq`` over the requests arriving in ``[b_s, b_u)`` joining such a
+        leader ``q``. Per ``(u, e)`` only the ``s`` most violating each row is kept.
+        """
+        leaders = lp["leaders"]
+        if not len(leaders.get("columns", ())):
+            return []
+        bounds = lp["bounds"]
+        iterations = lp["iterations"]
+        work = leaders["work"]
+        lead_cols, g1_cols = leaders["columns"], leaders["first_tokens"]
+        shared, sr, sq = leaders["shared"], leaders["shared_r"], leaders["shared_q"]
+        lead, x = values[lead_cols], values[shared]
+        a_vals, a_idx = np.unique(leaders["start"], return_inverse=True)
+        e_vals, e_idx = np.unique(leaders["end"], return_inverse=True)
+        na, ne = len(a_vals), len(e_vals)
+
+        def late_by(weights: np.ndarray) -> np.ndarray:
+            """``[u, e]``: sum of ``weights`` over arrival class ``>= u``, deadline ``<= e``."""
+            mass = np.zeros((na, ne))
+            np.add.at(mass, (a_idx, e_idx), weights)
+            return np.cumsum(np.cumsum(mass[::-1], axis=0)[::-1], axis=1)
+
+        late_work = late_by(work * values[g1_cols] + self.t_c * lead)
+        late_lead = late_by(lead)
+        n_at = np.concatenate([[0.0], values[iterations]])  # N_0 = 0
+        b_s, n_s = bounds[a_vals], n_at[a_vals]
+        b_e, n_e = bounds[e_vals], n_at[e_vals]
+        found: list[tuple[float, int, int, int, bool]] = []  # (violation, s, u, e, S2)
+        for i in range(1, na):
+            # joiners arriving in class h < i of leaders arriving in class >= i: [h, e] mass
+            keep = (a_idx[sq] >= i) & (a_idx[sr] < i)
+            mass = np.zeros((i, ne))
+            np.add.at(mass, (a_idx[sr[keep]], e_idx[sq[keep]]), work[sr[keep]] * x[keep])
+            # joined[h, k]: joiners of classes h..i-1 whose leader's deadline class is <= k
+            joined = np.cumsum(np.cumsum(mass, axis=1)[::-1], axis=0)[::-1]
+            c = np.maximum(0.0, bounds[a_vals[i]] - b_s[:i] - self.t_c)[:, None]
+            base = late_work[i][None, :] + joined - (b_e - bounds[a_vals[i]])[None, :]
+            first = base - c * (n_e[None, :] - n_s[:i, None] - late_lead[i][None, :])
+            second = np.where(c > 0, base - c, -np.inf)
+            valid = e_vals > a_vals[i]
+            for viol, is_second in ((first, False), (second, True)):
+                s_best = np.argmax(viol, axis=0)
+                best = viol[s_best, np.arange(ne)]
+                for k in np.flatnonzero(valid & (best > START_CUT_TOL_S)):
+                    found.append((float(best[k]), int(s_best[k]), i, int(k), is_second))
+        found.sort(key=lambda f: -f[0])
+        rows: list[Row] = []
+        for _, s_cls, u_cls, e_cls, is_second in found[:most]:
+            c_su = max(0.0, float(bounds[a_vals[u_cls]] - b_s[s_cls]) - self.t_c)
+            late = (a_idx >= u_cls) & (e_idx <= e_cls)
+            joins = (
+                (a_idx[sr] >= s_cls)
+                & (a_idx[sr] < u_cls)
+                & (a_idx[sq] >= u_cls)
+                & (e_idx[sq] <= e_cls)
+            )
+            cols = [g1_cols[late], lead_cols[late], shared[joins]]
+            lead_coef = self.t_c + (0.0 if is_second else c_su)
+            coefs = [work[late], np.full(int(late.sum()), lead_coef), work[sr[joins]]]
+            upper = float(b_e[e_cls] - bounds[a_vals[u_cls]])
+            if is_second:
+                upper += c_su
+            elif c_su > 0:
+                cols.append(np.array([iterations[e_vals[e_cls] - 1]], dtype=np.int64))
+                coefs.append(np.array([-c_su]))
+                if a_vals[s_cls] >= 1:
+                    cols.append(np.array([iterations[a_vals[s_cls] - 1]], dtype=np.int64))
+                    coefs.append(np.array([c_su]))
+            rows.append((np.concatenate(cols), np.concatenate(coefs), upper))
+        return rows
 
     @staticmethod
-    def _add_cuts(
-        highs: Any, cuts: list[tuple[int, int, np.ndarray]], iterations: np.ndarray
-    ) -> None:
-        """Add the rows ``N_e - N_s - sum x_qq >= 0`` of :meth:`_leader_cuts`."""
-        starts: list[int] = []
-        index: list[int] = []
-        value: list[float] = []
-        for s, e, leaders in cuts:
-            starts.append(len(index))
-            cols = [int(iterations[e - 1])] + ([int(iterations[s - 1])] if s >= 1 else [])
-            coefs = [1.0] + ([-1.0] if s >= 1 else [])
-            index.extend(cols + [int(c) for c in leaders])
-            value.extend(coefs + [-1.0] * len(leaders))
+    def _add_cuts(highs: Any, rows: list[Row]) -> None:
+        """Add the rows ``sum coef x <= upper`` of :meth:`_violated_rows`."""
+        starts = np.cumsum([0] + [len(cols) for cols, _, _ in rows[:-1]])
         highs.addRows(
-            len(cuts),
-            np.zeros(len(cuts)),
-            np.full(len(cuts), np.inf),
-            len(index),
-            np.asarray(starts, dtype=np.int32),
-            np.asarray(index, dtype=np.int32),
-            np.asarray(value, dtype=float),
+            len(rows),
+            np.full(len(rows), -np.inf),
+            np.array([upper for _, _, upper in rows], dtype=float),
+            int(sum(len(cols) for cols, _, _ in rows)),
+            starts.astype(np.int32),
+            np.concatenate([cols for cols, _, _ in rows]).astype(np.int32),
+            np.concatenate([coefs for _, coefs, _ in rows]).astype(float),
         )
 
 

@@ -2,13 +2,14 @@
 and seeded random batteries (MILP == CP-SAT == brute force; exact >= heuristics); the
 tdg-horizon bound (time-bucketed LP): optimum <= bound <= ideal, strictly below on a loaded
 window; its chain family (completion-leader rows): optimum <= chain <= bucket, strictly
-tighter on a hand window."""
+tighter on a hand window; its start rows: optimum <= with <= without, strictly tighter on a hand
+window."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from slolab.harness.compare import compare
 from slolab.heuristics.proserve import SlideBatching, SlideBatchingParams, one_iteration_schedule
@@ -342,6 +343,20 @@ def test_release_cuts_strictly_tighter_on_a_loaded_window():
     assert cut.bound == pytest.approx(8.0, abs=1e-4)
 
 
+def proved_optimum(inst: Instance) -> float:
+    """The exact MILP's optimum of a small window, proved OPTIMAL."""
+    exact = solve(TdgHorizon(inst), solver="highs", time_limit=60)
+    assert exact.status == Status.OPTIMAL
+    return exact.objective
+
+
+def proved_bound(inst: Instance, **options):
+    """The tdg-horizon bound of a small window with every phase finished (OPTIMAL)."""
+    bound = solve(TdgHorizonBound(inst, **options), solver="highs", time_limit=30)
+    assert bound.status == Status.OPTIMAL
+    return bound
+
+
 @st.composite
 def loaded_window(draw) -> Instance:
     """Two or three requests, prompts of 1-12 tokens, outputs of 1-3 tokens, tight TTFTs."""
@@ -365,11 +380,9 @@ def loaded_window(draw) -> Instance:
 @given(loaded_window())
 def test_bound_battery_never_below_optimum_never_above_ideal(inst):
     """Random small windows proved OPTIMAL by the MILP: optimum <= bound <= ideal."""
-    exact = solve(TdgHorizon(inst), solver="highs", time_limit=60)
-    assert exact.status == Status.OPTIMAL
-    bound = solve(TdgHorizonBound(inst), solver="highs", time_limit=30)
-    assert bound.status == Status.OPTIMAL
-    assert exact.objective <= bound.bound + 1e-9
+    optimum = proved_optimum(inst)
+    bound = proved_bound(inst)
+    assert optimum <= bound.bound + 1e-9
     assert bound.bound <= bound.details["ideal"] + 1e-9
     # the release cuts only add rows: never looser than the plain bucket LP
     plain = solve(TdgHorizonBound(inst, release_cuts=False), solver="highs", time_limit=30)
@@ -413,16 +426,16 @@ def test_chain_shares_an_iteration_when_it_can():
     assert chain.bound == pytest.approx(9.0, abs=1e-4)
 
 
-@st.composite
-def contended_window(draw) -> Instance:
-    """Two to four requests, prompts of 1-12 tokens, one or two output tokens, tight TTFTs."""
+def drawn_window(draw, arrivals, prompts, ttfts) -> Instance:
+    """Two to four requests drawn from the given arrivals, prompt range and TTFTs, one or two
+    output tokens, TPOTs of 12 or 30 ms, priorities 1 or 2."""
     n = draw(st.integers(2, 4))
     rows = [
         {
-            "arrival": draw(st.sampled_from([0.0, 0.004, 0.012])),
-            "prompt": draw(st.integers(1, 12)),
+            "arrival": draw(st.sampled_from(arrivals)),
+            "prompt": draw(st.integers(*prompts)),
             "output": draw(st.integers(1, 2)),
-            "ttft": draw(st.sampled_from([0.012, 0.02, 0.03, 0.05])),
+            "ttft": draw(st.sampled_from(ttfts)),
             "tpot": draw(st.sampled_from([0.012, 0.03])),
             "priority": draw(st.sampled_from([1.0, 2.0])),
         }
@@ -432,19 +445,96 @@ def contended_window(draw) -> Instance:
     return horizon_instance(*([r[k] for r in rows] for k in rows[0]))
 
 
+@st.composite
+def contended_window(draw) -> Instance:
+    """Two to four requests, prompts of 1-12 tokens, one or two output tokens, tight TTFTs."""
+    return drawn_window(draw, [0.0, 0.004, 0.012], (1, 12), [0.012, 0.02, 0.03, 0.05])
+
+
 @settings(max_examples=20, deadline=None, derandomize=True)
 @given(contended_window())
 def test_chain_battery_between_optimum_and_bucket(inst):
     """Random contended windows proved OPTIMAL: optimum <= chain <= bucket <= ideal."""
-    exact = solve(TdgHorizon(inst), solver="highs", time_limit=60)
-    assert exact.status == Status.OPTIMAL
-    chain = solve(TdgHorizonBound(inst), solver="highs", time_limit=30)
-    assert chain.status == Status.OPTIMAL
-    bucket = solve(TdgHorizonBound(inst, family="bucket"), solver="highs", time_limit=30)
-    assert bucket.status == Status.OPTIMAL
-    assert exact.objective <= chain.bound + 1e-6
+    optimum = proved_optimum(inst)
+    chain = proved_bound(inst)
+    bucket = proved_bound(inst, family="bucket")
+    assert optimum <= chain.bound + 1e-6
     assert chain.bound <= bucket.bound + 1e-6
     assert bucket.bound <= bucket.details["ideal"] + 1e-6
     # the chain LP (before the integral phase) lies between the two as well
     lp = chain.details["families"]["chain"]
-    assert exact.objective <= lp + 1e-6 <= bucket.bound + 2e-6
+    assert optimum <= lp + 1e-6 <= bucket.bound + 2e-6
+
+
+def test_start_rows_strictly_tighter_on_a_late_leader():
+    """A at 0 (TTFT 35 ms), B at 5 ms (TTFT 29 ms): chain bound 9, with start rows 6 = optimum."""
+    inst = horizon_instance([0.0, 0.005], [10, 10], [1, 1], [0.035, 0.029], [0.01] * 2, [1.0, 2.0])
+    # deadlines 35 (A) and 34 ms (B). Shared from 5 ms: 5 + 10 + 10 + 10 = 35 > 34; B alone from
+    # 5 ms ends at 25, A after it at 45 > 35; A alone from 0 ends at 20, B after it at 40 > 34:
+    # one first token, the priority-2 one: 3 * 2 = 6 of an ideal 9
+    exact = solve(TdgHorizon(inst), solver="highs", time_limit=30)
+    assert exact.status == Status.OPTIMAL
+    assert exact.objective == pytest.approx(6.0)
+    # without start rows: A's prompt runs fluidly in [0, 5 ms] and the rest of both prompts in
+    # one iteration led by B inside (5, 34 ms]: 5 + 10 + 5 + 10 = 30 <= 34, both on time: 9
+    former = solve(TdgHorizonBound(inst, start_rows=False), solver="highs", time_limit=30)
+    assert former.status == Status.OPTIMAL
+    assert former.bound == pytest.approx(9.0, abs=1e-4)
+    # start row (s = 0, u = 5 ms, e = 34 ms; c = max(0, 5 - 0 - 10) = 0): B's prompt, its
+    # leader iteration's overhead and A's prompt if A joins B fit in (5, 34 ms]:
+    # 10 g_B + 10 x_BB + 10 x_AB <= 29, so with integral leaders A cannot join B, and A leading
+    # its own iteration too needs 10 + 10 + 2 x 10 = 40 > 35 ms: one first token, 6
+    bound = solve(TdgHorizonBound(inst), solver="highs", time_limit=30)
+    assert bound.status == Status.OPTIMAL
+    assert bound.bound == pytest.approx(6.0, abs=1e-4)
+    assert bound.details["tightest"] == "chain-integral"
+    assert sum(level["mip"].get("start_cuts", 0) for level in bound.details["levels"]) >= 1
+
+
+@st.composite
+def staggered_window(draw) -> Instance:
+    """Two to four requests at 0 and 5 ms (less than an iteration's 10 ms overhead apart),
+    prompts of 6-12 tokens, TTFTs of 25-40 ms."""
+    return drawn_window(draw, [0.0, 0.005], (6, 12), [0.025, 0.029, 0.035, 0.04])
+
+
+def window_of(*requests) -> Instance:
+    """A window from (arrival, prompt, output, ttft, tpot, priority) tuples."""
+    return horizon_instance(*(list(column) for column in zip(*requests, strict=True)))
+
+
+# windows of the same ranges where the start rows were seen to cut (numpy draws, seed 2):
+# optimum 14, 6 and 15, former bound 20.08, 9 and 18
+@example(
+    window_of(
+        (0.0, 8, 2, 0.04, 0.03, 2.0),
+        (0.0, 11, 2, 0.029, 0.012, 1.0),
+        (0.005, 7, 1, 0.025, 0.03, 2.0),
+        (0.005, 9, 1, 0.04, 0.012, 2.0),
+    )
+)
+@example(
+    window_of(
+        (0.0, 11, 1, 0.04, 0.03, 1.0),
+        (0.0, 12, 1, 0.025, 0.012, 2.0),
+        (0.005, 10, 1, 0.029, 0.03, 2.0),
+    )
+)
+@example(
+    window_of(
+        (0.0, 7, 1, 0.04, 0.03, 2.0),
+        (0.005, 7, 2, 0.029, 0.03, 1.0),
+        (0.005, 7, 2, 0.029, 0.03, 2.0),
+    )
+)
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(staggered_window())
+def test_start_rows_battery_between_optimum_and_former_bound(inst):
+    """Random staggered windows proved OPTIMAL: optimum <= bound with start rows <= without."""
+    optimum = proved_optimum(inst)
+    bound = proved_bound(inst)
+    former = proved_bound(inst, start_rows=False)
+    assert optimum <= bound.bound + 1e-6
+    assert bound.bound <= former.bound + 1e-6
+    # the start rows enter the integral phase only: the LP rounds are the former ones
+    assert bound.details["families"]["chain"] == former.details["families"]["chain"]
