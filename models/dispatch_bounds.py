@@ -33,6 +33,7 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,9 @@ DEFAULT_BUCKETS = 64
 COARSE_BUCKETS = 16
 #: Share of the time limit the coarse LP may take (the fine one takes the rest).
 COARSE_SHARE = 0.25
+#: Finer grids the ``bound`` method solves after the fine one, each with the time left; a
+#: level that does not finish leaves the least bound of those before it.
+REFINED_BUCKETS = (128, 256)
 #: HiGHS LP methods accepted, and the default (interior point without crossover: the safe dual
 #: bound needs no basis; benchmarks in docs/hyperflexis.md, "Solving the LP").
 LP_METHODS = ("ipm", "simplex", "pdlp")
@@ -302,10 +306,13 @@ def _build(data: ScaleWindow, meets: list[int], profiles: list[Any], buckets: in
                 prev_dec = G
             work_in[b].extend(f_terms)
             prev = F
+    missed_in = _missed_prompts(data, meets, t, m, var, row)
     for b in range(B):
-        # work + overhead <= available worker-seconds
+        # work + overhead + missed prompts' work <= available worker-seconds
         row(
-            work_in[b] + [(overhead_s[b], 1.0), (X0[b], -length[b]), (Xn[b], -length[b])],
+            work_in[b]
+            + [(overhead_s[b], 1.0), (missed_in[b], 1.0), (X0[b], -length[b])]
+            + [(Xn[b], -length[b])],
             -math.inf,
             0.0,
         )
@@ -332,6 +339,39 @@ def _build(data: ScaleWindow, meets: list[int], profiles: list[Any], buckets: in
         length_s=length,
         startup_s=data.startup_s,
     )
+
+
+def _missed_prompts(
+    data: ScaleWindow,
+    meets: list[int],
+    t: np.ndarray,
+    m: dict[int, int],
+    var: Any,
+    row: Any,
+) -> list[int]:
+    """Columns ``V_b`` (per bucket) of the prompts' work of requests that miss, which every
+    schedule serving each request in full still does, after their arrivals:
+    ``sum_b V_b + V_tail >= sum_r P_r (1 - m_r)`` (``m_r = 0`` for a request that cannot
+    meet), ``sum_(b' <= b) V_b' <= sum_(r: a_r <= t_(b+1)) P_r (1 - m_r)``, ``V_b`` in the
+    bucket's capacity row and ``V_tail`` (done after the last bucket, on workers paid for
+    then) priced at ``lambda`` per second (docs/hyperflexis.md, "Missed prompts")."""
+    v = data.view
+    B = len(t) - 1
+    W = data.max_servers
+    prompt_s = [v.prefill_part_s(int(p)) for p in data.prompt]
+    total = math.fsum(prompt_s)
+    missed = [var("V", 0.0, float(W) * (t[b + 1] - t[b]), 0.0) for b in range(B)]
+    tail = var("Vtail", 0.0, total, data.cost_weight)
+    met_terms = [(m[r], prompt_s[r]) for r in meets]
+    row([*((j, 1.0) for j in missed), (tail, 1.0), *met_terms], total, math.inf)
+    order = np.argsort(data.arrival_s, kind="stable")
+    arrivals = np.asarray(data.arrival_s, dtype=float)[order]
+    for b in range(B):
+        arrived = order[: int(np.searchsorted(arrivals, t[b + 1], side="right"))]
+        released = math.fsum(prompt_s[r] for r in arrived)
+        terms = [(m[r], prompt_s[r]) for r in arrived.tolist() if r in m]
+        row([*((missed[k], 1.0) for k in range(b + 1)), *terms], -math.inf, released)
+    return missed
 
 
 def safe_dual_bound(lp: _Lp, row_dual: np.ndarray) -> float:
@@ -404,6 +444,7 @@ def relaxation_bound(
     *,
     buckets: int = DEFAULT_BUCKETS,
     coarse_buckets: int | None = COARSE_BUCKETS,
+    refined_buckets: Sequence[int] = (),
     integral: bool = False,
     time_limit: float = 60.0,
     threads: int = 1,
@@ -423,6 +464,9 @@ def relaxation_bound(
         About this many time buckets (>= 2) on the fine grid; more is tighter and larger.
     coarse_buckets : int or None
         Buckets of the coarse grid solved first (None, or not below ``buckets``: none).
+    refined_buckets : sequence of int
+        Finer grids solved after the fine one, in order, each with the time left (a level
+        that stops at the time limit gives no bound; the least of the others is kept).
     integral : bool
         Also solve the fine grid with binary ``m_r`` (a MILP whose dual bound is reported)
         in the time left after its LP.
@@ -451,6 +495,9 @@ def relaxation_bound(
         or coarse_buckets < 2
     ):
         raise ValueError(f"coarse_buckets must be an integer >= 2 or None, got {coarse_buckets!r}")
+    for size in refined_buckets:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 2:
+            raise ValueError(f"refined_buckets must be integers >= 2, got {size!r}")
     if lp_method not in LP_METHODS:
         raise ValueError(f"lp_method must be one of {', '.join(LP_METHODS)}, got {lp_method!r}")
     start = time.perf_counter()
@@ -458,24 +505,31 @@ def relaxation_bound(
     ideal = ideal_bound(data)
     meets = [r for r in range(data.n) if data.can_meet(r)]
     if not meets:
-        return RelaxationBound(0.0, 0.0, 0.0, 0.0, "optimal", integral, 0, 0, 0, 0.0, ())
+        # every prompt is still served, on a worker paid for while it runs
+        prompts_s = math.fsum(data.view.prefill_part_s(int(p)) for p in data.prompt)
+        cost = -data.cost_weight * prompts_s
+        return RelaxationBound(cost, 0.0, 0.0, prompts_s, "optimal", integral, 0, 0, 0, 0.0, ())
     profiles: list[Any] = [None] * data.n
     for r in meets:
         profiles[r] = _request_profile(data, r)
     grids = [buckets]
     if coarse_buckets is not None and coarse_buckets < buckets:
         grids.insert(0, coarse_buckets)
+    fine = len(grids) - 1
+    grids += [size for size in refined_buckets if size > buckets]
     bound, status = ideal, "time limit"
     best: tuple[_Lp, np.ndarray] | None = None
     levels: list[LevelSolve] = []
-    lp = None
+    lp = fine_lp = None
     for i, size in enumerate(grids):
         begun = time.perf_counter()
         left = time_limit - (begun - start)
         if left <= 0:
             break
         lp = _build(data, meets, profiles, size)
-        share = left * COARSE_SHARE if i + 1 < len(grids) else left
+        if i == fine:
+            fine_lp = lp
+        share = left * COARSE_SHARE if i < fine else left
         share -= time.perf_counter() - begun
         value, x, how = _solve_lp(lp, share, threads, lp_method)
         levels.append(
@@ -491,13 +545,17 @@ def relaxation_bound(
         if value is not None and x is not None:
             if value < bound:
                 bound, best = value, (lp, x)
-            status = "optimal" if i + 1 == len(grids) else "coarse"
+            if status != "optimal":
+                status = "optimal" if i >= fine else "coarse"
+        elif i > fine:
+            break
     if status == "time limit":
         logger.warning(
             "%s relaxation: no LP solved within %.1f s; reporting the ideal bound",
             PROBLEM,
             time_limit,
         )
+    lp = fine_lp
     if integral and lp is not None and status == "optimal":
         remaining = time_limit - (time.perf_counter() - start)
         if remaining > 0:
@@ -554,7 +612,9 @@ class DispatchBound(ExactModel):
     (method ``bound``): HiGHS on the coarse then the fine LP, the least safe bound reported.
 
     Options: ``buckets`` (default :data:`DEFAULT_BUCKETS`), ``coarse_buckets`` (default
-    :data:`COARSE_BUCKETS`; None: the fine grid alone), ``integral`` (default False: the LP),
+    :data:`COARSE_BUCKETS`; None: the fine grid alone), ``refined_buckets`` (default
+    :data:`REFINED_BUCKETS`: finer grids after the fine one, with the time left),
+    ``integral`` (default False: the LP),
     ``lp_method`` (default :data:`LP_METHOD`). Status OPTIMAL when the fine LP is solved,
     FEASIBLE when only the coarse one is (its bound holds), TIME_LIMIT with the ideal bound
     when neither is.
@@ -569,6 +629,7 @@ class DispatchBound(ExactModel):
         *,
         buckets: int = DEFAULT_BUCKETS,
         coarse_buckets: int | None = COARSE_BUCKETS,
+        refined_buckets: Sequence[int] = REFINED_BUCKETS,
         integral: bool = False,
         lp_method: str = LP_METHOD,
     ) -> None:
@@ -576,6 +637,7 @@ class DispatchBound(ExactModel):
         self.data = ScaleWindow.of(instance)
         self.buckets = buckets
         self.coarse_buckets = coarse_buckets
+        self.refined_buckets = tuple(refined_buckets)
         self.integral = integral
         self.lp_method = lp_method
 
@@ -590,6 +652,7 @@ class DispatchBound(ExactModel):
             self.instance,
             buckets=self.buckets,
             coarse_buckets=self.coarse_buckets,
+            refined_buckets=self.refined_buckets,
             integral=self.integral,
             time_limit=time_limit,
             threads=backend.threads,

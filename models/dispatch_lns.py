@@ -2,7 +2,9 @@
 
 The primal side of the trace-scale interval. It starts from the best of: an insertion
 start (requests in arrival order, each to the worker or new worker life where ``J`` rises
-most), the online policies' runs (HyperFlexis's dispatcher with and without its scaler,
+most), pooled starts (every worker life pulling from one central queue in time order,
+giving up prompts that would make others miss: :func:`_pooled_start`), the online policies'
+runs (HyperFlexis's dispatcher with and without its scaler,
 round robin), each written as a decision over worker lives (the initial workers and each
 switch-on) and replayed with the same iterations, each started as early as the engine
 starts it, every worker leaving when its last iteration ends, and two greedy starts; then it
@@ -67,6 +69,12 @@ START_POLICIES = ("hyperflexis", "round-robin", "hyperflexis-scaling")
 BOUND_SHARE = 0.25
 #: Share of the time limit the insertion start may take (it is dropped when unfinished).
 INSERTION_SHARE = 0.25
+#: Variants of the pooled start tried: (decodes only when a token needs them, seconds of
+#: arrivals the give-up rule looks ahead).
+POOLED_VARIANTS = ((False, 0.0), (False, 0.5), (False, 1.0), (True, 0.0), (True, 0.5), (True, 1.0))
+#: Share of the time left after the starts that the search on the pooled start's given-up
+#: prompts may take (the moves take the rest).
+POOLED_SEARCH_SHARE = 0.3
 #: Seconds between two progress updates on stderr.
 PROGRESS_EVERY_S = 1.0
 
@@ -172,8 +180,7 @@ def _greedy(
     build resumes from its last saved state whose passes read no arrival at or after that
     time, and gives the same iterations as a build from the start."""
     tol = ON_TIME_TOLERANCE_S
-    arrival, first_due, tpot = tab.arrival, tab.first_due, tab.tpot
-    prompt, output, part, alone = tab.prompt, tab.output, tab.part, tab.alone
+    arrival, first_due, alone = tab.arrival, tab.first_due, tab.alone
     order = sorted(members, key=lambda r: (arrival[r], r))
     comps: list[Composition] = []
     snaps: list[_Snapshot] = []
@@ -199,9 +206,6 @@ def _greedy(
             generated, late = dict(base.generated), set(base.late)
             comps = list(old.comps[: base.built])
             snaps = [x for x in old.snaps if x.built <= base.built and x.t <= base.t]
-    cap = tab.cap
-    max_tokens = tab.max_batch_tokens
-    any_s, prefill_s = tab.any_s, tab.prefill_s
     passes = 0
     while nxt < len(order) or waiting or hopeless or running:
         if passes % SNAPSHOT_EVERY == 0 and (not snaps or snaps[-1].built < len(comps)):
@@ -226,77 +230,29 @@ def _greedy(
             t = max(t, arrival[order[nxt]])
             seen = max(seen, t)
             continue
-        decode = running[:cap]
-        if decode:
-            kv = sum(prompt[r] + generated[r] for r in decode)
-            decode_part = tab.decode_s + len(decode) * tab.decode_token_s + tab.kv_s * kv
-        else:
-            decode_part = 0.0
-        limit = min(
-            (first_due[r] + generated[r] * tpot[r] + tol for r in decode if r not in late),
-            default=math.inf,
-        )
         # the clock only grows, so a prompt that cannot meet its first token now never will
         still = [r for r in waiting if t + alone[r] <= first_due[r] + tol]
         if len(still) < len(waiting):
             hopeless += [r for r in waiting if t + alone[r] > first_due[r] + tol]
             waiting = still
         viable = sorted(waiting, key=lambda r: (first_due[r], r))
-        chosen = viable or hopeless
         # late prompts fill idle time: an iteration that ends by the next member's arrival
         # (once no member is left to arrive, at any time)
         next_arrival = arrival[order[nxt]] if nxt < len(order) else math.inf
         if not viable and next_arrival < math.inf:
             seen = max(seen, next_arrival)
-        prefill: list[int] = []
-        tokens = len(decode)
-        parts = 0.0
-        for r in chosen:
-            if len(prefill) + len(decode) >= cap:
-                break
-            if max_tokens and tokens + prompt[r] > max_tokens:
-                continue
-            with_r = parts + part[r]
-            took = any_s + (prefill_s + with_r)
-            if decode:
-                took += decode_part
-            end = t + took
-            if decode and end > limit:
-                continue
-            if viable and any(end > first_due[q] + tol for q in (*prefill, r)):
-                continue
-            if not viable and end > next_arrival:
-                continue
-            prefill.append(r)
-            parts = with_r
-            tokens += prompt[r]
-        if not prefill and not decode:
-            if next_arrival < math.inf:
-                t = next_arrival
-                continue
-            prefill = [chosen[0]]
-            parts = part[chosen[0]]
-        took = any_s
-        if prefill:
-            took += prefill_s + parts
-        if decode:
-            took += decode_part
+        step = _iteration(tab, t, running, generated, late, viable, hopeless, next_arrival)
+        if step is None:
+            t = next_arrival
+            continue
+        prefill, decode, took = step
         t = t + took
-        for r in decode:
-            generated[r] += 1
-            if t > first_due[r] + (generated[r] - 1) * tpot[r] + tol:
-                late.add(r)
         taken = set(prefill)
         if viable:
             waiting = [r for r in waiting if r not in taken]
         else:
             hopeless = [r for r in hopeless if r not in taken]
-        for r in prefill:
-            generated[r] = 1
-            if t > first_due[r] + tol:
-                late.add(r)
-        running = [r for r in running if generated[r] < output[r]]
-        running += [r for r in prefill if output[r] > 1]
+        running = _advance(tab, t, prefill, decode, generated, late, running)
         comps.append((tuple(sorted(prefill)), tuple(sorted(decode))))
     return _Worker(
         tuple(sorted(members)),
@@ -307,6 +263,133 @@ def _greedy(
         frozenset(late),
         tuple(snaps),
     )
+
+
+def _iteration(
+    tab: _Tables,
+    t: float,
+    running: Sequence[int],
+    generated: dict[int, int],
+    late: set[int],
+    viable: Sequence[int],
+    hopeless: Sequence[int],
+    next_arrival: float,
+    lazy: bool = False,
+) -> tuple[list[int], list[int], float] | None:
+    """The greedy worker's next iteration from ``t``: ``(prefills, decodes, its time)``, or
+    None when nothing fits and the worker should idle until ``next_arrival``.
+
+    It decodes every running request (within the batch cap) and prefills, in the order of
+    ``viable`` (arrived prompts that can still meet their first token, by that deadline), the
+    prompts that still meet it while the iteration ends before the next token of every
+    on-time running request is due; with no viable prompt it takes late ones (``hopeless``)
+    in an iteration that ends by ``next_arrival`` (at any time once it is infinite).
+
+    ``lazy``: with viable prompts waiting, first try an iteration of prefills alone that
+    ends early enough for a decode of every running request to follow before the next
+    on-time token is due (decodes run only when a token needs them, which leaves the
+    prefills the time the decode terms would take)."""
+    tol = ON_TIME_TOLERANCE_S
+    first_due, tpot, prompt, part = tab.first_due, tab.tpot, tab.prompt, tab.part
+    any_s, prefill_s = tab.any_s, tab.prefill_s
+    decode = list(running[: tab.cap])
+    if decode:
+        kv = sum(prompt[r] + generated[r] for r in decode)
+        decode_part = tab.decode_s + len(decode) * tab.decode_token_s + tab.kv_s * kv
+    else:
+        decode_part = 0.0
+    limit = min(
+        (first_due[r] + generated[r] * tpot[r] + tol for r in decode if r not in late),
+        default=math.inf,
+    )
+    if lazy and viable and decode:
+        ahead, parts = _fill(tab, t, 0, 0.0, limit - (any_s + decode_part), viable, next_arrival)
+        if ahead:
+            return ahead, [], any_s + (prefill_s + parts)
+    chosen = viable or hopeless
+    prefill, parts = _fill(
+        tab, t, len(decode), decode_part, limit, chosen, next_arrival, bool(viable)
+    )
+    if not prefill and not decode:
+        if next_arrival < math.inf:
+            return None
+        prefill = [chosen[0]]
+        parts = part[chosen[0]]
+    took = any_s
+    if prefill:
+        took += prefill_s + parts
+    if decode:
+        took += decode_part
+    return prefill, decode, took
+
+
+def _fill(
+    tab: _Tables,
+    t: float,
+    decodes: int,
+    decode_part: float,
+    limit: float,
+    chosen: Sequence[int],
+    next_arrival: float,
+    viable: bool = True,
+) -> tuple[list[int], float]:
+    """The prompts an iteration from ``t`` with ``decodes`` decodes (their terms
+    ``decode_part``) prefills, in the order of ``chosen``, and their prefill terms: those
+    that fit the batch caps with the iteration ending by ``limit`` and, for ``viable``
+    prompts, each by its first token's deadline (late ones: by ``next_arrival``)."""
+    tol = ON_TIME_TOLERANCE_S
+    first_due, prompt, part = tab.first_due, tab.prompt, tab.part
+    cap = tab.cap
+    max_tokens = tab.max_batch_tokens
+    any_s, prefill_s = tab.any_s, tab.prefill_s
+    prefill: list[int] = []
+    tokens = decodes
+    parts = 0.0
+    for r in chosen:
+        if len(prefill) + decodes >= cap:
+            break
+        if max_tokens and tokens + prompt[r] > max_tokens:
+            continue
+        with_r = parts + part[r]
+        took = any_s + (prefill_s + with_r)
+        if decodes:
+            took += decode_part
+        end = t + took
+        if end > limit:
+            continue
+        if viable and any(end > first_due[q] + tol for q in (*prefill, r)):
+            continue
+        if not viable and end > next_arrival:
+            continue
+        prefill.append(r)
+        parts = with_r
+        tokens += prompt[r]
+    return prefill, parts
+
+
+def _advance(
+    tab: _Tables,
+    end_s: float,
+    prefill: Sequence[int],
+    decode: Sequence[int],
+    generated: dict[int, int],
+    late: set[int],
+    running: Sequence[int],
+) -> list[int]:
+    """Emit the tokens of an iteration ending at ``end_s`` (``generated`` and ``late``
+    updated in place); the requests still running after it."""
+    tol = ON_TIME_TOLERANCE_S
+    first_due, tpot, output = tab.first_due, tab.tpot, tab.output
+    for r in decode:
+        generated[r] += 1
+        if end_s > first_due[r] + (generated[r] - 1) * tpot[r] + tol:
+            late.add(r)
+    for r in prefill:
+        generated[r] = 1
+        if end_s > first_due[r] + tol:
+            late.add(r)
+    kept = [r for r in running if generated[r] < output[r]]
+    return kept + [r for r in prefill if output[r] > 1]
 
 
 def _score(
@@ -465,11 +548,15 @@ def _state_of(data: ScaleWindow, decision: ScaleDecision, tables: _Tables) -> _S
             if members:
                 raise ValueError(f"worker {w} serves requests but is never switched on")
             slot = 0
-        worker = _Worker(members, slot, decision.iterations[w], 0, 0.0)
-        ready = 0.0 if slot is None else data.slot_time_s(slot) + data.startup_s
-        worker.met, worker.end_s, worker.late = _score(data, worker.comps, ready)
-        workers.append(worker)
+        workers.append(_scored(data, _Worker(members, slot, decision.iterations[w], 0, 0.0)))
     return _State(data, workers, tables)
+
+
+def _scored(data: ScaleWindow, worker: _Worker) -> _Worker:
+    """``worker`` with its requests met, end and missed requests scored from its ready time."""
+    ready = 0.0 if worker.slot is None else data.slot_time_s(worker.slot) + data.startup_s
+    worker.met, worker.end_s, worker.late = _score(data, worker.comps, ready)
+    return worker
 
 
 def _replayed(instance: Instance, data: ScaleWindow, decision: ScaleDecision) -> float:
@@ -526,10 +613,18 @@ def lns(
     candidates.append(("greedy-one-worker", one))
     candidates.append(("greedy-round-robin", greedy))
     interrupted = False
+    pooled_best: tuple[float, tuple[bool, float]] | None = None
     try:
         inserted = _insertion_start(data, tables, t0 + INSERTION_SHARE * time_limit)
         if inserted is not None:
             candidates.append(("greedy-insertion", inserted))
+        for lazy, lookahead in POOLED_VARIANTS:
+            pooled = _pooled_start(data, tables, stop, lazy=lazy, lookahead_s=lookahead)
+            if pooled is not None:
+                name = f"pooled{'-lazy' if lazy else ''}-lookahead-{lookahead:g}s"
+                candidates.append((name, pooled))
+                if pooled_best is None or pooled.total() > pooled_best[0]:
+                    pooled_best = (pooled.total(), (lazy, lookahead))
         for name in starts:
             if time.perf_counter() > stop:
                 break
@@ -538,6 +633,15 @@ def lns(
                 candidates.append((name, _state_of(data, decision, tables)))
     except KeyboardInterrupt:
         interrupted = True
+    if pooled_best is not None and not interrupted:
+        # the best pooled variant, with the prompts it gives up searched
+        until = time.perf_counter() + POOLED_SEARCH_SHARE * max(stop - time.perf_counter(), 0.0)
+        try:
+            searched, _, _ = _pooled_search(data, tables, pooled_best[1], until, rng)
+        except KeyboardInterrupt:
+            interrupted, searched = True, None
+        if searched is not None:
+            candidates.append(("pooled-search", searched))
     start_name, state = max(candidates, key=lambda c: c[1].total())
     start_value = _replayed(instance, data, state.decision())
     best = state.total()
@@ -642,6 +746,214 @@ def _insertion_start(data: ScaleWindow, tables: _Tables, stop: float) -> _State 
         else:
             return None
     return state
+
+
+@dataclass
+class _Life:
+    """A worker life of the pooled start: its switch-on slot (None: initial), clock, members,
+    iterations built, running requests, tokens emitted, late requests, whether it is still
+    on and the end of its last iteration."""
+
+    slot: int | None
+    t: float
+    members: list[int] = dataclasses.field(default_factory=list)
+    comps: list[Composition] = dataclasses.field(default_factory=list)
+    running: list[int] = dataclasses.field(default_factory=list)
+    generated: dict[int, int] = dataclasses.field(default_factory=dict)
+    late: set[int] = dataclasses.field(default_factory=set)
+    open: bool = True
+    last_end_s: float = 0.0
+
+
+def _pooled_start(
+    data: ScaleWindow,
+    tables: _Tables,
+    stop: float,
+    linger_s: float = 2.0,
+    lazy: bool = False,
+    lookahead_s: float = 0.0,
+    given_up: frozenset[int] = frozenset(),
+) -> _State | None:
+    """A start where every worker life pulls from one central queue, in time order.
+
+    The life whose clock is earliest builds its next iteration with the greedy worker's rule
+    (:func:`_iteration`) from the prompts waiting for any worker, so a prompt goes to the
+    first worker that can take it in time. Before each iteration the viable prompts, with
+    the prompts arriving within ``lookahead_s``, are list-scheduled (alone, by first-token
+    deadline) on the lives' clocks; when one would miss its first token and fewer than
+    ``max_servers`` lives are on, a new life is switched on at the latest slot ready by now,
+    and the arrived prompts that still miss are given up by :func:`_triage` (served late, in
+    idle time). ``lazy``: decodes only when a token needs them (:func:`_iteration`). A life
+    with nothing to do leaves when the next arrival is more than ``linger_s`` away (else it
+    waits for it). The prompts ``given_up`` wait with the late ones from their arrival.
+    None when ``stop`` (a perf_counter time) passes first or no life can be switched on."""
+    tol = ON_TIME_TOLERANCE_S
+    W = data.max_servers
+    arrival, first_due, alone = tables.arrival, tables.first_due, tables.alone
+    order = sorted(range(data.n), key=lambda r: (arrival[r], r))
+    lives = [_Life(None, 0.0) for _ in range(data.initial_servers)]
+    ended: list[tuple[float, float]] = []  # (switch-on, last iteration's end) of left lives
+    waiting: list[int] = []
+    hopeless: list[int] = []
+    nxt = 0
+    now = 0.0
+
+    def switch_on(t: float) -> bool:
+        slot = _slot_before(data, t)
+        on = data.slot_time_s(slot)
+        if slot >= data.slots:
+            return False
+        present = sum(1 for x in lives if x.open) + sum(1 for _, end in ended if end > on)
+        if present >= W:
+            return False
+        lives.append(_Life(slot, max(t, on + data.startup_s)))
+        return True
+
+    while nxt < len(order) or waiting or hopeless or any(x.running for x in lives):
+        if time.perf_counter() > stop:
+            return None
+        active = [x for x in lives if x.open]
+        if not active:
+            if not switch_on(max(now, arrival[order[nxt]] if nxt < len(order) else now)):
+                return None
+            continue
+        life = min(active, key=lambda x: x.t)
+        t = now = life.t
+        while nxt < len(order) and arrival[order[nxt]] <= t + 1e-12:
+            (hopeless if order[nxt] in given_up else waiting).append(order[nxt])
+            nxt += 1
+        # every other life's clock is at least t: a prompt late now is late everywhere
+        hopeless += [r for r in waiting if t + alone[r] > first_due[r] + tol]
+        waiting = [r for r in waiting if t + alone[r] <= first_due[r] + tol]
+        next_arrival = arrival[order[nxt]] if nxt < len(order) else math.inf
+        if not waiting and not hopeless and not life.running:
+            if next_arrival - t > linger_s or next_arrival == math.inf:
+                life.open = False
+                on = 0.0 if life.slot is None else data.slot_time_s(life.slot)
+                ended.append((on, life.last_end_s if life.comps else on))
+            else:
+                life.t = next_arrival
+            continue
+        viable = sorted(waiting, key=lambda r: (first_due[r], r))
+        clocks = [x.t for x in lives if x.open]
+        soon = []
+        for k in range(nxt, len(order)):
+            if arrival[order[k]] > t + lookahead_s:
+                break
+            if order[k] not in given_up:
+                soon.append(order[k])
+        ahead = sorted([*viable, *soon], key=lambda r: (first_due[r], r))
+        if _triage(tables, ahead, clocks) and switch_on(t):
+            clocks.append(t)
+        dropped = [r for r in _triage(tables, ahead, clocks) if arrival[r] <= t + 1e-12]
+        if dropped:
+            hopeless += dropped
+            waiting = [r for r in waiting if r not in dropped]
+            viable = [r for r in viable if r not in dropped]
+        step = _iteration(
+            tables,
+            t,
+            life.running,
+            life.generated,
+            life.late,
+            viable,
+            hopeless,
+            next_arrival,
+            lazy,
+        )
+        if step is None:
+            life.t = next_arrival
+            continue
+        prefill, decode, took = step
+        life.t = life.last_end_s = t + took
+        taken = set(prefill)
+        if viable:
+            waiting = [r for r in waiting if r not in taken]
+        else:
+            hopeless = [r for r in hopeless if r not in taken]
+        life.members += prefill
+        life.running = _advance(
+            tables, life.t, prefill, decode, life.generated, life.late, life.running
+        )
+        life.comps.append((tuple(sorted(prefill)), tuple(sorted(decode))))
+    workers = [
+        _scored(data, _Worker(tuple(sorted(x.members)), x.slot, tuple(x.comps), 0, 0.0))
+        for x in lives
+        if x.slot is None or x.members
+    ]
+    state = _State(data, workers, tables)
+    return state if state.concurrency(state.workers) <= W else None
+
+
+def _pooled_search(
+    data: ScaleWindow,
+    tables: _Tables,
+    variant: tuple[bool, float],
+    stop: float,
+    rng: np.random.Generator,
+) -> tuple[_State | None, int, int]:
+    """Hill climbing on the prompts the pooled start gives up from their arrival: give up a
+    request met near a missed one (within 1 s, a first-token target under 5 s), or take one
+    back; kept when ``J`` rises. ``(best state or None, runs, kept)`` when ``stop`` passes."""
+    lazy, lookahead = variant
+    given_up: frozenset[int] = frozenset()
+    best = _pooled_start(data, tables, stop, lazy=lazy, lookahead_s=lookahead)
+    runs = kept = 0
+    arrival, first_due = tables.arrival, tables.first_due
+    while best is not None and time.perf_counter() < stop:
+        runs += 1
+        missed = sorted(set().union(*(w.late for w in best.workers)) - given_up)
+        if given_up and (not missed or rng.random() < 0.3):
+            trial = given_up - {int(rng.choice(sorted(given_up)))}
+        elif missed:
+            m = int(rng.choice(missed))
+            near = [
+                x
+                for x in range(data.n)
+                if abs(arrival[x] - arrival[m]) < 1.0
+                and first_due[x] - arrival[x] < 5.0
+                and x not in given_up
+                and x not in missed
+            ]
+            if not near:
+                continue
+            trial = given_up | {int(rng.choice(near))}
+        else:
+            break
+        found = _pooled_start(data, tables, stop, lazy=lazy, lookahead_s=lookahead, given_up=trial)
+        if found is not None and found.total() > best.total() + 1e-12:
+            best, given_up = found, trial
+            kept += 1
+    return best, runs, kept
+
+
+def _triage(tables: _Tables, viable: Sequence[int], clocks: Sequence[float]) -> list[int]:
+    """Prompts to give up so that the rest meet their first token when served alone, by
+    first-token deadline, each on the life free first (``clocks``): while one would miss,
+    the longest prompt scheduled up to it is given up (Moore and Hodgson's rule on one
+    machine, here on the lives' clocks). Empty when every viable prompt meets.
+
+    References
+    ----------
+    J. M. Moore, "An n job, one machine sequencing algorithm for minimizing the number of
+    tardy jobs", Management Science 15(1), 1968 (Hodgson's algorithm).
+    """
+    dropped: list[int] = []
+    kept = list(viable)
+    while True:
+        free = sorted(clocks)
+        for k, r in enumerate(kept):
+            start = max(free[0], tables.arrival[r])
+            end = start + tables.alone[r]
+            if end > tables.first_due[r] + ON_TIME_TOLERANCE_S:
+                longest = max(kept[: k + 1], key=lambda q: (tables.alone[q], q))
+                dropped.append(longest)
+                kept.remove(longest)
+                break
+            free[0] = end
+            free.sort()
+        else:
+            return dropped
 
 
 def _move(state: _State, rng: np.random.Generator) -> tuple[list[int], list[_Worker]] | None:
