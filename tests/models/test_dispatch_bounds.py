@@ -396,7 +396,7 @@ def test_compare_gives_an_interval_from_bound_and_lns(trace_window):
 
 def test_bound_model_runs_on_highs_only(trace_window):
     """The bound-only model reports its LP optimum as bound; another backend is refused."""
-    res = solve(DispatchBound(trace_window), solver="highs", time_limit=30)
+    res = solve(DispatchBound(trace_window), solver="highs", time_limit=5)
     assert res.schedule is None and res.bound == res.objective
     with pytest.raises(ValueError, match="highs only"):
         solve(DispatchBound(trace_window), solver="cbc", time_limit=30)
