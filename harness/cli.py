@@ -1037,7 +1037,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     after any command: a late Ctrl-C neither reports "interrupted" for a file that was written
     nor kills the process by the signal. A Ctrl-C whose KeyboardInterrupt the interpreter
     dropped (raised inside a ``__del__`` or a garbage-collector callback, where it is printed
-    and ignored) still ends the command with status 130, before it writes its file. Called as
+    and ignored) or turned into another error (a C extension's failed argument conversion)
+    still ends the command with status 130, before it writes its file. Called as
     the program (``argv`` None) and interrupted, it ends the process itself with status 130
     (see :func:`_exit_now`).
     """
@@ -1047,7 +1048,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is signal.default_int_handler:
         signal.signal(signal.SIGINT, _raise_interrupt)
     try:
-        code = _run(argv)
+        try:
+            code = _run(argv)
+        except Exception:
+            # Ctrl-C inside a C extension's call can surface as another error: a
+            # KeyboardInterrupt raised while pybind11 converts a call's arguments (HiGHS's
+            # addRow, as PuLP builds a model) is reported as a TypeError
+            if _interrupt["seen"] and not _interrupt["committed"]:
+                raise KeyboardInterrupt from None
+            raise
         if _interrupt["seen"] and not _interrupt["committed"]:
             raise KeyboardInterrupt
         return code

@@ -190,6 +190,48 @@ def test_ctrl_c_dropped_inside_a_finalizer_was_swallowed(tmp_path, monkeypatch, 
     assert not out.exists()
 
 
+def test_ctrl_c_turned_into_a_type_error_exits_130(tmp_path, monkeypatch, capsys):
+    """A KeyboardInterrupt raised while pybind11 converts a call's arguments comes out as a
+    TypeError ("incompatible function arguments", seen from HiGHS's addRow as PuLP builds a
+    model, about 1 run in 10 of the solve test above): the command still exits 130, one line,
+    and writes nothing (before: exit 1 with the TypeError's traceback)."""
+    from slolab.harness import cli
+    from slolab.problems import registry
+
+    original = registry.Problem.build
+
+    def build_in_an_extension(self, **options):
+        instance = original(self, **options)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # the handler raises here
+            time.sleep(1.0)
+        except KeyboardInterrupt:
+            raise TypeError("addRow(): incompatible function arguments") from None
+        return instance
+
+    monkeypatch.setattr(registry.Problem, "build", build_in_an_extension)
+    out = tmp_path / "sa.json"
+    code = cli.main(["instance", "build", "--problem", "sa-ordering", "--n", "4", "-o", str(out)])
+    assert (code, capsys.readouterr().err) == (EXIT_INTERRUPTED, "slolab: interrupted\n")
+    assert not out.exists()
+
+
+def test_a_type_error_without_ctrl_c_is_not_an_interrupt(tmp_path, monkeypatch):
+    """The same TypeError with no Ctrl-C is a fault of the code and propagates."""
+    from slolab.harness import cli
+    from slolab.problems import registry
+
+    def broken(self, **options):
+        raise TypeError("addRow(): incompatible function arguments")
+
+    monkeypatch.setattr(registry.Problem, "build", broken)
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        cli.main(
+            ["instance", "build", "--problem", "sa-ordering", "--n", "4"]
+            + ["-o", str(tmp_path / "x.json")]
+        )
+
+
 def test_ctrl_c_through_exec_of_a_string_ended_by_the_signal(tmp_path):
     """A KeyboardInterrupt raised inside exec("...") (as dataclasses build methods) exits 130, not -2."""
     # run with -m, as `python -m slolab.harness.cli` is (a -c script exits another way)
