@@ -40,7 +40,7 @@ import dataclasses
 import math
 import time
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -168,10 +168,8 @@ class Profile:
         """Predicted iteration time (s) of ``tokens`` tokens reading ``kv_tokens`` KV tokens."""
         return self.table._scalar_time(float(tokens), float(kv_tokens))
 
-    def max_tokens(self, kv_tokens: float, budget_s: float) -> int:
-        """Most tokens an iteration reading ``kv_tokens`` KV tokens may carry within
-        ``budget_s`` (0 when not even one token fits): bisection on the batch grid at that KV
-        (times non-decreasing in the batch), then the bilinear segment solved."""
+    def _column(self, kv_tokens: float) -> Callable[[int], float]:
+        """The table's times at ``kv_tokens`` KV tokens, by batch grid index (linear in KV)."""
         ys = self._ys_list
         j = min(max(bisect_right(ys, kv_tokens) - 1, 0), len(ys) - 2)
         ty = (kv_tokens - ys[j]) / (ys[j + 1] - ys[j])
@@ -180,24 +178,105 @@ class Profile:
         def at(i: int) -> float:
             return lo_col[i] + ty * (hi_col[i] - lo_col[i])
 
+        return at
+
+    def _segment(
+        self, at: Callable[[int], float], cost: Callable[[float], float], budget_s: float
+    ) -> int:
+        """Index ``lo`` of the grid segment where ``at(i) + cost(xs[i])`` (non-decreasing)
+        crosses ``budget_s`` (the last segment when it never does), or -1 when even the first
+        grid point is over it."""
         xs = self._xs_list
-        if at(0) > budget_s:
-            return 0
+        if at(0) + cost(xs[0]) > budget_s:
+            return -1
         lo, hi = 0, len(xs) - 1
-        if at(hi) <= budget_s:
-            lo = hi - 1  # extrapolate the last segment
-        else:
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if at(mid) <= budget_s:
-                    lo = mid
-                else:
-                    hi = mid
+        if at(hi) + cost(xs[hi]) <= budget_s:
+            return hi - 1  # extrapolate the last segment
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if at(mid) + cost(xs[mid]) <= budget_s:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def max_tokens(self, kv_tokens: float, budget_s: float) -> int:
+        """Most tokens an iteration reading ``kv_tokens`` KV tokens may carry within
+        ``budget_s`` (0 when not even one token fits): bisection on the batch grid at that KV
+        (times non-decreasing in the batch), then the bilinear segment solved."""
+        at = self._column(kv_tokens)
+        lo = self._segment(at, _no_cost, budget_s)
+        if lo < 0:
+            return 0
+        xs = self._xs_list
         t0, t1 = at(lo), at(lo + 1)
         slope = (t1 - t0) / (xs[lo + 1] - xs[lo])
         if slope <= 0:
             return int(xs[lo + 1])
         return max(int(math.floor(xs[lo] + (budget_s - t0) / slope + 1e-9)), 0)
+
+    def max_chunk(
+        self, kv_tokens: float, budget_s: float, batch: int, attention_s: float, longest: int
+    ) -> int:
+        """Most prefill tokens ``c`` an iteration of ``batch`` other tokens reading
+        ``kv_tokens`` KV tokens may add within ``budget_s`` when the chunk also pays its
+        prefill attention: the largest ``c`` with ``time(batch + c, kv) + attention_s *
+        chunk_attention_work(c, longest) <= budget_s`` (``attention_s``: seconds per unit of
+        attention work; ``longest``: the longest prompt the chunks come from). With
+        ``attention_s = 0`` this is ``max_tokens(kv, budget) - batch``. May be below 1 (no
+        chunk fits)."""
+        if attention_s <= 0:
+            return self.max_tokens(kv_tokens, budget_s) - batch
+
+        def cost(x: float) -> float:
+            return attention_s * chunk_attention_work(int(x) - batch, longest) if x > batch else 0.0
+
+        at = self._column(kv_tokens)
+        lo = self._segment(at, cost, budget_s)
+        if lo < 0:
+            return -batch
+        xs = self._xs_list
+        t0 = at(lo)
+        slope = (at(lo + 1) - t0) / (xs[lo + 1] - xs[lo])
+        x_lo = int(xs[lo])
+        if lo + 2 < len(xs):
+            x_hi = int(xs[lo + 1])
+        else:  # the last segment, extrapolated: the table alone is over the budget beyond
+            x_hi = x_lo + (int((budget_s - t0) / slope) + 1 if slope > 0 else 1)
+
+        def within(x: int) -> bool:  # as time() reads the table, to the last bit
+            return self.table._scalar_time(float(x), float(kv_tokens)) + cost(x) <= budget_s
+
+        while x_lo > 0 and not within(x_lo):  # the grid's rounding put the crossing lower
+            x_lo -= 1
+        while x_hi - x_lo > 1:  # within(x_lo); the answer is below x_hi unless within(x_hi)
+            mid = (x_lo + x_hi) // 2
+            if within(mid):
+                x_lo = mid
+            else:
+                x_hi = mid
+        return (x_hi if within(x_hi) else x_lo) - batch
+
+
+def _no_cost(x: float) -> float:
+    return 0.0
+
+
+def chunk_attention_work(chunk: int, longest: int) -> float:
+    """Largest prefill attention work of one iteration carrying ``chunk`` consecutive prompt
+    tokens (in the order the server prefills them) of prompts of at most ``longest`` tokens.
+
+    A prompt token at position ``i`` (1-based) attends to ``i`` keys, so an iteration's work is
+    the sum of its tokens' positions (:func:`slolab.timing.base.prefill_attention_work`). With
+    ``chunk = q longest + s`` (``0 <= s < longest``) the largest sum is ``q`` whole prompts of
+    ``longest`` tokens and the last ``s`` tokens of another:
+    ``q longest (longest + 1) / 2 + s (2 longest - s + 1) / 2``; for ``chunk <= longest`` the
+    chunk that ends the longest prompt, ``c (longest - (c - 1) / 2)``. The proof is in
+    docs/polyserve.md ("Co-located admission with prefill attention")."""
+    if chunk <= 0:
+        return 0.0
+    whole, rest = divmod(int(chunk), int(longest))
+    return whole * longest * (longest + 1) / 2.0 + rest * (2 * longest - rest + 1) / 2.0
 
 
 def kv_peak(contexts: np.ndarray, remaining: np.ndarray) -> float:
@@ -221,6 +300,22 @@ def kv_peak(contexts: np.ndarray, remaining: np.ndarray) -> float:
     suffix = np.cumsum(ctx[::-1])[::-1]
     alive = n - np.arange(n)
     return float(np.max(suffix + alive * (rem - 1.0)))
+
+
+def prefill_attention_s(timing: TimingModel) -> float:
+    """Seconds an iteration pays per unit of prefill attention work under ``timing``: the
+    largest coefficient among its affine lines (:func:`slolab.timing.timing_lines`), else the
+    model's own difference between a one-token chunk with and without 10^6 units of work."""
+    try:
+        _, coefs = timing_lines(timing)
+    except ValueError:
+        work = 1e6
+        plain = timing.time_of(prefill_tokens=1.0, num_prefill_seqs=1.0)
+        heavy = timing.time_of(
+            prefill_tokens=1.0, num_prefill_seqs=1.0, prefill_attention_work=work
+        )
+        return max((heavy - plain) / work, 0.0)
+    return max(float(coefs[:, F_PREFILL_ATTN].max()), 0.0)
 
 
 # -- parameters -------------------------------------------------------------------------------------
@@ -415,6 +510,9 @@ class PolyServeController:
         self.max_seqs = int(pool.max_batch_size)  # type: ignore[arg-type]
         self.max_tokens = int(pool.max_batch_tokens)  # type: ignore[arg-type]
         self.profile = Profile(instance.timing, self.kv_capacity)
+        self.attention_s = (
+            prefill_attention_s(instance.timing) if self.params.chunk_timing == "model" else 0.0
+        )
         self._chunk_times = [
             self.profile.time(i, 0.0) for i in range(2 * self.params.prefill_chunk_tokens + 1)
         ]
@@ -756,8 +854,15 @@ class PolyServeController:
         batch at that peak leaves a prefill chunk ``c >= 1`` within the tier's TPOT (the chunk the
         whole prefill can keep as the KV grows), and (unless late) ``r``'s prompt, after the
         prompts queued on the server with earlier first-token deadlines, finishes by its TTFT
-        deadline, ``free_at + ceil((ahead + p) / c) t(B + c, peak)``, and so does every queued
-        prompt with a later deadline (the server prefills in deadline order)."""
+        deadline, ``free_at + ceil((ahead + p) / c) t(B + c, peak) + a W``, and so does every
+        queued prompt with a later deadline (the server prefills in deadline order).
+
+        With ``chunk_timing="model"`` the batch former charges prefill attention, so the
+        prediction does too: ``a`` is the model's seconds per unit of attention work
+        (:func:`prefill_attention_s`), ``c`` also pays the attention of the chunk that ends the
+        longest prompt counted (:meth:`Profile.max_chunk`), and ``W`` is those prompts'
+        attention work (the same however they are chunked). With ``"profile"`` (the paper's
+        batch former, prefill attention ignored) ``a = 0``: the table alone, as in the paper."""
         return self._admit_colocated(s, r, tau_s, late) == _ADMIT
 
     def _admit_colocated(self, s: Server, r: int, tau_s: float, late: bool) -> int:
@@ -769,14 +874,24 @@ class PolyServeController:
         if kv_now > self.kv_admit or self.profile.time(b, kv_now) > tau_s:
             return _FULL
         deadline = self.req.arrival[r] + self.req.ttft[r]
-        # prompts ahead of r (the server prefills by deadline, lost ones last) and behind it
+        # prompts ahead of r (the server prefills by deadline, lost ones last) and behind it;
+        # with prefill attention charged, the longest of them (its last chunk pays the most)
+        # and their attention work (c (prefix + (c + 1) / 2) summed over chunks: the same
+        # however they are chunked, slolab.timing.base.prefill_attention_work)
         ahead, behind = 0, []
+        longest, work = int(p), 0.0
+        charged = self.attention_s > 0
         for q in s.prefilling + s.waiting:
             dq = self.req.arrival[q] + self.req.ttft[q]
+            left = s.remaining_prefill(q)
+            done = s.kv_held(q) - s.generated(q) if charged else 0
             if dq <= deadline or dq < s.now:
-                ahead += s.remaining_prefill(q)
+                ahead += left
+                if charged:
+                    longest = max(longest, done + left)
+                    work += left * (done + (left + 1) / 2.0)
             else:
-                behind.append((dq, s.remaining_prefill(q)))
+                behind.append((dq, left, done))
         queued = ahead
         if not late:
             # cheap necessary check: the chunk is at most the one the current KV allows and
@@ -790,23 +905,40 @@ class PolyServeController:
         peak, _ = self._peak_with(s, p, 0.0)
         if peak > self.kv_admit:
             return _FULL
-        budget = self.profile.max_tokens(peak, tau_s)
-        if self.max_tokens:
-            budget = min(budget, self.max_tokens)
-        chunk = budget - b
+        chunk = self._prefill_chunk(peak, tau_s, b, longest)
         if chunk < 1:
             return _FULL
         if late:
             return _ADMIT
         step = self.profile.time(b + chunk, peak)
         tokens = queued + p
-        if s.free_at_s + math.ceil(tokens / chunk) * step > deadline:
+        if charged:
+            work += p * (p + 1) / 2.0
+        if s.free_at_s + math.ceil(tokens / chunk) * step + self.attention_s * work > deadline:
             return _TOO_LATE
-        for dq, left in sorted(behind):  # r must not make a later-deadline prompt late
+        for dq, left, done in sorted(behind):  # r must not make a later-deadline prompt late
+            if charged:
+                if done + left > longest:  # a longer prompt: smaller chunks from here on
+                    longest = done + left
+                    chunk = self._prefill_chunk(peak, tau_s, b, longest)
+                    if chunk < 1:
+                        return _TOO_LATE
+                    step = self.profile.time(b + chunk, peak)
+                work += left * (done + (left + 1) / 2.0)
             tokens += left
-            if s.free_at_s + math.ceil(tokens / chunk) * step > dq:
+            if s.free_at_s + math.ceil(tokens / chunk) * step + self.attention_s * work > dq:
                 return _TOO_LATE
         return _ADMIT
+
+    def _prefill_chunk(self, peak: float, tau_s: float, b: int, longest: int) -> int:
+        """The co-located prefill chunk a server can keep beside ``b`` decode tokens at the KV
+        peak ``peak`` within ``tau_s`` (Sec. 4.7: a chunk the whole prefill can maintain): by
+        the profile's (batch, KV) time plus, when the batch former charges it
+        (``chunk_timing="model"``), the prefill attention of the chunk that ends the
+        ``longest`` prompt (:func:`chunk_attention_work`), so the chunk the batch former will
+        take, not a larger one. May be below 1 (no chunk fits)."""
+        chunk = self.profile.max_chunk(peak, tau_s, b, self.attention_s, longest)
+        return min(chunk, self.max_tokens - b) if self.max_tokens else chunk
 
     def _admit(self, s: Server, r: int, tau_s: float, late: bool, now: float) -> int:
         """Admission with a memory of failures: a server that refused ``r`` for its batch, memory
