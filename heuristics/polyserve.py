@@ -542,6 +542,10 @@ class PolyServeController:
         # each request's first routing decision (s): at the entry router, and disaggregated also
         # at the decode router when its KV cache arrives (retries of held requests not counted)
         self.latencies_s: list[float] = []
+        # co-located: when the admission predicted each request placed on time to end its
+        # prompt (s; its first token), for comparing with the replay
+        self.predicted_prefill_end_s: dict[int, float] = {}
+        self._predicted_end = math.nan
 
     # -- routing ----------------------------------------------------------------------------------
     def route(self, request: int, servers: Sequence[Server], now: float) -> int:
@@ -715,6 +719,8 @@ class PolyServeController:
                 if code == _ADMIT:
                     sid = servers[k].id
                     self.placed[sid] = self.placed.get(sid, 0) + 1
+                    if not late and servers[k].role == "mixed":
+                        self.predicted_prefill_end_s[r] = self._predicted_end
                     self._refused.pop(r, None)
                     self._full_at.pop(r, None)
                     return k
@@ -914,8 +920,10 @@ class PolyServeController:
         tokens = queued + p
         if charged:
             work += p * (p + 1) / 2.0
-        if s.free_at_s + math.ceil(tokens / chunk) * step + self.attention_s * work > deadline:
+        end = s.free_at_s + math.ceil(tokens / chunk) * step + self.attention_s * work
+        if end > deadline:
             return _TOO_LATE
+        self._predicted_end = end
         for dq, left, done in sorted(behind):  # r must not make a later-deadline prompt late
             if charged:
                 if done + left > longest:  # a longer prompt: smaller chunks from here on
