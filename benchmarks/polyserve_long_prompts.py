@@ -50,6 +50,18 @@ def setup_of(n: int, mode: str) -> ServingSetup:
     )
 
 
+def simulate(setup: ServingSetup, rate: float):
+    """``setup`` run at ``rate`` (seed 0), checked clean: the instance, scheduler, outcome, CPU
+    seconds of the run and the 1-minute load average when it started."""
+    inst, sched = setup.prepare(setup.instance(rate))
+    load = os.getloadavg()[0]
+    cpu = time.process_time()
+    out = sched.run(inst, seed=0)
+    cpu = time.process_time() - cpu
+    assert check(inst, out) == []
+    return inst, sched, out, cpu, load
+
+
 def idle_former_s(timing, tau: float, prompt: int, most: int) -> float:
     """A lone prompt's prefill time on an idle server whose batch former takes, each
     iteration, the largest chunk within ``tau`` at its prefix (at least 32 tokens)."""
@@ -66,12 +78,7 @@ def idle_former_s(timing, tau: float, prompt: int, most: int) -> float:
 def predict(n: int, rate: float) -> dict:
     """The co-located admission's predictions against the replay at ``rate``."""
     setup = setup_of(n, "colocated")
-    inst, sched = setup.prepare(setup.instance(rate))
-    load = os.getloadavg()[0]
-    cpu = time.process_time()
-    out = sched.run(inst, seed=0)
-    cpu = time.process_time() - cpu
-    assert check(inst, out) == []
+    inst, sched, out, cpu, load = simulate(setup, rate)
     ctl = sched.router
     wl = inst.workload
     deadline = wl.arrival_s + np.asarray(wl["ttft_slo_s"], dtype=float)
@@ -129,12 +136,7 @@ def pd_misses(n: int, rate: float, instant: bool) -> dict:
     setup = setup_of(n, "disaggregated")
     if instant:
         setup = _InstantTransfer(**dataclasses.asdict(setup))
-    inst, sched = setup.prepare(setup.instance(rate))
-    load = os.getloadavg()[0]
-    cpu = time.process_time()
-    out = sched.run(inst, seed=0)
-    cpu = time.process_time() - cpu
-    assert check(inst, out) == []
+    inst, sched, out, cpu, load = simulate(setup, rate)
     wl = inst.workload
     table = metrics.request_table(inst, out)
     missed = ~table["met_deadline"].to_numpy()
