@@ -63,6 +63,25 @@ def test_polyserve_never_meetable_settles_in_two_probes(capsys):
     assert "their TTFT" in note
 
 
+def test_disaggregated_polyserve_on_drawn_arrivals_says_why_in_one_line(capsys):
+    """Disaggregated PolyServe, 100 Mooncake requests drawn at 3 req/s, 8 servers: no rate
+    meets 90 %; two probes (3 req/s, then its 1/1024) and one line naming the misses at the
+    floor: most miss a later token (the KV transfer outlasts the second token's slack), a few
+    their TTFT."""
+    argv = ["capacity", "mooncake_conversation", "--limit", "100", "--quiet", "--json"]
+    argv += ["--policy", "polyserve", "--slos", "polyserve", "--servers", "8"]
+    argv += ["--mode", "disaggregated", "--arrivals", "poisson", "--rate", "3"]
+    assert main(argv) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert [p["rate"] for p in rec["probes"]] == [3.0, 3.0 / 1024]
+    assert rec["capped_low"] is True and rec["capacity"] == 0.0
+    (note,) = rec["notes"]
+    assert note.startswith("polyserve can never meet 90% deadline attainment on 8 servers")
+    # 24 of the 100 miss at 0.00293 req/s: 5 their TTFT, 19 a later token (attainment 0.76)
+    assert "24 of 100 requests miss: 5 their TTFT (prompts 8,974 to 24,246 tokens" in note
+    assert note.endswith("19 a later token's bound")
+
+
 def test_only_a_scaler_ticking_through_idle_spans_keeps_the_search_halving(capsys):
     """Sarathi on 1 server, 100 Mooncake requests: with --autoscale threshold or fixed the floor
     comes second (2 probes); with HyperFlexis's scaler (it does not pass idle ticks) the search
