@@ -187,18 +187,16 @@ class Profile:
         crosses ``budget_s`` (the last segment when it never does), or -1 when even the first
         grid point is over it."""
         xs = self._xs_list
-        if at(0) + cost(xs[0]) > budget_s:
+
+        def fits(i: int) -> bool:
+            return at(i) + cost(xs[i]) <= budget_s
+
+        if not fits(0):
             return -1
-        lo, hi = 0, len(xs) - 1
-        if at(hi) + cost(xs[hi]) <= budget_s:
-            return hi - 1  # extrapolate the last segment
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if at(mid) + cost(xs[mid]) <= budget_s:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        last = len(xs) - 1
+        if fits(last):
+            return last - 1  # extrapolate the last segment
+        return _last_fitting(0, last, fits)
 
     def max_tokens(self, kv_tokens: float, budget_s: float) -> int:
         """Most tokens an iteration reading ``kv_tokens`` KV tokens may carry within
@@ -247,19 +245,29 @@ class Profile:
         def within(x: int) -> bool:  # as time() reads the table, to the last bit
             return self.table._scalar_time(float(x), float(kv_tokens)) + cost(x) <= budget_s
 
+        # the segment's line first (cheap), then the table's own reading settles the last bit
+        x = _last_fitting(x_lo, x_hi, lambda x: t0 + slope * (x - x_lo) + cost(x) <= budget_s)
+        if within(x) and not within(x + 1):
+            return x - batch
         while x_lo > 0 and not within(x_lo):  # the grid's rounding put the crossing lower
             x_lo -= 1
-        while x_hi - x_lo > 1:  # within(x_lo); the answer is below x_hi unless within(x_hi)
-            mid = (x_lo + x_hi) // 2
-            if within(mid):
-                x_lo = mid
-            else:
-                x_hi = mid
-        return (x_hi if within(x_hi) else x_lo) - batch
+        return _last_fitting(x_lo, x_hi, within) - batch
 
 
 def _no_cost(x: float) -> float:
     return 0.0
+
+
+def _last_fitting(lo: int, hi: int, fits: Callable[[int], bool]) -> int:
+    """The largest ``x`` in ``[lo, hi]`` with ``fits(x)`` (non-increasing in ``x``), given
+    ``fits(lo)``: bisection, ``hi`` itself checked last."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return hi if fits(hi) else lo
 
 
 def chunk_attention_work(chunk: int, longest: int) -> float:
