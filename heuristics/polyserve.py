@@ -94,6 +94,8 @@ H200_LLAMA31_8B_KV_BYTES_PER_TOKEN = LLAMA31_8B.kv_bytes_per_token  # 2 x 32 x 8
 PREFILL_POOL = "prefill"
 #: Admission outcomes: admitted; refused for batch, memory or TPOT; refused on a deadline.
 _ADMIT, _FULL, _TOO_LATE = 0, 1, 2
+#: Entries a memo of the profile's answers (tokens, chunks) holds before it starts afresh.
+MEMO_ENTRIES = 1 << 16
 
 
 def tier_pool(tpot_s: float) -> str:
@@ -163,6 +165,7 @@ class Profile:
         self._xs_list = self.table.batch_sizes.tolist()
         self._ys_list = self.table.kv_tokens.tolist()
         self._cols = self.table.times_s.T.tolist()  # one list of times per KV grid point
+        self._max_tokens: dict[tuple[float, float], int] = {}
 
     def time(self, tokens: float, kv_tokens: float) -> float:
         """Predicted iteration time (s) of ``tokens`` tokens reading ``kv_tokens`` KV tokens."""
@@ -201,7 +204,18 @@ class Profile:
     def max_tokens(self, kv_tokens: float, budget_s: float) -> int:
         """Most tokens an iteration reading ``kv_tokens`` KV tokens may carry within
         ``budget_s`` (0 when not even one token fits): bisection on the batch grid at that KV
-        (times non-decreasing in the batch), then the bilinear segment solved."""
+        (times non-decreasing in the batch), then the bilinear segment solved. Remembered by
+        its arguments (the table is fixed)."""
+        key = (kv_tokens, budget_s)
+        most = self._max_tokens.get(key)
+        if most is None:
+            most = self._max_tokens_at(kv_tokens, budget_s)
+            if len(self._max_tokens) >= MEMO_ENTRIES:
+                self._max_tokens.clear()
+            self._max_tokens[key] = most
+        return most
+
+    def _max_tokens_at(self, kv_tokens: float, budget_s: float) -> int:
         at = self._column(kv_tokens)
         lo = self._segment(at, _no_cost, budget_s)
         if lo < 0:
@@ -554,6 +568,8 @@ class PolyServeController:
         # prompt (s; its first token), for comparing with the replay
         self.predicted_prefill_end_s: dict[int, float] = {}
         self._predicted_end = math.nan
+        # co-located prefill chunks by (KV peak, TPOT, decode batch, longest prompt)
+        self._chunks: dict[tuple[float, float, int, int], int] = {}
 
     # -- routing ----------------------------------------------------------------------------------
     def route(self, request: int, servers: Sequence[Server], now: float) -> int:
@@ -952,9 +968,21 @@ class PolyServeController:
         the profile's (batch, KV) time plus, when the batch former charges it
         (``chunk_timing="model"``), the prefill attention of the chunk that ends the
         ``longest`` prompt (:func:`chunk_attention_work`), so the chunk the batch former will
-        take, not a larger one. May be below 1 (no chunk fits)."""
-        chunk = self.profile.max_chunk(peak, tau_s, b, self.attention_s, longest)
-        return min(chunk, self.max_tokens - b) if self.max_tokens else chunk
+        take, not a larger one. May be below 1 (no chunk fits).
+
+        Remembered by its arguments: a pure function of them (the profile, the attention rate
+        and the token cap are fixed for the run), and held requests ask the same servers the
+        same question at every retry while the KV peak they predict stays put."""
+        key = (peak, tau_s, b, longest)
+        chunk = self._chunks.get(key)
+        if chunk is None:
+            chunk = self.profile.max_chunk(peak, tau_s, b, self.attention_s, longest)
+            if self.max_tokens:
+                chunk = min(chunk, self.max_tokens - b)
+            if len(self._chunks) >= MEMO_ENTRIES:
+                self._chunks.clear()
+            self._chunks[key] = chunk
+        return chunk
 
     def _admit(self, s: Server, r: int, tau_s: float, late: bool, now: float) -> int:
         """Admission with a memory of failures: a server that refused ``r`` for its batch, memory
