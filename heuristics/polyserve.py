@@ -901,9 +901,22 @@ class PolyServeController:
             return _FULL
         p = float(self.req.prompt[r])
         kv_now = s.kv_used_tokens + p
-        if kv_now > self.kv_admit or self.profile.time(b, kv_now) > tau_s:
+        if kv_now > self.kv_admit:
+            return _FULL
+        decode_s = self.profile.time(b, kv_now)
+        if decode_s > tau_s:
             return _FULL
         deadline = self.req.arrival[r] + self.req.ttft[r]
+        if not late:
+            # cheap necessary check: the chunk is at most the one the current KV allows and
+            # every iteration carries at least the b decode tokens; r's prompt alone already
+            # too late settles it before the queue is read (the queue only adds iterations)
+            most = self.profile.max_tokens(kv_now, tau_s) - b
+            if most < 1:
+                return _FULL
+            free_at = s.free_at_s
+            if free_at + math.ceil(p / most) * decode_s > deadline:
+                return _TOO_LATE
         # prompts ahead of r (the server prefills by deadline, lost ones last) and behind it;
         # with prefill attention charged, the longest of them (its last chunk pays the most)
         # and their attention work (c (prefix + (c + 1) / 2) summed over chunks: the same
@@ -923,15 +936,8 @@ class PolyServeController:
             else:
                 behind.append((dq, left, done))
         queued = ahead
-        if not late:
-            # cheap necessary check: the chunk is at most the one the current KV allows and
-            # every iteration carries at least the b decode tokens
-            most = self.profile.max_tokens(kv_now, tau_s) - b
-            if most < 1:
-                return _FULL
-            soonest = s.free_at_s + math.ceil((queued + p) / most) * self.profile.time(b, kv_now)
-            if soonest > deadline:
-                return _TOO_LATE
+        if not late and free_at + math.ceil((queued + p) / most) * decode_s > deadline:
+            return _TOO_LATE
         peak, _ = self._peak_with(s, p, 0.0)
         if peak > self.kv_admit:
             return _FULL
@@ -944,7 +950,7 @@ class PolyServeController:
         tokens = queued + p
         if charged:
             work += p * (p + 1) / 2.0
-        end = s.free_at_s + math.ceil(tokens / chunk) * step + self.attention_s * work
+        end = free_at + math.ceil(tokens / chunk) * step + self.attention_s * work
         if end > deadline:
             return _TOO_LATE
         self._predicted_end = end
@@ -958,7 +964,7 @@ class PolyServeController:
                     step = self.profile.time(b + chunk, peak)
                 work += left * (done + (left + 1) / 2.0)
             tokens += left
-            if s.free_at_s + math.ceil(tokens / chunk) * step + self.attention_s * work > dq:
+            if free_at + math.ceil(tokens / chunk) * step + self.attention_s * work > dq:
                 return _TOO_LATE
         return _ADMIT
 
