@@ -96,6 +96,8 @@ PREFILL_POOL = "prefill"
 _ADMIT, _FULL, _TOO_LATE = 0, 1, 2
 #: Entries a memo of the profile's answers (tokens, chunks) holds before it starts afresh.
 MEMO_ENTRIES = 1 << 16
+#: Entries the memo of KV peaks holds (each keyed on a server's contexts, so kept smaller).
+PEAK_MEMO_ENTRIES = 1 << 12
 
 
 def tier_pool(tpot_s: float) -> str:
@@ -570,6 +572,8 @@ class PolyServeController:
         self._predicted_end = math.nan
         # co-located prefill chunks by (KV peak, TPOT, decode batch, longest prompt)
         self._chunks: dict[tuple[float, float, int, int], int] = {}
+        # KV peaks by the contexts and emitted tokens they are predicted from
+        self._peaks: dict[tuple[bytes, bytes], float] = {}
 
     # -- routing ----------------------------------------------------------------------------------
     def route(self, request: int, servers: Sequence[Server], now: float) -> int:
@@ -853,8 +857,14 @@ class PolyServeController:
             gen[i] = g
         ctx[-1] = context
         gen[-1] = generated
-        remaining = np.maximum(self.d_hat - gen, 1.0)
-        return kv_peak(ctx, remaining), len(ctx)
+        key = (ctx.tobytes(), gen.tobytes())
+        peak = self._peaks.get(key)
+        if peak is None:
+            peak = kv_peak(ctx, np.maximum(self.d_hat - gen, 1.0))
+            if len(self._peaks) >= PEAK_MEMO_ENTRIES:
+                self._peaks.clear()
+            self._peaks[key] = peak
+        return peak, len(ctx)
 
     def admit_decode(self, s: Server, r: int, tau_s: float, late: bool = False) -> bool:
         """Disaggregated decode admission (Sec. 4.5-4.6): with ``r`` the server's predicted peak
