@@ -212,9 +212,7 @@ class Profile:
         most = self._max_tokens.get(key)
         if most is None:
             most = self._max_tokens_at(kv_tokens, budget_s)
-            if len(self._max_tokens) >= MEMO_ENTRIES:
-                self._max_tokens.clear()
-            self._max_tokens[key] = most
+            _remember(self._max_tokens, key, most, MEMO_ENTRIES)
         return most
 
     def _max_tokens_at(self, kv_tokens: float, budget_s: float) -> int:
@@ -268,6 +266,13 @@ class Profile:
         while x_lo > 0 and not within(x_lo):  # the grid's rounding put the crossing lower
             x_lo -= 1
         return _last_fitting(x_lo, x_hi, within) - batch
+
+
+def _remember(memo: dict[Any, Any], key: Any, value: Any, limit: int) -> None:
+    """Store ``value`` under ``key`` in ``memo``, started afresh once it holds ``limit``."""
+    if len(memo) >= limit:
+        memo.clear()
+    memo[key] = value
 
 
 def _no_cost(x: float) -> float:
@@ -843,7 +848,10 @@ class PolyServeController:
         emitted) and the batch it makes; every request's output is predicted as ``d_hat``.
 
         Decoding requests count at their KV, queued and prefilling ones at their prompt plus
-        what they emitted (their whole prompt will be resident)."""
+        what they emitted (their whole prompt will be resident). Remembered by those contexts
+        and emitted tokens, in order (the whole input of :func:`kv_peak`): a held request asks
+        a server again at every tick, and the contexts change only as iterations end and
+        requests join or leave."""
         dec = s.decoding_ids()
         rest = s.waiting + s.prefilling
         ctx = np.empty(len(dec) + len(rest) + 1)
@@ -861,9 +869,7 @@ class PolyServeController:
         peak = self._peaks.get(key)
         if peak is None:
             peak = kv_peak(ctx, np.maximum(self.d_hat - gen, 1.0))
-            if len(self._peaks) >= PEAK_MEMO_ENTRIES:
-                self._peaks.clear()
-            self._peaks[key] = peak
+            _remember(self._peaks, key, peak, PEAK_MEMO_ENTRIES)
         return peak, len(ctx)
 
     def admit_decode(self, s: Server, r: int, tau_s: float, late: bool = False) -> bool:
@@ -995,9 +1001,7 @@ class PolyServeController:
             chunk = self.profile.max_chunk(peak, tau_s, b, self.attention_s, longest)
             if self.max_tokens:
                 chunk = min(chunk, self.max_tokens - b)
-            if len(self._chunks) >= MEMO_ENTRIES:
-                self._chunks.clear()
-            self._chunks[key] = chunk
+            _remember(self._chunks, key, chunk, MEMO_ENTRIES)
         return chunk
 
     def _admit(self, s: Server, r: int, tau_s: float, late: bool, now: float) -> int:
@@ -1005,7 +1009,12 @@ class PolyServeController:
         or TPOT (``_FULL``) refuses it again until a request leaves it (the prediction only grows
         while requests only join and grow); one that refused it on its deadline (``_TOO_LATE``)
         is asked again after a tick, as PolyServe's tick-driven scheduler would. Returns the
-        admission code (``_ADMIT``, or why not)."""
+        admission code (``_ADMIT``, or why not).
+
+        The reasons are part of the decisions: once ``r``'s deadline has passed it is admitted
+        as lost, and a ``_FULL`` refusal from before (same departures) or a ``_TOO_LATE`` one
+        less than a tick old still refuses it. An attempt skipped without its reason would
+        ask such a server afresh (docs/planning.md, "Long prompts: the verdict")."""
         sid = s.id
         departed = self.placed.get(sid, 0) - s.load
         seen = self._refused.get(r)
