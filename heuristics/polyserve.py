@@ -40,7 +40,7 @@ import dataclasses
 import math
 import time
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +94,10 @@ H200_LLAMA31_8B_KV_BYTES_PER_TOKEN = LLAMA31_8B.kv_bytes_per_token  # 2 x 32 x 8
 PREFILL_POOL = "prefill"
 #: Admission outcomes: admitted; refused for batch, memory or TPOT; refused on a deadline.
 _ADMIT, _FULL, _TOO_LATE = 0, 1, 2
+#: Entries a memo of the profile's answers (tokens, chunks) holds before it starts afresh.
+MEMO_ENTRIES = 1 << 16
+#: Entries the memo of KV peaks holds (each keyed on a server's contexts, so kept smaller).
+PEAK_MEMO_ENTRIES = 1 << 12
 
 
 def tier_pool(tpot_s: float) -> str:
@@ -163,15 +167,14 @@ class Profile:
         self._xs_list = self.table.batch_sizes.tolist()
         self._ys_list = self.table.kv_tokens.tolist()
         self._cols = self.table.times_s.T.tolist()  # one list of times per KV grid point
+        self._max_tokens: dict[tuple[float, float], int] = {}
 
     def time(self, tokens: float, kv_tokens: float) -> float:
         """Predicted iteration time (s) of ``tokens`` tokens reading ``kv_tokens`` KV tokens."""
         return self.table._scalar_time(float(tokens), float(kv_tokens))
 
-    def max_tokens(self, kv_tokens: float, budget_s: float) -> int:
-        """Most tokens an iteration reading ``kv_tokens`` KV tokens may carry within
-        ``budget_s`` (0 when not even one token fits): bisection on the batch grid at that KV
-        (times non-decreasing in the batch), then the bilinear segment solved."""
+    def _column(self, kv_tokens: float) -> Callable[[int], float]:
+        """The table's times at ``kv_tokens`` KV tokens, by batch grid index (linear in KV)."""
         ys = self._ys_list
         j = min(max(bisect_right(ys, kv_tokens) - 1, 0), len(ys) - 2)
         ty = (kv_tokens - ys[j]) / (ys[j + 1] - ys[j])
@@ -180,24 +183,129 @@ class Profile:
         def at(i: int) -> float:
             return lo_col[i] + ty * (hi_col[i] - lo_col[i])
 
+        return at
+
+    def _segment(
+        self, at: Callable[[int], float], cost: Callable[[float], float], budget_s: float
+    ) -> int:
+        """Index ``lo`` of the grid segment where ``at(i) + cost(xs[i])`` (non-decreasing)
+        crosses ``budget_s`` (the last segment when it never does), or -1 when even the first
+        grid point is over it."""
         xs = self._xs_list
-        if at(0) > budget_s:
+
+        def fits(i: int) -> bool:
+            return at(i) + cost(xs[i]) <= budget_s
+
+        if not fits(0):
+            return -1
+        last = len(xs) - 1
+        if fits(last):
+            return last - 1  # extrapolate the last segment
+        return _last_fitting(0, last, fits)
+
+    def max_tokens(self, kv_tokens: float, budget_s: float) -> int:
+        """Most tokens an iteration reading ``kv_tokens`` KV tokens may carry within
+        ``budget_s`` (0 when not even one token fits): bisection on the batch grid at that KV
+        (times non-decreasing in the batch), then the bilinear segment solved. Remembered by
+        its arguments (the table is fixed)."""
+        key = (kv_tokens, budget_s)
+        most = self._max_tokens.get(key)
+        if most is None:
+            most = self._max_tokens_at(kv_tokens, budget_s)
+            _remember(self._max_tokens, key, most, MEMO_ENTRIES)
+        return most
+
+    def _max_tokens_at(self, kv_tokens: float, budget_s: float) -> int:
+        at = self._column(kv_tokens)
+        lo = self._segment(at, _no_cost, budget_s)
+        if lo < 0:
             return 0
-        lo, hi = 0, len(xs) - 1
-        if at(hi) <= budget_s:
-            lo = hi - 1  # extrapolate the last segment
-        else:
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if at(mid) <= budget_s:
-                    lo = mid
-                else:
-                    hi = mid
+        xs = self._xs_list
         t0, t1 = at(lo), at(lo + 1)
         slope = (t1 - t0) / (xs[lo + 1] - xs[lo])
         if slope <= 0:
             return int(xs[lo + 1])
         return max(int(math.floor(xs[lo] + (budget_s - t0) / slope + 1e-9)), 0)
+
+    def max_chunk(
+        self, kv_tokens: float, budget_s: float, batch: int, attention_s: float, longest: int
+    ) -> int:
+        """Most prefill tokens ``c`` an iteration of ``batch`` other tokens reading
+        ``kv_tokens`` KV tokens may add within ``budget_s`` when the chunk also pays its
+        prefill attention: the largest ``c`` with ``time(batch + c, kv) + attention_s *
+        chunk_attention_work(c, longest) <= budget_s`` (``attention_s``: seconds per unit of
+        attention work; ``longest``: the longest prompt the chunks come from). With
+        ``attention_s = 0`` this is ``max_tokens(kv, budget) - batch``. May be below 1 (no
+        chunk fits)."""
+        if attention_s <= 0:
+            return self.max_tokens(kv_tokens, budget_s) - batch
+
+        def cost(x: float) -> float:
+            return attention_s * chunk_attention_work(int(x) - batch, longest) if x > batch else 0.0
+
+        at = self._column(kv_tokens)
+        lo = self._segment(at, cost, budget_s)
+        if lo < 0:
+            return -batch
+        xs = self._xs_list
+        t0 = at(lo)
+        slope = (at(lo + 1) - t0) / (xs[lo + 1] - xs[lo])
+        x_lo = int(xs[lo])
+        if lo + 2 < len(xs):
+            x_hi = int(xs[lo + 1])
+        else:  # the last segment, extrapolated: the table alone is over the budget beyond
+            x_hi = x_lo + (int((budget_s - t0) / slope) + 1 if slope > 0 else 1)
+
+        def within(x: int) -> bool:  # as time() reads the table, to the last bit
+            return self.table._scalar_time(float(x), float(kv_tokens)) + cost(x) <= budget_s
+
+        # the segment's line first (cheap), then the table's own reading settles the last bit
+        x = _last_fitting(x_lo, x_hi, lambda x: t0 + slope * (x - x_lo) + cost(x) <= budget_s)
+        if within(x) and not within(x + 1):
+            return x - batch
+        while x_lo > 0 and not within(x_lo):  # the grid's rounding put the crossing lower
+            x_lo -= 1
+        return _last_fitting(x_lo, x_hi, within) - batch
+
+
+def _remember(memo: dict[Any, Any], key: Any, value: Any, limit: int) -> None:
+    """Store ``value`` under ``key`` in ``memo``, started afresh once it holds ``limit``."""
+    if len(memo) >= limit:
+        memo.clear()
+    memo[key] = value
+
+
+def _no_cost(x: float) -> float:
+    return 0.0
+
+
+def _last_fitting(lo: int, hi: int, fits: Callable[[int], bool]) -> int:
+    """The largest ``x`` in ``[lo, hi]`` with ``fits(x)`` (non-increasing in ``x``), given
+    ``fits(lo)``: bisection, ``hi`` itself checked last."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return hi if fits(hi) else lo
+
+
+def chunk_attention_work(chunk: int, longest: int) -> float:
+    """Largest prefill attention work of one iteration carrying ``chunk`` consecutive prompt
+    tokens (in the order the server prefills them) of prompts of at most ``longest`` tokens.
+
+    A prompt token at position ``i`` (1-based) attends to ``i`` keys, so an iteration's work is
+    the sum of its tokens' positions (:func:`slolab.timing.base.prefill_attention_work`). With
+    ``chunk = q longest + s`` (``0 <= s < longest``) the largest sum is ``q`` whole prompts of
+    ``longest`` tokens and the last ``s`` tokens of another:
+    ``q longest (longest + 1) / 2 + s (2 longest - s + 1) / 2``; for ``chunk <= longest`` the
+    chunk that ends the longest prompt, ``c (longest - (c - 1) / 2)``. The proof is in
+    docs/polyserve.md ("Co-located admission with prefill attention")."""
+    if chunk <= 0:
+        return 0.0
+    whole, rest = divmod(int(chunk), int(longest))
+    return whole * longest * (longest + 1) / 2.0 + rest * (2 * longest - rest + 1) / 2.0
 
 
 def kv_peak(contexts: np.ndarray, remaining: np.ndarray) -> float:
@@ -221,6 +329,22 @@ def kv_peak(contexts: np.ndarray, remaining: np.ndarray) -> float:
     suffix = np.cumsum(ctx[::-1])[::-1]
     alive = n - np.arange(n)
     return float(np.max(suffix + alive * (rem - 1.0)))
+
+
+def prefill_attention_s(timing: TimingModel) -> float:
+    """Seconds an iteration pays per unit of prefill attention work under ``timing``: the
+    largest coefficient among its affine lines (:func:`slolab.timing.timing_lines`), else the
+    model's own difference between a one-token chunk with and without 10^6 units of work."""
+    try:
+        _, coefs = timing_lines(timing)
+    except ValueError:
+        work = 1e6
+        plain = timing.time_of(prefill_tokens=1.0, num_prefill_seqs=1.0)
+        heavy = timing.time_of(
+            prefill_tokens=1.0, num_prefill_seqs=1.0, prefill_attention_work=work
+        )
+        return max((heavy - plain) / work, 0.0)
+    return max(float(coefs[:, F_PREFILL_ATTN].max()), 0.0)
 
 
 # -- parameters -------------------------------------------------------------------------------------
@@ -415,6 +539,9 @@ class PolyServeController:
         self.max_seqs = int(pool.max_batch_size)  # type: ignore[arg-type]
         self.max_tokens = int(pool.max_batch_tokens)  # type: ignore[arg-type]
         self.profile = Profile(instance.timing, self.kv_capacity)
+        self.attention_s = (
+            prefill_attention_s(instance.timing) if self.params.chunk_timing == "model" else 0.0
+        )
         self._chunk_times = [
             self.profile.time(i, 0.0) for i in range(2 * self.params.prefill_chunk_tokens + 1)
         ]
@@ -444,6 +571,14 @@ class PolyServeController:
         # each request's first routing decision (s): at the entry router, and disaggregated also
         # at the decode router when its KV cache arrives (retries of held requests not counted)
         self.latencies_s: list[float] = []
+        # co-located: when the admission predicted each request placed on time to end its
+        # prompt (s; its first token), for comparing with the replay
+        self.predicted_prefill_end_s: dict[int, float] = {}
+        self._predicted_end = math.nan
+        # co-located prefill chunks by (KV peak, TPOT, decode batch, longest prompt)
+        self._chunks: dict[tuple[float, float, int, int], int] = {}
+        # KV peaks by the contexts and emitted tokens they are predicted from
+        self._peaks: dict[tuple[bytes, bytes], float] = {}
 
     # -- routing ----------------------------------------------------------------------------------
     def route(self, request: int, servers: Sequence[Server], now: float) -> int:
@@ -617,6 +752,8 @@ class PolyServeController:
                 if code == _ADMIT:
                     sid = servers[k].id
                     self.placed[sid] = self.placed.get(sid, 0) + 1
+                    if not late and servers[k].role == "mixed":
+                        self.predicted_prefill_end_s[r] = self._predicted_end
                     self._refused.pop(r, None)
                     self._full_at.pop(r, None)
                     return k
@@ -711,7 +848,10 @@ class PolyServeController:
         emitted) and the batch it makes; every request's output is predicted as ``d_hat``.
 
         Decoding requests count at their KV, queued and prefilling ones at their prompt plus
-        what they emitted (their whole prompt will be resident)."""
+        what they emitted (their whole prompt will be resident). Remembered by those contexts
+        and emitted tokens, in order (the whole input of :func:`kv_peak`): a held request asks
+        a server again at every tick, and the contexts change only as iterations end and
+        requests join or leave."""
         dec = s.decoding_ids()
         rest = s.waiting + s.prefilling
         ctx = np.empty(len(dec) + len(rest) + 1)
@@ -725,8 +865,12 @@ class PolyServeController:
             gen[i] = g
         ctx[-1] = context
         gen[-1] = generated
-        remaining = np.maximum(self.d_hat - gen, 1.0)
-        return kv_peak(ctx, remaining), len(ctx)
+        key = (ctx.tobytes(), gen.tobytes())
+        peak = self._peaks.get(key)
+        if peak is None:
+            peak = kv_peak(ctx, np.maximum(self.d_hat - gen, 1.0))
+            _remember(self._peaks, key, peak, PEAK_MEMO_ENTRIES)
+        return peak, len(ctx)
 
     def admit_decode(self, s: Server, r: int, tau_s: float, late: bool = False) -> bool:
         """Disaggregated decode admission (Sec. 4.5-4.6): with ``r`` the server's predicted peak
@@ -756,8 +900,15 @@ class PolyServeController:
         batch at that peak leaves a prefill chunk ``c >= 1`` within the tier's TPOT (the chunk the
         whole prefill can keep as the KV grows), and (unless late) ``r``'s prompt, after the
         prompts queued on the server with earlier first-token deadlines, finishes by its TTFT
-        deadline, ``free_at + ceil((ahead + p) / c) t(B + c, peak)``, and so does every queued
-        prompt with a later deadline (the server prefills in deadline order)."""
+        deadline, ``free_at + ceil((ahead + p) / c) t(B + c, peak) + a W``, and so does every
+        queued prompt with a later deadline (the server prefills in deadline order).
+
+        With ``chunk_timing="model"`` the batch former charges prefill attention, so the
+        prediction does too: ``a`` is the model's seconds per unit of attention work
+        (:func:`prefill_attention_s`), ``c`` also pays the attention of the chunk that ends the
+        longest prompt counted (:meth:`Profile.max_chunk`), and ``W`` is those prompts'
+        attention work (the same however they are chunked). With ``"profile"`` (the paper's
+        batch former, prefill attention ignored) ``a = 0``: the table alone, as in the paper."""
         return self._admit_colocated(s, r, tau_s, late) == _ADMIT
 
     def _admit_colocated(self, s: Server, r: int, tau_s: float, late: bool) -> int:
@@ -766,54 +917,104 @@ class PolyServeController:
             return _FULL
         p = float(self.req.prompt[r])
         kv_now = s.kv_used_tokens + p
-        if kv_now > self.kv_admit or self.profile.time(b, kv_now) > tau_s:
+        if kv_now > self.kv_admit:
+            return _FULL
+        decode_s = self.profile.time(b, kv_now)
+        if decode_s > tau_s:
             return _FULL
         deadline = self.req.arrival[r] + self.req.ttft[r]
-        # prompts ahead of r (the server prefills by deadline, lost ones last) and behind it
-        ahead, behind = 0, []
-        for q in s.prefilling + s.waiting:
-            dq = self.req.arrival[q] + self.req.ttft[q]
-            if dq <= deadline or dq < s.now:
-                ahead += s.remaining_prefill(q)
-            else:
-                behind.append((dq, s.remaining_prefill(q)))
-        queued = ahead
         if not late:
             # cheap necessary check: the chunk is at most the one the current KV allows and
-            # every iteration carries at least the b decode tokens
+            # every iteration carries at least the b decode tokens; r's prompt alone already
+            # too late settles it before the queue is read (the queue only adds iterations)
             most = self.profile.max_tokens(kv_now, tau_s) - b
             if most < 1:
                 return _FULL
-            soonest = s.free_at_s + math.ceil((queued + p) / most) * self.profile.time(b, kv_now)
-            if soonest > deadline:
+            free_at = s.free_at_s
+            if free_at + math.ceil(p / most) * decode_s > deadline:
                 return _TOO_LATE
+        # prompts ahead of r (the server prefills by deadline, lost ones last) and behind it;
+        # with prefill attention charged, the longest of them (its last chunk pays the most)
+        # and their attention work (c (prefix + (c + 1) / 2) summed over chunks: the same
+        # however they are chunked, slolab.timing.base.prefill_attention_work)
+        ahead, behind = 0, []
+        longest, work = int(p), 0.0
+        charged = self.attention_s > 0
+        for q in s.prefilling + s.waiting:
+            dq = self.req.arrival[q] + self.req.ttft[q]
+            left = s.remaining_prefill(q)
+            done = s.kv_held(q) - s.generated(q) if charged else 0
+            if dq <= deadline or dq < s.now:
+                ahead += left
+                if charged:
+                    longest = max(longest, done + left)
+                    work += left * (done + (left + 1) / 2.0)
+            else:
+                behind.append((dq, left, done))
+        queued = ahead
+        if not late and free_at + math.ceil((queued + p) / most) * decode_s > deadline:
+            return _TOO_LATE
         peak, _ = self._peak_with(s, p, 0.0)
         if peak > self.kv_admit:
             return _FULL
-        budget = self.profile.max_tokens(peak, tau_s)
-        if self.max_tokens:
-            budget = min(budget, self.max_tokens)
-        chunk = budget - b
+        chunk = self._prefill_chunk(peak, tau_s, b, longest)
         if chunk < 1:
             return _FULL
         if late:
             return _ADMIT
         step = self.profile.time(b + chunk, peak)
         tokens = queued + p
-        if s.free_at_s + math.ceil(tokens / chunk) * step > deadline:
+        if charged:
+            work += p * (p + 1) / 2.0
+        end = free_at + math.ceil(tokens / chunk) * step + self.attention_s * work
+        if end > deadline:
             return _TOO_LATE
-        for dq, left in sorted(behind):  # r must not make a later-deadline prompt late
+        self._predicted_end = end
+        for dq, left, done in sorted(behind):  # r must not make a later-deadline prompt late
+            if charged:
+                if done + left > longest:  # a longer prompt: smaller chunks from here on
+                    longest = done + left
+                    chunk = self._prefill_chunk(peak, tau_s, b, longest)
+                    if chunk < 1:
+                        return _TOO_LATE
+                    step = self.profile.time(b + chunk, peak)
+                work += left * (done + (left + 1) / 2.0)
             tokens += left
-            if s.free_at_s + math.ceil(tokens / chunk) * step > dq:
+            if free_at + math.ceil(tokens / chunk) * step + self.attention_s * work > dq:
                 return _TOO_LATE
         return _ADMIT
+
+    def _prefill_chunk(self, peak: float, tau_s: float, b: int, longest: int) -> int:
+        """The co-located prefill chunk a server can keep beside ``b`` decode tokens at the KV
+        peak ``peak`` within ``tau_s`` (Sec. 4.7: a chunk the whole prefill can maintain): by
+        the profile's (batch, KV) time plus, when the batch former charges it
+        (``chunk_timing="model"``), the prefill attention of the chunk that ends the
+        ``longest`` prompt (:func:`chunk_attention_work`), so the chunk the batch former will
+        take, not a larger one. May be below 1 (no chunk fits).
+
+        Remembered by its arguments: a pure function of them (the profile, the attention rate
+        and the token cap are fixed for the run), and held requests ask the same servers the
+        same question at every retry while the KV peak they predict stays put."""
+        key = (peak, tau_s, b, longest)
+        chunk = self._chunks.get(key)
+        if chunk is None:
+            chunk = self.profile.max_chunk(peak, tau_s, b, self.attention_s, longest)
+            if self.max_tokens:
+                chunk = min(chunk, self.max_tokens - b)
+            _remember(self._chunks, key, chunk, MEMO_ENTRIES)
+        return chunk
 
     def _admit(self, s: Server, r: int, tau_s: float, late: bool, now: float) -> int:
         """Admission with a memory of failures: a server that refused ``r`` for its batch, memory
         or TPOT (``_FULL``) refuses it again until a request leaves it (the prediction only grows
         while requests only join and grow); one that refused it on its deadline (``_TOO_LATE``)
         is asked again after a tick, as PolyServe's tick-driven scheduler would. Returns the
-        admission code (``_ADMIT``, or why not)."""
+        admission code (``_ADMIT``, or why not).
+
+        The reasons are part of the decisions: once ``r``'s deadline has passed it is admitted
+        as lost, and a ``_FULL`` refusal from before (same departures) or a ``_TOO_LATE`` one
+        less than a tick old still refuses it. An attempt skipped without its reason would
+        ask such a server afresh (docs/planning.md, "Long prompts: the verdict")."""
         sid = s.id
         departed = self.placed.get(sid, 0) - s.load
         seen = self._refused.get(r)

@@ -8,6 +8,13 @@ from slolab.harness.cli import main
 from slolab.harness.serving import ServingSetup, capacity_notes
 
 
+def mooncake_capacity(capsys, *options: str) -> dict:
+    """``slolab capacity`` on the first 100 Mooncake requests with ``options``, its JSON."""
+    argv = ["capacity", "mooncake_conversation", "--limit", "100", "--quiet", "--json"]
+    assert main([*argv, *options]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
 def test_capped_high_is_reported_as_a_lower_bound():
     """Met at every rate up to 1024 x the start: 'a lower bound', at 1024 req/s."""
     found = capacity(lambda rate: 1.0, start_rate=1.0, progress=False)
@@ -21,9 +28,7 @@ def test_capped_high_is_reported_as_a_lower_bound():
 def test_capped_low_settles_in_two_probes_and_says_why(capsys):
     """Sarathi on one server and the Mooncake trace: the floor probe misses, two probes in
     all, and one line names the requests missing their TTFT and their prompt lengths."""
-    argv = ["capacity", "mooncake_conversation", "--limit", "100", "--quiet", "--json"]
-    assert main(argv) == 0
-    rec = json.loads(capsys.readouterr().out)
+    rec = mooncake_capacity(capsys)
     # the trace's own rate 3.0 req/s misses, then the floor 3.0 / 1024 = 0.00293 misses
     assert [p["rate"] for p in rec["probes"]] == [3.0, 3.0 / 1024]
     assert rec["capped_low"] is True and rec["capacity"] == 0.0
@@ -50,10 +55,9 @@ def test_polyserve_never_meetable_settles_in_two_probes(capsys):
     """PolyServe (its scaler passes idle ticks) on 100 Mooncake requests, 8 servers: the floor
     is probed right after the first miss, 2 probes, and the note names the TTFT misses (it
     halved down to the floor in 11 probes while the scaler ticked through every idle span)."""
-    argv = ["capacity", "mooncake_conversation", "--limit", "100", "--quiet", "--json"]
-    argv += ["--policy", "polyserve", "--slos", "polyserve", "--servers", "8"]
-    assert main(argv) == 0
-    rec = json.loads(capsys.readouterr().out)
+    rec = mooncake_capacity(
+        capsys, "--policy", "polyserve", "--slos", "polyserve", "--servers", "8"
+    )
     # first probe at the trace's own rate, then at once its 1/1024
     rates = [p["rate"] for p in rec["probes"]]
     assert len(rates) == 2 and rates[1] == rates[0] / 1024
@@ -61,6 +65,25 @@ def test_polyserve_never_meetable_settles_in_two_probes(capsys):
     (note,) = rec["notes"]
     assert note.startswith("polyserve can never meet 90% deadline attainment on 8 servers")
     assert "their TTFT" in note
+
+
+def test_disaggregated_polyserve_on_drawn_arrivals_says_why_in_one_line(capsys):
+    """Disaggregated PolyServe, 100 Mooncake requests drawn at 3 req/s, 8 servers: no rate
+    meets 90 %; two probes (3 req/s, then its 1/1024) and one line naming the misses at the
+    floor: most miss a later token (the KV transfer outlasts the second token's slack), a few
+    their TTFT."""
+    rec = mooncake_capacity(
+        capsys,
+        *("--policy", "polyserve", "--slos", "polyserve", "--servers", "8"),
+        *("--mode", "disaggregated", "--arrivals", "poisson", "--rate", "3"),
+    )
+    assert [p["rate"] for p in rec["probes"]] == [3.0, 3.0 / 1024]
+    assert rec["capped_low"] is True and rec["capacity"] == 0.0
+    (note,) = rec["notes"]
+    assert note.startswith("polyserve can never meet 90% deadline attainment on 8 servers")
+    # 24 of the 100 miss at 0.00293 req/s: 5 their TTFT, 19 a later token (attainment 0.76)
+    assert "24 of 100 requests miss: 5 their TTFT (prompts 8,974 to 24,246 tokens" in note
+    assert note.endswith("19 a later token's bound")
 
 
 def test_only_a_scaler_ticking_through_idle_spans_keeps_the_search_halving(capsys):
