@@ -923,6 +923,7 @@ class PolyServeController:
         if decode_s > tau_s:
             return _FULL
         deadline = self.req.arrival[r] + self.req.ttft[r]
+        free_at = s.free_at_s
         if not late:
             # cheap necessary check: the chunk is at most the one the current KV allows and
             # every iteration carries at least the b decode tokens; r's prompt alone already
@@ -930,7 +931,6 @@ class PolyServeController:
             most = self.profile.max_tokens(kv_now, tau_s) - b
             if most < 1:
                 return _FULL
-            free_at = s.free_at_s
             if free_at + math.ceil(p / most) * decode_s > deadline:
                 return _TOO_LATE
         # prompts ahead of r (the server prefills by deadline, lost ones last) and behind it;

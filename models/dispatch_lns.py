@@ -843,9 +843,11 @@ def _pooled_start(
             if order[k] not in given_up:
                 soon.append(order[k])
         ahead = sorted([*viable, *soon], key=lambda r: (first_due[r], r))
-        if _triage(tables, ahead, clocks) and switch_on(t):
+        missing = _triage(tables, ahead, clocks)
+        if missing and switch_on(t):
             clocks.append(t)
-        dropped = [r for r in _triage(tables, ahead, clocks) if arrival[r] <= t + 1e-12]
+            missing = _triage(tables, ahead, clocks)
+        dropped = [r for r in missing if arrival[r] <= t + 1e-12]
         if dropped:
             hopeless += dropped
             waiting = [r for r in waiting if r not in dropped]
