@@ -1083,19 +1083,25 @@ class Engine:
         return last
 
     def _tick_blocks(self, nxt: float, until: float) -> Iterator[tuple[np.ndarray, float]]:
-        """The scaler's tick times from ``nxt`` on before ``until``, in blocks of at most
-        ``_SKIP_BLOCK``, each with the tick after it (the last: the first tick at or after
+        """The scaler's tick times from ``nxt`` on before ``until`` (finite), in blocks of at
+        most ``_SKIP_BLOCK``, each with the tick after it (the last: the first tick at or after
         ``until``). Each time is the previous plus ``interval_s``, as the ticks themselves are
-        computed (``np.cumsum`` adds left to right)."""
+        computed (``np.cumsum`` adds left to right).
+
+        The ticks before ``until`` number at most ``(until - nxt) / interval_s`` plus one (plus
+        one more for rounding), so a span shorter than a block is summed in a block of that
+        many plus one, not of ``_SKIP_BLOCK``: the same blocks and times, at the cost of the
+        span (a busy cluster's quiet spans are a few ticks long)."""
         step = self.scaler.interval_s  # type: ignore[union-attr]
+        size = min(int((until - nxt) / step) + 3, _SKIP_BLOCK)
         while True:
-            block = np.full(_SKIP_BLOCK, step)
+            block = np.full(size, step)
             block[0] = nxt
             ticks = np.cumsum(block)
             k = int(np.searchsorted(ticks, until, side="left"))
-            nxt = float(ticks[k]) if k < _SKIP_BLOCK else float(ticks[-1]) + step
+            nxt = float(ticks[k]) if k < size else float(ticks[-1]) + step
             yield ticks[:k], nxt
-            if k < _SKIP_BLOCK:
+            if k < size:
                 return
 
     def _apply(self, action: ScaleAction, by: str) -> None:

@@ -3,14 +3,18 @@ through every idle span, for every registered scaler and for PolyServe's own."""
 
 import dataclasses
 import hashlib
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from slolab.heuristics.baselines import LeastLoaded, SarathiFCFS
 from slolab.heuristics.policies import make_scheduler
 from slolab.heuristics.scalers import ThresholdParams, ThresholdScaler, make_scaler, scaler_names
 from slolab.instances.records import Cluster, Instance, Workload
 from slolab.sim import check, run
+from slolab.sim.engine import _SKIP_BLOCK, Engine
 from slolab.timing import LinearTiming
 
 # T = 10 ms + 0.1 ms per token + 1 us per decode KV token
@@ -218,3 +222,36 @@ def test_polyserve_colocated_skips_quiet_ticks_while_busy_with_the_same_run():
         # some requests waited in the held queue (routed after they arrived)
         assert (out.routed_s > base.workload.arrival_s).any()
         assert calls_s * 5 < calls_t
+
+
+def former_tick_blocks(step: float, nxt: float, until: float):
+    """The engine's tick blocks as they were: always ``_SKIP_BLOCK`` ticks summed."""
+    while True:
+        block = np.full(_SKIP_BLOCK, step)
+        block[0] = nxt
+        ticks = np.cumsum(block)
+        k = int(np.searchsorted(ticks, until, side="left"))
+        nxt = float(ticks[k]) if k < _SKIP_BLOCK else float(ticks[-1]) + step
+        yield ticks[:k], nxt
+        if k < _SKIP_BLOCK:
+            return
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(
+    start=st.floats(0.0, 1e5, allow_nan=False),
+    span=st.floats(1e-9, 200.0, allow_nan=False),
+    interval=st.sampled_from([0.001, 0.005, 0.01, 0.1, 1.0, 0.37]),
+)
+def test_tick_blocks_sized_to_the_span_are_the_former_blocks(start, span, interval):
+    """The engine's tick blocks, now summed in blocks about as long as the span: the same
+    blocks (every tick time, the previous plus the interval) and the same tick after each as
+    when every block summed _SKIP_BLOCK ticks; spans up to 200 s reach 200,000 ticks (several
+    blocks)."""
+    engine = SimpleNamespace(scaler=SimpleNamespace(interval_s=interval))
+    now = list(Engine._tick_blocks(engine, start, start + span))
+    former = list(former_tick_blocks(interval, start, start + span))
+    assert len(now) == len(former)
+    for (ticks, after), (former_ticks, former_after) in zip(now, former, strict=True):
+        assert np.array_equal(ticks, former_ticks) and after == former_after
+    assert former[-1][1] >= start + span
