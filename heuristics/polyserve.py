@@ -1187,13 +1187,14 @@ class PolyServeController:
 
     def quiet_until(self, cluster: ClusterView) -> float:
         """Until when every tick returns no action and changes nothing it decides by (the
-        engine may skip those ticks, :class:`slolab.sim.scaling.Scaler`): co-located with no
-        request held, the next scale-down check (a tick acts only for held requests or at a
-        check, and requests are held only as they arrive, which ends the span); -inf
-        otherwise (disaggregated, a request can be held whenever its KV cache reaches the
-        decode side). The lists of each tier's servers are brought up to date at the next tick
+        engine may skip those ticks, :class:`slolab.sim.scaling.Scaler`): with no request held
+        (entry, prefill or decode), the next scale-down check (a tick acts only for held
+        requests or at a check); -inf otherwise. Requests are held only as they arrive, which
+        ends the span, and disaggregated also as their KV cache reaches the decode side: the
+        engine brings the next tick back to the first one at or after a KV transfer that lands
+        in the span. The lists of each tier's servers are brought up to date at the next tick
         that runs, in the same order."""
-        if self.mode != "colocated" or self.held_count.any():
+        if self.held_count.any() or self.held_prefill:
             return -math.inf
         return self.next_scale_down
 
