@@ -579,6 +579,9 @@ class PolyServeController:
         self._chunks: dict[tuple[float, float, int, int], int] = {}
         # KV peaks by the contexts and emitted tokens they are predicted from
         self._peaks: dict[tuple[bytes, bytes], float] = {}
+        # the admission's parts on a server with no request, by (request, TPOT, late, KV used)
+        self._empty: dict[tuple[int, float, bool, int], tuple[int, float, int, float, float, float]]
+        self._empty = {}
 
     # -- routing ----------------------------------------------------------------------------------
     def route(self, request: int, servers: Sequence[Server], now: float) -> int:
@@ -912,6 +915,13 @@ class PolyServeController:
         return self._admit_colocated(s, r, tau_s, late) == _ADMIT
 
     def _admit_colocated(self, s: Server, r: int, tau_s: float, late: bool) -> int:
+        if not s.load:
+            return self._admit_empty(s, r, tau_s, late)
+        return self._admit_queued(s, r, tau_s, late)
+
+    def _admit_queued(self, s: Server, r: int, tau_s: float, late: bool) -> int:
+        """The co-located admission read from the server's queue and decodes (on an empty
+        server too, where :meth:`_admit_empty` gives the same answer)."""
         b = s.load + 1
         if b > self.max_seqs:
             return _FULL
@@ -984,6 +994,70 @@ class PolyServeController:
                 return _TOO_LATE
         return _ADMIT
 
+    def _admit_empty(self, s: Server, r: int, tau_s: float, late: bool) -> int:
+        """:meth:`_admit_colocated` on a server with no request (``s.load == 0``), to the bit.
+
+        On such a server the admission reads the server only through its KV in use and its
+        free time: the batch is ``b = 1``, no prompt is queued ahead of ``r`` or behind it, and
+        the KV peak is that of ``r`` alone. Every check but the two deadline tests is then a
+        function of ``(r, tau_s, late, KV in use)``, and so are the two durations those tests
+        add to the free time: ``ceil(p / most) t(1, KV)`` (the queue check with nothing queued
+        adds the same) and ``ceil(p / c) t(1 + c, peak)`` plus the attention term. They are
+        remembered by those arguments (:meth:`_empty_parts`), and each ask adds the server's
+        free time to them in the order, and with the operations, of the general path, so the
+        answer and the predicted end are the same floats. A held request asks every empty
+        server of its tiers at every retry; this makes each such ask a lookup."""
+        key = (r, tau_s, late, s.kv_used_tokens)
+        parts = self._empty.get(key)
+        if parts is None:
+            parts = self._empty_parts(s, r, tau_s, late)
+            _remember(self._empty, key, parts, MEMO_ENTRIES)
+        before, alone_s, after, steps_s, attention_s, deadline = parts
+        if before != _ADMIT:
+            return before
+        free_at = s.free_at_s
+        if not late and free_at + alone_s > deadline:
+            return _TOO_LATE
+        if after != _ADMIT or late:
+            return after
+        end = free_at + steps_s + attention_s
+        if end > deadline:
+            return _TOO_LATE
+        self._predicted_end = end
+        return _ADMIT
+
+    def _empty_parts(
+        self, s: Server, r: int, tau_s: float, late: bool
+    ) -> tuple[int, float, int, float, float, float]:
+        """The parts of :meth:`_admit_empty` that do not depend on the free time: the code of
+        the checks before the first deadline test (``_ADMIT`` when they pass), the duration
+        that test adds, the code of the checks between the two tests, the two terms the second
+        test adds (the iterations, then the attention), and ``r``'s first-token deadline."""
+        p = float(self.req.prompt[r])
+        deadline = self.req.arrival[r] + self.req.ttft[r]
+        kv_now = s.kv_used_tokens + p
+        full = (_FULL, 0.0, _FULL, 0.0, 0.0, deadline)
+        if 1 > self.max_seqs or kv_now > self.kv_admit:
+            return full
+        decode_s = self.profile.time(1, kv_now)
+        if decode_s > tau_s:
+            return full
+        alone_s = 0.0
+        if not late:
+            most = self.profile.max_tokens(kv_now, tau_s) - 1
+            if most < 1:
+                return full
+            alone_s = math.ceil(p / most) * decode_s
+        peak, _ = self._peak_with(s, p, 0.0)
+        if peak > self.kv_admit:
+            return _ADMIT, alone_s, _FULL, 0.0, 0.0, deadline
+        chunk = self._prefill_chunk(peak, tau_s, 1, int(p))
+        if chunk < 1:
+            return _ADMIT, alone_s, _FULL, 0.0, 0.0, deadline
+        steps_s = math.ceil(p / chunk) * self.profile.time(1 + chunk, peak)
+        work = p * (p + 1) / 2.0 if self.attention_s > 0 else 0.0
+        return _ADMIT, alone_s, _ADMIT, steps_s, self.attention_s * work, deadline
+
     def _prefill_chunk(self, peak: float, tau_s: float, b: int, longest: int) -> int:
         """The co-located prefill chunk a server can keep beside ``b`` decode tokens at the KV
         peak ``peak`` within ``tau_s`` (Sec. 4.7: a chunk the whole prefill can maintain): by
@@ -1016,17 +1090,19 @@ class PolyServeController:
         less than a tick old still refuses it. An attempt skipped without its reason would
         ask such a server afresh (docs/planning.md, "Long prompts: the verdict")."""
         sid = s.id
-        departed = self.placed.get(sid, 0) - s.load
+        load = s.load
+        departed = self.placed.get(sid, 0) - load
         seen = self._refused.get(r)
         if seen is not None and sid in seen:
             at_departed, at_s, reason = seen[sid]
             if at_departed == departed and (reason == _FULL or now < at_s + self.params.tick_s):
                 return reason
-        code = (
-            self._admit_colocated(s, r, tau_s, late)
-            if s.role == "mixed"
-            else self._admit_decode(s, r, tau_s, late)
-        )
+        if s.role != "mixed":
+            code = self._admit_decode(s, r, tau_s, late)
+        elif load:
+            code = self._admit_queued(s, r, tau_s, late)
+        else:
+            code = self._admit_empty(s, r, tau_s, late)
         if code != _ADMIT:
             self._refused.setdefault(r, {})[sid] = (departed, now, code)
         return code
@@ -1111,13 +1187,14 @@ class PolyServeController:
 
     def quiet_until(self, cluster: ClusterView) -> float:
         """Until when every tick returns no action and changes nothing it decides by (the
-        engine may skip those ticks, :class:`slolab.sim.scaling.Scaler`): co-located with no
-        request held, the next scale-down check (a tick acts only for held requests or at a
-        check, and requests are held only as they arrive, which ends the span); -inf
-        otherwise (disaggregated, a request can be held whenever its KV cache reaches the
-        decode side). The lists of each tier's servers are brought up to date at the next tick
+        engine may skip those ticks, :class:`slolab.sim.scaling.Scaler`): with no request held
+        (entry, prefill or decode), the next scale-down check (a tick acts only for held
+        requests or at a check); -inf otherwise. Requests are held only as they arrive, which
+        ends the span, and disaggregated also as their KV cache reaches the decode side: the
+        engine brings the next tick back to the first one at or after a KV transfer that lands
+        in the span. The lists of each tier's servers are brought up to date at the next tick
         that runs, in the same order."""
-        if self.mode != "colocated" or self.held_count.any():
+        if self.held_count.any() or self.held_prefill:
             return -math.inf
         return self.next_scale_down
 

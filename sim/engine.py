@@ -625,6 +625,10 @@ class Engine:
             self._push_scale(0.0, _SC_TICK, None)
         self._skip_idle = getattr(scaler, "skip_idle_ticks", None)
         self._quiet_until = getattr(scaler, "quiet_until", None)
+        # quiet ticks passed over: the first of them, set by _skip_quiet_ticks; and while the
+        # next tick is one after such a span, (that first tick, the next tick, its heap seq)
+        self._quiet_from: float | None = None
+        self._quiet_tick: tuple[float, float, int] | None = None
         self.scale_events: list[ScaleEvent] = []
         # iteration log (lists of arrays, concatenated at the end)
         self.log_server: list[np.ndarray] = []
@@ -985,6 +989,8 @@ class Engine:
     def _scale_event(self) -> None:
         t, _, kind, action = heapq.heappop(self._scale_heap)
         self.now = t
+        if kind == _SC_TICK:
+            self._quiet_tick = None
         if kind == _SC_PLAN:
             self._plan_left -= 1
             assert action is not None
@@ -1015,9 +1021,12 @@ class Engine:
                 # nothing runs and nothing changes: the held requests stay unserved
                 return
         nxt = t + self.scaler.interval_s
+        self._quiet_from = None
         if not actions and not held:
             nxt = self._skip_idle_ticks(view, nxt)
         self._push_scale(nxt, _SC_TICK, None)
+        if self._quiet_from is not None:
+            self._quiet_tick = (self._quiet_from, nxt, self._seq)
 
     def _skip_idle_ticks(self, view: ClusterView, nxt: float) -> float:
         """The next scaler tick to run: ``nxt``, or with a scaler that passes idle ticks
@@ -1080,22 +1089,50 @@ class Engine:
         if not nxt < until < math.inf:
             return nxt
         *_, (_, last) = self._tick_blocks(nxt, until)
+        self._quiet_from = nxt
         return last
 
+    def _tick_at_transfer(self, landing: float) -> None:
+        """A KV transfer started now lands at ``landing``, inside a span of quiet ticks passed
+        over (:meth:`_skip_quiet_ticks` bounded the span by the transfers then known): the
+        next tick becomes the first of those ticks at or after ``landing``, so that if the
+        decode router holds the request there, the scaler ticks as it would have ticking
+        through the span (a tick at the landing's time runs before it lands, as any tick at an
+        equal time does, and sees nothing held; the skipped ticks before it are quiet)."""
+        quiet = self._quiet_tick
+        if quiet is None or landing >= quiet[1]:
+            return
+        first, _, seq = quiet
+        if first < landing:
+            *_, (_, first) = self._tick_blocks(first, landing)
+        if first >= quiet[1]:
+            return
+        heap = self._scale_heap
+        heap[:] = [e for e in heap if e[1] != seq]
+        heapq.heapify(heap)
+        self._push_scale(first, _SC_TICK, None)
+        self._quiet_tick = (quiet[0], first, self._seq)
+
     def _tick_blocks(self, nxt: float, until: float) -> Iterator[tuple[np.ndarray, float]]:
-        """The scaler's tick times from ``nxt`` on before ``until``, in blocks of at most
-        ``_SKIP_BLOCK``, each with the tick after it (the last: the first tick at or after
+        """The scaler's tick times from ``nxt`` on before ``until`` (finite), in blocks of at
+        most ``_SKIP_BLOCK``, each with the tick after it (the last: the first tick at or after
         ``until``). Each time is the previous plus ``interval_s``, as the ticks themselves are
-        computed (``np.cumsum`` adds left to right)."""
+        computed (``np.cumsum`` adds left to right).
+
+        The ticks before ``until`` number at most ``(until - nxt) / interval_s`` plus one (plus
+        one more for rounding), so a span shorter than a block is summed in a block of that
+        many plus one, not of ``_SKIP_BLOCK``: the same blocks and times, at the cost of the
+        span (a busy cluster's quiet spans are a few ticks long)."""
         step = self.scaler.interval_s  # type: ignore[union-attr]
+        size = min(int((until - nxt) / step) + 3, _SKIP_BLOCK)
         while True:
-            block = np.full(_SKIP_BLOCK, step)
+            block = np.full(size, step)
             block[0] = nxt
             ticks = np.cumsum(block)
             k = int(np.searchsorted(ticks, until, side="left"))
-            nxt = float(ticks[k]) if k < _SKIP_BLOCK else float(ticks[-1]) + step
+            nxt = float(ticks[k]) if k < size else float(ticks[-1]) + step
             yield ticks[:k], nxt
-            if k < _SKIP_BLOCK:
+            if k < size:
                 return
 
     def _apply(self, action: ScaleAction, by: str) -> None:
@@ -1683,6 +1720,7 @@ class Engine:
                     self._finish(server, r)
                     t_arrive = end + float(self.instance.cluster.kv_transfer_s(self.kv_held(r)))
                     heapq.heappush(self._transfers, (t_arrive, r, r))
+                    self._tick_at_transfer(t_arrive)
                 else:
                     server.decoding.append(r)
                     server.decoding_changed()
