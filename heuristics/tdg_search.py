@@ -438,7 +438,7 @@ def steered_search(
     window: int = 4,
     max_steps: int | None = None,
     progress: bool = True,
-    slice_share: float = 0.0,
+    slice_after: int | None = None,
 ) -> tuple[Schedule, SearchReport]:
     """Best steering of an online policy found within ``time_limit`` seconds.
 
@@ -457,9 +457,10 @@ def steered_search(
         Stop after this many steps (as well as at the time limit).
     progress : bool
         A progress bar on stderr (elapsed seconds, incumbent TDG).
-    slice_share : float
-        Share of ``time_limit`` left to exact slice moves (:func:`slice_search`) on the
-        steering's result: the steering stops at ``(1 - slice_share) time_limit``.
+    slice_after : int, optional
+        Once this many steering steps in a row fail to raise the TDG, the rest of the time
+        goes to exact slice moves (:func:`slice_search`) on the steering's incumbent. None
+        (the default): steering only.
 
     Returns
     -------
@@ -473,9 +474,8 @@ def steered_search(
         raise ValueError(f"window must be >= 1, got {window}")
     if not time_limit > 0:
         raise ValueError(f"time_limit must be > 0 s, got {time_limit}")
-    if not 0 <= slice_share < 1:
-        raise ValueError(f"slice_share must be in [0, 1), got {slice_share}")
-    steer_limit = (1 - slice_share) * time_limit
+    if slice_after is not None and slice_after < 1:
+        raise ValueError(f"slice_after must be >= 1 (or None), got {slice_after}")
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     n = instance.n_requests
@@ -496,7 +496,7 @@ def steered_search(
     sliced: SliceReport | None = None
     try:
         for policy in START_POLICIES:
-            if best_out is not None and time.perf_counter() - start >= steer_limit:
+            if best_out is not None and time.perf_counter() - start >= time_limit:
                 break
             value, out = _run(instance, policy, instance, seed)
             if value > best_value + 1e-9:
@@ -505,12 +505,15 @@ def steered_search(
         bar.set_postfix_str(f"{best_policy}: TDG {best_value:.6g}")
         assert best_out is not None
         lost = _lost_gain(instance, best_out)
+        stalled = 0
         while (
-            time.perf_counter() - start < steer_limit
+            time.perf_counter() - start < time_limit
             and lost.sum() > 1e-9
             and (max_steps is None or steps < max_steps)
+            and (slice_after is None or stalled < slice_after)
         ):
             steps += 1
+            stalled += 1
             centre = int(rng.choice(n, p=lost / lost.sum()))
             lo = int(np.clip(centre - rng.integers(0, window), 0, max(n - window, 0)))
             freed = np.arange(lo, min(lo + window, n))
@@ -522,11 +525,12 @@ def steered_search(
                 improvements += 1
                 best_value, best_out, priority, ttft = value, out, cand_p, cand_t
                 lost = _lost_gain(instance, best_out)
+                stalled = 0
                 bar.set_postfix_str(f"{best_policy} steered: TDG {best_value:.6g}")
             bar.n = min(time.perf_counter() - start, time_limit)
             bar.refresh()
         steered_value = best_value
-        if slice_share > 0:
+        if slice_after is not None and time.perf_counter() - start < time_limit:
             best_out, sliced = slice_search(
                 instance,
                 best_out,
