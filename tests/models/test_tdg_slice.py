@@ -10,35 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from slolab.heuristics import tdg_search
-from slolab.instances.records import Cluster, Instance, Workload
+from slolab.instances.records import Instance
 from slolab.models.proserve import TdgHorizon
 from slolab.models.tdg_slice import TdgSlice
 from slolab.problems.tdg_horizon import horizon_window
 from slolab.sim import check, metrics, replay, run
 from slolab.sim.schedule import Schedule
 from slolab.solvers import Status, solve
-from slolab.timing import LinearTiming
-
-# 10 ms per iteration, 1 ms per prompt token, 2 ms per decode token
-TIMING = LinearTiming(0.01, {"prefill_tokens": 1e-3, "decode_tokens": 2e-3}, name="round")
-
-
-def window(arrival, prompt, output, ttft, tpot, priority) -> Instance:
-    """A tdg-horizon window (w_prefill 3, w_decode 1) on one server."""
-    wl = Workload(
-        {
-            "arrival_s": arrival,
-            "prompt_tokens": prompt,
-            "output_tokens": output,
-            "ttft_slo_s": ttft,
-            "tpot_slo_s": tpot,
-            "priority": priority,
-        }
-    )
-    settings_ = {"w_prefill": 3.0, "w_decode": 1.0}
-    return Instance(
-        "w", wl, Cluster(servers=1, kv_capacity_tokens=10_000), TIMING, "tdg-horizon", settings_
-    )
+from tdg_horizon_cases import horizon_instance
 
 
 def logged_run(inst: Instance, pack: bool = False):
@@ -50,7 +29,7 @@ def logged_run(inst: Instance, pack: bool = False):
 def test_slice_packs_two_prompts_into_one_iteration():
     """Two 10-token prompts at 0, TTFT 35 ms: one per iteration loses the second first token;
     the slice re-plans both iterations into one and earns both: 3 + 3 = 6."""
-    inst = window([0.0, 0.0], [10, 10], [1, 1], [0.035, 0.035], [0.01, 0.01], [1.0, 1.0])
+    inst = horizon_instance([0.0, 0.0], [10, 10], [1, 1], [0.035, 0.035], [0.01] * 2, [1.0] * 2)
     out = logged_run(inst)
     # one prompt per iteration: 10 + 10 = 20 ms (on time), 20 + 20 = 40 ms > 35 ms: 3
     assert metrics.tdg(inst, out) == pytest.approx(3.0)
@@ -129,7 +108,7 @@ def tiny_window(draw) -> Instance:
         )
         for _ in range(n)
     )
-    return window(*(list(col) for col in zip(*rows, strict=True)))
+    return horizon_instance(*(list(col) for col in zip(*rows, strict=True)))
 
 
 @settings(max_examples=10, deadline=None, derandomize=True)
