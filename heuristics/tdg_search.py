@@ -66,6 +66,12 @@ PACKING_LOOKAHEAD = "deadline-packing-lookahead"
 LATE_CHUNK_TOKENS = 512
 #: Smallest chunk the clairvoyant variant of :class:`DeadlineAdmission` cuts a prompt to.
 LOOKAHEAD_MIN_CHUNK = 64
+#: Iterations an exact slice move re-plans (drawn uniformly in this range, both ends included).
+SLICE_ITERATIONS = (6, 14)
+#: Seconds granted to one slice's MILP (a slice not proved optimal within them is not used).
+SLICE_CALL_LIMIT_S = 5.0
+#: Draws in a row of slices already tried on the incumbent after which the slice moves stop.
+SLICE_MAX_REPEATS = 200
 #: Factors a freed request may draw for its priority and for its TTFT (policy's view only).
 PRIORITY_FACTORS = (0.125, 0.5, 1.0, 2.0, 8.0)
 TTFT_FACTORS = (0.5, 1.0, 2.0, 8.0)
@@ -73,7 +79,8 @@ TTFT_FACTORS = (0.5, 1.0, 2.0, 8.0)
 
 @dataclass(frozen=True, slots=True)
 class SearchReport:
-    """What :func:`steered_search` did: start policy and value, final value, steps, time."""
+    """What :func:`steered_search` did: start policy and value, final value, steps, time, and
+    the exact slice moves (:func:`slice_search`): slices solved, proved optimal, kept."""
 
     start_policy: str
     start_tdg: float
@@ -82,6 +89,23 @@ class SearchReport:
     improvements: int
     runtime_s: float
     interrupted: bool
+    slices: int = 0
+    slices_optimal: int = 0
+    slice_improvements: int = 0
+    steered_tdg: float = math.nan
+
+
+@dataclass(frozen=True, slots=True)
+class SliceReport:
+    """What :func:`slice_search` did: value before and after, slices solved, proved optimal
+    and kept."""
+
+    start_tdg: float
+    tdg: float
+    slices: int
+    optimal: int
+    improvements: int
+    runtime_s: float
 
 
 class DeadlineAdmission:
@@ -297,6 +321,115 @@ def _lost_gain(instance: Instance, outcome: Outcome) -> np.ndarray:
     return ideal - earned
 
 
+def _lost_per_iteration(instance: Instance, outcome: Outcome) -> np.ndarray:
+    """Per iteration of a one-server run (in start order), the TDG weight of the tokens it
+    emitted after their deadline."""
+    from slolab.sim import metrics
+
+    ends = np.sort(np.asarray(outcome.it_end))
+    times = np.asarray(outcome.token_times)
+    late = ~metrics._on_time_tokens(instance, outcome) & np.isfinite(times)
+    lost = np.zeros(len(ends))
+    where = np.searchsorted(ends, times[late])
+    np.add.at(lost, np.minimum(where, len(ends) - 1), metrics.token_weights(instance)[late])
+    return lost
+
+
+def slice_search(
+    instance: Instance,
+    outcome: Outcome,
+    *,
+    seed: int,
+    time_limit: float,
+    slice_iterations: tuple[int, int] = SLICE_ITERATIONS,
+    call_limit_s: float = SLICE_CALL_LIMIT_S,
+    max_slices: int | None = None,
+) -> tuple[Outcome, SliceReport]:
+    """Exact slice moves on a one-server run: re-plan a slice of its iterations optimally with
+    the rest fixed (:class:`slolab.models.tdg_slice.TdgSlice`), keep it when the TDG rises.
+
+    Each step draws an iteration with probability proportional to the gain its late tokens
+    lose, a length ``K`` in ``slice_iterations`` and a slice of ``K`` consecutive iterations
+    holding the drawn one; slices already tried on the incumbent are not solved again. A
+    slice whose MILP is not proved OPTIMAL within ``call_limit_s`` is not used. The incumbent
+    is always a run of the engine (the replay of the spliced schedule), so its value is the
+    replay's and it never falls.
+
+    Parameters
+    ----------
+    instance : Instance
+        A ``tdg-horizon`` window.
+    outcome : Outcome
+        The run to improve (iteration log, no preemptions).
+    seed : int
+        Seed of the slice draws (same seed and slices, same result).
+    time_limit : float
+        Seconds; checked between slices (a slice takes at most about ``call_limit_s``).
+    slice_iterations : (int, int)
+        Least and most iterations per slice.
+    call_limit_s : float
+        Seconds per slice MILP.
+    max_slices : int, optional
+        Stop after this many slices drawn (as well as at the time limit).
+    """
+    from slolab.models.tdg_slice import TdgSlice
+    from slolab.sim import metrics, replay
+    from slolab.solvers import Status, solve
+
+    least, most = slice_iterations
+    if not 1 <= least <= most:
+        raise ValueError(f"slice_iterations must be 1 <= least <= most, got {slice_iterations}")
+    start = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    value = start_value = metrics.tdg(instance, outcome)
+    lost = _lost_per_iteration(instance, outcome)
+    tried: set[tuple[int, int]] = set()
+    drawn = solved = optimal = improvements = repeats = 0
+    while (
+        time.perf_counter() - start < time_limit
+        and lost.sum() > 1e-9
+        and (max_slices is None or drawn < max_slices)
+        and repeats < SLICE_MAX_REPEATS
+    ):
+        drawn += 1
+        n_its = len(lost)
+        centre = int(rng.choice(n_its, p=lost / lost.sum()))
+        size = min(int(rng.integers(least, most + 1)), n_its)
+        first = int(np.clip(centre - rng.integers(0, size), 0, n_its - size))
+        if (first, first + size) in tried:
+            repeats += 1
+            continue
+        repeats = 0
+        tried.add((first, first + size))
+        model = TdgSlice(instance, outcome, first, first + size)
+        if model.slice_weight - model.run_gain <= 1e-9:
+            continue
+        solved += 1
+        result = solve(model, "highs", time_limit=call_limit_s)
+        gain = result.objective
+        if result.status != Status.OPTIMAL or result.schedule is None or gain is None:
+            continue
+        optimal += 1
+        if gain <= model.run_gain + 1e-9:  # the replayed slice's gain (evaluated exactly)
+            continue
+        candidate = replay(instance, result.schedule)
+        new_value = metrics.tdg(instance, candidate)
+        if new_value > value + 1e-9:
+            improvements += 1
+            value, outcome = new_value, candidate
+            lost = _lost_per_iteration(instance, outcome)
+            tried.clear()
+    report = SliceReport(
+        start_tdg=float(start_value),
+        tdg=float(value),
+        slices=solved,
+        optimal=optimal,
+        improvements=improvements,
+        runtime_s=time.perf_counter() - start,
+    )
+    return outcome, report
+
+
 def steered_search(
     instance: Instance,
     *,
@@ -305,6 +438,7 @@ def steered_search(
     window: int = 4,
     max_steps: int | None = None,
     progress: bool = True,
+    slice_after: int | None = None,
 ) -> tuple[Schedule, SearchReport]:
     """Best steering of an online policy found within ``time_limit`` seconds.
 
@@ -323,6 +457,10 @@ def steered_search(
         Stop after this many steps (as well as at the time limit).
     progress : bool
         A progress bar on stderr (elapsed seconds, incumbent TDG).
+    slice_after : int, optional
+        Once this many steering steps in a row fail to raise the TDG, the rest of the time
+        goes to exact slice moves (:func:`slice_search`) on the steering's incumbent. None
+        (the default): steering only.
 
     Returns
     -------
@@ -336,6 +474,8 @@ def steered_search(
         raise ValueError(f"window must be >= 1, got {window}")
     if not time_limit > 0:
         raise ValueError(f"time_limit must be > 0 s, got {time_limit}")
+    if slice_after is not None and slice_after < 1:
+        raise ValueError(f"slice_after must be >= 1 (or None), got {slice_after}")
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     n = instance.n_requests
@@ -352,7 +492,8 @@ def steered_search(
     best_policy, best_value, best_out = START_POLICIES[0], -np.inf, None
     priority, ttft = ones.copy(), ones.copy()
     steps = improvements = 0
-    start_value = -np.inf
+    start_value = steered_value = -np.inf
+    sliced: SliceReport | None = None
     try:
         for policy in START_POLICIES:
             if best_out is not None and time.perf_counter() - start >= time_limit:
@@ -364,12 +505,15 @@ def steered_search(
         bar.set_postfix_str(f"{best_policy}: TDG {best_value:.6g}")
         assert best_out is not None
         lost = _lost_gain(instance, best_out)
+        stalled = 0
         while (
             time.perf_counter() - start < time_limit
             and lost.sum() > 1e-9
             and (max_steps is None or steps < max_steps)
+            and (slice_after is None or stalled < slice_after)
         ):
             steps += 1
+            stalled += 1
             centre = int(rng.choice(n, p=lost / lost.sum()))
             lo = int(np.clip(centre - rng.integers(0, window), 0, max(n - window, 0)))
             freed = np.arange(lo, min(lo + window, n))
@@ -381,9 +525,20 @@ def steered_search(
                 improvements += 1
                 best_value, best_out, priority, ttft = value, out, cand_p, cand_t
                 lost = _lost_gain(instance, best_out)
+                stalled = 0
                 bar.set_postfix_str(f"{best_policy} steered: TDG {best_value:.6g}")
             bar.n = min(time.perf_counter() - start, time_limit)
             bar.refresh()
+        steered_value = best_value
+        if slice_after is not None and time.perf_counter() - start < time_limit:
+            best_out, sliced = slice_search(
+                instance,
+                best_out,
+                seed=seed,
+                time_limit=time_limit - (time.perf_counter() - start),
+            )
+            best_value = sliced.tdg
+            bar.set_postfix_str(f"{best_policy} steered and sliced: TDG {best_value:.6g}")
     except KeyboardInterrupt:
         if best_out is None:
             raise
@@ -400,14 +555,20 @@ def steered_search(
         improvements=improvements,
         runtime_s=time.perf_counter() - start,
         interrupted=interrupted,
+        slices=sliced.slices if sliced else 0,
+        slices_optimal=sliced.optimal if sliced else 0,
+        slice_improvements=sliced.improvements if sliced else 0,
+        steered_tdg=float(steered_value),
     )
     logger.info(
-        "lns: %s from %.6g to %.6g in %d steps (%d improvements)",
+        "lns: %s from %.6g to %.6g in %d steps (%d improvements), %d slices (%d kept)",
         best_policy,
         start_value,
         best_value,
         steps,
         improvements,
+        report.slices,
+        report.slice_improvements,
     )
     return Schedule.from_outcome(best_out), report
 

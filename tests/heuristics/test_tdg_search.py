@@ -162,3 +162,34 @@ def test_deadline_packing_fills_to_the_earliest_deadline():
     # 25 ms; iteration 2: the 25 tokens left, 25 + 10 + 25 = 60 ms
     assert packed.first_token_s == pytest.approx([0.025, 0.06])
     assert check(inst, packed) == []
+
+
+def test_lns_without_slice_moves_is_the_former_search(code_window):
+    """Without slice_after, lns takes the same steps as before the slice move existed: seed 3,
+    40 steps, the value and schedule the former code gave (recorded from it)."""
+    import hashlib
+
+    schedule, report = tdg_search.steered_search(
+        code_window, seed=3, time_limit=600, max_steps=40, progress=False
+    )
+    # the former steered_search on this window, seed 3, 40 steps: deadline-admission/1024,
+    # 2 improvements, TDG 1486.6836792790448
+    assert report.tdg == 1486.6836792790448
+    assert report.start_policy == "deadline-admission/1024"
+    assert report.slices == 0
+    digest = hashlib.sha256(repr(schedule.iterations).encode()).hexdigest()
+    assert digest == "f27475aff770cf0ecdb5c9bc54ce5bdded2b24ab3f4c4586ddccfe12002c6c25"
+
+
+def test_lns_slice_moves_after_a_stall_replay_clean(code_window):
+    """With slice_after, the exact slice moves start from the steering's incumbent: the result
+    is at least it, replays to the reported value and is checker-clean."""
+    schedule, report = tdg_search.steered_search(
+        code_window, seed=0, time_limit=3.0, max_steps=20, slice_after=5, progress=False
+    )
+    out = replay(code_window, schedule)
+    assert metrics.tdg(code_window, out) == pytest.approx(report.tdg, rel=1e-12)
+    assert report.tdg >= report.steered_tdg - 1e-9
+    assert report.steered_tdg >= report.start_tdg
+    assert report.slices_optimal <= report.slices
+    assert check(code_window, out) == []

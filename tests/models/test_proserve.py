@@ -19,10 +19,7 @@ from slolab.models.tdg_bound import TdgHorizonBound
 from slolab.sim import check, metrics, replay
 from slolab.solvers import Status, build_model, solve
 from slolab.timing import LinearTiming
-
-# 10 ms per iteration, 1 ms per prompt token, 2 ms per decode token (whole milliseconds, so
-# CP-SAT's nanoseconds are exact)
-TIMING = LinearTiming(0.01, {"prefill_tokens": 1e-3, "decode_tokens": 2e-3}, name="round")
+from tdg_horizon_cases import TIMING, horizon_instance
 
 
 def batch_instance(
@@ -190,31 +187,6 @@ def test_tdg_batch_battery_milp_cpsat_brute_agree(inst):
 
 
 # -- tdg-horizon -------------------------------------------------------------------------------
-
-
-def horizon_instance(arrival, prompt, output, ttft, tpot, priority, k=None) -> Instance:
-    """A tdg-horizon window (w_prefill 3, w_decode 1) on one server."""
-    wl = Workload(
-        {
-            "arrival_s": arrival,
-            "prompt_tokens": prompt,
-            "output_tokens": output,
-            "ttft_slo_s": ttft,
-            "tpot_slo_s": tpot,
-            "priority": priority,
-        }
-    )
-    settings_ = {"w_prefill": 3.0, "w_decode": 1.0}
-    if k is not None:
-        settings_["max_iterations"] = k
-    return Instance(
-        "window",
-        wl,
-        Cluster(servers=1, kv_capacity_tokens=10_000),
-        TIMING,
-        "tdg-horizon",
-        settings_,
-    )
 
 
 def test_tdg_horizon_hand_optimum():

@@ -1,0 +1,35 @@
+"""Hand-made tdg-horizon windows shared by the ProServe model tests."""
+
+from __future__ import annotations
+
+from slolab.instances.records import Cluster, Instance, Workload
+from slolab.timing import LinearTiming
+
+# 10 ms per iteration, 1 ms per prompt token, 2 ms per decode token (whole milliseconds, so
+# CP-SAT's nanoseconds are exact)
+TIMING = LinearTiming(0.01, {"prefill_tokens": 1e-3, "decode_tokens": 2e-3}, name="round")
+
+
+def horizon_instance(arrival, prompt, output, ttft, tpot, priority, k=None) -> Instance:
+    """A tdg-horizon window (w_prefill 3, w_decode 1) on one server."""
+    wl = Workload(
+        {
+            "arrival_s": arrival,
+            "prompt_tokens": prompt,
+            "output_tokens": output,
+            "ttft_slo_s": ttft,
+            "tpot_slo_s": tpot,
+            "priority": priority,
+        }
+    )
+    settings_ = {"w_prefill": 3.0, "w_decode": 1.0}
+    if k is not None:
+        settings_["max_iterations"] = k
+    return Instance(
+        "window",
+        wl,
+        Cluster(servers=1, kv_capacity_tokens=10_000),
+        TIMING,
+        "tdg-horizon",
+        settings_,
+    )
