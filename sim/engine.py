@@ -653,7 +653,7 @@ class Engine:
 
     def kv_held_sum(self, ids: np.ndarray) -> int:
         """Sum of :meth:`kv_held` over ``ids`` (the KV read by their decode attention)."""
-        return int(self.held[ids].sum())
+        return sum(self.held[ids].tolist())
 
     def kv_needed(self, role: str, r: int) -> int:
         """KV tokens request ``r`` must hold at once to complete on a server of ``role``: its
@@ -1428,7 +1428,8 @@ class Engine:
                 raise PolicyError(
                     f"server {sid} t={now}: request {r} cannot prefill here (not waiting or prefilling)"
                 )
-            remaining = int(target[r] - prefilled[r])
+            pre = int(prefilled[r])
+            remaining = int(target[r]) - pre
             if not 1 <= c <= remaining:
                 raise PolicyError(
                     f"server {sid} t={now}: prefill chunk of request {r} must be in 1..{remaining}, got {c}"
@@ -1436,7 +1437,6 @@ class Engine:
             pid_list.append(r)
             ptok_list.append(c)
             prefill_tokens += c
-            pre = int(prefilled[r])
             attn += c * (pre + (c + 1) / 2.0)
             alloc += c + (1 if c == remaining else 0)
         dec = batch.decode
@@ -1444,8 +1444,9 @@ class Engine:
             dids = np.asarray(dec, dtype=np.int64)
             if server.role == "prefill":
                 raise PolicyError(f"server {sid} t={now}: prefill server cannot decode")
+            dlist = dids.tolist()
             dset = set(server.decoding)
-            for r in dids.tolist():
+            for r in () if dset.issuperset(dlist) else dlist:
                 if r not in dset:
                     if (
                         server.role == "decode"
@@ -1462,13 +1463,14 @@ class Engine:
             alloc += len(dids)
         else:
             dids = _EMPTY_I
+            dlist = []
             kv_read = 0
         n_seq = n_pref + len(dids)
         if n_seq > server.max_batch_size:
             raise PolicyError(
                 f"server {sid} t={now}: batch of {n_seq} sequences exceeds max_batch_size {server.max_batch_size}"
             )
-        every = pid_list + dids.tolist()
+        every = pid_list + dlist
         if len(set(every)) != len(every):
             raise PolicyError(f"server {sid} t={now}: a request appears twice in one batch")
         tokens = prefill_tokens + len(dids)
@@ -1655,11 +1657,12 @@ class Engine:
         # decode tokens
         dids = p.decode_ids
         if len(dids):
-            pos = self.offsets[dids] + gen[dids]
-            self.token_times[pos] = end
-            gen[dids] += 1
+            emitted = gen[dids]
+            self.token_times[self.offsets[dids] + emitted] = end
+            emitted += 1
+            gen[dids] = emitted
             self.held[dids] += 1
-            done = dids[gen[dids] >= out[dids]]
+            done = dids[emitted >= out[dids]]
             if len(done):
                 for r in done.tolist():
                     server.decoding.remove(r)
