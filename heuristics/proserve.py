@@ -580,8 +580,10 @@ class SlideBatching:
     early exits (the cheapest item, the line floors) never cut before the last. That budget is
     known ahead: ``t_budget = max(min remain, eta)`` where a decoding request's next deadline
     moves on by one TPOT a step and a waiting request's stays, and each step starts where the
-    one before ends; :meth:`_repeat_until_s` computes it with the floats of the call (the same
-    operations on the same values). ``wake_at_s`` ends the window with the last step within
+    one before ends; :meth:`_repeat_until_s` computes it with the floats of the call (each
+    deadline by the same operations on the same values; the least remaining time as the least
+    deadline minus the start, the same float since ``x -> x - start`` rounds monotonically).
+    ``wake_at_s`` ends the window with the last step within
     its budget, timed step by step ahead as the engine times it
     (:func:`~slolab.heuristics.baselines.decode_steps_within_until_s`).
     ``tests/heuristics/test_slide_batching_speed.py`` checks the tokens against one call per
