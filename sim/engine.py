@@ -95,6 +95,8 @@ _SKIP_BLOCK = 1 << 16
 #: nothing placed, after which the scaler stops (the held requests stay unserved).
 STALLED_TICKS = 100
 _EMPTY_I = np.zeros(0, dtype=np.int64)
+#: Decode batches up to this size are committed request by request (else with array indexing).
+SMALL_DECODE = 16
 _NO_FEATURES = np.zeros(N_FEATURES)
 _NO_FEATURES.setflags(write=False)
 
@@ -1656,18 +1658,31 @@ class Engine:
         out = self.output
         # decode tokens
         dids = p.decode_ids
-        if len(dids):
+        if len(dids) > SMALL_DECODE:
             emitted = gen[dids]
             self.token_times[self.offsets[dids] + emitted] = end
             emitted += 1
             gen[dids] = emitted
             self.held[dids] += 1
-            done = dids[emitted >= out[dids]]
-            if len(done):
-                for r in done.tolist():
-                    server.decoding.remove(r)
-                    self._finish(server, r)
-                server.decoding_changed()
+            done = dids[emitted >= out[dids]].tolist()
+        elif len(dids):
+            # the same updates request by request (numpy's calls cost more on a few ids)
+            token_times, offsets, held = self.token_times, self.offsets, self.held
+            done = []
+            for r in dids.tolist():
+                g = gen[r]
+                token_times[offsets[r] + g] = end
+                gen[r] = g + 1
+                held[r] += 1
+                if g + 1 >= out[r]:
+                    done.append(r)
+        else:
+            done = []
+        if done:
+            for r in done:
+                server.decoding.remove(r)
+                self._finish(server, r)
+            server.decoding_changed()
         # prefill chunks
         for r, c in zip(p.prefill_ids, p.prefill_tokens, strict=True):
             prefilled[r] += c
