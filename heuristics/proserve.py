@@ -31,10 +31,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import add
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from slolab.heuristics.baselines import (
+    REPEAT_LOOKAHEAD,
     EDFTokens,
     LeastLoaded,
     PrefillFirstFCFS,
@@ -86,6 +88,9 @@ LINE_FLOOR_MARGIN_S = 1e-9
 FLOOR_QUEUE = 64
 #: Queues up to this long are built and ordered on Python lists (numpy's calls cost more there).
 SHORT_QUEUE = 32
+#: Step numbers of a repeated decode batch's lookahead (read-only).
+_STEPS = np.arange(REPEAT_LOOKAHEAD, dtype=_INT)
+_STEPS.setflags(write=False)
 
 
 # -- per-request reads: the one place policies look at requests ------------------------------
@@ -194,6 +199,11 @@ class LatencyEstimator:
         self._c_pt = [float(v) for v in coef[F_PREFILL_TOKENS]]
         self._c_np = [float(v) for v in coef[F_NUM_PREFILL]]
         self._c_attn = [float(v) for v in coef[F_PREFILL_ATTN]]
+        #: per line ``(c_pt, c_np, c_attn, c_attn / 2)``: a chunk's terms in GETMAXCHUNK
+        self._chunk_terms = [
+            (c_pt, c_np, c_attn, c_attn / 2.0)
+            for c_pt, c_np, c_attn in zip(self._c_pt, self._c_np, self._c_attn, strict=True)
+        ]
 
     @staticmethod
     def decode_features(context_tokens: np.ndarray) -> np.ndarray:
@@ -259,11 +269,8 @@ class LatencyEstimator:
             return 0
         if self.lined:
             best = cap
-            for v, c_pt, c_np, c_attn in zip(
-                lines, self._c_pt, self._c_np, self._c_attn, strict=True
-            ):
+            for v, (c_pt, c_np, c_attn, a) in zip(lines, self._chunk_terms, strict=True):
                 left = budget_s - v - c_np
-                a = c_attn / 2.0
                 b = c_pt + c_attn * (prefix + 0.5)
                 if left + BUDGET_TOL_S < a + b:
                     return 0
@@ -296,12 +303,11 @@ class LatencyEstimator:
 
     def _chunk_over(self, lines: list[float], c: int, prefix: int, budget_s: float) -> bool:
         work = c * (prefix + (c + 1) / 2.0)
-        return any(
-            v + c_pt * c + c_np + c_attn * work > budget_s + BUDGET_TOL_S
-            for v, c_pt, c_np, c_attn in zip(
-                lines, self._c_pt, self._c_np, self._c_attn, strict=True
-            )
-        )
+        limit = budget_s + BUDGET_TOL_S
+        for v, (c_pt, c_np, c_attn, _) in zip(lines, self._chunk_terms, strict=True):
+            if v + c_pt * c + c_np + c_attn * work > limit:
+                return True
+        return False
 
     def add(
         self, lines: list[float], features: np.ndarray, row: np.ndarray
@@ -331,6 +337,26 @@ def decode_row(context_tokens: int) -> list[float]:
     row[F_NUM_DECODE] = 1.0
     row[F_DECODE_KV] = float(context_tokens)
     return row
+
+
+#: :func:`decode_row` before and after its context column (one flat list of rows built fast)
+_DECODE_HEAD = decode_row(0)[:F_DECODE_KV]
+_DECODE_TAIL = decode_row(0)[F_DECODE_KV + 1 :]
+
+
+def queue_features(prefix: list[int], rem_prefill: list[int], n_dec: int) -> np.ndarray:
+    """``(n, N_FEATURES)``: :func:`decode_row` of the first ``n_dec`` requests' contexts, then
+    :func:`chunk_row` of the others' whole remaining prefills at their prefixes (the same
+    floats), built as one flat list (a C-ordered array, as ``np.array`` of the rows)."""
+    flat: list[float] = []
+    head, tail = _DECODE_HEAD, _DECODE_TAIL
+    for context in prefix[:n_dec]:
+        flat += head
+        flat.append(float(context))
+        flat += tail
+    for c, p in zip(rem_prefill[n_dec:], prefix[n_dec:], strict=True):
+        flat += chunk_row(c, p)
+    return np.array(flat).reshape(len(prefix), N_FEATURES)
 
 
 def chunk_row(chunk: int, prefix: int) -> list[float]:
@@ -554,8 +580,10 @@ class SlideBatching:
     early exits (the cheapest item, the line floors) never cut before the last. That budget is
     known ahead: ``t_budget = max(min remain, eta)`` where a decoding request's next deadline
     moves on by one TPOT a step and a waiting request's stays, and each step starts where the
-    one before ends; :meth:`_repeat_until_s` computes it with the floats of the call (the same
-    operations on the same values). ``wake_at_s`` ends the window with the last step within
+    one before ends; :meth:`_repeat_until_s` computes it with the floats of the call (each
+    deadline by the same operations on the same values; the least remaining time as the least
+    deadline minus the start, the same float since ``x -> x - start`` rounds monotonically).
+    ``wake_at_s`` ends the window with the last step within
     its budget, timed step by step ahead as the engine times it
     (:func:`~slolab.heuristics.baselines.decode_steps_within_until_s`).
     ``tests/heuristics/test_slide_batching_speed.py`` checks the tokens against one call per
@@ -661,9 +689,7 @@ class SlideBatching:
                 members.first_weight, members.decode_weight, gen, strict=True
             )
         ]
-        rows = [decode_row(p) for p in prefix[:n_dec]]
-        rows += [chunk_row(c, p) for c, p in zip(rem[n_dec:], prefix[n_dec:], strict=True)]
-        features = np.array(rows)
+        features = queue_features(prefix, rem, n_dec)
         inc: list[list[float]] | None = None
         if est.lined:
             inc = (features @ est.coef).tolist()
@@ -671,7 +697,7 @@ class SlideBatching:
             assert inc is not None
             b = est.intercepts
             t_c = est.t_c
-            exec_s = [max([v + c for v, c in zip(row, b, strict=True)]) - t_c for row in inc]
+            exec_s = [max(map(add, row, b)) - t_c for row in inc]
         else:
             exec_s = est.exec_s(features).tolist()
         return _Queue(
@@ -817,19 +843,21 @@ class SlideBatching:
     def _short_order(self, q: _Queue, budget_s: float, role: str) -> list[int]:
         """:meth:`order` by Python's stable sort: ties keep the queue's order, as the index
         key of ``np.lexsort`` does."""
-        remain = q.remain_s
+        remain, weight, exec_s = q.remain_s, q.weight, q.exec_s
         positions = range(len(remain))
-        density = [w / max(e, 1e-12) for w, e in zip(q.weight, q.exec_s, strict=True)]
         if self.params.order == "deadline":
             return sorted(positions, key=remain.__getitem__)
         if self.params.order == "density":
+            density = [w / max(e, 1e-12) for w, e in zip(weight, exec_s, strict=True)]
             return sorted(positions, key=lambda i: (-density[i], remain[i]))
         urgent = self._short_urgent(q, budget_s, role)
-        # URGENT first by decreasing density, then NORMAL by increasing remaining time
-        keys = [
-            (False, -d) if u else (True, v) for u, d, v in zip(urgent, density, remain, strict=True)
-        ]
-        return sorted(positions, key=keys.__getitem__)
+        # URGENT first by decreasing density, then NORMAL by increasing remaining time: two
+        # stable sorts on floats, the lexsort's order (ties keep the queue's order)
+        first = [i for i in positions if urgent[i]]
+        if not first:
+            return sorted(positions, key=remain.__getitem__)
+        first.sort(key=lambda i: -(weight[i] / max(exec_s[i], 1e-12)))
+        return first + sorted((i for i in positions if not urgent[i]), key=remain.__getitem__)
 
     def next_batch(self, server: Server) -> Batch:
         if server.role == "decode":
@@ -851,7 +879,8 @@ class SlideBatching:
         tokens_left = server.max_batch_tokens or (1 << 62)
         lines, feats = est.empty()
         batch_s = est.batch_s(lines, feats)
-        inc_rows = q.inc
+        # line increments as lists (a long queue's array converted once)
+        inc_rows = q.inc.tolist() if isinstance(q.inc, np.ndarray) else q.inc
         rows = q.rows
         decode: list[int] = []
         prefill: list[tuple[int, int]] = []
@@ -863,6 +892,7 @@ class SlideBatching:
         # lines: once one line is over the budget by more than its cheapest item, nothing fits
         floors = self._line_floors(q.arrays, budget) if len(q.ids) > FLOOR_QUEUE else None
         full = False
+        limit = budget + BUDGET_TOL_S
         ids, is_decode, is_waiting = q.ids, q.decode, q.waiting
         rem_prefill, prefix = q.rem_prefill, q.prefix
         for i in order:
@@ -874,18 +904,16 @@ class SlideBatching:
                     continue
                 if inc_rows is not None:
                     # est.time_with on lines: the lines with the item, maximised
-                    row_inc = inc_rows[i]
-                    inc = row_inc.tolist() if isinstance(row_inc, np.ndarray) else row_inc
-                    with_item = [v + d for v, d in zip(lines, inc, strict=True)]
+                    with_item = list(map(add, lines, inc_rows[i]))
                     new_s = max(with_item)
-                    if new_s > budget + BUDGET_TOL_S:
+                    if new_s > limit:
                         continue
                     lines = with_item
                     if floors:
                         full = any(v + f > budget for v, f in zip(lines, floors, strict=True))
                 else:
                     new_s = est.time_with(lines, feats, (), rows[i])
-                    if new_s > budget + BUDGET_TOL_S:
+                    if new_s > limit:
                         continue
                     feats = feats + rows[i]
                 decode.append(r)
@@ -931,21 +959,34 @@ class SlideBatching:
         free = server.kv_free_tokens
         if any(w and rem + 1 <= free for w, rem in zip(q.waiting, q.rem_prefill, strict=True)):
             return None
-        ids = np.asarray(q.ids, dtype=_INT)
-        decode = np.asarray(q.decode, dtype=bool)
-        gen = np.asarray(q.generated, dtype=_INT)
-        first_due, tpot = self._static[ids, 0], self._static[ids, 1]
+        # nothing prefills: the decoding requests come first in the queue, then the waiting
+        n_dec = len(server.decoding)
+        ids, gen = q.ids, q.generated
+        first_due_of, tpot_of = self._static_lists[0], self._static_lists[1]
+        # a waiting request's next deadline does not move (next_token's float)
+        waiting_due = min(
+            (
+                first_due_of[r] + g * tpot_of[r]
+                for r, g in zip(ids[n_dec:], gen[n_dec:], strict=True)
+            ),
+            default=math.inf,
+        )
+        dec = np.asarray(ids[:n_dec], dtype=_INT)
+        first_due = self._static[dec, 0][:, None]
+        tpot = self._static[dec, 1][:, None]
+        emitted_now = np.asarray(gen[:n_dec], dtype=_INT)[:, None]
         eta, margin = self._eta_s, LINE_FLOOR_MARGIN_S
 
         def limits_s(starts: np.ndarray) -> np.ndarray:
-            # the budget of the call at each step's start (next_token's floats: a decoding
-            # request has emitted one more token a step, a waiting one none), less 1 ns
-            emitted = gen + np.arange(len(starts))[:, None] * decode
-            remain = (first_due + emitted * tpot) - starts[:, None]
-            return np.maximum(remain.min(axis=1), eta) - margin
+            # the budget of the call at each step's start, less 1 ns: next_token's deadlines
+            # (a decoding request has emitted one more token a step), the least of them
+            # minus the start (x -> x - start rounds monotonically: the least remaining time
+            # is the least deadline minus the start), at least eta
+            emitted = emitted_now + _STEPS[: len(starts)]
+            due = (first_due + emitted * tpot).min(axis=0)
+            return np.maximum(np.minimum(due, waiting_due) - starts, eta) - margin
 
-        kv = sum(p for p, d in zip(q.prefix, q.decode, strict=True) if d)
-        n_dec = len(server.decoding)
+        kv = sum(q.prefix[:n_dec])
         return decode_steps_within_until_s(est.timing, server.now, n_dec, kv, limits_s)
 
     def _line_floors(self, q: _QueueArrays | None, budget_s: float) -> list[float] | None:

@@ -95,6 +95,8 @@ _SKIP_BLOCK = 1 << 16
 #: nothing placed, after which the scaler stops (the held requests stay unserved).
 STALLED_TICKS = 100
 _EMPTY_I = np.zeros(0, dtype=np.int64)
+#: Decode batches up to this size are committed request by request (else with array indexing).
+SMALL_DECODE = 16
 _NO_FEATURES = np.zeros(N_FEATURES)
 _NO_FEATURES.setflags(write=False)
 
@@ -657,7 +659,7 @@ class Engine:
 
     def kv_held_sum(self, ids: np.ndarray) -> int:
         """Sum of :meth:`kv_held` over ``ids`` (the KV read by their decode attention)."""
-        return int(self.held[ids].sum())
+        return sum(self.held[ids].tolist())
 
     def kv_needed(self, role: str, r: int) -> int:
         """KV tokens request ``r`` must hold at once to complete on a server of ``role``: its
@@ -1465,7 +1467,8 @@ class Engine:
                 raise PolicyError(
                     f"server {sid} t={now}: request {r} cannot prefill here (not waiting or prefilling)"
                 )
-            remaining = int(target[r] - prefilled[r])
+            pre = int(prefilled[r])
+            remaining = int(target[r]) - pre
             if not 1 <= c <= remaining:
                 raise PolicyError(
                     f"server {sid} t={now}: prefill chunk of request {r} must be in 1..{remaining}, got {c}"
@@ -1473,7 +1476,6 @@ class Engine:
             pid_list.append(r)
             ptok_list.append(c)
             prefill_tokens += c
-            pre = int(prefilled[r])
             attn += c * (pre + (c + 1) / 2.0)
             alloc += c + (1 if c == remaining else 0)
         dec = batch.decode
@@ -1481,8 +1483,9 @@ class Engine:
             dids = np.asarray(dec, dtype=np.int64)
             if server.role == "prefill":
                 raise PolicyError(f"server {sid} t={now}: prefill server cannot decode")
+            dlist = dids.tolist()
             dset = set(server.decoding)
-            for r in dids.tolist():
+            for r in () if dset.issuperset(dlist) else dlist:
                 if r not in dset:
                     if (
                         server.role == "decode"
@@ -1499,13 +1502,14 @@ class Engine:
             alloc += len(dids)
         else:
             dids = _EMPTY_I
+            dlist = []
             kv_read = 0
         n_seq = n_pref + len(dids)
         if n_seq > server.max_batch_size:
             raise PolicyError(
                 f"server {sid} t={now}: batch of {n_seq} sequences exceeds max_batch_size {server.max_batch_size}"
             )
-        every = pid_list + dids.tolist()
+        every = pid_list + dlist
         if len(set(every)) != len(every):
             raise PolicyError(f"server {sid} t={now}: a request appears twice in one batch")
         tokens = prefill_tokens + len(dids)
@@ -1691,17 +1695,31 @@ class Engine:
         out = self.output
         # decode tokens
         dids = p.decode_ids
-        if len(dids):
-            pos = self.offsets[dids] + gen[dids]
-            self.token_times[pos] = end
-            gen[dids] += 1
+        if len(dids) > SMALL_DECODE:
+            emitted = gen[dids]
+            self.token_times[self.offsets[dids] + emitted] = end
+            emitted += 1
+            gen[dids] = emitted
             self.held[dids] += 1
-            done = dids[gen[dids] >= out[dids]]
-            if len(done):
-                for r in done.tolist():
-                    server.decoding.remove(r)
-                    self._finish(server, r)
-                server.decoding_changed()
+            done = dids[emitted >= out[dids]].tolist()
+        elif len(dids):
+            # the same updates request by request (numpy's calls cost more on a few ids)
+            token_times, offsets, held = self.token_times, self.offsets, self.held
+            done = []
+            for r in dids.tolist():
+                g = gen[r]
+                token_times[offsets[r] + g] = end
+                gen[r] = g + 1
+                held[r] += 1
+                if g + 1 >= out[r]:
+                    done.append(r)
+        else:
+            done = []
+        if done:
+            for r in done:
+                server.decoding.remove(r)
+                self._finish(server, r)
+            server.decoding_changed()
         # prefill chunks
         for r, c in zip(p.prefill_ids, p.prefill_tokens, strict=True):
             prefilled[r] += c

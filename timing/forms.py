@@ -161,8 +161,22 @@ def row_timer(timing: TimingModel) -> Callable[[list[float]], float]:
     """The time of one iteration from its feature row given as a list: the float
     ``timing.times`` gives for that row, without building an array for the linear and
     roofline forms (their ``times`` sums one row with ``time_of_row``)."""
-    if type(timing) is LinearTiming or type(timing) is RooflineTiming:
+    if type(timing) is LinearTiming:
         return timing.time_of_row
+    if type(timing) is RooflineTiming:
+        lines = [(line.intercept_s, line.terms) for line in timing.lines]
+
+        def roofline_row(row: list[float]) -> float:
+            # RooflineTiming.time_of_row without its generator and method calls: each line
+            # summed as LinearTiming.time_of_row sums it, then the largest
+            times = []
+            for t, terms in lines:
+                for j, c in terms:
+                    t += row[j] * c
+                times.append(t)
+            return max(times)
+
+        return roofline_row
 
     def one_row(row: list[float]) -> float:
         return float(timing.times(np.array([row]))[0])

@@ -21,14 +21,18 @@ from slolab.heuristics.proserve import (
     BUDGET_TOL_S,
     FLOOR_QUEUE,
     LINE_FLOOR_MARGIN_S,
+    LatencyEstimator,
     SlideBatching,
     SlideBatchingParams,
     _Queue,
     capture_point,
+    chunk_row,
+    decode_row,
     decode_steps_within_until_s,
     kv_held_tokens,
     next_token,
     numpy_sum,
+    queue_features,
     remaining_prefill_tokens,
 )
 from slolab.problems.tdg_horizon import proserve_instance
@@ -191,9 +195,7 @@ class ReferenceSlideBatching(SlideBatching):
         the same (the class docstring's argument); None when that is not shown."""
         est = self._est
         assert est is not None
-        if self.capture or self._chunk_floors is None or server.prefilling:
-            return None
-        if server.timing is not est.timing and server.timing != est.timing:
+        if not may_repeat(self, server):
             return None
         if q.waiting.any() and int(q.rem_prefill[q.waiting].min()) + 1 <= server.kv_free_tokens:
             return None
@@ -241,6 +243,16 @@ class ReferenceSlideBatching(SlideBatching):
             preempt = _make_room_for_decode(server, decode, admitted)
             return Batch(decode=decode, preempt=preempt) if decode else Batch(preempt=preempt)
         return Batch()
+
+
+def may_repeat(policy: SlideBatching, server: Any) -> bool:
+    """The repeat rules' first conditions: no capture, lines with non-negative coefficients,
+    nothing prefilling, and the server timed by the policy's own model."""
+    est = policy._est
+    assert est is not None
+    if policy.capture or policy._chunk_floors is None or server.prefilling:
+        return False
+    return server.timing is est.timing or server.timing == est.timing
 
 
 class FormerSlideBatching(ReferenceSlideBatching):
@@ -500,8 +512,10 @@ def near_capacity() -> Any:
 def test_near_capacity_same_token_times_as_the_reference(near_capacity: Any) -> None:
     """Near the capacity decode steps outgrow ``eta`` while the budgets (the least remaining
     time) stay larger: those batches repeat too, with every token of the reference (which
-    repeats within ``eta`` only) and of one call per iteration, bit for bit."""
-    new_policy, ref_policy = Counted(SlideBatching()), Counted(ReferenceSlideBatching())
+    repeats within ``eta`` only) and of one call per iteration, bit for bit; every short
+    queue's order and every repeated batch's wake-up time are the former code's."""
+    checked = CheckedParts()
+    new_policy, ref_policy = Counted(checked), Counted(ReferenceSlideBatching())
     former_policy = Counted(FormerSlideBatching())
     new = run(near_capacity, new_policy, make_router("least-loaded"), seed=0)
     ref = run(near_capacity, ref_policy, make_router("least-loaded"), seed=0)
@@ -511,6 +525,9 @@ def test_near_capacity_same_token_times_as_the_reference(near_capacity: Any) -> 
     # measured: 5,317 calls (533 repeated) against the reference's 8,682 (473 repeated) and
     # 42,720 with one call per iteration
     assert new_policy.decisions * 1.4 < ref_policy.decisions
+    # measured: 5,295 short orders (of the 5,317 calls) and 533 wake-up times compared
+    assert checked.orders > 5_000
+    assert checked.repeats > 500
 
 
 @pytest.mark.parametrize(
@@ -537,3 +554,156 @@ def test_short_and_long_queues_decide_as_the_reference(
     long_only = run(inst, SlideBatching(params), make_router("least-loaded"), seed=0)
     assert_same(inst, new, ref)
     assert_same(inst, long_only, ref)
+
+
+# -- the parts of a call made cheaper, against their former code -----------------------------
+
+
+def former_short_order(policy: SlideBatching, q: _Queue, budget_s: float, role: str) -> list[int]:
+    """``_short_order`` as it was: the density of every request, URGENT flags, tuple keys."""
+    remain = q.remain_s
+    positions = range(len(remain))
+    density = [w / max(e, 1e-12) for w, e in zip(q.weight, q.exec_s, strict=True)]
+    if policy.params.order == "deadline":
+        return sorted(positions, key=remain.__getitem__)
+    if policy.params.order == "density":
+        return sorted(positions, key=lambda i: (-density[i], remain[i]))
+    urgent = policy._short_urgent(q, budget_s, role)
+    keys = [
+        (False, -d) if u else (True, v) for u, d, v in zip(urgent, density, remain, strict=True)
+    ]
+    return sorted(positions, key=keys.__getitem__)
+
+
+def former_max_chunk(
+    est: LatencyEstimator, lines: list[float], budget_s: float, prefix: int, cap: int
+) -> int:
+    """``LatencyEstimator.max_chunk`` on lines as it was (per-line terms read in the loop)."""
+    if cap <= 0:
+        return 0
+    best = cap
+    for v, c_pt, c_np, c_attn in zip(lines, est._c_pt, est._c_np, est._c_attn, strict=True):
+        left = budget_s - v - c_np
+        a = c_attn / 2.0
+        b = c_pt + c_attn * (prefix + 0.5)
+        if left + BUDGET_TOL_S < a + b:
+            return 0
+        if math.isinf(left):
+            c = cap
+        elif a > 0:
+            c = int(math.floor(2.0 * left / (b + math.sqrt(b * b + 4.0 * a * left)) + 1e-9))
+        elif b > 0:
+            c = int(math.floor(left / b + 1e-9))
+        else:
+            c = cap
+        best = min(best, c)
+
+    def over(c: int) -> bool:
+        work = c * (prefix + (c + 1) / 2.0)
+        return any(
+            v + c_pt * c + c_np + c_attn * work > budget_s + BUDGET_TOL_S
+            for v, c_pt, c_np, c_attn in zip(lines, est._c_pt, est._c_np, est._c_attn, strict=True)
+        )
+
+    while best > 0 and over(best):
+        best -= 1
+    return max(best, 0)
+
+
+def former_repeat_until_s(policy: SlideBatching, server: Any, q: _Queue) -> float | None:
+    """``SlideBatching._repeat_until_s`` as it was: one ``(steps, queue)`` matrix of remaining
+    times, every queued request a column, minimised along the queue."""
+    est = policy._est
+    assert est is not None
+    if not may_repeat(policy, server):
+        return None
+    free = server.kv_free_tokens
+    if any(w and rem + 1 <= free for w, rem in zip(q.waiting, q.rem_prefill, strict=True)):
+        return None
+    ids = np.asarray(q.ids, dtype=_INT)
+    decode = np.asarray(q.decode, dtype=bool)
+    gen = np.asarray(q.generated, dtype=_INT)
+    first_due, tpot = policy._static[ids, 0], policy._static[ids, 1]
+    eta, margin = policy._eta_s, LINE_FLOOR_MARGIN_S
+
+    def limits_s(starts: np.ndarray) -> np.ndarray:
+        emitted = gen + np.arange(len(starts))[:, None] * decode
+        remain = (first_due + emitted * tpot) - starts[:, None]
+        return np.maximum(remain.min(axis=1), eta) - margin
+
+    kv = sum(p for p, d in zip(q.prefix, q.decode, strict=True) if d)
+    n_dec = len(server.decoding)
+    return decode_steps_within_until_s(est.timing, server.now, n_dec, kv, limits_s)
+
+
+class CheckedParts(SlideBatching):
+    """SlideBatching that asks the former order and repeat rule at every call and asserts the
+    same answers (the wake-up time to the bit), counting the calls compared."""
+
+    def __init__(self, params: SlideBatchingParams | None = None) -> None:
+        super().__init__(params)
+        self.orders = 0
+        self.repeats = 0
+
+    def order(self, q: _Queue, budget_s: float, role: str) -> list[int]:
+        got = super().order(q, budget_s, role)
+        if q.arrays is None:
+            assert got == former_short_order(self, q, budget_s, role)
+            self.orders += 1
+        return got
+
+    def _repeat_until_s(self, server: Any, q: _Queue) -> float | None:
+        got = super()._repeat_until_s(server, q)
+        former = former_repeat_until_s(self, server, q)
+        assert got == former
+        self.repeats += got is not None
+        return got
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(min_value=1, max_value=12).flatmap(
+        lambda n: st.tuples(
+            st.integers(min_value=0, max_value=n),
+            st.lists(st.integers(min_value=0, max_value=40_000), min_size=n, max_size=n),
+            st.lists(st.integers(min_value=1, max_value=40_000), min_size=n, max_size=n),
+        )
+    )
+)
+def test_queue_features_are_the_rows_array(case: tuple[int, list[int], list[int]]) -> None:
+    """The flat build of a queue's feature rows is ``np.array`` of the row lists, bit for bit,
+    C-ordered, so ``features @ coef`` is the same product."""
+    n_dec, prefix, rem = case
+    rem = [0] * n_dec + rem[n_dec:]
+    rows = [decode_row(p) for p in prefix[:n_dec]]
+    rows += [chunk_row(c, p) for c, p in zip(rem[n_dec:], prefix[n_dec:], strict=True)]
+    expected = np.array(rows)
+    got = queue_features(prefix, rem, n_dec)
+    assert got.shape == expected.shape
+    assert got.flags.c_contiguous
+    assert np.array_equal(got, expected)
+
+
+@pytest.fixture(scope="module")
+def estimator(near_capacity: Any) -> LatencyEstimator:
+    """The near-capacity instance's estimator (a two-line roofline)."""
+    est = LatencyEstimator(near_capacity.timing)
+    assert len(est.intercepts) == 2
+    return est
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.floats(min_value=0.0, max_value=0.2), min_size=2, max_size=2),
+    st.floats(min_value=1e-3, max_value=0.3),
+    st.integers(min_value=0, max_value=60_000),
+    st.integers(min_value=-1, max_value=20_000),
+)
+def test_max_chunk_as_the_former_code(
+    estimator: LatencyEstimator, lines: list[float], budget_s: float, prefix: int, cap: int
+) -> None:
+    """GETMAXCHUNK with its per-line terms read once gives the former chunk on random
+    states of the two-line roofline (the chunks are integers: equal means identical)."""
+    assert estimator.max_chunk(lines, np.zeros(0), budget_s, prefix, cap) == former_max_chunk(
+        estimator, lines, budget_s, prefix, cap
+    )
