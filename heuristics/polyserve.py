@@ -551,14 +551,15 @@ class PolyServeController:
         self.order: list[list[int]] = [[] for _ in self.tiers]  # servers of each tier, join order
         self.prefill_order: list[int] = []
         self.pending: set[int] = set()  # servers on the pending list (Sec. 4.4)
-        self.held_count = np.zeros(len(self.tiers), dtype=np.int64)  # entry (CO) or decode (PD)
+        # per tier, as Python ints and bools (read at every tick and retry point)
+        self.held_count = [0] * len(self.tiers)  # entry (CO) or decode (PD)
         self.held_prefill = 0
         # the held requests themselves, in dispatch order: per tier (the side _route_tier holds
         # on) and the prefill queue; numbered in the order held
         self._held_tiers = [_HeldQueue() for _ in self.tiers]
         self._held_prefill = _HeldQueue()
         self._held_order = 0
-        self.unplaced = np.zeros(len(self.tiers), dtype=bool)  # a tier left requests unplaced
+        self.unplaced = [False] * len(self.tiers)  # a tier left requests unplaced
         self.unplaced_prefill = False
         self.next_scale_down = 0.0
         self.placed: dict[int, int] = {}  # requests placed on each server (tier or decode)
@@ -582,6 +583,12 @@ class PolyServeController:
         # the admission's parts on a server with no request, by (request, TPOT, late, KV used)
         self._empty: dict[tuple[int, float, bool, int], tuple[int, float, int, float, float, float]]
         self._empty = {}
+        # fixed for the run, read at every placement: the tiers each class may use in the order
+        # tried, each tier's TPOT as a float, each request's first-token deadline (the same
+        # float sums as arrival + TTFT read one at a time)
+        self._tries = [self._candidate_tiers(j) for j in range(len(self.tiers))]
+        self._tier_taus = [float(t) for t in self.tiers]
+        self._first_deadline: list[float] = (self.req.arrival + self.req.ttft).tolist()
 
     # -- routing ----------------------------------------------------------------------------------
     def route(self, request: int, servers: Sequence[Server], now: float) -> int:
@@ -617,7 +624,7 @@ class PolyServeController:
 
     def _deadline(self, r: int) -> float:
         """Request ``r``'s first-token deadline, arrival + TTFT (s; inf without a TTFT SLO)."""
-        return float(self.req.arrival[r] + self.req.ttft[r])
+        return self._first_deadline[r]
 
     def _synced(self, held: Sequence[int], queues: list[_HeldQueue]) -> list[_HeldQueue]:
         """``queues``, rebuilt from ``held`` (the engine's list, in the order held) when they
@@ -666,13 +673,16 @@ class PolyServeController:
         t0 = time.perf_counter()
         self._held_tiers = queues = self._synced(held, self._held_tiers)
         placed: list[tuple[int, int]] = []
-        ranked = self._ranked(servers)  # loads change only once the engine places the pairs
+        # loads change only once the engine places the pairs: one look at the servers serves
+        # the rankings and every signature of this dispatch
+        usable = self._tier_servers(servers)
+        ranked = self._ranked(servers, usable)
         for j, queue in enumerate(queues):
             if not len(queue):
                 self.unplaced[j] = False
                 continue
             failures = 0
-            signature = self._signature(j, servers)
+            signature = self._signature(j, servers, usable)
             taken = []
             for i in queue.positions(now):  # on time by deadline, then lost
                 r = queue.entries[i][2]
@@ -687,7 +697,7 @@ class PolyServeController:
                 placed.append((r, k))
                 taken.append(i)
                 self.held_count[j] -= 1
-                signature = self._signature(j, servers)
+                signature = self._signature(j, servers, usable)
             queue.remove(taken)
             self.unplaced[j] = self.held_count[j] > 0
         self.decision_s += time.perf_counter() - t0
@@ -745,11 +755,11 @@ class PolyServeController:
         by_tier = self._ranked(servers) if ranked is None else ranked
         late = self._late(r, now)
         all_full = True
-        for t in self._candidate_tiers(j):
+        for t in self._tries[j]:
             ks = by_tier.get(t)
             if not ks:
                 continue
-            tau = float(self.tiers[t])
+            tau = self._tier_taus[t]
             for k in ks:
                 code = self._admit(servers[k], r, tau, late, now)
                 if code == _ADMIT:
@@ -765,35 +775,71 @@ class PolyServeController:
             self._full_at[r] = signature
         return HOLD
 
-    def _ranked(self, servers: Sequence[Server]) -> dict[int, list[int]]:
-        """Per tier, the indices of its servers (pending ones excepted) in the order placement
-        tries them: highest load first, ties to the server that joined the tier first."""
-        by_tier: dict[int, list[int]] = {}
+    def _tier_servers(self, servers: Sequence[Server]) -> list[tuple[int, int, int, int]]:
+        """(index in ``servers``, server id, tier, load) of every tier server, pending ones
+        excepted, in the order of ``servers``: what :meth:`_ranked` and :meth:`_signature` read
+        of the servers, read once for a dispatch (no server joins, leaves or changes its load
+        before the engine places the dispatch's pairs)."""
+        tier_of_pool = self.tier_of_pool
+        pending = self.pending
+        found = []
         for k, s in enumerate(servers):
-            t = self.tier_of_pool.get(s.pool)
-            if t is not None and s.id not in self.pending:
-                by_tier.setdefault(t, []).append(k)
-        for t, ks in by_tier.items():
-            rank = {sid: i for i, sid in enumerate(self.order[t])}
-            ks.sort(key=lambda k: (-servers[k].load, rank.get(servers[k].id, 1 << 30)))
+            t = tier_of_pool.get(s.pool)
+            if t is not None:
+                sid = s.id
+                if sid not in pending:
+                    found.append((k, sid, t, s.load))
+        return found
+
+    def _ranked(
+        self,
+        servers: Sequence[Server],
+        usable: list[tuple[int, int, int, int]] | None = None,
+    ) -> dict[int, list[int]]:
+        """Per tier, the indices of its servers (pending ones excepted) in the order placement
+        tries them: highest load first, ties to the server that joined the tier first.
+
+        ``usable``: :meth:`_tier_servers` of ``servers`` when the caller has it. Each server
+        is sorted on (minus its load, its place in the tier's list, its index): servers the
+        first two leave tied (two not yet listed) stay in index order, as in a stable sort on
+        the first two over the servers in index order. A server's place is the first index of
+        its id in the list, the only one (a server joins a list only when it is in none)."""
+        if usable is None:
+            usable = self._tier_servers(servers)
+        keyed: dict[int, list[tuple[int, int, int]]] = {}
+        orders = self.order
+        for k, sid, t, load in usable:
+            order = orders[t]
+            rank = order.index(sid) if sid in order else 1 << 30
+            keyed.setdefault(t, []).append((-load, rank, k))
+        by_tier: dict[int, list[int]] = {}
+        for t, entries in keyed.items():
+            entries.sort()
+            by_tier[t] = [k for _, _, k in entries]
         return by_tier
 
-    def _signature(self, j: int, servers: Sequence[Server]) -> tuple[tuple[int, int], ...]:
+    def _signature(
+        self,
+        j: int,
+        servers: Sequence[Server],
+        usable: list[tuple[int, int, int, int]] | None = None,
+    ) -> tuple[tuple[int, int], ...]:
         """(server id, requests departed from it) of every server a class-``j`` request may use
         (its tier's and, with promotion, tighter tiers', pending ones excepted), in id order: the
-        state :meth:`_admit`'s memory of ``_FULL`` refusals keys on."""
-        usable = set(self._candidate_tiers(j))
-        found = []
-        for s in servers:
-            t = self.tier_of_pool.get(s.pool)
-            if t in usable and s.id not in self.pending:
-                found.append((s.id, self.placed.get(s.id, 0) - s.load))
-        return tuple(sorted(found))
+        state :meth:`_admit`'s memory of ``_FULL`` refusals keys on. ``usable``:
+        :meth:`_tier_servers` of ``servers`` when the caller has it."""
+        if usable is None:
+            usable = self._tier_servers(servers)
+        tiers = set(self._tries[j])
+        placed = self.placed
+        return tuple(
+            sorted((sid, placed.get(sid, 0) - load) for _, sid, t, load in usable if t in tiers)
+        )
 
     def _late(self, r: int, now: float) -> bool:
         """The request's next deadline has passed: it is admitted on the TPOT and memory checks
         alone (it is late anyway; it must not make others late)."""
-        first = self.req.arrival[r] + self.req.ttft[r]
+        first = self._first_deadline[r]
         if self.mode == "disaggregated":
             return now > first + self.req.tpot[r]
         return now > first
@@ -1169,7 +1215,7 @@ class PolyServeController:
         PolyServe's pools is on and nothing is held, where every :meth:`decide` returns no
         action and changes only the time of the next scale-down check, advanced here as those
         calls would have; False otherwise (a check would still drain an empty server)."""
-        if self.held_count.any() or self.held_prefill or self.pending:
+        if any(self.held_count) or self.held_prefill or self.pending:
             return False
         ours = self.tier_of_pool.keys() | {PREFILL_POOL}
         if any(s.pool in ours for s in cluster.servers):
@@ -1194,7 +1240,7 @@ class PolyServeController:
         engine brings the next tick back to the first one at or after a KV transfer that lands
         in the span. The lists of each tier's servers are brought up to date at the next tick
         that runs, in the same order."""
-        if self.held_count.any() or self.held_prefill:
+        if any(self.held_count) or self.held_prefill:
             return -math.inf
         return self.next_scale_down
 
@@ -1239,8 +1285,9 @@ class PolyServeController:
                 self.prefill_order.append(s.id)
             elif s.pool in self.tier_of_pool:
                 self.order[self.tier_of_pool[s.pool]].append(s.id)
-        for lst in (*self.order, self.prefill_order):
-            lst[:] = [i for i in lst if i in live]
+        if not listed <= live:  # a listed server departed (else every list stays as it is)
+            for lst in (*self.order, self.prefill_order):
+                lst[:] = [i for i in lst if i in live]
         self.pending &= live
 
     def _pending_with(self, j: int, live: dict[int, Server]) -> int | None:
@@ -1344,8 +1391,11 @@ class PolyServePolicy:
         roofline model (:func:`slolab.timing.time_to_tokens` for other forms)."""
         lines = self._lines.get(id(timing))
         if lines is None:
+            # each line as (intercept, coefficients) in Python floats, converted once per
+            # timing model (the same floats as converting at every call); () without lines
             try:
-                lines = timing_lines(timing)
+                intercepts, coefs = timing_lines(timing)
+                lines = (list(zip(intercepts.tolist(), coefs.tolist(), strict=True)),)
             except ValueError:
                 lines = ()
             self._lines[id(timing)] = lines
@@ -1362,9 +1412,9 @@ class PolyServePolicy:
                 batch_prefill_attention_work=work,
                 batch_prefill_seqs=seqs,
             )
-        intercepts, coefs = lines
+        (rows,) = lines
         best = most
-        for b, row in zip(intercepts.tolist(), coefs.tolist(), strict=True):
+        for b, row in rows:
             base = (
                 b
                 + row[F_DECODE_TOKENS] * decode
@@ -1391,10 +1441,10 @@ class PolyServePolicy:
     def _deadline_order(self, ids: Sequence[int], now: float) -> list[int]:
         """``ids`` by first-token deadline, those already past it last (they are lost; they must
         not make the others late)."""
-        req = self.c.req
+        first = self.c._first_deadline
 
         def key(r: int) -> tuple[bool, float, int]:
-            d = float(req.arrival[r] + req.ttft[r])
+            d = first[r]
             return (d < now, d, r)
 
         return sorted(ids, key=key)
