@@ -1509,12 +1509,17 @@ class PolyServePolicy:
 
     def _colocated_batch(self, server: Server) -> Batch:
         c = self.c
-        tau = float(c.tiers[c.tier_of_pool[server.pool]])
+        tau = c._tier_taus[c.tier_of_pool[server.pool]]
         decode = list(server.decoding[: server.max_batch_size])
         preempt: list[int] = []
         if len(decode) > server.kv_free_tokens:
             preempt = _make_room_for_decode(server, decode, self._order.of(server))
-        decode_kv = int(server.kv_held_of(np.array(decode, dtype=np.int64)).sum()) if decode else 0
+        decode_kv = 0
+        if decode:
+            # every decoding request: the server's cached array of them, the same ids in order
+            whole = len(decode) == len(server.decoding)
+            ids = server.decoding_ids() if whole else np.array(decode, dtype=np.int64)
+            decode_kv = int(server.kv_held_of(ids).sum())
         budget = server.max_batch_tokens - len(decode) if server.max_batch_tokens else 1 << 30
         if c.params.chunk_timing == "profile":
             budget = min(budget, c.profile.max_tokens(decode_kv, tau) - len(decode))
