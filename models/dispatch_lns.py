@@ -17,7 +17,10 @@ improves it by moves until the time limit:
 - move every request arriving in a short time span to one worker;
 - close a worker, its requests spread over the others;
 - rebuild one worker's iterations;
-- switch a new worker on up to two slots later or earlier.
+- switch a new worker on up to two slots later or earlier;
+- the exact sub-window move: a few requests of one or two worker lives in a span of
+  iterations re-placed optimally, everything else kept (:func:`_exact_move`,
+  :func:`slolab.models.dispatch_subwindow.solve_subwindow`; half of the moves' time).
 
 A changed worker's iterations are rebuilt by :func:`greedy_worker`. Given the routing and a
 worker's ready time the workers are independent, so a move re-times only the workers it
@@ -1089,7 +1092,8 @@ def _move(state: _State, rng: np.random.Generator) -> tuple[list[int], list[_Wor
 def _exact_move(
     state: _State, rng: np.random.Generator, time_limit: float
 ) -> tuple[list[int], list[_Worker]] | None:
-    """The exact sub-window move: a request (a missed one half the time) and up to
+    """The exact sub-window move: a request (a missed one half the time, the one whose last
+    token ends a random used worker a quarter of the time, else any) and up to
     :data:`EXACT_FREED` - 1 others of its worker, or of its worker and another one on at
     the time, arriving nearest to it, are freed in a span of iterations around its own,
     and re-placed optimally with everything else kept
@@ -1099,8 +1103,12 @@ def _exact_move(
 
     d, workers, tab = state.d, state.workers, state.tables
     missed = [x for w in workers for x in w.late]
-    if missed and rng.random() < 0.5:
+    pick = rng.random()
+    used = [i for i, w in enumerate(workers) if w.members]
+    if missed and pick < 0.5:
         r = int(missed[int(rng.integers(0, len(missed)))])
+    elif pick < 0.75 and used:
+        r = _last_finisher(d, workers[int(rng.choice(used))])
     else:
         r = int(rng.integers(0, d.n))
     src = next(i for i, w in enumerate(workers) if r in w.members)
