@@ -17,7 +17,10 @@ improves it by moves until the time limit:
 - move every request arriving in a short time span to one worker;
 - close a worker, its requests spread over the others;
 - rebuild one worker's iterations;
-- switch a new worker on up to two slots later or earlier.
+- switch a new worker on up to two slots later or earlier;
+- the exact sub-window move: a few requests of one or two worker lives in a span of
+  iterations re-placed optimally, everything else kept (:func:`_exact_move`,
+  :func:`slolab.models.dispatch_subwindow.solve_subwindow`; half of the moves' time).
 
 A changed worker's iterations are rebuilt by :func:`greedy_worker`. Given the routing and a
 worker's ready time the workers are independent, so a move re-times only the workers it
@@ -77,6 +80,15 @@ POOLED_VARIANTS = ((False, 0.0), (False, 0.5), (False, 1.0), (True, 0.0), (True,
 POOLED_SEARCH_SHARE = 0.3
 #: Seconds between two progress updates on stderr.
 PROGRESS_EVERY_S = 1.0
+#: Share of the moves' time the exact sub-window move may take (:func:`_exact_move`).
+EXACT_SHARE = 0.5
+#: Seconds one exact sub-window solve may take (it is dropped when unfinished).
+EXACT_LIMIT_S = 0.5
+#: Most requests the exact sub-window move frees.
+EXACT_FREED = 3
+#: Most states the exact sub-window move's dynamic program may have, estimated as (kept
+#: iterations + 1) x the product over freed requests of (output + 1).
+EXACT_STATES = 2_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +101,8 @@ class LnsResult:
     start_objective: float
     moves_tried: int
     moves_kept: int
+    exact_tried: int
+    exact_kept: int
     interrupted: bool
     runtime_s: float
 
@@ -645,7 +659,7 @@ def lns(
     start_name, state = max(candidates, key=lambda c: c[1].total())
     start_value = _replayed(instance, data, state.decision())
     best = state.total()
-    tried = kept = 0
+    tried = kept = exact_tried = exact_kept = 0
     bar = tqdm(
         total=round(time_limit, 1),
         unit="s",
@@ -653,11 +667,21 @@ def lns(
         disable=(not sys.stderr.isatty()) if progress is None else not progress,
         leave=False,
     )
-    shown = time.perf_counter()
+    shown = moving = time.perf_counter()
+    exact_rng = np.random.default_rng([seed, 1])
+    exact_s = 0.0
     try:
         while not interrupted and time.perf_counter() < stop:
-            tried += 1
-            change = _move(state, rng)
+            began = time.perf_counter()
+            is_exact = exact_s < EXACT_SHARE * (began - moving)
+            if is_exact:
+                limit = min(EXACT_LIMIT_S, max(stop - began, 0.0))
+                change = _exact_move(state, exact_rng, limit)
+                exact_tried += 1
+                exact_s += time.perf_counter() - began
+            else:
+                tried += 1
+                change = _move(state, rng)
             if change is None:
                 continue
             idx, new_workers = change
@@ -673,6 +697,7 @@ def lns(
                 state.workers = [w for w in trial if w.slot is None or w.members]
                 best = state.total()
                 kept += 1
+                exact_kept += is_exact
             now = time.perf_counter()
             if now - shown >= PROGRESS_EVERY_S:
                 bar.update(round(now - shown, 1))
@@ -694,6 +719,8 @@ def lns(
         start_objective=start_value,
         moves_tried=tried,
         moves_kept=kept,
+        exact_tried=exact_tried,
+        exact_kept=exact_kept,
         interrupted=interrupted,
         runtime_s=time.perf_counter() - t0,
     )
@@ -1062,6 +1089,101 @@ def _move(state: _State, rng: np.random.Generator) -> tuple[list[int], list[_Wor
     return [i], [state.retimed(workers[i], shifted)]
 
 
+def _exact_move(
+    state: _State, rng: np.random.Generator, time_limit: float
+) -> tuple[list[int], list[_Worker]] | None:
+    """The exact sub-window move: a request (a missed one half the time, the one whose last
+    token ends a random used worker a quarter of the time, else any) and up to
+    :data:`EXACT_FREED` - 1 others of its worker, or of its worker and another one on at
+    the time, arriving nearest to it, are freed in a span of iterations around its own,
+    and re-placed optimally with everything else kept
+    (:func:`slolab.models.dispatch_subwindow.solve_subwindow`, OPTIMAL within
+    ``time_limit`` or nothing), at most ``max_servers`` lives on at once."""
+    from slolab.models.dispatch_subwindow import SubLife, solve_subwindow
+
+    d, workers, tab = state.d, state.workers, state.tables
+    missed = [x for w in workers for x in w.late]
+    pick = rng.random()
+    used = [i for i, w in enumerate(workers) if w.members]
+    if missed and pick < 0.5:
+        r = int(missed[int(rng.integers(0, len(missed)))])
+    elif pick < 0.75 and used:
+        r = _last_finisher(d, workers[int(rng.choice(used))])
+    else:
+        r = int(rng.integers(0, d.n))
+    src = next(i for i, w in enumerate(workers) if r in w.members)
+    starts = _starts(d, workers[src].comps, state.ready_s(workers[src]))
+    ks = [k for k, (p, dec) in enumerate(workers[src].comps) if r in p or r in dec]
+    first = max(ks[0] - int(rng.integers(0, 4)), 0)
+    past = ks[-1] + 1 + int(rng.integers(0, 4))
+    start_s = starts[first]
+    end_s = starts[past] if past < len(starts) else math.inf
+    idx = [src]
+    if rng.random() < 0.5:
+        others = [
+            i
+            for i, w in enumerate(workers)
+            if i != src and w.members and state.on_s(w) < end_s and w.end_s > start_s
+        ]
+        if others:
+            idx.append(int(rng.choice(others)))
+    inside = []
+    length = 0
+    for i in idx:
+        w = workers[i]
+        on = _starts(d, w.comps, state.ready_s(w))
+        span = [k for k, s in enumerate(on) if start_s <= s < end_s]
+        length = max(length, len(span))
+        entries: dict[int, list[int]] = {}
+        for k, (p, dec) in enumerate(w.comps):
+            for q in (*p, *dec):
+                entries.setdefault(q, []).append(k)
+        inside += [
+            q for q, ks_q in entries.items() if span and span[0] <= ks_q[0] and ks_q[-1] <= span[-1]
+        ]
+    arrival = tab.arrival
+    freed = [r]
+    size = (length + 1) * 2 * (tab.output[r] + 1)
+    extra = int(rng.integers(0, EXACT_FREED))
+    for q in sorted(inside, key=lambda x: (abs(arrival[x] - arrival[r]), x)):
+        if len(freed) > extra:
+            break
+        if q != r and size * (tab.output[q] + 1) <= EXACT_STATES:
+            freed.append(q)
+            size *= tab.output[q] + 1
+    if size > EXACT_STATES:
+        return None
+    lives = [
+        SubLife(state.on_s(workers[i]), state.ready_s(workers[i]), workers[i].comps) for i in idx
+    ]
+
+    def feasible(ends: Sequence[float]) -> bool:
+        trial = list(workers)
+        for i, end in zip(idx, ends, strict=True):
+            trial[i] = _Worker((0,), workers[i].slot, (), 0, end)
+        return state.concurrency(trial) <= d.max_servers
+
+    found = solve_subwindow(
+        d, lives, freed, start_s, end_s, time_limit=time_limit, feasible=feasible
+    )
+    if found.status is not Status.OPTIMAL:
+        return None
+    out = []
+    for i, comps in zip(idx, found.comps, strict=True):
+        members = tuple(sorted({q for p, dec in comps for q in (*p, *dec)}))
+        out.append(_scored(d, _Worker(members, workers[i].slot, comps, 0, 0.0)))
+    return idx, out
+
+
+def _starts(d: ScaleWindow, comps: Sequence[Composition], ready_s: float) -> list[float]:
+    """Start of each of a worker's iterations, each as early as the engine starts it."""
+    ends = _timeline(d, comps, ready_s)
+    return [
+        max([ends[k - 1] if k else ready_s] + [float(d.arrival_s[r]) for r in prefill])
+        for k, (prefill, _) in enumerate(comps)
+    ]
+
+
 def _best_relocation(state: _State, r: int) -> tuple[list[int], list[_Worker]] | None:
     """Request ``r`` moved to the worker where ``J`` rises most: every used worker on at its
     arrival or later, and a new life switched on at the latest slot ready by its arrival."""
@@ -1163,6 +1285,8 @@ class DispatchLns(ExactModel):
                 "start_objective": found.start_objective,
                 "moves_tried": found.moves_tried,
                 "moves_kept": found.moves_kept,
+                "exact_tried": found.exact_tried,
+                "exact_kept": found.exact_kept,
                 "interrupted": found.interrupted,
                 "bound_status": bound.status,
                 "ideal_bound": bound.ideal,

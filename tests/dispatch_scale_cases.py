@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from slolab.instances.records import Cluster, Instance, Workload
+from slolab.problems import build_instance
 from slolab.timing import LinearTiming
 
 # 10 ms per iteration, 1 ms per prompt token, 2 ms per decode token
@@ -41,3 +42,19 @@ def window(
         "definition": "deadline",
     }
     return Instance("w", wl, cluster, timing, problem="dispatch-scale", settings=settings_)
+
+
+def azure_window(trace: str, n: int):
+    """``n`` consecutive requests of ``trace`` at high load with their real outputs, 2 of 4
+    workers ready, 0.002 attainment per worker-second."""
+    return build_instance(
+        "dispatch-scale",
+        trace=trace,
+        n=n,
+        load="high",
+        max_output_tokens=0,
+        servers=2,
+        max_servers=4,
+        cost_weight=0.002,
+        seed=1,
+    )

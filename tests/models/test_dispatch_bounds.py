@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from dispatch_scale_cases import window
+from dispatch_scale_cases import azure_window, window
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from slolab.harness.cli import main
@@ -143,22 +143,6 @@ def test_bound_strictly_tightens_the_ideal_on_a_loaded_window():
     # meets 1 (0.060 s), so J = 0.1
     assert res.objective == pytest.approx(0.1, abs=1e-9)
     assert res.objective <= found.bound
-
-
-def azure_window(trace: str, n: int):
-    """``n`` consecutive requests of ``trace`` at high load with their real outputs, 2 of 4
-    workers ready, 0.002 attainment per worker-second."""
-    return build_instance(
-        "dispatch-scale",
-        trace=trace,
-        n=n,
-        load="high",
-        max_output_tokens=0,
-        servers=2,
-        max_servers=4,
-        cost_weight=0.002,
-        seed=1,
-    )
 
 
 @pytest.fixture(scope="module")
