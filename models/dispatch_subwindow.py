@@ -68,7 +68,7 @@ class SubLife:
 @dataclass(frozen=True, slots=True)
 class SubWindowResult:
     """The sub-window's optimum: OPTIMAL with each life's new iterations and their summed
-    value (``J``'s share of the lives), or TIME_LIMIT with nothing."""
+    value (``J``'s share of the lives), or TIME_LIMIT (UNKNOWN past its transition cap) with nothing."""
 
     status: Status
     value: float
@@ -113,10 +113,12 @@ def _finals(
     freed: Sequence[int],
     assigned: tuple[int, ...],
     stop: float,
+    budget: list[int],
 ) -> list[tuple[float, float, tuple[Composition, ...]]] | None:
     """Every best life with the freed requests ``assigned`` to it (the others taken out):
     ``(value, end, iterations)`` per final state of the dynamic program, best first; None
-    when ``stop`` passes."""
+    when ``stop`` passes or the transitions left in ``budget[0]`` (shared by the solve's calls,
+    negative: no cap) run out."""
     first, past, clock = span
     gone = set(freed)
     base = []
@@ -206,6 +208,10 @@ def _finals(
                         ticks += 1
                         if ticks % CLOCK_EVERY == 0 and time.perf_counter() > stop:
                             return None
+                        if budget[0] >= 0:
+                            if budget[0] == 0:
+                                return None
+                            budget[0] -= 1
                         row = kept_rows[k] if with_kept else no_row
                         arrive, parts, prefills, decodes, kv, tracked = row
                         if prefills + decodes + size > cap:
@@ -281,6 +287,7 @@ def solve_subwindow(
     *,
     time_limit: float,
     feasible: Callable[[Sequence[float]], bool] | None = None,
+    max_transitions: int | None = None,
 ) -> SubWindowResult:
     """The best re-placement of ``freed`` on ``lives`` (one or two) within ``[start_s,
     end_s)``, everything else kept (see the module docstring).
@@ -301,16 +308,22 @@ def solve_subwindow(
     feasible : callable, optional
         A side condition on the lives' last ends (the caller's concurrency limit); the
         optimum is the best split and iterations that satisfy it.
+    max_transitions : int, optional
+        A cap on the dynamic program's transitions over the whole solve (work, not time, so
+        that a seeded caller gets the same answers on any machine); past it the result is
+        UNKNOWN with nothing. None: no cap.
 
     Returns
     -------
     SubWindowResult
         OPTIMAL with the lives' iterations and their summed value (at least the given
-        lives', when they satisfy ``feasible``), or TIME_LIMIT.
+        lives', when they satisfy ``feasible``), TIME_LIMIT, or UNKNOWN past
+        ``max_transitions``.
     """
     if not 1 <= len(lives) <= 2:
         raise ValueError(f"lives must hold one or two worker lives, got {len(lives)}")
     stop = time.perf_counter() + time_limit
+    budget = [-1 if max_transitions is None else max(int(max_transitions), 0)]
     spans = [_span(data, life, start_s, end_s) for life in lives]
     where = set(freed)
     for life, (first, past, _) in zip(lives, spans, strict=True):
@@ -334,9 +347,10 @@ def solve_subwindow(
         for i, assigned in enumerate(split):
             key = (i, assigned)
             if key not in memo:
-                got = _finals(data, lives[i], spans[i], freed, assigned, stop)
+                got = _finals(data, lives[i], spans[i], freed, assigned, stop, budget)
                 if got is None:
-                    return SubWindowResult(Status.TIME_LIMIT, float("nan"), ())
+                    status = Status.UNKNOWN if budget[0] == 0 else Status.TIME_LIMIT
+                    return SubWindowResult(status, float("nan"), ())
                 memo[key] = got
             per_life.append(memo[key])
         for combo in itertools.product(*per_life):

@@ -103,6 +103,39 @@ def test_a_late_request_moved_to_the_idle_worker_by_hand():
     assert found.comps == ((((0,), ()),), (((1,), ()),))
 
 
+def test_the_transition_cap_is_work_not_time():
+    """The hand case above: under a cap below the transitions its program needs the solve
+    gives nothing (UNKNOWN, however long it may take); at the cap it needs, the optimum."""
+    inst = window(
+        [0.0, 0.0],
+        [50, 50],
+        [1, 1],
+        [0.07, 0.07],
+        [0.05, 0.05],
+        servers=2,
+        max_servers=2,
+        weight=0.5,
+    )
+    data = ScaleWindow.of(inst)
+    lives = [SubLife(0.0, 0.0, (((0,), ()), ((1,), ()))), SubLife(0.0, 0.0, ())]
+    needed = next(
+        cap
+        for cap in range(1, 1000)
+        if solve_subwindow(
+            data, lives, [1], 0.0, math.inf, time_limit=10.0, max_transitions=cap
+        ).status
+        == Status.OPTIMAL
+    )
+    short = solve_subwindow(
+        data, lives, [1], 0.0, math.inf, time_limit=10.0, max_transitions=needed - 1
+    )
+    assert short.status == Status.UNKNOWN and short.comps == ()
+    found = solve_subwindow(
+        data, lives, [1], 0.0, math.inf, time_limit=10.0, max_transitions=needed
+    )
+    assert found.value == pytest.approx(0.94, abs=1e-12)
+
+
 def test_a_request_outside_the_span_is_refused():
     """A freed request with an iteration starting before the span raises."""
     inst = window([0.0, 0.5], [10, 10], [1, 1], [1.0, 1.0], [0.05, 0.05])
