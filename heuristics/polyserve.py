@@ -993,7 +993,8 @@ class PolyServeController:
         decode_s = self.profile.time(b, kv_now)
         if decode_s > tau_s:
             return _FULL
-        deadline = self.req.arrival[r] + self.req.ttft[r]
+        first = self._first_deadline  # arrival + TTFT of every request
+        deadline = first[r]
         free_at = s.free_at_s
         if not late:
             # cheap necessary check: the chunk is at most the one the current KV allows and
@@ -1011,11 +1012,12 @@ class PolyServeController:
         ahead, behind = 0, []
         longest, work = int(p), 0.0
         charged = self.attention_s > 0
+        now = s.now
         for q in s.prefilling + s.waiting:
-            dq = self.req.arrival[q] + self.req.ttft[q]
+            dq = first[q]
             left = s.remaining_prefill(q)
             done = s.kv_held(q) - s.generated(q) if charged else 0
-            if dq <= deadline or dq < s.now:
+            if dq <= deadline or dq < now:
                 ahead += left
                 if charged:
                     longest = max(longest, done + left)
