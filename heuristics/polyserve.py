@@ -173,32 +173,30 @@ class Profile:
         """Predicted iteration time (s) of ``tokens`` tokens reading ``kv_tokens`` KV tokens."""
         return self.table._scalar_time(float(tokens), float(kv_tokens))
 
-    def _column(self, kv_tokens: float) -> Callable[[int], float]:
-        """The table's times at ``kv_tokens`` KV tokens, by batch grid index (linear in KV)."""
+    def _column_parts(self, kv_tokens: float) -> tuple[list[float], list[float], float]:
+        """The two KV grid columns around ``kv_tokens`` and its place between them: the time
+        at batch grid index ``i`` is ``lo[i] + ty * (hi[i] - lo[i])``."""
         ys = self._ys_list
         j = min(max(bisect_right(ys, kv_tokens) - 1, 0), len(ys) - 2)
         ty = (kv_tokens - ys[j]) / (ys[j + 1] - ys[j])
-        lo_col, hi_col = self._cols[j], self._cols[j + 1]
+        return self._cols[j], self._cols[j + 1], ty
+
+    def _column(self, kv_tokens: float) -> Callable[[int], float]:
+        """The table's times at ``kv_tokens`` KV tokens, by batch grid index (linear in KV)."""
+        lo_col, hi_col, ty = self._column_parts(kv_tokens)
 
         def at(i: int) -> float:
             return lo_col[i] + ty * (hi_col[i] - lo_col[i])
 
         return at
 
-    def _segment(
-        self, at: Callable[[int], float], cost: Callable[[float], float], budget_s: float
-    ) -> int:
-        """Index ``lo`` of the grid segment where ``at(i) + cost(xs[i])`` (non-decreasing)
-        crosses ``budget_s`` (the last segment when it never does), or -1 when even the first
-        grid point is over it."""
-        xs = self._xs_list
-
-        def fits(i: int) -> bool:
-            return at(i) + cost(xs[i]) <= budget_s
-
+    def _segment(self, fits: Callable[[int], bool]) -> int:
+        """Index ``lo`` of the grid segment where ``fits`` (true up to a batch grid index, then
+        false) turns false (the last segment when it never does), or -1 when even the first
+        grid point does not fit."""
         if not fits(0):
             return -1
-        last = len(xs) - 1
+        last = len(self._xs_list) - 1
         if fits(last):
             return last - 1  # extrapolate the last segment
         return _last_fitting(0, last, fits)
@@ -217,7 +215,7 @@ class Profile:
 
     def _max_tokens_at(self, kv_tokens: float, budget_s: float) -> int:
         at = self._column(kv_tokens)
-        lo = self._segment(at, _no_cost, budget_s)
+        lo = self._segment(lambda i: at(i) <= budget_s)
         if lo < 0:
             return 0
         xs = self._xs_list
@@ -243,11 +241,26 @@ class Profile:
         def cost(x: float) -> float:
             return attention_s * chunk_attention_work(int(x) - batch, longest) if x > batch else 0.0
 
-        at = self._column(kv_tokens)
-        lo = self._segment(at, cost, budget_s)
+        xs = self._xs_list
+        lo_col, hi_col, ty = self._column_parts(kv_tokens)
+
+        def fits(i: int) -> bool:  # at(i) + cost(xs[i]) <= budget_s, the same operations
+            x = xs[i]
+            return (
+                lo_col[i]
+                + ty * (hi_col[i] - lo_col[i])
+                + (
+                    attention_s * chunk_attention_work(int(x) - batch, longest)
+                    if x > batch
+                    else 0.0
+                )
+                <= budget_s
+            )
+
+        lo = self._segment(fits)
         if lo < 0:
             return -batch
-        xs = self._xs_list
+        at = self._column(kv_tokens)
         t0 = at(lo)
         slope = (at(lo + 1) - t0) / (xs[lo + 1] - xs[lo])
         x_lo = int(xs[lo])
@@ -275,10 +288,6 @@ def _remember(memo: dict[Any, Any], key: Any, value: Any, limit: int) -> None:
     memo[key] = value
 
 
-def _no_cost(x: float) -> float:
-    return 0.0
-
-
 def _last_fitting(lo: int, hi: int, fits: Callable[[int], bool]) -> int:
     """The largest ``x`` in ``[lo, hi]`` with ``fits(x)`` (non-increasing in ``x``), given
     ``fits(lo)``: bisection, ``hi`` itself checked last."""
@@ -304,7 +313,10 @@ def chunk_attention_work(chunk: int, longest: int) -> float:
     docs/polyserve.md ("Co-located admission with prefill attention")."""
     if chunk <= 0:
         return 0.0
-    whole, rest = divmod(int(chunk), int(longest))
+    chunk, longest = int(chunk), int(longest)
+    if chunk < longest:  # no whole prompt: the sum below is 0.0 + this term, the same float
+        return chunk * (2 * longest - chunk + 1) / 2.0
+    whole, rest = divmod(chunk, longest)
     return whole * longest * (longest + 1) / 2.0 + rest * (2 * longest - rest + 1) / 2.0
 
 
@@ -323,12 +335,14 @@ def kv_peak(contexts: np.ndarray, remaining: np.ndarray) -> float:
     n = len(contexts)
     if n == 0:
         return 0.0
-    order = np.argsort(remaining, kind="stable")
+    # the arrays' own methods and the ufunc's reduce: what np.argsort, np.cumsum and np.max
+    # call, without their Python wrappers (this runs at every co-located admission check)
+    order = remaining.argsort(kind="stable")
     rem = remaining[order]
     ctx = contexts[order]
-    suffix = np.cumsum(ctx[::-1])[::-1]
+    suffix = ctx[::-1].cumsum()[::-1]
     alive = n - np.arange(n)
-    return float(np.max(suffix + alive * (rem - 1.0)))
+    return float(np.maximum.reduce(suffix + alive * (rem - 1.0)))
 
 
 def prefill_attention_s(timing: TimingModel) -> float:
@@ -755,13 +769,14 @@ class PolyServeController:
         by_tier = self._ranked(servers) if ranked is None else ranked
         late = self._late(r, now)
         all_full = True
+        admit = self._admit
         for t in self._tries[j]:
             ks = by_tier.get(t)
             if not ks:
                 continue
             tau = self._tier_taus[t]
             for k in ks:
-                code = self._admit(servers[k], r, tau, late, now)
+                code = admit(servers[k], r, tau, late, now)
                 if code == _ADMIT:
                     sid = servers[k].id
                     self.placed[sid] = self.placed.get(sid, 0) + 1
@@ -978,7 +993,8 @@ class PolyServeController:
         decode_s = self.profile.time(b, kv_now)
         if decode_s > tau_s:
             return _FULL
-        deadline = self.req.arrival[r] + self.req.ttft[r]
+        first = self._first_deadline  # arrival + TTFT of every request
+        deadline = first[r]
         free_at = s.free_at_s
         if not late:
             # cheap necessary check: the chunk is at most the one the current KV allows and
@@ -996,11 +1012,12 @@ class PolyServeController:
         ahead, behind = 0, []
         longest, work = int(p), 0.0
         charged = self.attention_s > 0
+        now = s.now
         for q in s.prefilling + s.waiting:
-            dq = self.req.arrival[q] + self.req.ttft[q]
+            dq = first[q]
             left = s.remaining_prefill(q)
             done = s.kv_held(q) - s.generated(q) if charged else 0
-            if dq <= deadline or dq < s.now:
+            if dq <= deadline or dq < now:
                 ahead += left
                 if charged:
                     longest = max(longest, done + left)
@@ -1150,7 +1167,9 @@ class PolyServeController:
         else:
             code = self._admit_empty(s, r, tau_s, late)
         if code != _ADMIT:
-            self._refused.setdefault(r, {})[sid] = (departed, now, code)
+            if seen is None:  # nothing in between touches the memory: seen is r's entry
+                seen = self._refused[r] = {}
+            seen[sid] = (departed, now, code)
         return code
 
     # -- scaling ----------------------------------------------------------------------------------
