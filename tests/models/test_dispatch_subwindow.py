@@ -78,10 +78,8 @@ def test_whole_window_subwindow_equals_the_proved_optimum(inst):
     assert DispatchScale(inst).evaluate(schedule) == pytest.approx(found.value, abs=1e-9)
 
 
-def test_a_late_request_moved_to_the_idle_worker_by_hand():
-    """Two 50-token prompts at 0 with a 0.07 s TTFT, both on worker 0, worker 1 idle: one
-    prefill takes 0.010 + 0.050 = 0.060 s, so the second ends at 0.120 and misses; freed
-    over both workers, the second goes to worker 1 and both meet."""
+def two_prompts_on_one_worker() -> tuple[ScaleWindow, list[SubLife]]:
+    """Two 50-token prompts at 0 with a 0.07 s TTFT, both on worker 0, worker 1 idle."""
     inst = window(
         [0.0, 0.0],
         [50, 50],
@@ -94,6 +92,14 @@ def test_a_late_request_moved_to_the_idle_worker_by_hand():
     )
     data = ScaleWindow.of(inst)
     lives = [SubLife(0.0, 0.0, (((0,), ()), ((1,), ()))), SubLife(0.0, 0.0, ())]
+    return data, lives
+
+
+def test_a_late_request_moved_to_the_idle_worker_by_hand():
+    """Two 50-token prompts at 0 with a 0.07 s TTFT, both on worker 0, worker 1 idle: one
+    prefill takes 0.010 + 0.050 = 0.060 s, so the second ends at 0.120 and misses; freed
+    over both workers, the second goes to worker 1 and both meet."""
+    data, lives = two_prompts_on_one_worker()
     # before: 1 met of 2, worker 0 on 0.120 s: 0.5 - 0.5 x 0.120 = 0.44
     assert life_value(data, lives[0])[0] == pytest.approx(0.44, abs=1e-12)
     found = solve_subwindow(data, lives, [1], 0.0, math.inf, time_limit=10.0)
@@ -106,18 +112,7 @@ def test_a_late_request_moved_to_the_idle_worker_by_hand():
 def test_the_transition_cap_is_work_not_time():
     """The hand case above: under a cap below the transitions its program needs the solve
     gives nothing (UNKNOWN, however long it may take); at the cap it needs, the optimum."""
-    inst = window(
-        [0.0, 0.0],
-        [50, 50],
-        [1, 1],
-        [0.07, 0.07],
-        [0.05, 0.05],
-        servers=2,
-        max_servers=2,
-        weight=0.5,
-    )
-    data = ScaleWindow.of(inst)
-    lives = [SubLife(0.0, 0.0, (((0,), ()), ((1,), ()))), SubLife(0.0, 0.0, ())]
+    data, lives = two_prompts_on_one_worker()
     needed = next(
         cap
         for cap in range(1, 1000)
