@@ -55,6 +55,7 @@ from slolab.models.dispatch_scale import (
     DispatchScale,
     ScaleDecision,
     ScaleWindow,
+    _starts,
     _timeline,
     decision_schedule,
 )
@@ -1183,15 +1184,6 @@ def _exact_move(
         members = tuple(sorted({q for p, dec in comps for q in (*p, *dec)}))
         out.append(_scored(d, _Worker(members, workers[i].slot, comps, 0, 0.0)))
     return idx, out
-
-
-def _starts(d: ScaleWindow, comps: Sequence[Composition], ready_s: float) -> list[float]:
-    """Start of each of a worker's iterations, each as early as the engine starts it."""
-    ends = _timeline(d, comps, ready_s)
-    return [
-        max([ends[k - 1] if k else ready_s] + [float(d.arrival_s[r]) for r in prefill])
-        for k, (prefill, _) in enumerate(comps)
-    ]
 
 
 def _best_relocation(state: _State, r: int) -> tuple[list[int], list[_Worker]] | None:

@@ -321,6 +321,23 @@ def _timeline(data: ScaleWindow, comps: Sequence[Composition], ready_s: float) -
     return ends
 
 
+def _starts(
+    data: ScaleWindow,
+    comps: Sequence[Composition],
+    ready_s: float,
+    ends: Sequence[float] | None = None,
+) -> list[float]:
+    """Start of each iteration, every one as early as the engine starts it (the latest of the
+    previous end and its prompts' arrivals); ``ends``: :func:`_timeline` of the same, when the
+    caller has it."""
+    if ends is None:
+        ends = _timeline(data, comps, ready_s)
+    return [
+        max([ends[k - 1] if k else ready_s] + [float(data.arrival_s[r]) for r in prefill])
+        for k, (prefill, _) in enumerate(comps)
+    ]
+
+
 def decision_schedule(data: ScaleWindow, decision: ScaleDecision) -> Schedule:
     """The replayable :class:`Schedule` (with its :class:`ScalePlan`) of a decision.
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from slolab.models.dispatch_lns import _score
-from slolab.models.dispatch_scale import Composition, ScaleWindow, _timeline
+from slolab.models.dispatch_scale import Composition, ScaleWindow, _starts, _timeline
 from slolab.sim.metrics import ON_TIME_TOLERANCE_S
 from slolab.solvers.base import Status
 
@@ -90,20 +90,11 @@ def _span(data: ScaleWindow, life: SubLife, start_s: float, end_s: float) -> tup
     ``[start_s, end_s)``; the clock is the end of the iteration before (its ready time when
     none)."""
     ends = _timeline(data, life.comps, life.ready_s)
-    first = past = len(life.comps)
-    clock = life.ready_s
-    prev = life.ready_s
-    for k, (prefill, _) in enumerate(life.comps):
-        start = max([prev] + [float(data.arrival_s[r]) for r in prefill])
-        if start >= start_s and first == len(life.comps):
-            first, clock = k, prev
-        if start >= end_s:
-            past = k
-            break
-        prev = ends[k]
-    if first == len(life.comps):
-        clock = prev
-    return first, max(past, first), clock
+    starts = _starts(data, life.comps, life.ready_s, ends)
+    n = len(starts)
+    first = next((k for k in range(n) if starts[k] >= start_s), n)
+    past = next((k for k in range(first, n) if starts[k] >= end_s), n)
+    return first, past, ends[first - 1] if first else life.ready_s
 
 
 def _finals(
