@@ -1301,16 +1301,18 @@ class PolyServeController:
         and every ``_TOO_LATE`` refusal of that dispatch must have been asked afresh (one
         remembered from an earlier moment may have been given on a server that has changed
         since). While the servers do not change (the engine bounds the span by every server
-        event, iteration boundary, arrival and plan action), every later tick asks the same
-        servers about the same requests and gets the same answers: a busy server's answer
-        reads its free time, queue and KV, which stay put; an empty server's free time is the
-        tick's time, and a deadline refusal there stays one as it grows; ``_FULL`` answers
-        come from memory. That holds until the first of: the next scale-down check, a held
-        request's first-token deadline (it turns late, and the dispatch order changes, at the
-        first tick after it), and a prompt queued on a busy server reaching its first-token
-        deadline (the admission counts it ahead of every request from then on). Each bound
-        is returned as the first float above it where the ticks may reach it: a tick at the
-        deadline itself still sees the request on time."""
+        event, arrival, plan action and KV transfer), every later tick asks the same servers
+        about the same requests and gets the same answers: a busy server's answer reads its
+        free time, queue and KV, which stay put but inside a fast-forwarded decode window,
+        where they move at its next iteration end (its free time); an empty server's free
+        time is the tick's time, and a deadline refusal there stays one as it grows; ``_FULL``
+        answers come from memory. That holds until the first of: the next scale-down check, a
+        held request's first-token deadline (it turns late, and the dispatch order changes, at
+        the first tick after it), and for each server that refused on the deadline, its free
+        time if busy and each prompt queued there reaching its first-token deadline (the
+        admission counts it ahead of every request from then on). A deadline bound is returned
+        as the next float above it: a tick at the deadline itself still sees it unpassed
+        (docs/planning.md, "Held ticks passed over")."""
         now = cluster.now
         if (
             not self.skip_held_ticks
