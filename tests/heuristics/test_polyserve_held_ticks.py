@@ -105,9 +105,9 @@ def test_sparse_runs_holding_requests_on_time_and_late_are_the_same(seed):
 
 
 def test_runs_with_pending_servers_and_scale_down_checks_are_the_same():
-    """120 Mooncake requests at 2 req/s under the scaler (servers switched on and drained,
+    """80 Mooncake requests at 2 req/s under the scaler (servers switched on and drained,
     servers put on the pending list at scale-down checks): the same run, ticks passed."""
-    base = mooncake(2.0, 120)
+    base = mooncake(2.0, 80)
     _, skipped = both(base)
     assert skipped.pending_seen > 0 and skipped.passed > 0
 
