@@ -531,6 +531,10 @@ class PolyServeController:
         self.params = params or PolyServeParams()
         self.interval_s = self.params.tick_s
         self.decode_router = _DecodeSide(self)
+        # let the engine pass over ticks that would repeat the last one exactly while requests
+        # are held (held_quiet_until, pass_held_ticks; the same run either way): on in the
+        # registered scheduler (polyserve_scheduler); off, every such tick runs
+        self.skip_held_ticks = False
 
     # -- life -----------------------------------------------------------------------------------
     def start(self, instance: Instance, seed: int) -> None:
@@ -581,6 +585,15 @@ class PolyServeController:
         self._refused: dict[int, dict[int, tuple[int, float, int]]] = {}
         # held requests every usable server refused with _FULL, and the signature then
         self._full_at: dict[int, tuple[tuple[int, int], ...]] = {}
+        # the last tick, as held_quiet_until reads it: when its decide ran changing nothing it
+        # decides by (-inf: it changed something), when the last dispatch ran, the routing
+        # decisions that dispatch counted, the (request, server id) pairs it refused _TOO_LATE
+        # afresh, and how many _TOO_LATE refusals it answered from an earlier moment's memory
+        self._decided_quiet_at = -math.inf
+        self._dispatched_at = -math.inf
+        self._dispatch_decisions = 0
+        self._fresh_late: list[tuple[int, int]] = []
+        self._late_hits = 0
         self.decisions = 0
         self.decision_s = 0.0
         # each request's first routing decision (s): at the entry router, and disaggregated also
@@ -685,6 +698,10 @@ class PolyServeController:
         self, held: Sequence[int], servers: Sequence[Server], now: float
     ) -> list[tuple[int, int]]:
         t0 = time.perf_counter()
+        self._dispatched_at = now
+        self._fresh_late = []
+        self._late_hits = 0
+        decisions = self.decisions
         self._held_tiers = queues = self._synced(held, self._held_tiers)
         placed: list[tuple[int, int]] = []
         # loads change only once the engine places the pairs: one look at the servers serves
@@ -714,6 +731,7 @@ class PolyServeController:
                 signature = self._signature(j, servers, usable)
             queue.remove(taken)
             self.unplaced[j] = self.held_count[j] > 0
+        self._dispatch_decisions = self.decisions - decisions
         self.decision_s += time.perf_counter() - t0
         return placed
 
@@ -1158,8 +1176,12 @@ class PolyServeController:
         seen = self._refused.get(r)
         if seen is not None and sid in seen:
             at_departed, at_s, reason = seen[sid]
-            if at_departed == departed and (reason == _FULL or now < at_s + self.params.tick_s):
-                return reason
+            if at_departed == departed:
+                if reason == _FULL:
+                    return reason
+                if now < at_s + self.params.tick_s:
+                    self._late_hits += 1
+                    return reason
         if s.role != "mixed":
             code = self._admit_decode(s, r, tau_s, late)
         elif load:
@@ -1170,6 +1192,8 @@ class PolyServeController:
             if seen is None:  # nothing in between touches the memory: seen is r's entry
                 seen = self._refused[r] = {}
             seen[sid] = (departed, now, code)
+            if code == _TOO_LATE:
+                self._fresh_late.append((r, sid))
         return code
 
     # -- scaling ----------------------------------------------------------------------------------
@@ -1181,12 +1205,14 @@ class PolyServeController:
         now = cluster.now
         live = {s.id: s for s in cluster.servers}
         self._sync(cluster)
+        pending = len(self.pending)
         for sid in sorted(self.pending):
             # an empty pending server runs no other tier's request any more: it serves its own
             # tier again while that tier holds requests (else the scale-down check drains it)
             s = live[sid]
             if s.load == 0 and self.held_count[self.tier_of_pool[s.pool]] > 0:
                 self.pending.discard(sid)
+        quiet = len(self.pending) == pending
         actions: list[ScaleAction] = []
         reclaimed: list[ScaleAction] = []  # at most one prefill server reclaimed per tick
         on = len(cluster.servers)
@@ -1222,10 +1248,12 @@ class PolyServeController:
                 on += 1
             self.unplaced_prefill = False
         if now >= self.next_scale_down:
+            quiet = False
             self.next_scale_down = now + self.params.scale_down_s
             # a server reclaimed or handed over this tick is already draining: not drained twice
             drained = {a.server for a in actions if a.kind == "drain"}
             actions += [a for a in self._scale_down(live) if a.server not in drained]
+        self._decided_quiet_at = now if quiet and not actions else -math.inf
         return actions
 
     def skip_idle_ticks(self, cluster: ClusterView, ticks: np.ndarray) -> bool:
@@ -1262,6 +1290,86 @@ class PolyServeController:
         if any(self.held_count) or self.held_prefill:
             return -math.inf
         return self.next_scale_down
+
+    def held_quiet_until(self, cluster: ClusterView) -> float:
+        """Until when every tick would repeat the one just run with requests held (the engine
+        may pass over those ticks, :class:`slolab.sim.scaling.Scaler`; co-located only, -inf
+        otherwise or with :attr:`skip_held_ticks` off).
+
+        The tick just run must have decided nothing and changed nothing it decides by (no
+        action, no pending server released, no scale-down check), its dispatch placed nothing,
+        and every ``_TOO_LATE`` refusal of that dispatch must have been asked afresh (one
+        remembered from an earlier moment may have been given on a server that has changed
+        since). While the servers do not change (the engine bounds the span by every server
+        event, arrival, plan action and KV transfer), every later tick asks the same servers
+        about the same requests and gets the same answers: a busy server's answer reads its
+        free time, queue and KV, which stay put but inside a fast-forwarded decode window,
+        where they move at its next iteration end (its free time); an empty server's free
+        time is the tick's time, and a deadline refusal there stays one as it grows; ``_FULL``
+        answers come from memory. That holds until the first of: the next scale-down check, a
+        held request's first-token deadline (it turns late, and the dispatch order changes, at
+        the first tick after it), and for each server that refused on the deadline, its free
+        time if busy and each prompt queued there reaching its first-token deadline (the
+        admission counts it ahead of every request from then on). A deadline bound is returned
+        as the next float above it: a tick at the deadline itself still sees it unpassed
+        (docs/planning.md, "Held ticks passed over")."""
+        now = cluster.now
+        if (
+            not self.skip_held_ticks
+            or self.mode == "disaggregated"
+            or self._decided_quiet_at != now
+            or self._dispatched_at != now
+            or self._late_hits
+        ):
+            return -math.inf
+        until = self.next_scale_down
+        for queue in self._held_tiers:
+            entries = queue.entries
+            split = bisect_left(entries, (now,))  # the first still on time
+            if split < len(entries):
+                until = min(until, math.nextafter(entries[split][0], math.inf))
+        asked = {sid for _, sid in self._fresh_late}
+        first = self._first_deadline
+        for s in cluster.servers:
+            if s.id not in asked:
+                continue  # not asked, or its refusal is _FULL and comes from memory
+            if s.busy:
+                # the free time moves at the next iteration end (within a fast-forwarded decode
+                # window, with the KV in use, without a server event)
+                until = min(until, s.free_at_s)
+            if s.load:
+                for q in s.prefilling + s.waiting:
+                    if first[q] >= now:
+                        until = min(until, math.nextafter(first[q], math.inf))
+        return until
+
+    def pass_held_ticks(self, ticks: Sequence[float]) -> None:
+        """Account for the ticks at ``ticks`` (after the one :meth:`held_quiet_until` read, and
+        before the time it gave) as if each had run: each counts the routing decisions of the
+        last dispatch again, and each re-asks a ``_TOO_LATE`` refusal of that dispatch once it
+        is a tick old (:meth:`_admit`'s own comparison, ``now < at + tick_s`` answering from
+        memory), so every such memory entry ends with the time of its last re-ask."""
+        self.decisions += self._dispatch_decisions * len(ticks)
+        if not self._fresh_late:
+            return
+        times = list(ticks)
+        tick_s = self.params.tick_s
+        # each tick re-asks the entry the one before it wrote: from the first re-ask on, the
+        # last tick does (the usual case, tested on the times themselves); else step through
+        every = all(b >= a + tick_s for a, b in zip(times, times[1:], strict=False))
+        for r, sid in self._fresh_late:
+            seen = self._refused[r]
+            departed, at_s, code = seen[sid]
+            k = bisect_left(times, at_s + tick_s)
+            if k == len(times):
+                continue
+            if every:
+                at_s = times[-1]
+            else:
+                while k < len(times):
+                    at_s = times[k]
+                    k = bisect_left(times, at_s + tick_s, k + 1)
+            seen[sid] = (departed, at_s, code)
 
     def _idle_elsewhere(
         self, j: int, live: dict[int, Server], actions: list[ScaleAction]
@@ -1680,6 +1788,7 @@ def polyserve_scheduler(
         )
     inst = polyserve_cluster(instance, mode, fleet)
     controller = PolyServeController(params)
+    controller.skip_held_ticks = True
     return Scheduler(
         PolyServePolicy(controller),
         controller,

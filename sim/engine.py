@@ -91,6 +91,8 @@ _SC_PLAN, _SC_TICK = 0, 1
 _WINDOW_CHUNK = 128
 #: Scaler ticks offered at once to a scaler that passes idle ticks (``skip_idle_ticks``).
 _SKIP_BLOCK = 1 << 16
+#: Spans of fewer scaler ticks than this are summed one tick at a time (:meth:`Engine._ticks_before`).
+_SHORT_SPAN = 256
 #: Scaler ticks in a row with requests held, nothing running or starting, no scaling action and
 #: nothing placed, after which the scaler stops (the held requests stay unserved).
 STALLED_TICKS = 100
@@ -627,6 +629,7 @@ class Engine:
             self._push_scale(0.0, _SC_TICK, None)
         self._skip_idle = getattr(scaler, "skip_idle_ticks", None)
         self._quiet_until = getattr(scaler, "quiet_until", None)
+        self._held_quiet_until = getattr(scaler, "held_quiet_until", None)
         # quiet ticks passed over: the first of them, set by _skip_quiet_ticks; and while the
         # next tick is one after such a span, (that first tick, the next tick, its heap seq)
         self._quiet_from: float | None = None
@@ -1014,10 +1017,11 @@ class Engine:
         actions = self.scaler.decide(view)
         for a in actions:
             self._apply(a, "scaler")
+        unplaced = False
         if held:
             self._retry()
-            stalled = idle and not actions
-            stalled = stalled and len(self.held_entry) + len(self.held_decode) == held
+            unplaced = not actions and len(self.held_entry) + len(self.held_decode) == held
+            stalled = idle and unplaced
             self._stalled_ticks = self._stalled_ticks + 1 if stalled else 0
             if self._stalled_ticks >= STALLED_TICKS:
                 # nothing runs and nothing changes: the held requests stay unserved
@@ -1026,6 +1030,8 @@ class Engine:
         self._quiet_from = None
         if not actions and not held:
             nxt = self._skip_idle_ticks(view, nxt)
+        elif unplaced and not idle and self._held_quiet_until is not None:
+            nxt = self._skip_held_ticks(view, nxt)
         self._push_scale(nxt, _SC_TICK, None)
         if self._quiet_from is not None:
             self._quiet_tick = (self._quiet_from, nxt, self._seq)
@@ -1062,10 +1068,15 @@ class Engine:
         if not nxt < horizon < math.inf:
             return nxt  # nothing to skip, or nothing comes (the scaler stops at its next tick)
         first = nxt
-        for ticks, after in self._tick_blocks(nxt, horizon):
-            if not len(ticks) or not skip(view, ticks):
-                break
-            nxt = after
+        if horizon - nxt < _SHORT_SPAN * self.scaler.interval_s:  # type: ignore[union-attr]
+            ticks, after = self._ticks_before(nxt, horizon)
+            if ticks and skip(view, np.array(ticks)):
+                nxt = after
+        else:
+            for block, after in self._tick_blocks(nxt, horizon):
+                if not len(block) or not skip(view, block):
+                    break
+                nxt = after
         return self._skip_quiet_ticks(view, nxt) if nxt == first else nxt
 
     def _skip_quiet_ticks(self, view: ClusterView, nxt: float) -> float:
@@ -1082,17 +1093,47 @@ class Engine:
         quiet = self._quiet_until
         if quiet is None:
             return nxt
+        until = self._before_next_input(quiet(view))
+        if not nxt < until < math.inf:
+            return nxt
+        _, last = self._ticks_before(nxt, until)
+        self._quiet_from = nxt
+        return last
+
+    def _skip_held_ticks(self, view: ClusterView, nxt: float) -> float:
+        """The next scaler tick to run after a tick that held requests, acted on nothing and
+        placed none, the cluster not idle: ``nxt``, or with a scaler that says until when its
+        ticks would repeat that one exactly (``held_quiet_until``), the first tick at or after
+        that time, the next arrival, server event, plan action or KV transfer, whichever is
+        first. The scaler accounts for the ticks passed over (``pass_held_ticks``, given their
+        times) as if each had run.
+
+        No server joins, leaves or changes state before that moment but at those events; what
+        moves without an event (a server's free time and KV inside a fast-forwarded decode
+        window) the scaler's time accounts for. The engine's count of stalled ticks is
+        untouched: a cluster that is idle never passes ticks here."""
+        until = self._held_quiet_until(view)  # type: ignore[misc]
+        if not nxt < until:
+            return nxt
+        until = self._before_next_input(until)
+        if self._heap:
+            until = min(until, self._heap[0][0])
+        if not nxt < until < math.inf:
+            return nxt
+        ticks, last = self._ticks_before(nxt, until)
+        self.scaler.pass_held_ticks(ticks)  # type: ignore[union-attr]
+        return last
+
+    def _before_next_input(self, until: float) -> float:
+        """``until``, or the next arrival, plan action or KV transfer landing if earlier."""
         i = self._next_arrival
-        until = min(quiet(view), self.arrival_list[i] if i < self.n else math.inf)
+        if i < self.n:
+            until = min(until, self.arrival_list[i])
         if self._scale_heap:
             until = min(until, self._scale_heap[0][0])
         if self._transfers:
             until = min(until, self._transfers[0][0])
-        if not nxt < until < math.inf:
-            return nxt
-        *_, (_, last) = self._tick_blocks(nxt, until)
-        self._quiet_from = nxt
-        return last
+        return until
 
     def _tick_at_transfer(self, landing: float) -> None:
         """A KV transfer started now lands at ``landing``, inside a span of quiet ticks passed
@@ -1106,7 +1147,7 @@ class Engine:
             return
         first, _, seq = quiet
         if first < landing:
-            *_, (_, first) = self._tick_blocks(first, landing)
+            _, first = self._ticks_before(first, landing)
         if first >= quiet[1]:
             return
         heap = self._scale_heap
@@ -1114,6 +1155,23 @@ class Engine:
         heapq.heapify(heap)
         self._push_scale(first, _SC_TICK, None)
         self._quiet_tick = (quiet[0], first, self._seq)
+
+    def _ticks_before(self, nxt: float, until: float) -> tuple[list[float], float]:
+        """The scaler's tick times from ``nxt`` on before ``until`` (finite) and the first tick
+        at or after ``until``: the times of :meth:`_tick_blocks`, each the previous plus
+        ``interval_s``. A span of fewer than ``_SHORT_SPAN`` intervals is summed here one tick
+        at a time, the same float additions in the same order (``np.cumsum`` adds left to
+        right), without the cost of building arrays for a few ticks; a longer one is read from
+        :meth:`_tick_blocks`."""
+        step = self.scaler.interval_s  # type: ignore[union-attr]
+        if until - nxt < _SHORT_SPAN * step:
+            ticks = []
+            while nxt < until:
+                ticks.append(nxt)
+                nxt += step
+            return ticks, nxt
+        blocks = list(self._tick_blocks(nxt, until))
+        return [t for block, _ in blocks for t in block.tolist()], blocks[-1][1]
 
     def _tick_blocks(self, nxt: float, until: float) -> Iterator[tuple[np.ndarray, float]]:
         """The scaler's tick times from ``nxt`` on before ``until`` (finite), in blocks of at

@@ -231,6 +231,20 @@ class Scaler(Protocol):
     do, as long as no request is routed or held first (-inf: no such time). The engine then
     skips the ticks before that time, the next arrival, plan action or KV transfer. Only a
     scaler whose requests are held at arrivals alone may give one (PolyServe co-located).
+
+    Passing held ticks (optional). A scaler that routes held requests may define
+    ``held_quiet_until(cluster) -> float`` and ``pass_held_ticks(ticks)``. After a tick with
+    requests held that returned no action and placed none, the cluster not idle, the engine
+    asks ``held_quiet_until`` for a time before which every tick would repeat that one
+    exactly (the same answers, nothing placed, no action), provided no server event, arrival,
+    plan action or KV transfer comes first (the engine bounds the span by those); inside a
+    fast-forwarded decode window a server's ``free_at_s`` and ``kv_used_tokens`` move at each
+    iteration end without an event, so the time must also come before the next such change of
+    any server whose answer it relies on (-inf: no such time). The engine then passes the
+    tick times before it (a list, each the previous plus ``interval_s``) to
+    ``pass_held_ticks``, which updates the scaler's state as those ticks would have, and skips
+    them. PolyServe's co-located controller defines them (its registered scheduler turns them
+    on).
     """
 
     interval_s: float
