@@ -96,8 +96,8 @@ PREFILL_POOL = "prefill"
 _ADMIT, _FULL, _TOO_LATE = 0, 1, 2
 #: Entries a memo of the profile's answers (tokens, chunks) holds before it starts afresh.
 MEMO_ENTRIES = 1 << 16
-#: Entries the memo of KV peaks holds (each keyed on a server's contexts, so kept smaller).
-PEAK_MEMO_ENTRIES = 1 << 12
+#: Integer-valued float sums below this are exact in any order (every partial sum is exact).
+_EXACT_INTEGERS = 1 << 52
 
 
 def tier_pool(tpot_s: float) -> str:
@@ -345,6 +345,50 @@ def kv_peak(contexts: np.ndarray, remaining: np.ndarray) -> float:
     return float(np.maximum.reduce(suffix + alive * (rem - 1.0)))
 
 
+class KvPeakBase:
+    """:func:`kv_peak` of a fixed set of requests with one more request added, for many
+    candidate additions: the fixed set is sorted once.
+
+    In :func:`kv_peak`'s sorted order, requests with equal remaining steps leave together, and
+    the first of such a group has the largest suffix sum and the most requests left, so the
+    peak is the largest over the groups ``v`` of ``S(v) + N(v) (v - 1)``, with ``S(v)`` the
+    contexts and ``N(v)`` the count of the requests with ``remaining >= v``. An added request
+    with at least every other's remaining steps (a newcomer has emitted the fewest tokens)
+    adds its context to every ``S(v)`` and one to every ``N(v)``, and a group of its own when
+    its remaining steps exceed them all. The contexts are integers, so the suffix sums are
+    exact whatever their order, and every group's value is the same float operations as in
+    :func:`kv_peak`: :meth:`with_one` returns the same float (proof in docs/polyserve.md,
+    "Admission inputs kept per server state"). Fewer remaining steps than the fixed set's
+    largest: :func:`kv_peak` on the joined arrays.
+    """
+
+    __slots__ = ("contexts", "remaining", "top", "suffix", "steps")
+
+    def __init__(self, contexts: np.ndarray, remaining: np.ndarray) -> None:
+        self.contexts = contexts
+        self.remaining = remaining
+        n = len(contexts)
+        order = remaining.argsort(kind="stable")
+        rem = remaining[order]
+        first = np.ones(n, dtype=bool)  # the first request of each group of equal steps
+        np.not_equal(rem[1:], rem[:-1], out=first[1:])
+        self.top = float(rem[-1]) if n else -math.inf
+        self.suffix = contexts[order][::-1].cumsum()[::-1][first]
+        # (requests left, the added one included) x (steps - 1), as kv_peak multiplies them
+        self.steps = (n + 1 - np.flatnonzero(first)) * (rem[first] - 1.0)
+
+    def with_one(self, context: float, remaining: float) -> float:
+        """:func:`kv_peak` of the fixed set and one request of ``context`` tokens and
+        ``remaining`` steps, to the bit."""
+        if remaining < self.top:
+            return kv_peak(np.append(self.contexts, context), np.append(self.remaining, remaining))
+        alone = context + (remaining - 1.0)  # the added request's own group: 1 x (steps - 1)
+        if not len(self.suffix):
+            return alone
+        peak = float(np.maximum.reduce(self.suffix + context + self.steps))
+        return max(peak, alone) if remaining > self.top else peak
+
+
 def prefill_attention_s(timing: TimingModel) -> float:
     """Seconds an iteration pays per unit of prefill attention work under ``timing``: the
     largest coefficient among its affine lines (:func:`slolab.timing.timing_lines`), else the
@@ -462,6 +506,61 @@ class _Requests:
 
 
 # -- the controller ---------------------------------------------------------------------------------
+
+
+class _QueuedPrompts:
+    """The prompts queued on a co-located server (prefilling and waiting) as the admission
+    reads them, for one server state: ``(first-token deadline, tokens left, tokens done)``
+    sorted, and over each prefix of that order the tokens left, the longest prompt and the
+    prefill attention work. The prompts ahead of a request are such a prefix (those due by its
+    deadline, or before now when that is later), so each check bisects instead of walking the
+    queue.
+
+    The work of a prompt, ``left (done + (left + 1) / 2)``, is an integer (``left (left + 1)``
+    is even), kept as one: while every sum of them stays below ``_EXACT_INTEGERS`` the float
+    sum the admission formed in queue order is exact, so it equals the integer sum in any
+    order (docs/polyserve.md, "Admission inputs kept per server state"); beyond, it is
+    formed as before."""
+
+    __slots__ = ("in_order", "rows", "deadlines", "ahead", "longest", "work", "headroom")
+
+    def __init__(self, rows: list[tuple[float, int, int]]) -> None:
+        self.in_order = rows
+        self.rows = sorted(rows)
+        self.deadlines = [dq for dq, _, _ in self.rows]
+        self.ahead = ahead = [0]
+        self.longest = longest = [0]
+        self.work = work = [0]
+        for _, left, done in self.rows:
+            ahead.append(ahead[-1] + left)
+            longest.append(max(longest[-1], done + left))
+            work.append(work[-1] + left * done + left * (left + 1) // 2)
+        # how much more integer work (the request's own) keeps every float step exact
+        self.headroom = _EXACT_INTEGERS - work[-1] if longest[-1] < _EXACT_INTEGERS else 0
+
+    def ahead_of(
+        self, deadline: float, now: float, prompt: int, charged: bool
+    ) -> tuple[int, int, int, float]:
+        """For a request of ``prompt`` tokens due at ``deadline``: how many rows are ahead of
+        it (those due by its deadline, and those due before ``now``, late already, which the
+        server prefills first), their tokens left, the longest prompt (the request's own
+        included) and their attention work; with ``charged`` false the longest is the
+        request's prompt and the work 0.0, as when prefill attention is not charged."""
+        i = (
+            bisect_left(self.deadlines, now)
+            if now > deadline
+            else bisect_right(self.deadlines, deadline)
+        )
+        if not charged:
+            return i, self.ahead[i], prompt, 0.0
+        if prompt * (prompt + 1) // 2 < self.headroom:
+            work = float(self.work[i])
+        else:
+            work = 0.0
+            for dq, left, done in self.in_order:
+                if dq <= deadline or dq < now:
+                    work += left * (done + (left + 1) / 2.0)
+        return i, self.ahead[i], max(prompt, self.longest[i]), work
 
 
 class _HeldQueue:
@@ -592,8 +691,10 @@ class PolyServeController:
         self._predicted_end = math.nan
         # co-located prefill chunks by (KV peak, TPOT, decode batch, longest prompt)
         self._chunks: dict[tuple[float, float, int, int], int] = {}
-        # KV peaks by the contexts and emitted tokens they are predicted from
-        self._peaks: dict[tuple[bytes, bytes], float] = {}
+        # per server id, what the admission reads of it, with the server state read at
+        # (Server._state_key): its KV-peak base and (co-located) its queued prompts
+        self._bases: dict[int, tuple[tuple[object, ...], KvPeakBase]] = {}
+        self._queues: dict[int, tuple[tuple[object, ...], _QueuedPrompts]] = {}
         # the admission's parts on a server with no request, by (request, TPOT, late, KV used)
         self._empty: dict[tuple[int, float, bool, int], tuple[int, float, int, float, float, float]]
         self._empty = {}
@@ -907,34 +1008,47 @@ class PolyServeController:
         )
 
     # -- admission ----------------------------------------------------------------------------------
-    def _peak_with(self, s: Server, context: float, generated: float) -> tuple[float, int]:
+    def _peak_with(self, s: Server, context: float, generated: float) -> float:
         """Predicted KV peak of ``s`` with one more request (``context`` tokens, ``generated``
-        emitted) and the batch it makes; every request's output is predicted as ``d_hat``.
+        emitted); every request's output is predicted as ``d_hat``.
 
         Decoding requests count at their KV, queued and prefilling ones at their prompt plus
-        what they emitted (their whole prompt will be resident). Remembered by those contexts
-        and emitted tokens, in order (the whole input of :func:`kv_peak`): a held request asks
-        a server again at every tick, and the contexts change only as iterations end and
-        requests join or leave."""
+        what they emitted (their whole prompt will be resident). The server's part is read
+        once per server state (:meth:`_peak_base`)."""
+        return self._peak_base(s).with_one(context, max(self.d_hat - generated, 1.0))
+
+    def _peak_base(self, s: Server) -> KvPeakBase:
+        """The server's requests as :func:`kv_peak` reads them (contexts, and remaining steps
+        ``max(d_hat - emitted, 1)``), kept while the server's state is unchanged."""
+        key = s._state_key
+        got = self._bases.get(s.id)
+        if got is not None and got[0] == key:
+            return got[1]
         dec = s.decoding_ids()
-        rest = s.waiting + s.prefilling
-        ctx = np.empty(len(dec) + len(rest) + 1)
-        gen = np.empty(len(ctx))
-        n = len(dec)
-        ctx[:n] = s.kv_held_of(dec)
-        gen[:n] = s.generated_of(dec)
-        for i, q in enumerate(rest, start=n):
-            g = s.generated(q)
-            ctx[i] = s.prompt(q) + g
-            gen[i] = g
-        ctx[-1] = context
-        gen[-1] = generated
-        key = (ctx.tobytes(), gen.tobytes())
-        peak = self._peaks.get(key)
-        if peak is None:
-            peak = kv_peak(ctx, np.maximum(self.d_hat - gen, 1.0))
-            _remember(self._peaks, key, peak, PEAK_MEMO_ENTRIES)
-        return peak, len(ctx)
+        rest = np.array(s.waiting + s.prefilling, dtype=np.int64)
+        gen_rest = s.generated_of(rest)
+        ctx = np.concatenate([s.kv_held_of(dec), s.prompt_of(rest) + gen_rest]).astype(float)
+        gen = np.concatenate([s.generated_of(dec), gen_rest]).astype(float)
+        base = KvPeakBase(ctx, np.maximum(self.d_hat - gen, 1.0))
+        self._bases[s.id] = (key, base)
+        return base
+
+    def _queued_prompts(self, s: Server) -> _QueuedPrompts:
+        """The server's queued prompts as the co-located admission reads them (tokens done
+        only when prefill attention is charged), kept while the server's state is unchanged."""
+        key = s._state_key
+        got = self._queues.get(s.id)
+        if got is not None and got[0] == key:
+            return got[1]
+        first = self._first_deadline
+        charged = self.attention_s > 0
+        rows = []
+        for q in s.prefilling + s.waiting:
+            done = s.kv_held(q) - s.generated(q) if charged else 0
+            rows.append((first[q], s.remaining_prefill(q), done))
+        queue = _QueuedPrompts(rows)
+        self._queues[s.id] = (key, queue)
+        return queue
 
     def admit_decode(self, s: Server, r: int, tau_s: float, late: bool = False) -> bool:
         """Disaggregated decode admission (Sec. 4.5-4.6): with ``r`` the server's predicted peak
@@ -951,7 +1065,7 @@ class PolyServeController:
         kv_now = s.kv_used_tokens + sum(s.kv_held(q) for q in s.waiting) + p + 1
         if self.profile.time(b, kv_now) > tau_s or kv_now > self.kv_admit:
             return _FULL  # cheap necessary check: the peak is at least the current KV
-        peak, _ = self._peak_with(s, p + 1.0, 1.0)
+        peak = self._peak_with(s, p + 1.0, 1.0)
         if peak > self.kv_admit or self.profile.time(b, peak) > tau_s:
             return _FULL
         if late:
@@ -1009,25 +1123,13 @@ class PolyServeController:
         # with prefill attention charged, the longest of them (its last chunk pays the most)
         # and their attention work (c (prefix + (c + 1) / 2) summed over chunks: the same
         # however they are chunked, slolab.timing.base.prefill_attention_work)
-        ahead, behind = 0, []
-        longest, work = int(p), 0.0
+        # (read once per server state, _QueuedPrompts)
+        queue = self._queued_prompts(s)
         charged = self.attention_s > 0
-        now = s.now
-        for q in s.prefilling + s.waiting:
-            dq = first[q]
-            left = s.remaining_prefill(q)
-            done = s.kv_held(q) - s.generated(q) if charged else 0
-            if dq <= deadline or dq < now:
-                ahead += left
-                if charged:
-                    longest = max(longest, done + left)
-                    work += left * (done + (left + 1) / 2.0)
-            else:
-                behind.append((dq, left, done))
-        queued = ahead
+        i, queued, longest, work = queue.ahead_of(deadline, s.now, int(p), charged)
         if not late and free_at + math.ceil((queued + p) / most) * decode_s > deadline:
             return _TOO_LATE
-        peak, _ = self._peak_with(s, p, 0.0)
+        peak = self._peak_with(s, p, 0.0)
         if peak > self.kv_admit:
             return _FULL
         chunk = self._prefill_chunk(peak, tau_s, b, longest)
@@ -1043,7 +1145,7 @@ class PolyServeController:
         if end > deadline:
             return _TOO_LATE
         self._predicted_end = end
-        for dq, left, done in sorted(behind):  # r must not make a later-deadline prompt late
+        for dq, left, done in queue.rows[i:]:  # r must not make a later-deadline prompt late
             if charged:
                 if done + left > longest:  # a longer prompt: smaller chunks from here on
                     longest = done + left
@@ -1111,7 +1213,7 @@ class PolyServeController:
             if most < 1:
                 return full
             alone_s = math.ceil(p / most) * decode_s
-        peak, _ = self._peak_with(s, p, 0.0)
+        peak = self._peak_with(s, p, 0.0)
         if peak > self.kv_admit:
             return _ADMIT, alone_s, _FULL, 0.0, 0.0, deadline
         chunk = self._prefill_chunk(peak, tau_s, 1, int(p))
