@@ -168,6 +168,18 @@ class Profile:
         self._ys_list = self.table.kv_tokens.tolist()
         self._cols = self.table.times_s.T.tolist()  # one list of times per KV grid point
         self._max_tokens: dict[tuple[float, float], int] = {}
+        # a read between two KV grid points never falls along the batch grid: at each step
+        # the lower point's time stays put and the upper's does not fall, or both rise by
+        # more than the read's rounding can undo (docs/polyserve.md, "The chunk search")
+        times = self.table.times_s
+        steps = np.diff(times, axis=0)
+        lower, upper = steps[:, :-1], steps[:, 1:]
+        clear = 16 * np.finfo(float).eps * float(np.abs(times).max())
+        self._rising = bool(
+            (((lower == 0) & (upper >= 0)) | ((lower > clear) & (upper > clear))).all()
+        )
+        # the chunk search's last answer (segment, tokens) by (batch, longest, budget)
+        self._chunk_guess: dict[tuple[int, int, float], tuple[int, int]] = {}
 
     def time(self, tokens: float, kv_tokens: float) -> float:
         """Predicted iteration time (s) of ``tokens`` tokens reading ``kv_tokens`` KV tokens."""
@@ -257,7 +269,17 @@ class Profile:
                 <= budget_s
             )
 
-        lo = self._segment(fits)
+        # with the grid's times rising at this KV, fits and the segment's line below are
+        # monotone: the answer of the last call alike, when it still sits on the boundary,
+        # is the one the bisections would find (docs/polyserve.md, "The chunk search")
+        rising = self._rising and 0.0 <= ty <= 1.0
+        key = (batch, longest, budget_s)
+        guess = self._chunk_guess.get(key) if rising else None
+        last = len(xs) - 1
+        if guess is not None and guess[0] < last and fits(guess[0]) and not fits(guess[0] + 1):
+            lo = guess[0]
+        else:
+            lo = self._segment(fits)
         if lo < 0:
             return -batch
         at = self._column(kv_tokens)
@@ -269,11 +291,24 @@ class Profile:
         else:  # the last segment, extrapolated: the table alone is over the budget beyond
             x_hi = x_lo + (int((budget_s - t0) / slope) + 1 if slope > 0 else 1)
 
+        def on_line(x: int) -> bool:
+            return t0 + slope * (x - x_lo) + cost(x) <= budget_s
+
         def within(x: int) -> bool:  # as time() reads the table, to the last bit
             return self.table._scalar_time(float(x), float(kv_tokens)) + cost(x) <= budget_s
 
         # the segment's line first (cheap), then the table's own reading settles the last bit
-        x = _last_fitting(x_lo, x_hi, lambda x: t0 + slope * (x - x_lo) + cost(x) <= budget_s)
+        if (
+            guess is not None
+            and x_lo <= guess[1] <= x_hi
+            and on_line(guess[1])
+            and (guess[1] == x_hi or not on_line(guess[1] + 1))
+        ):
+            x = guess[1]
+        else:
+            x = _last_fitting(x_lo, x_hi, on_line)
+        if rising:
+            _remember(self._chunk_guess, key, (lo, x), MEMO_ENTRIES)
         if within(x) and not within(x + 1):
             return x - batch
         while x_lo > 0 and not within(x_lo):  # the grid's rounding put the crossing lower

@@ -9,7 +9,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from slolab.heuristics import polyserve as ps
 from slolab.heuristics.policies import make_scheduler
-from slolab.heuristics.polyserve import KvPeakBase, _QueuedPrompts, chunk_attention_work, kv_peak
+from slolab.heuristics.polyserve import (
+    H200_LLAMA31_8B_KV_TOKENS,
+    KvPeakBase,
+    Profile,
+    _last_fitting,
+    _QueuedPrompts,
+    chunk_attention_work,
+    kv_peak,
+    prefill_attention_s,
+)
 from slolab.models import tier_partition as tp
 from slolab.problems.tier_partition import stream_instance
 from slolab.sim import check
@@ -38,6 +47,36 @@ def former_kv_peak(contexts: np.ndarray, remaining: np.ndarray) -> float:
     order = np.argsort(remaining, kind="stable")
     suffix = np.cumsum(contexts[order][::-1])[::-1]
     return float(np.max(suffix + (n - np.arange(n)) * (remaining[order] - 1.0)))
+
+
+def former_max_chunk(profile, kv_tokens, budget_s, batch, attention_s, longest):
+    """:meth:`Profile.max_chunk` as the former code computed it (two bisections every call)."""
+
+    def cost(x):
+        return attention_s * chunk_attention_work(int(x) - batch, longest) if x > batch else 0.0
+
+    xs = profile._xs_list
+    at = profile._column(kv_tokens)
+    lo = profile._segment(lambda i: at(i) + cost(xs[i]) <= budget_s)
+    if lo < 0:
+        return -batch
+    t0 = at(lo)
+    slope = (at(lo + 1) - t0) / (xs[lo + 1] - xs[lo])
+    x_lo = int(xs[lo])
+    if lo + 2 < len(xs):
+        x_hi = int(xs[lo + 1])
+    else:
+        x_hi = x_lo + (int((budget_s - t0) / slope) + 1 if slope > 0 else 1)
+
+    def within(x):
+        return profile.table._scalar_time(float(x), float(kv_tokens)) + cost(x) <= budget_s
+
+    x = _last_fitting(x_lo, x_hi, lambda x: t0 + slope * (x - x_lo) + cost(x) <= budget_s)
+    if within(x) and not within(x + 1):
+        return x - batch
+    while x_lo > 0 and not within(x_lo):
+        x_lo -= 1
+    return _last_fitting(x_lo, x_hi, within) - batch
 
 
 def former_queue_walk(rows, deadline, now, prompt, charged):
@@ -72,6 +111,39 @@ def test_chunk_work_and_kv_peak_equal_the_former_floats():
         contexts = rng.integers(1, 9_000, n).astype(float)
         remaining = np.maximum(rng.choice([3.5, 17.25, 200.0], n) - rng.integers(0, 20, n), 1.0)
         assert kv_peak(contexts, remaining) == former_kv_peak(contexts, remaining)
+
+
+TIMING = make_scheduler(
+    "polyserve",
+    stream_instance("azure_conv_2023", 50, 1.0, seed=0, servers=4, mode="colocated"),
+    mode="colocated",
+    servers=4,
+).instance.timing
+PROFILE = Profile(TIMING, H200_LLAMA31_8B_KV_TOKENS)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    calls=st.lists(
+        st.tuples(
+            st.floats(0.0, 1.1 * H200_LLAMA31_8B_KV_TOKENS),
+            st.sampled_from([0.02, 0.03, 0.05, 0.1]),
+            st.sampled_from([1, 37, 120, 300]),
+            st.sampled_from([1, 700, 4_000, 30_000]),
+        ),
+        min_size=1,
+        max_size=25,
+    )
+)
+def test_max_chunk_equals_the_former_search(calls):
+    """Sequences of chunk searches on one profile (its times rise: the last answer for the same
+    batch, longest prompt and budget, often repeated here, is tried first), also beyond the KV
+    grid: the former search's chunk every time."""
+    attention = prefill_attention_s(TIMING)
+    assert PROFILE._rising and attention > 0
+    for kv, budget, batch, longest in calls:
+        expected = former_max_chunk(PROFILE, kv, budget, batch, attention, longest)
+        assert PROFILE.max_chunk(kv, budget, batch, attention, longest) == expected
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
