@@ -178,8 +178,8 @@ class Profile:
         self._rising = bool(
             (((lower == 0) & (upper >= 0)) | ((lower > clear) & (upper > clear))).all()
         )
-        # the chunk search's last answer (segment, tokens) by (batch, longest, budget)
-        self._chunk_guess: dict[tuple[int, int, float], tuple[int, int]] = {}
+        # the chunk search's last answer (segment, tokens) by (batch, budget)
+        self._chunk_guess: dict[tuple[int, float], tuple[int, int]] = {}
 
     def time(self, tokens: float, kv_tokens: float) -> float:
         """Predicted iteration time (s) of ``tokens`` tokens reading ``kv_tokens`` KV tokens."""
@@ -270,16 +270,20 @@ class Profile:
             )
 
         # with the grid's times rising at this KV, fits and the segment's line below are
-        # monotone: the answer of the last call alike, when it still sits on the boundary,
-        # is the one the bisections would find (docs/polyserve.md, "The chunk search")
+        # monotone: a bisection then finds their last true point, and so does a search
+        # outwards from the last answer for the same batch and budget (docs/polyserve.md,
+        # "The chunk search")
         rising = self._rising and 0.0 <= ty <= 1.0
-        key = (batch, longest, budget_s)
+        key = (batch, budget_s)
         guess = self._chunk_guess.get(key) if rising else None
-        last = len(xs) - 1
-        if guess is not None and guess[0] < last and fits(guess[0]) and not fits(guess[0] + 1):
-            lo = guess[0]
-        else:
+        if guess is None:
             lo = self._segment(fits)
+        elif not fits(0):
+            lo = -1
+        else:
+            last = len(xs) - 1
+            lo = _last_fitting_near(0, last, guess[0], fits)
+            lo = last - 1 if lo == last else lo  # extrapolate the last segment
         if lo < 0:
             return -batch
         at = self._column(kv_tokens)
@@ -298,15 +302,10 @@ class Profile:
             return self.table._scalar_time(float(x), float(kv_tokens)) + cost(x) <= budget_s
 
         # the segment's line first (cheap), then the table's own reading settles the last bit
-        if (
-            guess is not None
-            and x_lo <= guess[1] <= x_hi
-            and on_line(guess[1])
-            and (guess[1] == x_hi or not on_line(guess[1] + 1))
-        ):
-            x = guess[1]
-        else:
+        if guess is None:
             x = _last_fitting(x_lo, x_hi, on_line)
+        else:
+            x = _last_fitting_near(x_lo, x_hi, guess[1], on_line)
         if rising:
             _remember(self._chunk_guess, key, (lo, x), MEMO_ENTRIES)
         if within(x) and not within(x + 1):
@@ -333,6 +332,41 @@ def _last_fitting(lo: int, hi: int, fits: Callable[[int], bool]) -> int:
         else:
             hi = mid
     return hi if fits(hi) else lo
+
+
+def _last_fitting_near(lo: int, hi: int, guess: int, fits: Callable[[int], bool]) -> int:
+    """:func:`_last_fitting` for a monotone ``fits`` (true up to a point, then false), given
+    ``fits(lo)``: steps of 1, 2, 4, ... outwards from ``guess`` (clamped to ``[lo, hi]``)
+    bracket the last true point, then bisection. The same answer as :func:`_last_fitting`,
+    in fewer calls when ``guess`` is near it."""
+    x = min(max(guess, lo), hi)
+    step = 1
+    if fits(x):
+        lo = x
+        while lo < hi:
+            nxt = min(lo + step, hi)
+            if not fits(nxt):
+                hi = nxt
+                break
+            lo = nxt
+            step *= 2
+        else:
+            return lo
+    else:
+        hi = x
+        while hi - step > lo:
+            if fits(hi - step):
+                lo = hi - step
+                break
+            hi -= step
+            step *= 2
+    while hi - lo > 1:  # fits(lo), not fits(hi)
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def chunk_attention_work(chunk: int, longest: int) -> float:
@@ -697,6 +731,8 @@ class PolyServeController:
         self.d_hat = float(mean if mean is not None else instance.workload.output_tokens.mean())
         self.fleet = int(instance.settings.get("servers", instance.cluster.servers))
         self.order: list[list[int]] = [[] for _ in self.tiers]  # servers of each tier, join order
+        # the tier lists as _ranks last read them, with each server's place
+        self._rank_lists: list[tuple[list[int], dict[int, int]]] = [([], {}) for _ in self.tiers]
         self.prefill_order: list[int] = []
         self.pending: set[int] = set()  # servers on the pending list (Sec. 4.4)
         # per tier, as Python ints and bools (read at every tick and retry point)
@@ -958,16 +994,26 @@ class PolyServeController:
         if usable is None:
             usable = self._tier_servers(servers)
         keyed: dict[int, list[tuple[int, int, int]]] = {}
-        orders = self.order
+        ranks = self._ranks()
         for k, sid, t, load in usable:
-            order = orders[t]
-            rank = order.index(sid) if sid in order else 1 << 30
-            keyed.setdefault(t, []).append((-load, rank, k))
+            keyed.setdefault(t, []).append((-load, ranks[t].get(sid, 1 << 30), k))
         by_tier: dict[int, list[int]] = {}
         for t, entries in keyed.items():
             entries.sort()
             by_tier[t] = [k for _, _, k in entries]
         return by_tier
+
+    def _ranks(self) -> list[dict[int, int]]:
+        """Per tier, each listed server's place in the tier's list (:attr:`order`; the first
+        index of its id), rebuilt only for a list that changed since the last call."""
+        kept = self._rank_lists
+        for t, order in enumerate(self.order):
+            if kept[t][0] != order:
+                places: dict[int, int] = {}
+                for i, sid in enumerate(order):
+                    places.setdefault(sid, i)
+                kept[t] = (list(order), places)
+        return [places for _, places in kept]
 
     def _signature(
         self,

@@ -14,6 +14,7 @@ from slolab.heuristics.polyserve import (
     KvPeakBase,
     Profile,
     _last_fitting,
+    _last_fitting_near,
     _QueuedPrompts,
     chunk_attention_work,
     kv_peak,
@@ -136,14 +137,39 @@ PROFILE = Profile(TIMING, H200_LLAMA31_8B_KV_TOKENS)
     )
 )
 def test_max_chunk_equals_the_former_search(calls):
-    """Sequences of chunk searches on one profile (its times rise: the last answer for the same
-    batch, longest prompt and budget, often repeated here, is tried first), also beyond the KV
-    grid: the former search's chunk every time."""
+    """Sequences of chunk searches on one profile (its times rise: the search starts from the
+    last answer for the same batch and budget, often repeated here), also beyond the KV grid:
+    the former search's chunk every time."""
     attention = prefill_attention_s(TIMING)
     assert PROFILE._rising and attention > 0
     for kv, budget, batch, longest in calls:
         expected = former_max_chunk(PROFILE, kv, budget, batch, attention, longest)
         assert PROFILE.max_chunk(kv, budget, batch, attention, longest) == expected
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    lo=st.integers(0, 50),
+    width=st.integers(0, 300),
+    boundary=st.integers(0, 300),
+    guess=st.integers(-20, 400),
+)
+def test_search_from_a_guess_finds_the_bisection_answer(lo, width, boundary, guess):
+    """A monotone predicate true from lo up to a boundary: the search outwards from any guess
+    returns what the bisection returns, and asks fewer points when the guess is the answer."""
+    hi = lo + width
+    asked = []
+
+    def fits(x):
+        asked.append(x)
+        return x <= lo + boundary
+
+    expected = _last_fitting(lo, hi, fits)
+    bisection_asks = len(asked)
+    asked.clear()
+    assert _last_fitting_near(lo, hi, guess, fits) == expected
+    if guess == expected and width > 8:
+        assert len(asked) <= min(bisection_asks, 2)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
