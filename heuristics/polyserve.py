@@ -178,8 +178,8 @@ class Profile:
         self._rising = bool(
             (((lower == 0) & (upper >= 0)) | ((lower > clear) & (upper > clear))).all()
         )
-        # the chunk search's last answer (segment, tokens) by (batch, budget)
-        self._chunk_guess: dict[tuple[int, float], tuple[int, int]] = {}
+        # the chunk search's last grid segment by (batch, budget)
+        self._chunk_guess: dict[tuple[int, float], int] = {}
 
     def time(self, tokens: float, kv_tokens: float) -> float:
         """Predicted iteration time (s) of ``tokens`` tokens reading ``kv_tokens`` KV tokens."""
@@ -282,7 +282,7 @@ class Profile:
             lo = -1
         else:
             last = len(xs) - 1
-            lo = _last_fitting_near(0, last, guess[0], fits)
+            lo = _last_fitting_near(0, last, guess, fits)
             lo = last - 1 if lo == last else lo  # extrapolate the last segment
         if lo < 0:
             return -batch
@@ -304,10 +304,15 @@ class Profile:
         # the segment's line first (cheap), then the table's own reading settles the last bit
         if guess is None:
             x = _last_fitting(x_lo, x_hi, on_line)
-        else:
-            x = _last_fitting_near(x_lo, x_hi, guess[1], on_line)
+        else:  # from where the line crosses for a chunk within the longest prompt
+            x = _last_fitting_near(
+                x_lo,
+                x_hi,
+                batch + _line_crossing(t0, slope, x_lo, batch, attention_s, longest, budget_s),
+                on_line,
+            )
         if rising:
-            _remember(self._chunk_guess, key, (lo, x), MEMO_ENTRIES)
+            _remember(self._chunk_guess, key, lo, MEMO_ENTRIES)
         if within(x) and not within(x + 1):
             return x - batch
         while x_lo > 0 and not within(x_lo):  # the grid's rounding put the crossing lower
@@ -332,6 +337,20 @@ def _last_fitting(lo: int, hi: int, fits: Callable[[int], bool]) -> int:
         else:
             hi = mid
     return hi if fits(hi) else lo
+
+
+def _line_crossing(
+    t0: float, slope: float, x0: int, batch: int, attention_s: float, longest: int, budget_s: float
+) -> int:
+    """Roughly the chunk ``c <= longest`` where ``t0 + slope (batch + c - x0) + attention_s c
+    (2 longest - c + 1) / 2`` reaches ``budget_s`` (a quadratic in ``c``; ``longest`` when it
+    does not within the prompt): a starting point for the exact search, nothing more."""
+    room = budget_s - t0 - slope * (batch - x0)
+    rise = attention_s * (2 * longest + 1) / 2.0 + slope
+    disc = rise * rise - 2.0 * attention_s * room
+    if room <= 0 or disc < 0 or rise <= 0:
+        return 0 if room <= 0 else longest
+    return min(int(2.0 * room / (rise + math.sqrt(disc))), longest)
 
 
 def _last_fitting_near(lo: int, hi: int, guess: int, fits: Callable[[int], bool]) -> int:
