@@ -178,8 +178,8 @@ class Profile:
         self._rising = bool(
             (((lower == 0) & (upper >= 0)) | ((lower > clear) & (upper > clear))).all()
         )
-        # the chunk search's last grid segment by (batch, budget)
-        self._chunk_guess: dict[tuple[int, float], int] = {}
+        # the grid searches' last segment by (decode batch, budget); batch 0: max_tokens
+        self._segment_guess: dict[tuple[int, float], int] = {}
 
     def time(self, tokens: float, kv_tokens: float) -> float:
         """Predicted iteration time (s) of ``tokens`` tokens reading ``kv_tokens`` KV tokens."""
@@ -202,16 +202,27 @@ class Profile:
 
         return at
 
-    def _segment(self, fits: Callable[[int], bool]) -> int:
+    def _segment(self, fits: Callable[[int], bool], near: tuple[int, float] | None = None) -> int:
         """Index ``lo`` of the grid segment where ``fits`` (true up to a batch grid index, then
         false) turns false (the last segment when it never does), or -1 when even the first
-        grid point does not fit."""
+        grid point does not fit.
+
+        ``near``: the caller knows ``fits`` monotone (:attr:`_rising`, a KV within the grid);
+        the search then starts from the last answer under that key (decode batch, budget;
+        batch 0 for :meth:`max_tokens`), the same answer (docs/polyserve.md, "The chunk
+        search")."""
         if not fits(0):
             return -1
         last = len(self._xs_list) - 1
-        if fits(last):
-            return last - 1  # extrapolate the last segment
-        return _last_fitting(0, last, fits)
+        guess = None if near is None else self._segment_guess.get(near)
+        if guess is None:
+            lo = last - 1 if fits(last) else _last_fitting(0, last, fits)
+        else:
+            lo = _last_fitting_near(0, last, guess, fits)
+            lo = last - 1 if lo == last else lo  # extrapolate the last segment
+        if near is not None:
+            _remember(self._segment_guess, near, lo, MEMO_ENTRIES)
+        return lo
 
     def max_tokens(self, kv_tokens: float, budget_s: float) -> int:
         """Most tokens an iteration reading ``kv_tokens`` KV tokens may carry within
@@ -227,7 +238,12 @@ class Profile:
 
     def _max_tokens_at(self, kv_tokens: float, budget_s: float) -> int:
         at = self._column(kv_tokens)
-        lo = self._segment(lambda i: at(i) <= budget_s)
+        near = (
+            (0, budget_s)
+            if self._rising and 0.0 <= self._column_parts(kv_tokens)[2] <= 1.0
+            else None
+        )
+        lo = self._segment(lambda i: at(i) <= budget_s, near)
         if lo < 0:
             return 0
         xs = self._xs_list
@@ -274,16 +290,7 @@ class Profile:
         # outwards from the last answer for the same batch and budget (docs/polyserve.md,
         # "The chunk search")
         rising = self._rising and 0.0 <= ty <= 1.0
-        key = (batch, budget_s)
-        guess = self._chunk_guess.get(key) if rising else None
-        if guess is None:
-            lo = self._segment(fits)
-        elif not fits(0):
-            lo = -1
-        else:
-            last = len(xs) - 1
-            lo = _last_fitting_near(0, last, guess, fits)
-            lo = last - 1 if lo == last else lo  # extrapolate the last segment
+        lo = self._segment(fits, (batch, budget_s) if rising else None)
         if lo < 0:
             return -batch
         at = self._column(kv_tokens)
@@ -302,7 +309,7 @@ class Profile:
             return self.table._scalar_time(float(x), float(kv_tokens)) + cost(x) <= budget_s
 
         # the segment's line first (cheap), then the table's own reading settles the last bit
-        if guess is None:
+        if not rising:
             x = _last_fitting(x_lo, x_hi, on_line)
         else:  # from where the line crosses for a chunk within the longest prompt
             x = _last_fitting_near(
@@ -311,8 +318,6 @@ class Profile:
                 batch + _line_crossing(t0, slope, x_lo, batch, attention_s, longest, budget_s),
                 on_line,
             )
-        if rising:
-            _remember(self._chunk_guess, key, lo, MEMO_ENTRIES)
         if within(x) and not within(x + 1):
             return x - batch
         while x_lo > 0 and not within(x_lo):  # the grid's rounding put the crossing lower

@@ -4,6 +4,8 @@ server's KV-peak inputs and queued prompts once per server state (:class:`KvPeak
 :class:`_QueuedPrompts`): the same floats, so every token time and decision of seeded runs is
 the former one."""
 
+import math
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -80,6 +82,20 @@ def former_max_chunk(profile, kv_tokens, budget_s, batch, attention_s, longest):
     return _last_fitting(x_lo, x_hi, within) - batch
 
 
+def former_max_tokens(profile, kv_tokens, budget_s):
+    """:meth:`Profile.max_tokens` as the former code computed it (a bisection every call)."""
+    at = profile._column(kv_tokens)
+    lo = profile._segment(lambda i: at(i) <= budget_s)
+    if lo < 0:
+        return 0
+    xs = profile._xs_list
+    t0, t1 = at(lo), at(lo + 1)
+    slope = (t1 - t0) / (xs[lo + 1] - xs[lo])
+    if slope <= 0:
+        return int(xs[lo + 1])
+    return max(int(math.floor(xs[lo] + (budget_s - t0) / slope + 1e-9)), 0)
+
+
 def former_queue_walk(rows, deadline, now, prompt, charged):
     """The co-located admission's walk over a server's queued prompts as the former code did it
     (``rows``: (first-token deadline, tokens left, tokens done) in queue order): tokens ahead,
@@ -137,14 +153,15 @@ PROFILE = Profile(TIMING, H200_LLAMA31_8B_KV_TOKENS)
     )
 )
 def test_max_chunk_equals_the_former_search(calls):
-    """Sequences of chunk searches on one profile (its times rise: the search starts from the
-    last answer for the same batch and budget, often repeated here), also beyond the KV grid:
-    the former search's chunk every time."""
+    """Sequences of chunk and token searches on one profile (its times rise: each starts from
+    the last answer for the same batch and budget, often repeated here), also beyond the KV
+    grid: the former searches' answers every time."""
     attention = prefill_attention_s(TIMING)
     assert PROFILE._rising and attention > 0
     for kv, budget, batch, longest in calls:
         expected = former_max_chunk(PROFILE, kv, budget, batch, attention, longest)
         assert PROFILE.max_chunk(kv, budget, batch, attention, longest) == expected
+        assert PROFILE._max_tokens_at(kv, budget) == former_max_tokens(PROFILE, kv, budget)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
