@@ -96,8 +96,8 @@ PREFILL_POOL = "prefill"
 _ADMIT, _FULL, _TOO_LATE = 0, 1, 2
 #: Entries a memo of the profile's answers (tokens, chunks) holds before it starts afresh.
 MEMO_ENTRIES = 1 << 16
-#: Entries the memo of KV peaks holds (each keyed on a server's contexts, so kept smaller).
-PEAK_MEMO_ENTRIES = 1 << 12
+#: Integer-valued float sums below this are exact in any order (every partial sum is exact).
+_EXACT_INTEGERS = 1 << 52
 
 
 def tier_pool(tpot_s: float) -> str:
@@ -168,6 +168,18 @@ class Profile:
         self._ys_list = self.table.kv_tokens.tolist()
         self._cols = self.table.times_s.T.tolist()  # one list of times per KV grid point
         self._max_tokens: dict[tuple[float, float], int] = {}
+        # a read between two KV grid points never falls along the batch grid: at each step
+        # the lower point's time stays put and the upper's does not fall, or both rise by
+        # more than the read's rounding can undo (docs/polyserve.md, "The chunk search")
+        times = self.table.times_s
+        steps = np.diff(times, axis=0)
+        lower, upper = steps[:, :-1], steps[:, 1:]
+        clear = 16 * np.finfo(float).eps * float(np.abs(times).max())
+        self._rising = bool(
+            (((lower == 0) & (upper >= 0)) | ((lower > clear) & (upper > clear))).all()
+        )
+        # the grid searches' last segment by (decode batch, budget); batch 0: max_tokens
+        self._segment_guess: dict[tuple[int, float], int] = {}
 
     def time(self, tokens: float, kv_tokens: float) -> float:
         """Predicted iteration time (s) of ``tokens`` tokens reading ``kv_tokens`` KV tokens."""
@@ -190,16 +202,27 @@ class Profile:
 
         return at
 
-    def _segment(self, fits: Callable[[int], bool]) -> int:
+    def _segment(self, fits: Callable[[int], bool], near: tuple[int, float] | None = None) -> int:
         """Index ``lo`` of the grid segment where ``fits`` (true up to a batch grid index, then
         false) turns false (the last segment when it never does), or -1 when even the first
-        grid point does not fit."""
+        grid point does not fit.
+
+        ``near``: the caller knows ``fits`` monotone (:attr:`_rising`, a KV within the grid);
+        the search then starts from the last answer under that key (decode batch, budget;
+        batch 0 for :meth:`max_tokens`), the same answer (docs/polyserve.md, "The chunk
+        search")."""
         if not fits(0):
             return -1
         last = len(self._xs_list) - 1
-        if fits(last):
-            return last - 1  # extrapolate the last segment
-        return _last_fitting(0, last, fits)
+        guess = None if near is None else self._segment_guess.get(near)
+        if guess is None:
+            lo = last - 1 if fits(last) else _last_fitting(0, last, fits)
+        else:
+            lo = _last_fitting_near(0, last, guess, fits)
+            lo = last - 1 if lo == last else lo  # extrapolate the last segment
+        if near is not None:
+            _remember(self._segment_guess, near, lo, MEMO_ENTRIES)
+        return lo
 
     def max_tokens(self, kv_tokens: float, budget_s: float) -> int:
         """Most tokens an iteration reading ``kv_tokens`` KV tokens may carry within
@@ -215,7 +238,12 @@ class Profile:
 
     def _max_tokens_at(self, kv_tokens: float, budget_s: float) -> int:
         at = self._column(kv_tokens)
-        lo = self._segment(lambda i: at(i) <= budget_s)
+        near = (
+            (0, budget_s)
+            if self._rising and 0.0 <= self._column_parts(kv_tokens)[2] <= 1.0
+            else None
+        )
+        lo = self._segment(lambda i: at(i) <= budget_s, near)
         if lo < 0:
             return 0
         xs = self._xs_list
@@ -257,7 +285,12 @@ class Profile:
                 <= budget_s
             )
 
-        lo = self._segment(fits)
+        # with the grid's times rising at this KV, fits and the segment's line below are
+        # monotone: a bisection then finds their last true point, and so does a search
+        # outwards from the last answer for the same batch and budget (docs/polyserve.md,
+        # "The chunk search")
+        rising = self._rising and 0.0 <= ty <= 1.0
+        lo = self._segment(fits, (batch, budget_s) if rising else None)
         if lo < 0:
             return -batch
         at = self._column(kv_tokens)
@@ -269,11 +302,22 @@ class Profile:
         else:  # the last segment, extrapolated: the table alone is over the budget beyond
             x_hi = x_lo + (int((budget_s - t0) / slope) + 1 if slope > 0 else 1)
 
+        def on_line(x: int) -> bool:
+            return t0 + slope * (x - x_lo) + cost(x) <= budget_s
+
         def within(x: int) -> bool:  # as time() reads the table, to the last bit
             return self.table._scalar_time(float(x), float(kv_tokens)) + cost(x) <= budget_s
 
         # the segment's line first (cheap), then the table's own reading settles the last bit
-        x = _last_fitting(x_lo, x_hi, lambda x: t0 + slope * (x - x_lo) + cost(x) <= budget_s)
+        if not rising:
+            x = _last_fitting(x_lo, x_hi, on_line)
+        else:  # from where the line crosses for a chunk within the longest prompt
+            x = _last_fitting_near(
+                x_lo,
+                x_hi,
+                batch + _line_crossing(t0, slope, x_lo, batch, attention_s, longest, budget_s),
+                on_line,
+            )
         if within(x) and not within(x + 1):
             return x - batch
         while x_lo > 0 and not within(x_lo):  # the grid's rounding put the crossing lower
@@ -298,6 +342,55 @@ def _last_fitting(lo: int, hi: int, fits: Callable[[int], bool]) -> int:
         else:
             hi = mid
     return hi if fits(hi) else lo
+
+
+def _line_crossing(
+    t0: float, slope: float, x0: int, batch: int, attention_s: float, longest: int, budget_s: float
+) -> int:
+    """Roughly the chunk ``c <= longest`` where ``t0 + slope (batch + c - x0) + attention_s c
+    (2 longest - c + 1) / 2`` reaches ``budget_s`` (a quadratic in ``c``; ``longest`` when it
+    does not within the prompt): a starting point for the exact search, nothing more."""
+    room = budget_s - t0 - slope * (batch - x0)
+    rise = attention_s * (2 * longest + 1) / 2.0 + slope
+    disc = rise * rise - 2.0 * attention_s * room
+    if room <= 0 or disc < 0 or rise <= 0:
+        return 0 if room <= 0 else longest
+    return min(int(2.0 * room / (rise + math.sqrt(disc))), longest)
+
+
+def _last_fitting_near(lo: int, hi: int, guess: int, fits: Callable[[int], bool]) -> int:
+    """:func:`_last_fitting` for a monotone ``fits`` (true up to a point, then false), given
+    ``fits(lo)``: steps of 1, 2, 4, ... outwards from ``guess`` (clamped to ``[lo, hi]``)
+    bracket the last true point, then bisection. The same answer as :func:`_last_fitting`,
+    in fewer calls when ``guess`` is near it."""
+    x = min(max(guess, lo), hi)
+    step = 1
+    if fits(x):
+        lo = x
+        while lo < hi:
+            nxt = min(lo + step, hi)
+            if not fits(nxt):
+                hi = nxt
+                break
+            lo = nxt
+            step *= 2
+        else:
+            return lo
+    else:
+        hi = x
+        while hi - step > lo:
+            if fits(hi - step):
+                lo = hi - step
+                break
+            hi -= step
+            step *= 2
+    while hi - lo > 1:  # fits(lo), not fits(hi)
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def chunk_attention_work(chunk: int, longest: int) -> float:
@@ -343,6 +436,50 @@ def kv_peak(contexts: np.ndarray, remaining: np.ndarray) -> float:
     suffix = ctx[::-1].cumsum()[::-1]
     alive = n - np.arange(n)
     return float(np.maximum.reduce(suffix + alive * (rem - 1.0)))
+
+
+class KvPeakBase:
+    """:func:`kv_peak` of a fixed set of requests with one more request added, for many
+    candidate additions: the fixed set is sorted once.
+
+    In :func:`kv_peak`'s sorted order, requests with equal remaining steps leave together, and
+    the first of such a group has the largest suffix sum and the most requests left, so the
+    peak is the largest over the groups ``v`` of ``S(v) + N(v) (v - 1)``, with ``S(v)`` the
+    contexts and ``N(v)`` the count of the requests with ``remaining >= v``. An added request
+    with at least every other's remaining steps (a newcomer has emitted the fewest tokens)
+    adds its context to every ``S(v)`` and one to every ``N(v)``, and a group of its own when
+    its remaining steps exceed them all. The contexts are integers, so the suffix sums are
+    exact whatever their order, and every group's value is the same float operations as in
+    :func:`kv_peak`: :meth:`with_one` returns the same float (proof in docs/polyserve.md,
+    "Admission inputs kept per server state"). Fewer remaining steps than the fixed set's
+    largest: :func:`kv_peak` on the joined arrays.
+    """
+
+    __slots__ = ("contexts", "remaining", "top", "suffix", "steps")
+
+    def __init__(self, contexts: np.ndarray, remaining: np.ndarray) -> None:
+        self.contexts = contexts
+        self.remaining = remaining
+        n = len(contexts)
+        order = remaining.argsort(kind="stable")
+        rem = remaining[order]
+        first = np.ones(n, dtype=bool)  # the first request of each group of equal steps
+        np.not_equal(rem[1:], rem[:-1], out=first[1:])
+        self.top = float(rem[-1]) if n else -math.inf
+        self.suffix = contexts[order][::-1].cumsum()[::-1][first]
+        # (requests left, the added one included) x (steps - 1), as kv_peak multiplies them
+        self.steps = (n + 1 - np.flatnonzero(first)) * (rem[first] - 1.0)
+
+    def with_one(self, context: float, remaining: float) -> float:
+        """:func:`kv_peak` of the fixed set and one request of ``context`` tokens and
+        ``remaining`` steps, to the bit."""
+        if remaining < self.top:
+            return kv_peak(np.append(self.contexts, context), np.append(self.remaining, remaining))
+        alone = context + (remaining - 1.0)  # the added request's own group: 1 x (steps - 1)
+        if not len(self.suffix):
+            return alone
+        peak = float(np.maximum.reduce(self.suffix + context + self.steps))
+        return max(peak, alone) if remaining > self.top else peak
 
 
 def prefill_attention_s(timing: TimingModel) -> float:
@@ -464,6 +601,61 @@ class _Requests:
 # -- the controller ---------------------------------------------------------------------------------
 
 
+class _QueuedPrompts:
+    """The prompts queued on a co-located server (prefilling and waiting) as the admission
+    reads them, for one server state: ``(first-token deadline, tokens left, tokens done)``
+    sorted, and over each prefix of that order the tokens left, the longest prompt and the
+    prefill attention work. The prompts ahead of a request are such a prefix (those due by its
+    deadline, or before now when that is later), so each check bisects instead of walking the
+    queue.
+
+    The work of a prompt, ``left (done + (left + 1) / 2)``, is an integer (``left (left + 1)``
+    is even), kept as one: while every sum of them stays below ``_EXACT_INTEGERS`` the float
+    sum the admission formed in queue order is exact, so it equals the integer sum in any
+    order (docs/polyserve.md, "Admission inputs kept per server state"); beyond, it is
+    formed as before."""
+
+    __slots__ = ("in_order", "rows", "deadlines", "ahead", "longest", "work", "headroom")
+
+    def __init__(self, rows: list[tuple[float, int, int]]) -> None:
+        self.in_order = rows
+        self.rows = sorted(rows)
+        self.deadlines = [dq for dq, _, _ in self.rows]
+        self.ahead = ahead = [0]
+        self.longest = longest = [0]
+        self.work = work = [0]
+        for _, left, done in self.rows:
+            ahead.append(ahead[-1] + left)
+            longest.append(max(longest[-1], done + left))
+            work.append(work[-1] + left * done + left * (left + 1) // 2)
+        # how much more integer work (the request's own) keeps every float step exact
+        self.headroom = _EXACT_INTEGERS - work[-1] if longest[-1] < _EXACT_INTEGERS else 0
+
+    def ahead_of(
+        self, deadline: float, now: float, prompt: int, charged: bool
+    ) -> tuple[int, int, int, float]:
+        """For a request of ``prompt`` tokens due at ``deadline``: how many rows are ahead of
+        it (those due by its deadline, and those due before ``now``, late already, which the
+        server prefills first), their tokens left, the longest prompt (the request's own
+        included) and their attention work; with ``charged`` false the longest is the
+        request's prompt and the work 0.0, as when prefill attention is not charged."""
+        i = (
+            bisect_left(self.deadlines, now)
+            if now > deadline
+            else bisect_right(self.deadlines, deadline)
+        )
+        if not charged:
+            return i, self.ahead[i], prompt, 0.0
+        if prompt * (prompt + 1) // 2 < self.headroom:
+            work = float(self.work[i])
+        else:
+            work = 0.0
+            for dq, left, done in self.in_order:
+                if dq <= deadline or dq < now:
+                    work += left * (done + (left + 1) / 2.0)
+        return i, self.ahead[i], max(prompt, self.longest[i]), work
+
+
 class _HeldQueue:
     """Held requests of one queue (a tier's, or the prefill queue), kept sorted by (first-token
     deadline, the order they were held), so that a retry reads them in dispatch order without
@@ -567,6 +759,8 @@ class PolyServeController:
         self.d_hat = float(mean if mean is not None else instance.workload.output_tokens.mean())
         self.fleet = int(instance.settings.get("servers", instance.cluster.servers))
         self.order: list[list[int]] = [[] for _ in self.tiers]  # servers of each tier, join order
+        # the tier lists as _ranks last read them, with each server's place
+        self._rank_lists: list[tuple[list[int], dict[int, int]]] = [([], {}) for _ in self.tiers]
         self.prefill_order: list[int] = []
         self.pending: set[int] = set()  # servers on the pending list (Sec. 4.4)
         # per tier, as Python ints and bools (read at every tick and retry point)
@@ -605,8 +799,10 @@ class PolyServeController:
         self._predicted_end = math.nan
         # co-located prefill chunks by (KV peak, TPOT, decode batch, longest prompt)
         self._chunks: dict[tuple[float, float, int, int], int] = {}
-        # KV peaks by the contexts and emitted tokens they are predicted from
-        self._peaks: dict[tuple[bytes, bytes], float] = {}
+        # per server id, what the admission reads of it, with the server state read at
+        # (Server._state_key): its KV-peak base and (co-located) its queued prompts
+        self._bases: dict[int, tuple[tuple[object, ...], KvPeakBase]] = {}
+        self._queues: dict[int, tuple[tuple[object, ...], _QueuedPrompts]] = {}
         # the admission's parts on a server with no request, by (request, TPOT, late, KV used)
         self._empty: dict[tuple[int, float, bool, int], tuple[int, float, int, float, float, float]]
         self._empty = {}
@@ -840,16 +1036,26 @@ class PolyServeController:
         if usable is None:
             usable = self._tier_servers(servers)
         keyed: dict[int, list[tuple[int, int, int]]] = {}
-        orders = self.order
+        ranks = self._ranks()
         for k, sid, t, load in usable:
-            order = orders[t]
-            rank = order.index(sid) if sid in order else 1 << 30
-            keyed.setdefault(t, []).append((-load, rank, k))
+            keyed.setdefault(t, []).append((-load, ranks[t].get(sid, 1 << 30), k))
         by_tier: dict[int, list[int]] = {}
         for t, entries in keyed.items():
             entries.sort()
             by_tier[t] = [k for _, _, k in entries]
         return by_tier
+
+    def _ranks(self) -> list[dict[int, int]]:
+        """Per tier, each listed server's place in the tier's list (:attr:`order`; the first
+        index of its id), rebuilt only for a list that changed since the last call."""
+        kept = self._rank_lists
+        for t, order in enumerate(self.order):
+            if kept[t][0] != order:
+                places: dict[int, int] = {}
+                for i, sid in enumerate(order):
+                    places.setdefault(sid, i)
+                kept[t] = (list(order), places)
+        return [places for _, places in kept]
 
     def _signature(
         self,
@@ -925,34 +1131,47 @@ class PolyServeController:
         )
 
     # -- admission ----------------------------------------------------------------------------------
-    def _peak_with(self, s: Server, context: float, generated: float) -> tuple[float, int]:
+    def _peak_with(self, s: Server, context: float, generated: float) -> float:
         """Predicted KV peak of ``s`` with one more request (``context`` tokens, ``generated``
-        emitted) and the batch it makes; every request's output is predicted as ``d_hat``.
+        emitted); every request's output is predicted as ``d_hat``.
 
         Decoding requests count at their KV, queued and prefilling ones at their prompt plus
-        what they emitted (their whole prompt will be resident). Remembered by those contexts
-        and emitted tokens, in order (the whole input of :func:`kv_peak`): a held request asks
-        a server again at every tick, and the contexts change only as iterations end and
-        requests join or leave."""
+        what they emitted (their whole prompt will be resident). The server's part is read
+        once per server state (:meth:`_peak_base`)."""
+        return self._peak_base(s).with_one(context, max(self.d_hat - generated, 1.0))
+
+    def _peak_base(self, s: Server) -> KvPeakBase:
+        """The server's requests as :func:`kv_peak` reads them (contexts, and remaining steps
+        ``max(d_hat - emitted, 1)``), kept while the server's state is unchanged."""
+        key = s._state_key
+        got = self._bases.get(s.id)
+        if got is not None and got[0] == key:
+            return got[1]
         dec = s.decoding_ids()
-        rest = s.waiting + s.prefilling
-        ctx = np.empty(len(dec) + len(rest) + 1)
-        gen = np.empty(len(ctx))
-        n = len(dec)
-        ctx[:n] = s.kv_held_of(dec)
-        gen[:n] = s.generated_of(dec)
-        for i, q in enumerate(rest, start=n):
-            g = s.generated(q)
-            ctx[i] = s.prompt(q) + g
-            gen[i] = g
-        ctx[-1] = context
-        gen[-1] = generated
-        key = (ctx.tobytes(), gen.tobytes())
-        peak = self._peaks.get(key)
-        if peak is None:
-            peak = kv_peak(ctx, np.maximum(self.d_hat - gen, 1.0))
-            _remember(self._peaks, key, peak, PEAK_MEMO_ENTRIES)
-        return peak, len(ctx)
+        rest = np.array(s.waiting + s.prefilling, dtype=np.int64)
+        gen_rest = s.generated_of(rest)
+        ctx = np.concatenate([s.kv_held_of(dec), s.prompt_of(rest) + gen_rest]).astype(float)
+        gen = np.concatenate([s.generated_of(dec), gen_rest]).astype(float)
+        base = KvPeakBase(ctx, np.maximum(self.d_hat - gen, 1.0))
+        self._bases[s.id] = (key, base)
+        return base
+
+    def _queued_prompts(self, s: Server) -> _QueuedPrompts:
+        """The server's queued prompts as the co-located admission reads them (tokens done
+        only when prefill attention is charged), kept while the server's state is unchanged."""
+        key = s._state_key
+        got = self._queues.get(s.id)
+        if got is not None and got[0] == key:
+            return got[1]
+        first = self._first_deadline
+        charged = self.attention_s > 0
+        rows = []
+        for q in s.prefilling + s.waiting:
+            done = s.kv_held(q) - s.generated(q) if charged else 0
+            rows.append((first[q], s.remaining_prefill(q), done))
+        queue = _QueuedPrompts(rows)
+        self._queues[s.id] = (key, queue)
+        return queue
 
     def admit_decode(self, s: Server, r: int, tau_s: float, late: bool = False) -> bool:
         """Disaggregated decode admission (Sec. 4.5-4.6): with ``r`` the server's predicted peak
@@ -969,7 +1188,7 @@ class PolyServeController:
         kv_now = s.kv_used_tokens + sum(s.kv_held(q) for q in s.waiting) + p + 1
         if self.profile.time(b, kv_now) > tau_s or kv_now > self.kv_admit:
             return _FULL  # cheap necessary check: the peak is at least the current KV
-        peak, _ = self._peak_with(s, p + 1.0, 1.0)
+        peak = self._peak_with(s, p + 1.0, 1.0)
         if peak > self.kv_admit or self.profile.time(b, peak) > tau_s:
             return _FULL
         if late:
@@ -1027,25 +1246,13 @@ class PolyServeController:
         # with prefill attention charged, the longest of them (its last chunk pays the most)
         # and their attention work (c (prefix + (c + 1) / 2) summed over chunks: the same
         # however they are chunked, slolab.timing.base.prefill_attention_work)
-        ahead, behind = 0, []
-        longest, work = int(p), 0.0
+        # (read once per server state, _QueuedPrompts)
+        queue = self._queued_prompts(s)
         charged = self.attention_s > 0
-        now = s.now
-        for q in s.prefilling + s.waiting:
-            dq = first[q]
-            left = s.remaining_prefill(q)
-            done = s.kv_held(q) - s.generated(q) if charged else 0
-            if dq <= deadline or dq < now:
-                ahead += left
-                if charged:
-                    longest = max(longest, done + left)
-                    work += left * (done + (left + 1) / 2.0)
-            else:
-                behind.append((dq, left, done))
-        queued = ahead
+        i, queued, longest, work = queue.ahead_of(deadline, s.now, int(p), charged)
         if not late and free_at + math.ceil((queued + p) / most) * decode_s > deadline:
             return _TOO_LATE
-        peak, _ = self._peak_with(s, p, 0.0)
+        peak = self._peak_with(s, p, 0.0)
         if peak > self.kv_admit:
             return _FULL
         chunk = self._prefill_chunk(peak, tau_s, b, longest)
@@ -1061,7 +1268,7 @@ class PolyServeController:
         if end > deadline:
             return _TOO_LATE
         self._predicted_end = end
-        for dq, left, done in sorted(behind):  # r must not make a later-deadline prompt late
+        for dq, left, done in queue.rows[i:]:  # r must not make a later-deadline prompt late
             if charged:
                 if done + left > longest:  # a longer prompt: smaller chunks from here on
                     longest = done + left
@@ -1129,7 +1336,7 @@ class PolyServeController:
             if most < 1:
                 return full
             alone_s = math.ceil(p / most) * decode_s
-        peak, _ = self._peak_with(s, p, 0.0)
+        peak = self._peak_with(s, p, 0.0)
         if peak > self.kv_admit:
             return _ADMIT, alone_s, _FULL, 0.0, 0.0, deadline
         chunk = self._prefill_chunk(peak, tau_s, 1, int(p))

@@ -391,6 +391,24 @@ class Server:
             t = s.decoding_t = tuple(s.decoding)
         return t
 
+    @property
+    def _state_key(self) -> tuple[object, ...]:
+        """A value that compares equal to one read earlier only while this server's queues
+        (:attr:`waiting`, :attr:`prefilling`, :attr:`decoding`) and its requests' progress
+        (:meth:`remaining_prefill`, :meth:`generated`, :meth:`kv_held`) are unchanged since.
+
+        Those counts change only when an iteration (or a fast-forwarded window) commits, when a
+        request is preempted, or when one starts warm; the queues change by the policy's and
+        the routers' moves. Each commit ends the iteration or window in progress (recorded
+        here as that object itself, which the key keeps alive) and every iteration or window
+        that starts pushes its end event, which renews the server's event version; the queues
+        are compared by content. What depends on the time within an iteration
+        (:attr:`kv_used_tokens`, :attr:`free_at_s`) is not covered. It exposes the engine's own
+        bookkeeping, so it stays out of the plugin API; PolyServe's admission keys what it
+        reads of a server on it."""
+        s = self._s
+        return (s.version, s.pending, s.window, self.waiting, self.prefilling, self.decoding)
+
     def decoding_ids(self) -> np.ndarray:
         """The decoding requests as a read-only int array (cached until the set changes)."""
         s = self._s

@@ -1,10 +1,27 @@
 """Co-located PolyServe's admission reads the profile's chunk and the KV peak with fewer Python
-calls (:meth:`Profile.max_chunk`, :func:`chunk_attention_work`, :func:`kv_peak`): the same
-floats, so every token time and decision of seeded runs is the former one."""
+calls (:meth:`Profile.max_chunk`, :func:`chunk_attention_work`, :func:`kv_peak`) and reads each
+server's KV-peak inputs and queued prompts once per server state (:class:`KvPeakBase`,
+:class:`_QueuedPrompts`): the same floats, so every token time and decision of seeded runs is
+the former one."""
+
+import math
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from slolab.heuristics import polyserve as ps
 from slolab.heuristics.policies import make_scheduler
-from slolab.heuristics.polyserve import chunk_attention_work, kv_peak
+from slolab.heuristics.polyserve import (
+    H200_LLAMA31_8B_KV_TOKENS,
+    KvPeakBase,
+    Profile,
+    _last_fitting,
+    _last_fitting_near,
+    _QueuedPrompts,
+    chunk_attention_work,
+    kv_peak,
+    prefill_attention_s,
+)
 from slolab.models import tier_partition as tp
 from slolab.problems.tier_partition import stream_instance
 from slolab.sim import check
@@ -35,6 +52,68 @@ def former_kv_peak(contexts: np.ndarray, remaining: np.ndarray) -> float:
     return float(np.max(suffix + (n - np.arange(n)) * (remaining[order] - 1.0)))
 
 
+def former_max_chunk(profile, kv_tokens, budget_s, batch, attention_s, longest):
+    """:meth:`Profile.max_chunk` as the former code computed it (two bisections every call)."""
+
+    def cost(x):
+        return attention_s * chunk_attention_work(int(x) - batch, longest) if x > batch else 0.0
+
+    xs = profile._xs_list
+    at = profile._column(kv_tokens)
+    lo = profile._segment(lambda i: at(i) + cost(xs[i]) <= budget_s)
+    if lo < 0:
+        return -batch
+    t0 = at(lo)
+    slope = (at(lo + 1) - t0) / (xs[lo + 1] - xs[lo])
+    x_lo = int(xs[lo])
+    if lo + 2 < len(xs):
+        x_hi = int(xs[lo + 1])
+    else:
+        x_hi = x_lo + (int((budget_s - t0) / slope) + 1 if slope > 0 else 1)
+
+    def within(x):
+        return profile.table._scalar_time(float(x), float(kv_tokens)) + cost(x) <= budget_s
+
+    x = _last_fitting(x_lo, x_hi, lambda x: t0 + slope * (x - x_lo) + cost(x) <= budget_s)
+    if within(x) and not within(x + 1):
+        return x - batch
+    while x_lo > 0 and not within(x_lo):
+        x_lo -= 1
+    return _last_fitting(x_lo, x_hi, within) - batch
+
+
+def former_max_tokens(profile, kv_tokens, budget_s):
+    """:meth:`Profile.max_tokens` as the former code computed it (a bisection every call)."""
+    at = profile._column(kv_tokens)
+    lo = profile._segment(lambda i: at(i) <= budget_s)
+    if lo < 0:
+        return 0
+    xs = profile._xs_list
+    t0, t1 = at(lo), at(lo + 1)
+    slope = (t1 - t0) / (xs[lo + 1] - xs[lo])
+    if slope <= 0:
+        return int(xs[lo + 1])
+    return max(int(math.floor(xs[lo] + (budget_s - t0) / slope + 1e-9)), 0)
+
+
+def former_queue_walk(rows, deadline, now, prompt, charged):
+    """The co-located admission's walk over a server's queued prompts as the former code did it
+    (``rows``: (first-token deadline, tokens left, tokens done) in queue order): tokens ahead,
+    the longest prompt, their attention work, and the prompts behind, sorted."""
+    ahead, behind = 0, []
+    longest, work = prompt, 0.0
+    for dq, left, done in rows:
+        done = done if charged else 0
+        if dq <= deadline or dq < now:
+            ahead += left
+            if charged:
+                longest = max(longest, done + left)
+                work += left * (done + (left + 1) / 2.0)
+        else:
+            behind.append((dq, left, done))
+    return ahead, longest, work, sorted(behind)
+
+
 def test_chunk_work_and_kv_peak_equal_the_former_floats():
     """2,000 random (chunk, longest) pairs and 300 random request sets (seeded): the same
     floats as the former computations, ties in the remaining steps included."""
@@ -51,6 +130,115 @@ def test_chunk_work_and_kv_peak_equal_the_former_floats():
         assert kv_peak(contexts, remaining) == former_kv_peak(contexts, remaining)
 
 
+TIMING = make_scheduler(
+    "polyserve",
+    stream_instance("azure_conv_2023", 50, 1.0, seed=0, servers=4, mode="colocated"),
+    mode="colocated",
+    servers=4,
+).instance.timing
+PROFILE = Profile(TIMING, H200_LLAMA31_8B_KV_TOKENS)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    calls=st.lists(
+        st.tuples(
+            st.floats(0.0, 1.1 * H200_LLAMA31_8B_KV_TOKENS),
+            st.sampled_from([0.02, 0.03, 0.05, 0.1]),
+            st.sampled_from([1, 37, 120, 300]),
+            st.sampled_from([1, 700, 4_000, 30_000]),
+        ),
+        min_size=1,
+        max_size=25,
+    )
+)
+def test_max_chunk_equals_the_former_search(calls):
+    """Sequences of chunk and token searches on one profile (its times rise: each starts from
+    the last answer for the same batch and budget, often repeated here), also beyond the KV
+    grid: the former searches' answers every time."""
+    attention = prefill_attention_s(TIMING)
+    assert PROFILE._rising and attention > 0
+    for kv, budget, batch, longest in calls:
+        expected = former_max_chunk(PROFILE, kv, budget, batch, attention, longest)
+        assert PROFILE.max_chunk(kv, budget, batch, attention, longest) == expected
+        assert PROFILE._max_tokens_at(kv, budget) == former_max_tokens(PROFILE, kv, budget)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    lo=st.integers(0, 50),
+    width=st.integers(0, 300),
+    boundary=st.integers(0, 300),
+    guess=st.integers(-20, 400),
+)
+def test_search_from_a_guess_finds_the_bisection_answer(lo, width, boundary, guess):
+    """A monotone predicate true from lo up to a boundary: the search outwards from any guess
+    returns what the bisection returns, and asks fewer points when the guess is the answer."""
+    hi = lo + width
+    asked = []
+
+    def fits(x):
+        asked.append(x)
+        return x <= lo + boundary
+
+    expected = _last_fitting(lo, hi, fits)
+    bisection_asks = len(asked)
+    asked.clear()
+    assert _last_fitting_near(lo, hi, guess, fits) == expected
+    if guess == expected and width > 8:
+        assert len(asked) <= min(bisection_asks, 2)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    contexts=st.lists(st.integers(0, 900_000), max_size=40),
+    emitted=st.lists(st.integers(0, 400), max_size=40),
+    context=st.integers(1, 900_000),
+    generated=st.integers(0, 3),
+    d_hat=st.sampled_from([1.0, 2.5, 37.25, 211.5]),
+)
+def test_kv_peak_base_with_one_request_is_the_former_peak(
+    contexts, emitted, context, generated, d_hat
+):
+    """Random server request sets (remaining steps max(d_hat - emitted, 1), many ties) and one
+    more request: KvPeakBase gives the former kv_peak's float of the joined set, also when the
+    added request has fewer remaining steps than some (its fallback)."""
+    n = min(len(contexts), len(emitted))
+    ctx = np.array(contexts[:n], dtype=float)
+    rem = np.maximum(d_hat - np.array(emitted[:n], dtype=float), 1.0)
+    added = max(d_hat - generated, 1.0)
+    expected = former_kv_peak(np.append(ctx, float(context)), np.append(rem, added))
+    assert KvPeakBase(ctx, rem).with_one(float(context), added) == expected
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    rows=st.lists(
+        st.tuples(st.integers(0, 12), st.integers(1, 50_000), st.integers(0, 50_000)),
+        max_size=30,
+    ),
+    huge=st.booleans(),
+    deadline=st.integers(-1, 13),
+    now=st.integers(-1, 13),
+    prompt=st.integers(1, 50_000),
+    charged=st.booleans(),
+)
+def test_queued_prompts_give_the_former_walk(rows, huge, deadline, now, prompt, charged):
+    """Random queues (deadline ties, requests already late): _QueuedPrompts gives the former
+    walk's tokens ahead, longest prompt, attention work (the same float; prompts of 10^8 tokens
+    push the integer sums past 2^52, where it sums in queue order as before) and sorted rows
+    behind."""
+    rows = [(0.25 * d, left, done) for d, left, done in rows]  # few deadlines: ties
+    if huge and rows:
+        rows[0] = (rows[0][0], 100_000_000, rows[0][2])  # its work alone is 5 x 10^15 > 2^52
+    rows = [(dq, left, done if charged else 0) for dq, left, done in rows]
+    deadline, now = 0.25 * deadline, 0.25 * now
+    queue = _QueuedPrompts(list(rows))
+    i, ahead, longest, work = queue.ahead_of(deadline, now, prompt, charged)
+    former = former_queue_walk(rows, deadline, now, prompt, charged)
+    assert (ahead, longest, work, queue.rows[i:]) == former
+
+
 def azure_run():
     """The Azure conversation stream on 16 co-located servers at 60 % of the fluid rate."""
     probe = stream_instance("azure_conv_2023", 2000, 1.0, seed=0, servers=16, mode="colocated")
@@ -60,9 +248,38 @@ def azure_run():
     return sched.instance, sched.router, sched.run(sched.instance, seed=0)
 
 
-def test_azure_colocated_run_keeps_the_former_outcome():
+def test_azure_colocated_run_keeps_the_former_outcome(monkeypatch):
     """Azure conversation near 60 % of the fluid rate on 16 co-located servers: the same
-    outcome (token times to the bit) and routing decisions as before."""
+    outcome (token times to the bit) and routing decisions as before; and each KV-peak base and
+    queued-prompt list the admission reuses for a server equals the one read afresh from the
+    server at that moment (the server-state key misses no change)."""
+    reused = {"bases": 0, "queues": 0}
+    peak_base, queued = ps.PolyServeController._peak_base, ps.PolyServeController._queued_prompts
+
+    def checked_base(self, s):
+        entry = self._bases.get(s.id)
+        got = peak_base(self, s)
+        if entry is not None and entry[1] is got:  # kept from an earlier read
+            reused["bases"] += 1
+            del self._bases[s.id]
+            fresh = peak_base(self, s)
+            np.testing.assert_array_equal(got.contexts, fresh.contexts)
+            np.testing.assert_array_equal(got.remaining, fresh.remaining)
+        return got
+
+    def checked_queue(self, s):
+        entry = self._queues.get(s.id)
+        got = queued(self, s)
+        if entry is not None and entry[1] is got:
+            reused["queues"] += 1
+            del self._queues[s.id]
+            assert queued(self, s).in_order == got.in_order
+        return got
+
+    monkeypatch.setattr(ps.PolyServeController, "_peak_base", checked_base)
+    monkeypatch.setattr(ps.PolyServeController, "_queued_prompts", checked_queue)
     instance, controller, out = azure_run()
     assert check(instance, out) == []
     assert (digest(out), controller.decisions) == FORMER
+    # both kinds of entry were reused, and checked, many times
+    assert min(reused.values()) > 500, reused  # 592 each
