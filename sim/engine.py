@@ -1114,7 +1114,7 @@ class Engine:
         until = self._before_next_input(quiet(view))
         if not nxt < until < math.inf:
             return nxt
-        _, last = self._ticks_before(nxt, until)
+        last = self._tick_after(nxt, until)
         self._quiet_from = nxt
         return last
 
@@ -1165,7 +1165,7 @@ class Engine:
             return
         first, _, seq = quiet
         if first < landing:
-            _, first = self._ticks_before(first, landing)
+            first = self._tick_after(first, landing)
         if first >= quiet[1]:
             return
         heap = self._scale_heap
@@ -1190,6 +1190,17 @@ class Engine:
             return ticks, nxt
         blocks = list(self._tick_blocks(nxt, until))
         return [t for block, _ in blocks for t in block.tolist()], blocks[-1][1]
+
+    def _tick_after(self, nxt: float, until: float) -> float:
+        """The first scaler tick at or after ``until`` (finite) from ``nxt`` on: the tick after
+        of :meth:`_ticks_before`, by the same additions, without listing the ticks before it."""
+        step = self.scaler.interval_s  # type: ignore[union-attr]
+        if until - nxt < _SHORT_SPAN * step:
+            while nxt < until:
+                nxt += step
+            return nxt
+        *_, (_, last) = self._tick_blocks(nxt, until)
+        return last
 
     def _tick_blocks(self, nxt: float, until: float) -> Iterator[tuple[np.ndarray, float]]:
         """The scaler's tick times from ``nxt`` on before ``until`` (finite), in blocks of at

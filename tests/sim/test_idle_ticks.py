@@ -270,11 +270,12 @@ def test_tick_blocks_sized_to_the_span_are_the_former_blocks(start, span, interv
 def test_ticks_before_a_time_are_those_of_the_tick_blocks(start, span, interval):
     """The tick times before a moment and the first tick at or after it, summed one tick at a
     time for a short span (under 256 intervals) and read from the blocks for a longer one:
-    every time and the tick after equal those of the blocks (spans up to 3 s reach 3,000 ticks
-    of 1 ms, both ways)."""
+    every time and the tick after equal those of the blocks, and ``_tick_after`` gives the same
+    tick after (spans up to 3 s reach 3,000 ticks of 1 ms, both ways)."""
     engine = SimpleNamespace(scaler=SimpleNamespace(interval_s=interval))
     engine._tick_blocks = lambda nxt, until: Engine._tick_blocks(engine, nxt, until)
     ticks, after = Engine._ticks_before(engine, start, start + span)
     blocks = list(Engine._tick_blocks(engine, start, start + span))
     assert ticks == [t for block, _ in blocks for t in block.tolist()]
     assert after == blocks[-1][1]
+    assert Engine._tick_after(engine, start, start + span) == after
