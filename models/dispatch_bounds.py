@@ -13,7 +13,10 @@ with requests x buckets, not with tokens x iterations:
   worker-seconds that are ready and not yet departed;
 - initial workers are ready from 0 until they depart (their availability never rises);
   every rise of the new workers' availability is a switch-on paying its start-up delay;
-- the cost is at least the available worker-seconds plus the start-up delays.
+- the cost is at least the available worker-seconds plus the start-up delays;
+- on an interval from an arrival to a first-token deadline, the work due in it of the requests
+  arriving in it fits in the worker-seconds that can be ready then (rows added in rounds
+  where the LP's solution breaks them, :func:`_interval_rows`).
 
 Maximizing ``(1/n) sum_r m_r - lambda C`` over it (``m_r`` binary, or continuous for the LP)
 bounds the objective of every schedule the engine can run on the window from above; the proof
