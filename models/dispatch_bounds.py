@@ -13,7 +13,10 @@ with requests x buckets, not with tokens x iterations:
   worker-seconds that are ready and not yet departed;
 - initial workers are ready from 0 until they depart (their availability never rises);
   every rise of the new workers' availability is a switch-on paying its start-up delay;
-- the cost is at least the available worker-seconds plus the start-up delays.
+- the cost is at least the available worker-seconds plus the start-up delays;
+- on an interval from an arrival to a first-token deadline, the work due in it of the requests
+  arriving in it fits in the worker-seconds that can be ready then (rows added in rounds
+  where the LP's solution breaks them, :func:`_interval_rows`).
 
 Maximizing ``(1/n) sum_r m_r - lambda C`` over it (``m_r`` binary, or continuous for the LP)
 bounds the objective of every schedule the engine can run on the window from above; the proof
@@ -71,12 +74,18 @@ LP_METHODS = ("ipm", "simplex", "pdlp")
 LP_METHOD = "ipm"
 #: Added to every LP or MILP value reported as a bound (covers the rounding of its sums).
 SAFE_MARGIN = 1e-9
+#: Rounds of interval rows added to each grid's LP (:func:`_interval_rows`; 0: none), and the
+#: most rows a round adds: the most violated by the LP's solution.
+INTERVAL_ROUNDS = 8
+INTERVAL_ROWS = 300
+#: Seconds of work an interval row must be violated by to be added.
+INTERVAL_VIOLATION_S = 1e-6
 
 
 @dataclass(frozen=True, slots=True)
 class LevelSolve:
-    """One grid's LP solve: its size, how HiGHS ended, the bound it gave (None: none) and the
-    wall time of build and solve."""
+    """One grid's LP solve: its size, how HiGHS ended, the bound it gave (None: none), the
+    wall time of build and solve, and the interval rows added (:func:`_interval_rows`)."""
 
     buckets: int
     variables: int
@@ -84,6 +93,7 @@ class LevelSolve:
     status: str
     bound: float | None
     runtime_s: float
+    interval_rows: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +201,7 @@ class _Lp:
     up_cols: np.ndarray
     length_s: np.ndarray
     startup_s: float
+    ends_s: np.ndarray
 
     @property
     def buckets(self) -> int:
@@ -338,6 +349,7 @@ def _build(data: ScaleWindow, meets: list[int], profiles: list[Any], buckets: in
         up_cols=np.asarray(up),
         length_s=length,
         startup_s=data.startup_s,
+        ends_s=t,
     )
 
 
@@ -372,6 +384,123 @@ def _missed_prompts(
         terms = [(m[r], prompt_s[r]) for r in arrived.tolist() if r in m]
         row([*((missed[k], 1.0) for k in range(b + 1)), *terms], -math.inf, released)
     return missed
+
+
+@dataclass(frozen=True, slots=True)
+class _Intervals:
+    """What the interval rows read of a window: the met columns of the requests that can
+    meet, in arrival order, their arrivals, the candidate interval ends (the first-token
+    deadlines) and each request's work due by each end (seconds, one row per request)."""
+
+    met_cols: np.ndarray
+    arrival_s: np.ndarray
+    ends_s: np.ndarray
+    due_work_s: np.ndarray
+
+
+def _intervals(data: ScaleWindow, meets: list[int], profiles: list[Any], lp: _Lp) -> _Intervals:
+    """The :class:`_Intervals` of a window (``lp`` gives the met columns, in ``meets``' order)."""
+    order = sorted(range(len(meets)), key=lambda i: (float(data.arrival_s[meets[i]]), i))
+    ends = np.unique([float(profiles[meets[i]][1][0]) for i in order])
+    due_work = np.zeros((len(order), len(ends)))
+    for row_i, i in enumerate(order):
+        _, due, work = profiles[meets[i]]
+        k = np.searchsorted(due, ends, side="right")
+        due_work[row_i] = np.where(k > 0, work[np.maximum(k - 1, 0)], 0.0)
+    return _Intervals(
+        met_cols=lp.met_cols[order],
+        arrival_s=np.asarray([float(data.arrival_s[meets[i]]) for i in order]),
+        ends_s=ends,
+        due_work_s=due_work,
+    )
+
+
+def _most_workers_s(
+    data: ScaleWindow, start: np.ndarray | float, end: np.ndarray | float
+) -> np.ndarray:
+    """Worker-seconds that can be ready in ``[start, end]``: ``n0`` workers before the start-up
+    delay (a switched-on worker is ready ``delta`` after its switch-on at 0 or later), ``W``
+    from then on."""
+    delta = data.startup_s
+    before = np.clip(np.minimum(end, delta) - start, 0.0, None)
+    after = np.clip(end - np.maximum(start, delta), 0.0, None)
+    return data.initial_servers * before + data.max_servers * after
+
+
+def _interval_rows(
+    data: ScaleWindow, lp: _Lp, x: np.ndarray, table: _Intervals, most: int
+) -> tuple[Any, np.ndarray] | None:
+    """The interval rows most violated by the LP solution ``x`` (None: none violated).
+
+    For an interval ``[s, e]`` with ``s`` an arrival and ``e`` a first-token deadline, every
+    met request arriving at or after ``s`` does its work due by ``e`` inside ``[s, e]``, on
+    workers ready then::
+
+        sum_(r: a_r >= s) m_r omega_r(due by e)  <=  sum_(b inside [s, e]) L_b (X0_b + Xn_b)
+                                                     + most workers ready on the rest of [s, e]
+
+    where the rest is the parts of the buckets holding ``s`` and ``e`` (``n0`` workers before
+    ``delta``, ``W`` after; docs/hyperflexis.md, "Interval rows"). ``s`` and ``e`` are not
+    bucket ends, so the rows cut off work the grid attributes to a bucket before its
+    arrival or after its deadline. Returns ``(rows, upper sides)``: the rows over the LP's
+    columns, ``rows x <= upper``.
+    """
+    from scipy.sparse import coo_array
+
+    t = lp.ends_s
+    met = x[table.met_cols]
+    # lhs[i, j]: work due by ends[j] of the requests arriving at or after starts[i]
+    suffix = np.cumsum((met[:, None] * table.due_work_s)[::-1], axis=0)[::-1]
+    starts, first = np.unique(table.arrival_s, return_index=True)
+    lhs = suffix[first]
+    ends = table.ends_s
+    avail = np.concatenate(([0.0], np.cumsum(lp.length_s * (x[lp.x0_cols] + x[lp.xn_cols]))))
+    # bucket holding s: t[bs] <= s < t[bs + 1]; bucket holding e: t[be] < e <= t[be + 1]
+    bs = np.minimum(np.searchsorted(t, starts, side="right") - 1, lp.buckets - 1)
+    be = np.clip(np.searchsorted(t, ends, side="left") - 1, 0, lp.buckets - 1)
+    s, e = starts[:, None], ends[None, :]
+    bs_, be_ = bs[:, None], be[None, :]
+    split = be_ > bs_
+    partial = np.where(
+        split,
+        _most_workers_s(data, s, t[bs_ + 1]) + _most_workers_s(data, t[be_], e),
+        _most_workers_s(data, s, e),
+    )
+    inside = np.where(split, avail[be_] - avail[np.minimum(bs_ + 1, be_)], 0.0)
+    violation = np.where(e > s, lhs - partial - inside, -math.inf)
+    flat = np.flatnonzero(violation > INTERVAL_VIOLATION_S)
+    if not len(flat):
+        return None
+    if len(flat) > most:
+        flat = flat[np.argsort(-violation.flat[flat], kind="stable")[:most]]
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    for k, cell in enumerate(flat.tolist()):
+        i, j = divmod(cell, len(ends))
+        due = table.due_work_s[first[i] :, j]
+        nonzero = np.flatnonzero(due > 0.0)
+        rows += [k] * len(nonzero)
+        cols += table.met_cols[first[i] + nonzero].tolist()
+        vals += due[nonzero].tolist()
+        for b in range(int(bs[i]) + 1, int(be[j])):
+            rows += [k, k]
+            cols += [int(lp.x0_cols[b]), int(lp.xn_cols[b])]
+            vals += [-float(lp.length_s[b])] * 2
+    block = coo_array((vals, (rows, cols)), shape=(len(flat), lp.matrix.shape[1])).tocsr()
+    return block, partial.flat[flat]
+
+
+def _with_rows(lp: _Lp, block: Any, upper: np.ndarray) -> _Lp:
+    """``lp`` with the rows ``block x <= upper`` added."""
+    from scipy.sparse import vstack
+
+    return dataclasses.replace(
+        lp,
+        matrix=vstack([lp.matrix, block]).tocsr(),
+        row_lo=np.concatenate([lp.row_lo, np.full(len(upper), -math.inf)]),
+        row_hi=np.concatenate([lp.row_hi, upper]),
+    )
 
 
 def safe_dual_bound(lp: _Lp, row_dual: np.ndarray) -> float:
@@ -445,6 +574,7 @@ def relaxation_bound(
     buckets: int = DEFAULT_BUCKETS,
     coarse_buckets: int | None = COARSE_BUCKETS,
     refined_buckets: Sequence[int] = (),
+    interval_rounds: int = INTERVAL_ROUNDS,
     integral: bool = False,
     time_limit: float = 60.0,
     threads: int = 1,
@@ -467,6 +597,10 @@ def relaxation_bound(
     refined_buckets : sequence of int
         Finer grids solved after the fine one, in order, each with the time left (a level
         that stops at the time limit gives no bound; the least of the others is kept).
+    interval_rounds : int
+        Rounds of interval rows (:func:`_interval_rows`) added to each grid's LP, each
+        solved again with them within the grid's time; a round stopped by the time limit
+        leaves the grid's bound before it. 0: none.
     integral : bool
         Also solve the fine grid with binary ``m_r`` (a MILP whose dual bound is reported)
         in the time left after its LP.
@@ -498,6 +632,10 @@ def relaxation_bound(
     for size in refined_buckets:
         if isinstance(size, bool) or not isinstance(size, int) or size < 2:
             raise ValueError(f"refined_buckets must be integers >= 2, got {size!r}")
+    if isinstance(interval_rounds, bool) or not isinstance(interval_rounds, int):
+        raise ValueError(f"interval_rounds must be an integer >= 0, got {interval_rounds!r}")
+    if interval_rounds < 0:
+        raise ValueError(f"interval_rounds must be an integer >= 0, got {interval_rounds!r}")
     if lp_method not in LP_METHODS:
         raise ValueError(f"lp_method must be one of {', '.join(LP_METHODS)}, got {lp_method!r}")
     start = time.perf_counter()
@@ -527,11 +665,24 @@ def relaxation_bound(
         if left <= 0:
             break
         lp = _build(data, meets, profiles, size)
+        level_end = begun + (left * COARSE_SHARE if i < fine else left)
+        value, x, how = _solve_lp(lp, level_end - time.perf_counter(), threads, lp_method)
+        added = 0
+        table = _intervals(data, meets, profiles, lp) if interval_rounds else None
+        for _ in range(interval_rounds):
+            if value is None or x is None or table is None:
+                break
+            found = _interval_rows(data, lp, x, table, INTERVAL_ROWS)
+            if found is None or time.perf_counter() >= level_end:
+                break
+            cut = _with_rows(lp, *found)
+            tighter, cut_x, _ = _solve_lp(cut, level_end - time.perf_counter(), threads, lp_method)
+            if tighter is None or cut_x is None:
+                break
+            # the rows are valid, so both LPs bound J: the least is kept
+            lp, x, added, value = cut, cut_x, added + len(found[1]), min(value, tighter)
         if i == fine:
             fine_lp = lp
-        share = left * COARSE_SHARE if i < fine else left
-        share -= time.perf_counter() - begun
-        value, x, how = _solve_lp(lp, share, threads, lp_method)
         levels.append(
             LevelSolve(
                 lp.buckets,
@@ -540,6 +691,7 @@ def relaxation_bound(
                 how,
                 value,
                 time.perf_counter() - begun,
+                added,
             )
         )
         if value is not None and x is not None:
@@ -614,6 +766,7 @@ class DispatchBound(ExactModel):
     Options: ``buckets`` (default :data:`DEFAULT_BUCKETS`), ``coarse_buckets`` (default
     :data:`COARSE_BUCKETS`; None: the fine grid alone), ``refined_buckets`` (default
     :data:`REFINED_BUCKETS`: finer grids after the fine one, with the time left),
+    ``interval_rounds`` (default :data:`INTERVAL_ROUNDS`; 0: no interval rows),
     ``integral`` (default False: the LP),
     ``lp_method`` (default :data:`LP_METHOD`). Status OPTIMAL when the fine LP is solved,
     FEASIBLE when only the coarse one is (its bound holds), TIME_LIMIT with the ideal bound
@@ -630,6 +783,7 @@ class DispatchBound(ExactModel):
         buckets: int = DEFAULT_BUCKETS,
         coarse_buckets: int | None = COARSE_BUCKETS,
         refined_buckets: Sequence[int] = REFINED_BUCKETS,
+        interval_rounds: int = INTERVAL_ROUNDS,
         integral: bool = False,
         lp_method: str = LP_METHOD,
     ) -> None:
@@ -638,6 +792,7 @@ class DispatchBound(ExactModel):
         self.buckets = buckets
         self.coarse_buckets = coarse_buckets
         self.refined_buckets = tuple(refined_buckets)
+        self.interval_rounds = interval_rounds
         self.integral = integral
         self.lp_method = lp_method
 
@@ -653,6 +808,7 @@ class DispatchBound(ExactModel):
             buckets=self.buckets,
             coarse_buckets=self.coarse_buckets,
             refined_buckets=self.refined_buckets,
+            interval_rounds=self.interval_rounds,
             integral=self.integral,
             time_limit=time_limit,
             threads=backend.threads,

@@ -1261,6 +1261,7 @@ class DispatchLns(ExactModel):
         bound = relaxation_bound(
             self.instance,
             buckets=self.buckets or DEFAULT_BUCKETS,
+            interval_rounds=0,
             time_limit=BOUND_SHARE * time_limit,
             threads=backend.threads,
         )
