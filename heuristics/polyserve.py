@@ -455,7 +455,7 @@ class KvPeakBase:
     largest: :func:`kv_peak` on the joined arrays.
     """
 
-    __slots__ = ("contexts", "remaining", "top", "suffix", "steps")
+    __slots__ = ("contexts", "remaining", "top", "suffix", "left", "levels", "steps")
 
     def __init__(self, contexts: np.ndarray, remaining: np.ndarray) -> None:
         self.contexts = contexts
@@ -467,8 +467,31 @@ class KvPeakBase:
         np.not_equal(rem[1:], rem[:-1], out=first[1:])
         self.top = float(rem[-1]) if n else -math.inf
         self.suffix = contexts[order][::-1].cumsum()[::-1][first]
-        # (requests left, the added one included) x (steps - 1), as kv_peak multiplies them
-        self.steps = (n + 1 - np.flatnonzero(first)) * (rem[first] - 1.0)
+        self.left = n + 1 - np.flatnonzero(first)  # requests left, the added one included
+        self.levels = rem[first]
+        # (requests left) x (steps - 1), as kv_peak multiplies them
+        self.steps = self.left * (self.levels - 1.0)
+
+    def plus(self, context: float, remaining: float) -> KvPeakBase:
+        """The base of the fixed set and one more request of ``context`` tokens and
+        ``remaining >= top`` steps, without sorting again: each group keeps its first position,
+        so its ``S(v)`` gains the context (integers: the same float) and its ``N(v)`` one, and
+        steps above every other's open a group of their own (proof in docs/polyserve.md,
+        "Admission inputs carried across queue moves")."""
+        base = KvPeakBase.__new__(KvPeakBase)
+        base.contexts = np.append(self.contexts, context)
+        base.remaining = np.append(self.remaining, remaining)
+        base.top = remaining
+        if remaining > self.top:
+            base.suffix = np.append(self.suffix + context, context)
+            base.left = np.append(self.left + 1, 2)
+            base.levels = np.append(self.levels, remaining)
+        else:
+            base.suffix = self.suffix + context
+            base.left = self.left + 1
+            base.levels = self.levels
+        base.steps = base.left * (base.levels - 1.0)
+        return base
 
     def with_one(self, context: float, remaining: float) -> float:
         """:func:`kv_peak` of the fixed set and one request of ``context`` tokens and
@@ -1142,11 +1165,17 @@ class PolyServeController:
 
     def _peak_base(self, s: Server) -> KvPeakBase:
         """The server's requests as :func:`kv_peak` reads them (contexts, and remaining steps
-        ``max(d_hat - emitted, 1)``), kept while the server's state is unchanged."""
+        ``max(d_hat - emitted, 1)``), kept while the server's state is unchanged, and carried
+        across queue moves that only add requests (:meth:`_carried_base`)."""
         key = s._state_key
         got = self._bases.get(s.id)
-        if got is not None and got[0] == key:
-            return got[1]
+        if got is not None:
+            if got[0] == key:
+                return got[1]
+            carried = self._carried_base(s, got[0], got[1], key)
+            if carried is not None:
+                self._bases[s.id] = (key, carried)
+                return carried
         dec = s.decoding_ids()
         rest = np.array(s.waiting + s.prefilling, dtype=np.int64)
         gen_rest = s.generated_of(rest)
@@ -1154,6 +1183,31 @@ class PolyServeController:
         gen = np.concatenate([s.generated_of(dec), gen_rest]).astype(float)
         base = KvPeakBase(ctx, np.maximum(self.d_hat - gen, 1.0))
         self._bases[s.id] = (key, base)
+        return base
+
+    def _carried_base(
+        self, s: Server, was: tuple[Any, ...], base: KvPeakBase, key: tuple[Any, ...]
+    ) -> KvPeakBase | None:
+        """``base`` (read at key ``was``) with the requests queued on ``s`` since, or None when
+        more than that changed. The same event version, iteration and window in progress and
+        decoding requests mean no commit and no preemption in between, so every request read
+        then has the same contexts and emitted tokens; a queue move that only adds requests
+        (placements) adds theirs, each with at least every other's remaining steps
+        (:meth:`KvPeakBase.plus`)."""
+        if was[0] != key[0] or was[1] is not key[1] or was[2] is not key[2] or was[5] != key[5]:
+            return None
+        before = set(was[3])
+        before.update(was[4])
+        now = key[3] + key[4]
+        added = [r for r in now if r not in before]
+        if len(now) - len(added) != len(before):
+            return None  # a request left the queues
+        for r in added:
+            generated = float(s.generated(r))
+            remaining = max(self.d_hat - generated, 1.0)
+            if remaining < base.top:
+                return None
+            base = base.plus(float(s.prompt(r)) + generated, remaining)
         return base
 
     def _queued_prompts(self, s: Server) -> _QueuedPrompts:

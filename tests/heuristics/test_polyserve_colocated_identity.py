@@ -239,6 +239,48 @@ def test_queued_prompts_give_the_former_walk(rows, huge, deadline, now, prompt, 
     assert (ahead, longest, work, queue.rows[i:]) == former
 
 
+def assert_same_base(got, fresh):
+    """``got`` holds the requests of ``fresh`` (in any order) and the same groups' floats."""
+    for name in ("suffix", "left", "levels", "steps"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(fresh, name))
+    assert got.top == fresh.top
+    order, fresh_order = (
+        np.lexsort((got.contexts, got.remaining)),
+        np.lexsort((fresh.contexts, fresh.remaining)),
+    )
+    np.testing.assert_array_equal(got.contexts[order], fresh.contexts[fresh_order])
+    np.testing.assert_array_equal(got.remaining[order], fresh.remaining[fresh_order])
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    contexts=st.lists(st.integers(0, 900_000), max_size=30),
+    emitted=st.lists(st.integers(0, 400), max_size=30),
+    added=st.lists(st.tuples(st.integers(1, 900_000), st.integers(0, 3)), max_size=6),
+    context=st.integers(1, 900_000),
+    d_hat=st.sampled_from([1.0, 2.5, 37.25, 211.5]),
+)
+def test_kv_peak_base_plus_requests_is_the_base_read_afresh(
+    contexts, emitted, added, context, d_hat
+):
+    """Random server request sets (many ties), then requests queued one by one, each with at
+    least every other's remaining steps: KvPeakBase.plus gives the groups of the base read
+    afresh from the joined arrays, and with_one the former kv_peak's float."""
+    n = min(len(contexts), len(emitted))
+    ctx = np.array(contexts[:n], dtype=float)
+    rem = np.maximum(d_hat - np.array(emitted[:n], dtype=float), 1.0)
+    base = KvPeakBase(ctx, rem)
+    for queued, generated in added:
+        remaining = max(d_hat - generated, 1.0)
+        if remaining < base.top:
+            continue  # the server's state is read afresh then
+        base = base.plus(float(queued), remaining)
+        ctx, rem = np.append(ctx, float(queued)), np.append(rem, remaining)
+        assert_same_base(base, KvPeakBase(ctx, rem))
+    expected = former_kv_peak(np.append(ctx, float(context)), np.append(rem, d_hat))
+    assert base.with_one(float(context), max(d_hat, 1.0)) == expected
+
+
 def azure_run():
     """The Azure conversation stream on 16 co-located servers at 60 % of the fluid rate."""
     probe = stream_instance("azure_conv_2023", 2000, 1.0, seed=0, servers=16, mode="colocated")
@@ -253,18 +295,27 @@ def test_azure_colocated_run_keeps_the_former_outcome(monkeypatch):
     outcome (token times to the bit) and routing decisions as before; and each KV-peak base and
     queued-prompt list the admission reuses for a server equals the one read afresh from the
     server at that moment (the server-state key misses no change)."""
-    reused = {"bases": 0, "queues": 0}
+    reused = {"bases": 0, "queues": 0, "carried": 0}
     peak_base, queued = ps.PolyServeController._peak_base, ps.PolyServeController._queued_prompts
+    carry = ps.PolyServeController._carried_base
+    carried = []
+
+    def carried_base(self, s, was, base, key):
+        got = carry(self, s, was, base, key)
+        carried.append(got)
+        return got
 
     def checked_base(self, s):
         entry = self._bases.get(s.id)
+        carried.clear()
         got = peak_base(self, s)
-        if entry is not None and entry[1] is got:  # kept from an earlier read
-            reused["bases"] += 1
-            del self._bases[s.id]
+        if entry is not None and (entry[1] is got or carried == [got]):
+            # kept from an earlier read, or carried from it across queue moves
+            reused["bases" if entry[1] is got else "carried"] += 1
+            kept = self._bases.pop(s.id)
             fresh = peak_base(self, s)
-            np.testing.assert_array_equal(got.contexts, fresh.contexts)
-            np.testing.assert_array_equal(got.remaining, fresh.remaining)
+            self._bases[s.id] = kept
+            assert_same_base(got, fresh)
         return got
 
     def checked_queue(self, s):
@@ -277,9 +328,10 @@ def test_azure_colocated_run_keeps_the_former_outcome(monkeypatch):
         return got
 
     monkeypatch.setattr(ps.PolyServeController, "_peak_base", checked_base)
+    monkeypatch.setattr(ps.PolyServeController, "_carried_base", carried_base)
     monkeypatch.setattr(ps.PolyServeController, "_queued_prompts", checked_queue)
     instance, controller, out = azure_run()
     assert check(instance, out) == []
     assert (digest(out), controller.decisions) == FORMER
-    # both kinds of entry were reused, and checked, many times
-    assert min(reused.values()) > 500, reused  # 592 each
+    # both kinds of entry were reused, and bases carried, and checked, many times
+    assert min(reused.values()) > 500, reused  # 592 kept bases and queues, 1,131 carried
