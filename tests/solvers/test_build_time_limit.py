@@ -39,6 +39,7 @@ def test_a_small_model_still_solves_to_optimality_under_the_build_timer():
     assert 0.0 <= result.details["build_s"] < 30.0
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # as above
 def test_compare_time_limit_on_a_large_window_ran_past_60_s(tmp_path, capsys):
     """compare --methods highs --time-limit 1 on 20,000 requests gives a TIME_LIMIT row, no objective."""
     inst = get_problem("dispatch-scale").build(n=20_000, seed=0)
