@@ -1194,13 +1194,20 @@ class PolyServeController:
         then has the same contexts and emitted tokens; a queue move that only adds requests
         (placements) adds theirs, each with at least every other's remaining steps
         (:meth:`KvPeakBase.plus`)."""
-        if was[0] != key[0] or was[1] is not key[1] or was[2] is not key[2] or was[5] != key[5]:
+        # Server._state_key: (event version, iteration, window, waiting, prefilling, decoding)
+        version, iteration, window, waiting, prefilling, decoding = key
+        if (
+            was[0] != version
+            or was[1] is not iteration
+            or was[2] is not window
+            or was[5] != decoding
+        ):
             return None
         before = set(was[3])
         before.update(was[4])
-        now = key[3] + key[4]
-        added = [r for r in now if r not in before]
-        if len(now) - len(added) != len(before):
+        queued = waiting + prefilling
+        added = [r for r in queued if r not in before]
+        if len(queued) - len(added) != len(before):
             return None  # a request left the queues
         for r in added:
             generated = float(s.generated(r))

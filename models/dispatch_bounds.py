@@ -632,9 +632,11 @@ def relaxation_bound(
     for size in refined_buckets:
         if isinstance(size, bool) or not isinstance(size, int) or size < 2:
             raise ValueError(f"refined_buckets must be integers >= 2, got {size!r}")
-    if isinstance(interval_rounds, bool) or not isinstance(interval_rounds, int):
-        raise ValueError(f"interval_rounds must be an integer >= 0, got {interval_rounds!r}")
-    if interval_rounds < 0:
+    if (
+        isinstance(interval_rounds, bool)
+        or not isinstance(interval_rounds, int)
+        or interval_rounds < 0
+    ):
         raise ValueError(f"interval_rounds must be an integer >= 0, got {interval_rounds!r}")
     if lp_method not in LP_METHODS:
         raise ValueError(f"lp_method must be one of {', '.join(LP_METHODS)}, got {lp_method!r}")
