@@ -193,15 +193,6 @@ class Profile:
         ty = (kv_tokens - ys[j]) / (ys[j + 1] - ys[j])
         return self._cols[j], self._cols[j + 1], ty
 
-    def _column(self, kv_tokens: float) -> Callable[[int], float]:
-        """The table's times at ``kv_tokens`` KV tokens, by batch grid index (linear in KV)."""
-        lo_col, hi_col, ty = self._column_parts(kv_tokens)
-
-        def at(i: int) -> float:
-            return lo_col[i] + ty * (hi_col[i] - lo_col[i])
-
-        return at
-
     def _segment(self, fits: Callable[[int], bool], near: tuple[int, float] | None = None) -> int:
         """Index ``lo`` of the grid segment where ``fits`` (true up to a batch grid index, then
         false) turns false (the last segment when it never does), or -1 when even the first
@@ -237,17 +228,18 @@ class Profile:
         return most
 
     def _max_tokens_at(self, kv_tokens: float, budget_s: float) -> int:
-        at = self._column(kv_tokens)
-        near = (
-            (0, budget_s)
-            if self._rising and 0.0 <= self._column_parts(kv_tokens)[2] <= 1.0
-            else None
-        )
-        lo = self._segment(lambda i: at(i) <= budget_s, near)
+        lo_col, hi_col, ty = self._column_parts(kv_tokens)
+
+        def fits(i: int) -> bool:  # the column's read (_column) within the budget
+            low = lo_col[i]
+            return low + ty * (hi_col[i] - low) <= budget_s
+
+        lo = self._segment(fits, (0, budget_s) if self._rising and 0.0 <= ty <= 1.0 else None)
         if lo < 0:
             return 0
         xs = self._xs_list
-        t0, t1 = at(lo), at(lo + 1)
+        t0 = lo_col[lo] + ty * (hi_col[lo] - lo_col[lo])
+        t1 = lo_col[lo + 1] + ty * (hi_col[lo + 1] - lo_col[lo + 1])
         slope = (t1 - t0) / (xs[lo + 1] - xs[lo])
         if slope <= 0:
             return int(xs[lo + 1])
@@ -265,25 +257,28 @@ class Profile:
         chunk fits)."""
         if attention_s <= 0:
             return self.max_tokens(kv_tokens, budget_s) - batch
+        longest = int(longest)
+        span = 2 * longest + 1
+        whole_work = longest * (longest + 1)
 
-        def cost(x: float) -> float:
-            return attention_s * chunk_attention_work(int(x) - batch, longest) if x > batch else 0.0
+        # the predicates below are written out, without calls to chunk_attention_work or the
+        # table's reader where the arguments allow: the same operations on the same integers,
+        # so the same floats (this runs at every co-located admission check)
+        def cost(x: float) -> float:  # attention_s * chunk_attention_work(chunk, longest)
+            c = int(x) - batch
+            if c <= 0:
+                return 0.0
+            if c < longest:
+                return attention_s * (c * (span - c) / 2.0)
+            whole, rest = divmod(c, longest)
+            return attention_s * (whole * whole_work / 2.0 + rest * (span - rest) / 2.0)
 
         xs = self._xs_list
         lo_col, hi_col, ty = self._column_parts(kv_tokens)
 
         def fits(i: int) -> bool:  # at(i) + cost(xs[i]) <= budget_s, the same operations
-            x = xs[i]
-            return (
-                lo_col[i]
-                + ty * (hi_col[i] - lo_col[i])
-                + (
-                    attention_s * chunk_attention_work(int(x) - batch, longest)
-                    if x > batch
-                    else 0.0
-                )
-                <= budget_s
-            )
+            low = lo_col[i]
+            return low + ty * (hi_col[i] - low) + cost(xs[i]) <= budget_s
 
         # with the grid's times rising at this KV, fits and the segment's line below are
         # monotone: a bisection then finds their last true point, and so does a search
@@ -293,10 +288,10 @@ class Profile:
         lo = self._segment(fits, (batch, budget_s) if rising else None)
         if lo < 0:
             return -batch
-        at = self._column(kv_tokens)
-        t0 = at(lo)
-        slope = (at(lo + 1) - t0) / (xs[lo + 1] - xs[lo])
+        t0 = lo_col[lo] + ty * (hi_col[lo] - lo_col[lo])  # the column's reads, as _column
         x_lo = int(xs[lo])
+        gap = xs[lo + 1] - xs[lo]
+        slope = (lo_col[lo + 1] + ty * (hi_col[lo + 1] - lo_col[lo + 1]) - t0) / gap
         if lo + 2 < len(xs):
             x_hi = int(xs[lo + 1])
         else:  # the last segment, extrapolated: the table alone is over the budget beyond
@@ -305,8 +300,27 @@ class Profile:
         def on_line(x: int) -> bool:
             return t0 + slope * (x - x_lo) + cost(x) <= budget_s
 
+        # the table's reading at this KV (ProfiledTiming._scalar_time): on the segment's own
+        # span the batch grid index is lo, else it is looked up
+        read = self.table._scalar_time
+        kv = float(kv_tokens)
+        x0, low0, low1, high0, high1 = (
+            xs[lo],
+            lo_col[lo],
+            lo_col[lo + 1],
+            hi_col[lo],
+            hi_col[lo + 1],
+        )
+        top = xs[lo + 1]
+
         def within(x: int) -> bool:  # as time() reads the table, to the last bit
-            return self.table._scalar_time(float(x), float(kv_tokens)) + cost(x) <= budget_s
+            f = float(x)
+            if x0 <= f < top:
+                tx = (f - x0) / gap
+                low = low0 + tx * (low1 - low0)
+                high = high0 + tx * (high1 - high0)
+                return max(low + ty * (high - low), 0.0) + cost(x) <= budget_s
+            return read(f, kv) + cost(x) <= budget_s
 
         # the segment's line first (cheap), then the table's own reading settles the last bit
         if not rising:
@@ -679,6 +693,35 @@ class _QueuedPrompts:
         return i, self.ahead[i], max(prompt, self.longest[i]), work
 
 
+class _TierRanking:
+    """:meth:`PolyServeController._ranked` of ``servers``, each tier ranked when placement
+    first asks for it (``get``): a placement that admits on its own tier reads the loads of
+    that tier's servers only. A tier's list is the same: its servers sorted on (minus the
+    load, the place in the tier's list, the index), a total order, so the same whatever order
+    they are listed in."""
+
+    __slots__ = ("controller", "servers", "members", "done")
+
+    def __init__(self, controller: PolyServeController, servers: Sequence[Server]) -> None:
+        self.controller = controller
+        self.servers = servers
+        self.members = controller._members(servers)
+        self.done: dict[int, list[int]] = {}
+
+    def get(self, t: int) -> list[int] | None:
+        got = self.done.get(t)
+        if got is None:
+            members = self.members.get(t)
+            if members is None:
+                return None
+            servers = self.servers
+            places = self.controller._ranks()[t]
+            entries = [(-servers[k].load, places.get(sid, 1 << 30), k) for k, sid in members]
+            entries.sort()
+            got = self.done[t] = [k for _, _, k in entries]
+        return got
+
+
 class _HeldQueue:
     """Held requests of one queue (a tier's, or the prefill queue), kept sorted by (first-token
     deadline, the order they were held), so that a retry reads them in dispatch order without
@@ -772,6 +815,7 @@ class PolyServeController:
         self.max_seqs = int(pool.max_batch_size)  # type: ignore[arg-type]
         self.max_tokens = int(pool.max_batch_tokens)  # type: ignore[arg-type]
         self.profile = Profile(instance.timing, self.kv_capacity)
+        self._read_time = self.profile.table._scalar_time  # Profile.time on floats
         self.attention_s = (
             prefill_attention_s(instance.timing) if self.params.chunk_timing == "model" else 0.0
         )
@@ -784,6 +828,13 @@ class PolyServeController:
         self.order: list[list[int]] = [[] for _ in self.tiers]  # servers of each tier, join order
         # the tier lists as _ranks last read them, with each server's place
         self._rank_lists: list[tuple[list[int], dict[int, int]]] = [([], {}) for _ in self.tiers]
+        # (servers, their pools, the pending ids, per tier its (index, id) pairs): _members
+        self._members_of: tuple[Any, list[str], set[int], dict[int, list[tuple[int, int]]]] = (
+            None,
+            [],
+            set(),
+            {},
+        )
         self.prefill_order: list[int] = []
         self.pending: set[int] = set()  # servers on the pending list (Sec. 4.4)
         # per tier, as Python ints and bools (read at every tick and retry point)
@@ -1003,7 +1054,7 @@ class PolyServeController:
         if signature is not None and self._full_at.get(r) == signature:
             return HOLD
         j = int(self.req.tier[r])
-        by_tier = self._ranked(servers) if ranked is None else ranked
+        by_tier = _TierRanking(self, servers) if ranked is None else ranked
         late = self._late(r, now)
         all_full = True
         admit = self._admit
@@ -1067,6 +1118,24 @@ class PolyServeController:
             entries.sort()
             by_tier[t] = [k for _, _, k in entries]
         return by_tier
+
+    def _members(self, servers: Sequence[Server]) -> dict[int, list[tuple[int, int]]]:
+        """Per tier, (index in ``servers``, id) of its servers, pending ones excepted, in the
+        order of ``servers``; kept while the servers, their pools and the pending set are the
+        same (a server changes its pool in place when assigned to another)."""
+        kept_servers, kept_pools, kept_pending, members = self._members_of
+        pools = [s.pool for s in servers]
+        if kept_servers is servers and kept_pools == pools and kept_pending == self.pending:
+            return members
+        tier_of_pool = self.tier_of_pool
+        pending = self.pending
+        members = {}
+        for k, s in enumerate(servers):
+            t = tier_of_pool.get(s.pool)
+            if t is not None and s.id not in pending:
+                members.setdefault(t, []).append((k, s.id))
+        self._members_of = (servers, pools, set(pending), members)
+        return members
 
     def _ranks(self) -> list[dict[int, int]]:
         """Per tier, each listed server's place in the tier's list (:attr:`order`; the first
@@ -1154,20 +1223,25 @@ class PolyServeController:
         )
 
     # -- admission ----------------------------------------------------------------------------------
-    def _peak_with(self, s: Server, context: float, generated: float) -> float:
+    def _peak_with(
+        self, s: Server, context: float, generated: float, key: tuple[Any, ...] | None = None
+    ) -> float:
         """Predicted KV peak of ``s`` with one more request (``context`` tokens, ``generated``
         emitted); every request's output is predicted as ``d_hat``.
 
         Decoding requests count at their KV, queued and prefilling ones at their prompt plus
         what they emitted (their whole prompt will be resident). The server's part is read
-        once per server state (:meth:`_peak_base`)."""
-        return self._peak_base(s).with_one(context, max(self.d_hat - generated, 1.0))
+        once per server state (:meth:`_peak_base`; ``key``: the server's ``_state_key`` when
+        the caller has read it)."""
+        return self._peak_base(s, key).with_one(context, max(self.d_hat - generated, 1.0))
 
-    def _peak_base(self, s: Server) -> KvPeakBase:
+    def _peak_base(self, s: Server, key: tuple[Any, ...] | None = None) -> KvPeakBase:
         """The server's requests as :func:`kv_peak` reads them (contexts, and remaining steps
         ``max(d_hat - emitted, 1)``), kept while the server's state is unchanged, and carried
-        across queue moves that only add requests (:meth:`_carried_base`)."""
-        key = s._state_key
+        across queue moves that only add requests (:meth:`_carried_base`). ``key``: the
+        server's ``_state_key`` when the caller has read it."""
+        if key is None:
+            key = s._state_key
         got = self._bases.get(s.id)
         if got is not None:
             if got[0] == key:
@@ -1217,10 +1291,10 @@ class PolyServeController:
             base = base.plus(float(s.prompt(r)) + generated, remaining)
         return base
 
-    def _queued_prompts(self, s: Server) -> _QueuedPrompts:
+    def _queued_prompts(self, s: Server, key: tuple[Any, ...]) -> _QueuedPrompts:
         """The server's queued prompts as the co-located admission reads them (tokens done
-        only when prefill attention is charged), kept while the server's state is unchanged."""
-        key = s._state_key
+        only when prefill attention is charged), kept while the server's state (``key``, its
+        ``_state_key``) is unchanged."""
         got = self._queues.get(s.id)
         if got is not None and got[0] == key:
             return got[1]
@@ -1288,7 +1362,8 @@ class PolyServeController:
         kv_now = s.kv_used_tokens + p
         if kv_now > self.kv_admit:
             return _FULL
-        decode_s = self.profile.time(b, kv_now)
+        read = self._read_time
+        decode_s = read(float(b), kv_now)
         if decode_s > tau_s:
             return _FULL
         first = self._first_deadline  # arrival + TTFT of every request
@@ -1308,12 +1383,13 @@ class PolyServeController:
         # and their attention work (c (prefix + (c + 1) / 2) summed over chunks: the same
         # however they are chunked, slolab.timing.base.prefill_attention_work)
         # (read once per server state, _QueuedPrompts)
-        queue = self._queued_prompts(s)
+        key = s._state_key  # read once for the queue and the KV peak
+        queue = self._queued_prompts(s, key)
         charged = self.attention_s > 0
         i, queued, longest, work = queue.ahead_of(deadline, s.now, int(p), charged)
         if not late and free_at + math.ceil((queued + p) / most) * decode_s > deadline:
             return _TOO_LATE
-        peak = self._peak_with(s, p, 0.0)
+        peak = self._peak_with(s, p, 0.0, key)
         if peak > self.kv_admit:
             return _FULL
         chunk = self._prefill_chunk(peak, tau_s, b, longest)
@@ -1321,7 +1397,7 @@ class PolyServeController:
             return _FULL
         if late:
             return _ADMIT
-        step = self.profile.time(b + chunk, peak)
+        step = read(float(b + chunk), peak)
         tokens = queued + p
         if charged:
             work += p * (p + 1) / 2.0
@@ -1336,7 +1412,7 @@ class PolyServeController:
                     chunk = self._prefill_chunk(peak, tau_s, b, longest)
                     if chunk < 1:
                         return _TOO_LATE
-                    step = self.profile.time(b + chunk, peak)
+                    step = read(float(b + chunk), peak)
                 work += left * (done + (left + 1) / 2.0)
             tokens += left
             if free_at + math.ceil(tokens / chunk) * step + self.attention_s * work > dq:

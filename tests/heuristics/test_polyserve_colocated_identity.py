@@ -7,6 +7,7 @@ the former one."""
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from slolab.heuristics import polyserve as ps
@@ -26,6 +27,8 @@ from slolab.models import tier_partition as tp
 from slolab.problems.tier_partition import stream_instance
 from slolab.sim import check
 from test_polyserve_held_index import digest
+from test_polyserve_held_retries import FORMER as MOONCAKE
+from test_polyserve_held_retries import mooncake_run
 
 #: Outcome digest (every recorded array, token times included, and the scaling events) and
 #: routing decisions of the code before these changes on the Azure conversation stream (2,000
@@ -52,6 +55,17 @@ def former_kv_peak(contexts: np.ndarray, remaining: np.ndarray) -> float:
     return float(np.max(suffix + (n - np.arange(n)) * (remaining[order] - 1.0)))
 
 
+def former_column(profile, kv_tokens):
+    """The table's times at ``kv_tokens`` KV tokens by batch grid index, as the former code
+    read them (a closure over the two KV grid columns)."""
+    lo_col, hi_col, ty = profile._column_parts(kv_tokens)
+
+    def at(i):
+        return lo_col[i] + ty * (hi_col[i] - lo_col[i])
+
+    return at
+
+
 def former_max_chunk(profile, kv_tokens, budget_s, batch, attention_s, longest):
     """:meth:`Profile.max_chunk` as the former code computed it (two bisections every call)."""
 
@@ -59,7 +73,7 @@ def former_max_chunk(profile, kv_tokens, budget_s, batch, attention_s, longest):
         return attention_s * chunk_attention_work(int(x) - batch, longest) if x > batch else 0.0
 
     xs = profile._xs_list
-    at = profile._column(kv_tokens)
+    at = former_column(profile, kv_tokens)
     lo = profile._segment(lambda i: at(i) + cost(xs[i]) <= budget_s)
     if lo < 0:
         return -batch
@@ -84,7 +98,7 @@ def former_max_chunk(profile, kv_tokens, budget_s, batch, attention_s, longest):
 
 def former_max_tokens(profile, kv_tokens, budget_s):
     """:meth:`Profile.max_tokens` as the former code computed it (a bisection every call)."""
-    at = profile._column(kv_tokens)
+    at = former_column(profile, kv_tokens)
     lo = profile._segment(lambda i: at(i) <= budget_s)
     if lo < 0:
         return 0
@@ -305,10 +319,10 @@ def test_azure_colocated_run_keeps_the_former_outcome(monkeypatch):
         carried.append(got)
         return got
 
-    def checked_base(self, s):
+    def checked_base(self, s, key=None):
         entry = self._bases.get(s.id)
         carried.clear()
-        got = peak_base(self, s)
+        got = peak_base(self, s, key)
         if entry is not None and (entry[1] is got or carried == [got]):
             # kept from an earlier read, or carried from it across queue moves
             reused["bases" if entry[1] is got else "carried"] += 1
@@ -318,13 +332,13 @@ def test_azure_colocated_run_keeps_the_former_outcome(monkeypatch):
             assert_same_base(got, fresh)
         return got
 
-    def checked_queue(self, s):
+    def checked_queue(self, s, key):
         entry = self._queues.get(s.id)
-        got = queued(self, s)
+        got = queued(self, s, key)
         if entry is not None and entry[1] is got:
             reused["queues"] += 1
             del self._queues[s.id]
-            assert queued(self, s).in_order == got.in_order
+            assert queued(self, s, s._state_key).in_order == got.in_order
         return got
 
     monkeypatch.setattr(ps.PolyServeController, "_peak_base", checked_base)
@@ -335,3 +349,44 @@ def test_azure_colocated_run_keeps_the_former_outcome(monkeypatch):
     assert (digest(out), controller.decisions) == FORMER
     # both kinds of entry were reused, and bases carried, and checked, many times
     assert min(reused.values()) > 500, reused  # 592 kept bases and queues, 1,131 carried
+
+
+@pytest.mark.parametrize(
+    ("run", "former", "moved"),
+    [(azure_run, FORMER, 0), (lambda: mooncake_run(2.0, "lazy"), MOONCAKE[(2.0, "lazy")], 1)],
+    ids=["azure", "mooncake"],
+)
+def test_tiers_ranked_when_asked_are_the_full_ranking(monkeypatch, run, former, moved):
+    """Every tier list a placement reads from the ranking built tier by tier when asked
+    (:class:`ps._TierRanking`) equals the full ranking of the servers at that moment, and the
+    outcome is the former one; the membership kept across placements is rebuilt when the
+    server list changes, and (Mooncake) when a server changes tier or leaves the pending list
+    under the same list."""
+    get = ps._TierRanking.get
+    seen = {"lists": 0, "servers": 0, "rebuilt": 0, "moved": 0}
+    members = ps.PolyServeController._members
+
+    def checked_get(self, t):
+        got = get(self, t)
+        assert got == self.controller._ranked(self.servers).get(t)
+        seen["lists"] += 1
+        seen["servers"] += len(got or ())
+        return got
+
+    def counted_members(self, servers):
+        kept_servers, _, _, kept = self._members_of
+        found = members(self, servers)
+        seen["rebuilt"] += found is not kept
+        seen["moved"] += found is not kept and kept_servers is servers
+        return found
+
+    monkeypatch.setattr(ps._TierRanking, "get", checked_get)
+    monkeypatch.setattr(ps.PolyServeController, "_members", counted_members)
+    instance, controller, out = run()
+    assert check(instance, out) == []
+    assert (digest(out), controller.decisions) == former
+    # Azure: 2,110 lists of 5,017 servers, the membership built 10 times; Mooncake: 441 lists
+    # of 676 servers, built 153 times, 10 of them under the same server list
+    assert seen["lists"] > 300 and seen["servers"] > seen["lists"], seen
+    assert 1 < seen["rebuilt"] < seen["lists"] / 2, seen
+    assert (seen["moved"] > 0) == bool(moved), seen

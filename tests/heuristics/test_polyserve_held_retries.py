@@ -20,11 +20,9 @@ FORMER = {
 }
 
 
-@pytest.mark.parametrize(("rate", "promotion"), sorted(FORMER))
-def test_held_mooncake_requests_keep_the_former_decisions(rate, promotion):
-    """300 Mooncake requests at 1 and 2 req/s on 8 co-located servers (a tenth of them no
-    server can take on time, held and retried until their deadline passes): the same outcome
-    and the same number of routing decisions as before, with each promotion rule."""
+def mooncake_run(rate, promotion):
+    """300 Mooncake requests at ``rate`` req/s on 8 co-located servers under PolyServe's
+    scaler, with the promotion rule ``promotion``: (instance, controller, outcome)."""
     setup = ServingSetup(
         "mooncake_conversation",
         policy="polyserve",
@@ -37,6 +35,14 @@ def test_held_mooncake_requests_keep_the_former_decisions(rate, promotion):
     instance, sched = setup.prepare(setup.instance(rate))
     controller = sched.router
     controller.params = dataclasses.replace(controller.params, promotion=promotion)
-    out = sched.run(instance, seed=0)
+    return instance, controller, sched.run(instance, seed=0)
+
+
+@pytest.mark.parametrize(("rate", "promotion"), sorted(FORMER))
+def test_held_mooncake_requests_keep_the_former_decisions(rate, promotion):
+    """300 Mooncake requests at 1 and 2 req/s on 8 co-located servers (a tenth of them no
+    server can take on time, held and retried until their deadline passes): the same outcome
+    and the same number of routing decisions as before, with each promotion rule."""
+    instance, controller, out = mooncake_run(rate, promotion)
     assert check(instance, out) == []
     assert (digest(out), controller.decisions) == FORMER[(rate, promotion)]
