@@ -886,6 +886,7 @@ class PolyServeController:
         self._tries = [self._candidate_tiers(j) for j in range(len(self.tiers))]
         self._tier_taus = [float(t) for t in self.tiers]
         self._first_deadline: list[float] = (self.req.arrival + self.req.ttft).tolist()
+        self._tier_list: list[int] = self.req.tier.tolist()  # each request's class, as a list
 
     # -- routing ----------------------------------------------------------------------------------
     def route(self, request: int, servers: Sequence[Server], now: float) -> int:
@@ -1615,7 +1616,7 @@ class PolyServeController:
         step = self.params.scale_down_s
         while True:
             # the check runs at the first tick at or after it is due, and is due again then + step
-            k = int(np.searchsorted(ticks, due, side="left"))
+            k = int(ticks.searchsorted(due, side="left"))  # the method: no wrapper call
             if k >= len(ticks):
                 break
             due = float(ticks[k]) + step
@@ -1791,8 +1792,10 @@ class PolyServeController:
             if s.load == 0:
                 actions.append(ScaleAction.drain(last))
                 continue
-            ids = np.array(list(s.waiting) + list(s.prefilling) + list(s.decoding), dtype=np.int64)
-            if not (self.req.tier[ids] == j).any():
+            tier = self._tier_list
+            if not any(
+                tier[r] == j for queue in (s.waiting, s.prefilling, s.decoding) for r in queue
+            ):
                 self.pending.add(last)
         if self.mode == "disaggregated" and not self.held_prefill:
             members = [i for i in self.prefill_order if i in live and live[i].accepting]

@@ -99,12 +99,12 @@ def decode_run_features(batch: int, kv_tokens: float, steps: int) -> np.ndarray:
 
 def accumulate_from(start: float, durations: np.ndarray) -> np.ndarray:
     """``[start, start + d_0, (start + d_0) + d_1, ...]``: the ends of iterations run one after
-    another from ``start``, added left to right (``np.cumsum`` does), so each is the float that
+    another from ``start``, added left to right (a cumulative sum does), so each is the float that
     stepping ``end = start + duration`` one iteration at a time gives."""
     times = np.empty(len(durations) + 1)
     times[0] = start
     times[1:] = durations
-    return np.cumsum(times, out=times)
+    return times.cumsum(out=times)
 
 
 @dataclass(frozen=True, slots=True)
