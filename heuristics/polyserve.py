@@ -1474,7 +1474,9 @@ class PolyServeController:
             if most < 1:
                 return full
             alone_s = math.ceil(p / most) * decode_s
-        peak = self._peak_with(s, p, 0.0)
+        # the KV peak with no other request (KvPeakBase.with_one on the server's empty base):
+        # r alone, its context plus its remaining steps less one
+        peak = p + (max(self.d_hat - 0.0, 1.0) - 1.0)
         if peak > self.kv_admit:
             return _ADMIT, alone_s, _FULL, 0.0, 0.0, deadline
         chunk = self._prefill_chunk(peak, tau_s, 1, int(p))
