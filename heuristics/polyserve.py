@@ -1904,37 +1904,49 @@ class PolyServePolicy:
 
     def _colocated_batch(self, server: Server) -> Batch:
         c = self.c
+        params = c.params
         tau = c._tier_taus[c.tier_of_pool[server.pool]]
-        decode = list(server.decoding[: server.max_batch_size])
+        running = server.decoding
+        size = server.max_batch_size
+        decode = list(running[:size])
+        n_decode = len(decode)
+        kv_free = server.kv_free_tokens
         preempt: list[int] = []
-        if len(decode) > server.kv_free_tokens:
+        if n_decode > kv_free:
             preempt = _make_room_for_decode(server, decode, self._order.of(server))
+            n_decode = len(decode)
         decode_kv = 0
         if decode:
-            # every decoding request: the server's cached array of them, the same ids in order
-            whole = len(decode) == len(server.decoding)
-            ids = server.decoding_ids() if whole else np.array(decode, dtype=np.int64)
-            decode_kv = int(server.kv_held_of(ids).sum())
-        budget = server.max_batch_tokens - len(decode) if server.max_batch_tokens else 1 << 30
-        if c.params.chunk_timing == "profile":
-            budget = min(budget, c.profile.max_tokens(decode_kv, tau) - len(decode))
-        free = server.kv_free_tokens - len(decode) + sum(server.kv_held(r) for r in preempt)
-        slots = server.max_batch_size - len(decode)
+            if n_decode == len(running):
+                # every decoding request: the server's cached array of them (the same ids in
+                # order) and the KV they hold, kept by the engine
+                decode_kv = server._decoding_kv
+            else:
+                decode_kv = int(server.kv_held_of(np.array(decode, dtype=np.int64)).sum())
+        budget = server.max_batch_tokens - n_decode if server.max_batch_tokens else 1 << 30
+        if params.chunk_timing == "profile":
+            budget = min(budget, c.profile.max_tokens(decode_kv, tau) - n_decode)
+        free = kv_free - n_decode + sum(server.kv_held(r) for r in preempt)
+        slots = size - n_decode
         prefill: list[tuple[int, int]] = []
-        waiting = set(server.waiting)
+        queued = server.waiting
+        waiting = set(queued)
         tokens, work = 0, 0.0
-        candidates = [q for q in server.prefilling + server.waiting if q not in preempt]
+        candidates = server.prefilling + queued
+        if preempt:
+            candidates = tuple(q for q in candidates if q not in preempt)
+        by_model = params.chunk_timing == "model"
         for r in self._deadline_order(candidates, server.now):
             if slots <= 0:
                 break
             left = server.remaining_prefill(r)
             prefix = server.kv_held(r) - server.generated(r)
             take = min(left, budget - tokens)
-            if c.params.chunk_timing == "model" and take > 0:
-                shape = (len(decode), decode_kv, tokens, work, len(prefill))
+            if by_model and take > 0:
+                shape = (n_decode, decode_kv, tokens, work, len(prefill))
                 take = self._chunk_within(server.timing, tau, shape, prefix, take)
             if take < 1 and not prefill:
-                take = min(left, c.params.min_chunk_tokens)  # never starve the prompts
+                take = min(left, params.min_chunk_tokens)  # never starve the prompts
             if take < 1:
                 break
             extra = 1 if take == left else 0
@@ -1950,14 +1962,16 @@ class PolyServePolicy:
                 break  # the budget is used up
         if not prefill and not decode:
             return Batch(preempt=preempt)
-        repeat = (
-            not prefill
-            and not preempt
-            and not server.waiting
-            and not server.prefilling
-            and len(decode) == len(server.decoding)
+        whole = not preempt and n_decode == len(running)
+        repeat = whole and not prefill and not queued and not server.prefilling
+        # every decoding request: the server's cached array of them (the engine's check of a
+        # batch is cheapest on it)
+        return Batch(
+            prefill=prefill,
+            decode=server.decoding_ids() if whole else decode,
+            preempt=preempt,
+            repeat=repeat,
         )
-        return Batch(prefill=prefill, decode=decode, preempt=preempt, repeat=repeat)
 
 
 # -- baselines ------------------------------------------------------------------------------------

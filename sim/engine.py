@@ -50,7 +50,7 @@ import heapq
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -200,6 +200,7 @@ class _Srv:
         "prefilling_t",
         "decoding_t",
         "decoding_arr",
+        "decoding_kv",
         "kv",
         "window",
         "pending",
@@ -237,6 +238,9 @@ class _Srv:
         self.prefilling_t: tuple[int, ...] | None = None
         self.decoding_t: tuple[int, ...] | None = None
         self.decoding_arr: np.ndarray | None = None
+        # the KV tokens its decoding requests hold (the sum of ``held`` over ``decoding``), kept
+        # up to date wherever either changes
+        self.decoding_kv = 0
         self.kv = 0
         self.window: _Window | None = None
         self.pending: _Pending | None = None
@@ -417,6 +421,13 @@ class Server:
             arr.setflags(write=False)
             s.decoding_arr = arr
         return s.decoding_arr
+
+    @property
+    def _decoding_kv(self) -> int:
+        """KV tokens the decoding requests hold (``int(kv_held_of(decoding_ids()).sum())``),
+        kept by the engine as they change. It exposes the engine's own bookkeeping, so it
+        stays out of the plugin API, as :attr:`_state_key` does."""
+        return self._s.decoding_kv
 
     @property
     def load(self) -> int:
@@ -968,6 +979,7 @@ class Engine:
         else:
             self.prefill_done[r] = np.nan
             server.decoding.append(r)
+            server.decoding_kv += int(self.held[r])
             server.decoding_changed()
 
     def _arrive_decode(self, r: int) -> None:
@@ -1497,6 +1509,7 @@ class Engine:
     def _preempt(self, server: _Srv, r: int) -> None:
         if r in server.decoding:
             server.decoding.remove(r)
+            server.decoding_kv -= self.kv_held(r)
             server.decoding_changed()
         elif r in server.prefilling:
             server.prefilling.remove(r)
@@ -1567,36 +1580,26 @@ class Engine:
             alloc += c + (1 if c == remaining else 0)
         dec = batch.decode
         if len(dec):
-            dids = np.asarray(dec, dtype=np.int64)
-            if server.role == "prefill":
-                raise PolicyError(f"server {sid} t={now}: prefill server cannot decode")
-            dlist = dids.tolist()
-            dset = set(server.decoding)
-            for r in () if dset.issuperset(dlist) else dlist:
-                if r not in dset:
-                    if (
-                        server.role == "decode"
-                        and r in server.waiting
-                        and self.prefilled[r] == self.prefill_target[r]
-                    ):
-                        self._admit(server, r)
-                        server.decoding.append(r)
-                        server.decoding_changed()
-                        server.kv += self.kv_held(r)
-                    else:
-                        raise PolicyError(f"server {sid} t={now}: request {r} is not decoding here")
-            kv_read = self.kv_held_sum(dids)
+            if dec is server.decoding_arr:
+                # the server's own array of its decoding requests (Server.decoding_ids, cached
+                # until they change; a prefill server has none): each decodes here, once, and
+                # none is a prefill entry (a request waits, prefills or decodes)
+                dids = dec
+                kv_read = server.decoding_kv
+                every = pid_list
+            else:
+                dids, kv_read = self._checked_decode(server, dec)
+                every = pid_list + dids.tolist()
             alloc += len(dids)
         else:
             dids = _EMPTY_I
-            dlist = []
             kv_read = 0
+            every = pid_list
         n_seq = n_pref + len(dids)
         if n_seq > server.max_batch_size:
             raise PolicyError(
                 f"server {sid} t={now}: batch of {n_seq} sequences exceeds max_batch_size {server.max_batch_size}"
             )
-        every = pid_list + dlist
         if len(set(every)) != len(every):
             raise PolicyError(f"server {sid} t={now}: a request appears twice in one batch")
         tokens = prefill_tokens + len(dids)
@@ -1633,6 +1636,36 @@ class Engine:
         server.pending = p
         server.busy_s += dur
         self._push(p.end, server, _EV_END)
+
+    def _checked_decode(
+        self, server: _Srv, dec: Sequence[int] | np.ndarray
+    ) -> tuple[np.ndarray, int]:
+        """The decode entries ``dec`` of a batch on ``server`` as an array, and the KV tokens
+        they hold; PolicyError unless each decodes there (a decode server admits a waiting
+        request whose prefill is done)."""
+        sid = server.id
+        dids = np.asarray(dec, dtype=np.int64)
+        if server.role == "prefill":
+            raise PolicyError(f"server {sid} t={self.now}: prefill server cannot decode")
+        dlist = dids.tolist()
+        dset = set(server.decoding)
+        for r in () if dset.issuperset(dlist) else dlist:
+            if r not in dset:
+                if (
+                    server.role == "decode"
+                    and r in server.waiting
+                    and self.prefilled[r] == self.prefill_target[r]
+                ):
+                    self._admit(server, r)
+                    server.decoding.append(r)
+                    server.decoding_kv += self.kv_held(r)
+                    server.decoding_changed()
+                    server.kv += self.kv_held(r)
+                else:
+                    raise PolicyError(
+                        f"server {sid} t={self.now}: request {r} is not decoding here"
+                    )
+        return dids, self.kv_held_sum(dids)
 
     def _start_window(self, server: _Srv, batch: Batch) -> None:
         now = self.now
@@ -1676,7 +1709,8 @@ class Engine:
             self._decide(server)
             return
         k = min(k_fin, k_mem, _WINDOW_CHUNK)
-        f = decode_run_features(s, self.kv_held_sum(ids), k)
+        kv_read = server.decoding_kv if ids is server.decoding_arr else self.kv_held_sum(ids)
+        f = decode_run_features(s, kv_read, k)
         dur = server.timing.times(f)
         if not np.all(dur > 0):
             raise PolicyError(
@@ -1746,6 +1780,21 @@ class Engine:
         server.kv -= self.kv_held(r)
         self._retry_due = True
 
+    def _finish_decoding(self, server: _Srv, done: list[int]) -> None:
+        """The decoding requests ``done`` (distinct) of ``server`` emitted their last token."""
+        if len(done) == 1:
+            server.decoding.remove(done[0])
+        else:
+            gone = set(done)
+            server.decoding[:] = [r for r in server.decoding if r not in gone]
+        held = self.held
+        for r in done:
+            h = int(held[r])
+            server.kv -= h
+            server.decoding_kv -= h
+        self._retry_due = True
+        server.decoding_changed()
+
     def _commit(self, server: _Srv) -> None:
         p = server.pending
         assert p is not None
@@ -1802,11 +1851,10 @@ class Engine:
                     done.append(r)
         else:
             done = []
+        # each decode entry is a decoding request of this server (checked at the start)
+        server.decoding_kv += len(dids)
         if done:
-            for r in done:
-                server.decoding.remove(r)
-                self._finish(server, r)
-            server.decoding_changed()
+            self._finish_decoding(server, done)
         # prefill chunks
         for r, c in zip(p.prefill_ids, p.prefill_tokens, strict=True):
             prefilled[r] += c
@@ -1828,6 +1876,7 @@ class Engine:
                     self._tick_at_transfer(t_arrive)
                 else:
                     server.decoding.append(r)
+                    server.decoding_kv += int(self.held[r])
                     server.decoding_changed()
         if self.record:
             n_p, n_d = len(p.prefill_ids), len(dids)
@@ -1864,6 +1913,7 @@ class Engine:
         self.token_times[pos] = w.ends[:k, None]
         gen[ids] += k
         self.held[ids] += k
+        server.decoding_kv += s * k
         server.kv += s * (k - 1)
         # busy time added iteration by iteration (left to right), as one step at a time does
         server.busy_s = float(accumulate_from(server.busy_s, w.durations[:k])[-1])
@@ -1881,10 +1931,7 @@ class Engine:
             )
         done = ids[gen[ids] >= self.output[ids]]
         if len(done):
-            for r in done.tolist():
-                server.decoding.remove(r)
-                self._finish(server, r)
-            server.decoding_changed()
+            self._finish_decoding(server, done.tolist())
 
     def _log(
         self,
