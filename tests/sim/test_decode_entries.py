@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sim_cases import random_instance
-from slolab.harness.serving import ServingSetup
+from sim_cases import mooncake_setup, random_instance
 from slolab.heuristics.baselines import LeastLoaded, PrefillFirstFCFS, SarathiFCFS
 from slolab.sim import Batch, PolicyError, check, run
 from slolab.sim.engine import Engine
@@ -121,15 +120,7 @@ def test_registered_policies_give_the_former_run(policy, mode, rate):
     """60 Mooncake requests with Poisson arrivals on 4 servers: every recorded array and the
     scaling events equal whether decode arrays are kept or turned into lists, and the running
     KV sum is right at every decision."""
-    setup = ServingSetup(
-        "mooncake_conversation",
-        policy=policy,
-        servers=4,
-        limit=60,
-        slos="polyserve",
-        arrivals="poisson",
-        mode=mode,
-    )
+    setup = mooncake_setup(policy, mode)
     outcomes = []
     for way in ("arrays", "lists"):
         instance, sched = setup.prepare(setup.instance(rate))
@@ -143,14 +134,7 @@ def test_registered_policies_give_the_former_run(policy, mode, rate):
 def test_polyserve_colocated_batches_carry_the_cached_array():
     """Co-located PolyServe hands over every decoding request as the server's cached array
     (the engine's cheap check) whenever it decodes them all."""
-    setup = ServingSetup(
-        "mooncake_conversation",
-        policy="polyserve",
-        servers=4,
-        limit=60,
-        slos="polyserve",
-        arrivals="poisson",
-    )
+    setup = mooncake_setup("polyserve")
     instance, sched = setup.prepare(setup.instance(1.5))
     handed = []
 
