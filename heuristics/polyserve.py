@@ -1786,11 +1786,26 @@ class PolyServePolicy:
         roofline model (:func:`slolab.timing.time_to_tokens` for other forms)."""
         lines = self._lines.get(id(timing))
         if lines is None:
-            # each line as (intercept, coefficients) in Python floats, converted once per
-            # timing model (the same floats as converting at every call); () without lines
+            # each line as its intercept, the coefficients it reads and half the attention
+            # coefficient, in Python floats converted once per timing model (the same floats
+            # as converting at every call); () without lines
             try:
                 intercepts, coefs = timing_lines(timing)
-                lines = (list(zip(intercepts.tolist(), coefs.tolist(), strict=True)),)
+                lines = (
+                    [
+                        (
+                            b,
+                            row[F_DECODE_TOKENS],
+                            row[F_NUM_DECODE],
+                            row[F_DECODE_KV],
+                            row[F_PREFILL_TOKENS],
+                            row[F_PREFILL_ATTN],
+                            row[F_NUM_PREFILL],
+                            row[F_PREFILL_ATTN] / 2.0,
+                        )
+                        for b, row in zip(intercepts.tolist(), coefs.tolist(), strict=True)
+                    ],
+                )
             except ValueError:
                 lines = ()
             self._lines[id(timing)] = lines
@@ -1809,21 +1824,22 @@ class PolyServePolicy:
             )
         (rows,) = lines
         best = most
-        for b, row in rows:
+        with_it = seqs + 1
+        mid = prefix + 0.5
+        for b, per_decode, per_seq, per_kv, per_token, per_work, per_prefill, quad in rows:
             base = (
                 b
-                + row[F_DECODE_TOKENS] * decode
-                + row[F_NUM_DECODE] * decode
-                + row[F_DECODE_KV] * decode_kv
-                + row[F_PREFILL_TOKENS] * tokens
-                + row[F_PREFILL_ATTN] * work
-                + row[F_NUM_PREFILL] * (seqs + 1)
+                + per_decode * decode
+                + per_seq * decode
+                + per_kv * decode_kv
+                + per_token * tokens
+                + per_work * work
+                + per_prefill * with_it
             )
             room = tau_s - base
             if room < 0:
                 return 0
-            lin = row[F_PREFILL_TOKENS] + row[F_PREFILL_ATTN] * (prefix + 0.5)
-            quad = row[F_PREFILL_ATTN] / 2.0
+            lin = per_token + per_work * mid
             if quad > 0:
                 root = 2.0 * room / (lin + math.sqrt(lin * lin + 4.0 * quad * room))
             elif lin > 0:
@@ -1926,7 +1942,9 @@ class PolyServePolicy:
         budget = server.max_batch_tokens - n_decode if server.max_batch_tokens else 1 << 30
         if params.chunk_timing == "profile":
             budget = min(budget, c.profile.max_tokens(decode_kv, tau) - n_decode)
-        free = kv_free - n_decode + sum(server.kv_held(r) for r in preempt)
+        free = kv_free - n_decode
+        if preempt:
+            free += sum(server.kv_held(r) for r in preempt)
         slots = size - n_decode
         prefill: list[tuple[int, int]] = []
         queued = server.waiting

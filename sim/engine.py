@@ -455,7 +455,7 @@ class Server:
         w = s.window
         if w is not None:
             ends = w.ends
-            i = int(np.searchsorted(ends[: w.keep], now, side="right"))
+            i = int(ends[: w.keep].searchsorted(now, side="right"))
             return float(ends[i]) if i < w.keep else now
         return now
 
@@ -481,7 +481,7 @@ class Server:
         w = s.window
         if w is None:
             return s.kv
-        started = int(np.searchsorted(w.starts[: w.keep], self._e.now, side="right"))
+        started = int(w.starts[: w.keep].searchsorted(self._e.now, side="right"))
         return s.kv + len(w.ids) * max(started - 1, 0)
 
     @property
@@ -724,7 +724,7 @@ class Engine:
     def _truncate(self, server: _Srv) -> None:
         w = server.window
         assert w is not None
-        keep = int(np.searchsorted(w.starts[: w.keep], self.now, side="left"))
+        keep = int(w.starts[: w.keep].searchsorted(self.now, side="left"))
         keep = max(keep, 1)
         if keep < w.keep:
             w.keep = keep
@@ -752,9 +752,11 @@ class Engine:
         stop_every: int = 1_000,
     ) -> None:
         n = self.n
-        arrival = self.arrival
+        arrival = self.arrival_list
         heap = self._heap
         scale_heap = self._scale_heap
+        transfers = self._transfers
+        servers = self.servers
         inf = math.inf
         i = 0
         bar = None
@@ -766,8 +768,8 @@ class Engine:
         events = 0
         self.stopped = False
         while True:
-            t_arr = float(arrival[i]) if i < n else inf
-            t_tr = self._transfers[0][0] if self._transfers else inf
+            t_arr = arrival[i] if i < n else inf
+            t_tr = transfers[0][0] if transfers else inf
             t_ev = heap[0][0] if heap else inf
             if scale_heap:
                 t_sc = scale_heap[0][0]
@@ -776,7 +778,7 @@ class Engine:
                     self._scale_event()
                     continue
             if t_tr <= t_arr and t_tr <= t_ev and t_tr < inf:
-                t, _, r = heapq.heappop(self._transfers)
+                t, _, r = heapq.heappop(transfers)
                 self.now = t
                 self._arrive_decode(r)
                 continue
@@ -798,7 +800,7 @@ class Engine:
                         self.stopped = True
                         break
             t, _, sid, version, kind = heapq.heappop(heap)
-            server = self.servers[sid]
+            server = servers[sid]
             if version != server.version:
                 continue
             self.now = t
@@ -1712,7 +1714,7 @@ class Engine:
         kv_read = server.decoding_kv if ids is server.decoding_arr else self.kv_held_sum(ids)
         f = decode_run_features(s, kv_read, k)
         dur = server.timing.times(f)
-        if not np.all(dur > 0):
+        if not (dur > 0).all():
             raise PolicyError(
                 f"server {server.id} t={now}: timing model gave a non-positive iteration time"
             )
@@ -1722,7 +1724,7 @@ class Engine:
         extendable = k < min(k_fin, k_mem)
         if times[-1] >= wake_at_s:
             # the policy asked to decide again at the first iteration end at or after it
-            k = int(np.searchsorted(times[1:], wake_at_s, side="left")) + 1
+            k = int(times[1:].searchsorted(wake_at_s, side="left")) + 1
             times = times[: k + 1]
             dur = dur[:k]
             f = f[:k]
@@ -1782,13 +1784,10 @@ class Engine:
 
     def _finish_decoding(self, server: _Srv, done: list[int]) -> None:
         """The decoding requests ``done`` (distinct) of ``server`` emitted their last token."""
-        if len(done) == 1:
-            server.decoding.remove(done[0])
-        else:
-            gone = set(done)
-            server.decoding[:] = [r for r in server.decoding if r not in gone]
+        decoding = server.decoding
         held = self.held
         for r in done:
+            decoding.remove(r)
             h = int(held[r])
             server.kv -= h
             server.decoding_kv -= h
