@@ -7,15 +7,8 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from slolab.heuristics.polyserve import PolyServePolicy
-from slolab.timing.base import (
-    F_DECODE_KV,
-    F_DECODE_TOKENS,
-    F_NUM_DECODE,
-    F_NUM_PREFILL,
-    F_PREFILL_ATTN,
-    F_PREFILL_TOKENS,
-    LinearTiming,
-)
+from slolab.timing import base
+from slolab.timing.base import LinearTiming
 from slolab.timing.forms import timing_lines
 from slolab.timing.presets import preset
 
@@ -50,20 +43,20 @@ def former_chunk_within(timing, tau_s, shape, prefix, most):
     decode, decode_kv, tokens, work, seqs = shape
     best = most
     for b, row in zip(intercepts.tolist(), coefs.tolist(), strict=True):
-        base = (
+        shape_s = (
             b
-            + row[F_DECODE_TOKENS] * decode
-            + row[F_NUM_DECODE] * decode
-            + row[F_DECODE_KV] * decode_kv
-            + row[F_PREFILL_TOKENS] * tokens
-            + row[F_PREFILL_ATTN] * work
-            + row[F_NUM_PREFILL] * (seqs + 1)
+            + row[base.F_DECODE_TOKENS] * decode
+            + row[base.F_NUM_DECODE] * decode
+            + row[base.F_DECODE_KV] * decode_kv
+            + row[base.F_PREFILL_TOKENS] * tokens
+            + row[base.F_PREFILL_ATTN] * work
+            + row[base.F_NUM_PREFILL] * (seqs + 1)
         )
-        room = tau_s - base
+        room = tau_s - shape_s
         if room < 0:
             return 0
-        lin = row[F_PREFILL_TOKENS] + row[F_PREFILL_ATTN] * (prefix + 0.5)
-        quad = row[F_PREFILL_ATTN] / 2.0
+        lin = row[base.F_PREFILL_TOKENS] + row[base.F_PREFILL_ATTN] * (prefix + 0.5)
+        quad = row[base.F_PREFILL_ATTN] / 2.0
         if quad > 0:
             root = 2.0 * room / (lin + math.sqrt(lin * lin + 4.0 * quad * room))
         elif lin > 0:
