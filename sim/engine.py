@@ -233,7 +233,8 @@ class _Srv:
         self.max_batch_tokens = int(p.max_batch_tokens)  # type: ignore[arg-type]
         self.waiting: list[int] = []
         self.prefilling: list[int] = []
-        self.decoding: list[int] = []
+        # in the order they started decoding (a dict as an ordered set: removal by key)
+        self.decoding: dict[int, None] = {}
         self.waiting_t: tuple[int, ...] | None = None
         self.prefilling_t: tuple[int, ...] | None = None
         self.decoding_t: tuple[int, ...] | None = None
@@ -417,7 +418,7 @@ class Server:
         """The decoding requests as a read-only int array (cached until the set changes)."""
         s = self._s
         if s.decoding_arr is None:
-            arr = np.array(s.decoding, dtype=np.int64)
+            arr = np.fromiter(s.decoding, dtype=np.int64, count=len(s.decoding))
             arr.setflags(write=False)
             s.decoding_arr = arr
         return s.decoding_arr
@@ -980,7 +981,7 @@ class Engine:
             server.prefilling_t = None
         else:
             self.prefill_done[r] = np.nan
-            server.decoding.append(r)
+            server.decoding[r] = None
             server.decoding_kv += int(self.held[r])
             server.decoding_changed()
 
@@ -1510,7 +1511,7 @@ class Engine:
 
     def _preempt(self, server: _Srv, r: int) -> None:
         if r in server.decoding:
-            server.decoding.remove(r)
+            del server.decoding[r]
             server.decoding_kv -= self.kv_held(r)
             server.decoding_changed()
         elif r in server.prefilling:
@@ -1659,7 +1660,7 @@ class Engine:
                     and self.prefilled[r] == self.prefill_target[r]
                 ):
                     self._admit(server, r)
-                    server.decoding.append(r)
+                    server.decoding[r] = None
                     server.decoding_kv += self.kv_held(r)
                     server.decoding_changed()
                     server.kv += self.kv_held(r)
@@ -1787,7 +1788,7 @@ class Engine:
         decoding = server.decoding
         held = self.held
         for r in done:
-            decoding.remove(r)
+            del decoding[r]
             h = int(held[r])
             server.kv -= h
             server.decoding_kv -= h
@@ -1874,7 +1875,7 @@ class Engine:
                     heapq.heappush(self._transfers, (t_arrive, r, r))
                     self._tick_at_transfer(t_arrive)
                 else:
-                    server.decoding.append(r)
+                    server.decoding[r] = None
                     server.decoding_kv += int(self.held[r])
                     server.decoding_changed()
         if self.record:
