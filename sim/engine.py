@@ -233,8 +233,7 @@ class _Srv:
         self.max_batch_tokens = int(p.max_batch_tokens)  # type: ignore[arg-type]
         self.waiting: list[int] = []
         self.prefilling: list[int] = []
-        # in the order they started decoding (a dict as an ordered set: removal by key)
-        self.decoding: dict[int, None] = {}
+        self.decoding: list[int] = []
         self.waiting_t: tuple[int, ...] | None = None
         self.prefilling_t: tuple[int, ...] | None = None
         self.decoding_t: tuple[int, ...] | None = None
@@ -418,7 +417,7 @@ class Server:
         """The decoding requests as a read-only int array (cached until the set changes)."""
         s = self._s
         if s.decoding_arr is None:
-            arr = np.fromiter(s.decoding, dtype=np.int64, count=len(s.decoding))
+            arr = np.array(s.decoding, dtype=np.int64)
             arr.setflags(write=False)
             s.decoding_arr = arr
         return s.decoding_arr
@@ -981,7 +980,7 @@ class Engine:
             server.prefilling_t = None
         else:
             self.prefill_done[r] = np.nan
-            server.decoding[r] = None
+            server.decoding.append(r)
             server.decoding_kv += int(self.held[r])
             server.decoding_changed()
 
@@ -1511,7 +1510,7 @@ class Engine:
 
     def _preempt(self, server: _Srv, r: int) -> None:
         if r in server.decoding:
-            del server.decoding[r]
+            server.decoding.remove(r)
             server.decoding_kv -= self.kv_held(r)
             server.decoding_changed()
         elif r in server.prefilling:
@@ -1660,7 +1659,7 @@ class Engine:
                     and self.prefilled[r] == self.prefill_target[r]
                 ):
                     self._admit(server, r)
-                    server.decoding[r] = None
+                    server.decoding.append(r)
                     server.decoding_kv += self.kv_held(r)
                     server.decoding_changed()
                     server.kv += self.kv_held(r)
@@ -1783,12 +1782,21 @@ class Engine:
         server.kv -= self.kv_held(r)
         self._retry_due = True
 
-    def _finish_decoding(self, server: _Srv, done: list[int]) -> None:
-        """The decoding requests ``done`` (distinct) of ``server`` emitted their last token."""
+    def _finish_decoding(
+        self, server: _Srv, done: list[int], positions: list[int] | None = None
+    ) -> None:
+        """The decoding requests ``done`` (distinct) of ``server`` emitted their last token;
+        ``positions``: their places in ``server.decoding``, rising, when known (the entries of
+        a batch that was the server's cached ``decoding_ids()`` array)."""
         decoding = server.decoding
+        if positions is None:
+            for r in done:
+                decoding.remove(r)
+        else:
+            for i in reversed(positions):
+                del decoding[i]
         held = self.held
         for r in done:
-            del decoding[r]
             h = int(held[r])
             server.kv -= h
             server.decoding_kv -= h
@@ -1837,24 +1845,27 @@ class Engine:
             emitted += 1
             gen[dids] = emitted
             self.held[dids] += 1
-            done = dids[emitted >= out[dids]].tolist()
+            at = np.flatnonzero(emitted >= out[dids]).tolist()
+            done = dids[at].tolist() if at else []
         elif len(dids):
             # the same updates request by request (numpy's calls cost more on a few ids)
             token_times, offsets, held = self.token_times, self.offsets, self.held
-            done = []
-            for r in dids.tolist():
+            at, done = [], []
+            for i, r in enumerate(dids.tolist()):
                 g = gen[r]
                 token_times[offsets[r] + g] = end
                 gen[r] = g + 1
                 held[r] += 1
                 if g + 1 >= out[r]:
+                    at.append(i)
                     done.append(r)
         else:
             done = []
         # each decode entry is a decoding request of this server (checked at the start)
         server.decoding_kv += len(dids)
         if done:
-            self._finish_decoding(server, done)
+            # the server's cached array lists its decoding requests in their order
+            self._finish_decoding(server, done, at if dids is server.decoding_arr else None)
         # prefill chunks
         for r, c in zip(p.prefill_ids, p.prefill_tokens, strict=True):
             prefilled[r] += c
@@ -1875,7 +1886,7 @@ class Engine:
                     heapq.heappush(self._transfers, (t_arrive, r, r))
                     self._tick_at_transfer(t_arrive)
                 else:
-                    server.decoding[r] = None
+                    server.decoding.append(r)
                     server.decoding_kv += int(self.held[r])
                     server.decoding_changed()
         if self.record:
@@ -1929,9 +1940,10 @@ class Engine:
                 np.full(k * s, PHASE_DECODE, dtype=np.int8),
                 np.ones(k * s, dtype=np.int64),
             )
-        done = ids[gen[ids] >= self.output[ids]]
-        if len(done):
-            self._finish_decoding(server, done.tolist())
+        at = np.flatnonzero(gen[ids] >= self.output[ids]).tolist()
+        if at:
+            cached = ids is server.decoding_arr
+            self._finish_decoding(server, ids[at].tolist(), at if cached else None)
 
     def _log(
         self,

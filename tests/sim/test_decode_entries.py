@@ -227,21 +227,24 @@ def test_a_request_twice_in_a_decode_list_or_a_prefill_is_an_error():
     decoding=st.lists(st.integers(0, 39), min_size=1, max_size=40, unique=True),
     picks=st.lists(st.integers(0, 39), min_size=1, max_size=10),
     held=st.lists(st.integers(1, 500), min_size=40, max_size=40),
+    by_position=st.booleans(),
 )
-def test_finished_requests_leave_as_the_former_removals_did(decoding, picks, held):
-    """Random decoding lists and finished subsets (one or several): the list left, the server's
-    KV and the running KV sum equal the former request-by-request removals'."""
-    done = list(dict.fromkeys(decoding[i % len(decoding)] for i in picks))
+def test_finished_requests_leave_as_the_former_removals_did(decoding, picks, held, by_position):
+    """Random decoding lists and finished subsets (one or several, in list order), removed by
+    value or by their positions: the list left, the server's KV and the running KV sum equal
+    the former request-by-request removals'."""
+    done = sorted({decoding[i % len(decoding)] for i in picks}, key=decoding.index)
     engine = Engine(random_instance(0), SarathiFCFS(), None, None, 0, False)
     engine.held[:] = held
     srv = engine.servers[0]
-    srv.decoding = dict.fromkeys(decoding)
+    srv.decoding[:] = decoding
     srv.kv = srv.decoding_kv = sum(held[r] for r in decoding)
     expected = list(decoding)
     for r in done:
         expected.remove(r)
-    engine._finish_decoding(srv, done)
+    positions = [decoding.index(r) for r in done] if by_position else None
+    engine._finish_decoding(srv, done, positions)
     # what stays holds the KV still counted, on the server and in the running sum
-    assert list(srv.decoding) == expected
+    assert srv.decoding == expected
     assert srv.kv == srv.decoding_kv == sum(held[r] for r in expected)
     assert engine._retry_due
