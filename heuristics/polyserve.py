@@ -1867,11 +1867,26 @@ class PolyServePolicy:
         roofline model (:func:`slolab.timing.time_to_tokens` for other forms)."""
         lines = self._lines.get(id(timing))
         if lines is None:
-            # each line as (intercept, coefficients) in Python floats, converted once per
-            # timing model (the same floats as converting at every call); () without lines
+            # each line as its intercept, the coefficients it reads and half the attention
+            # coefficient, in Python floats converted once per timing model (the same floats
+            # as converting at every call); () without lines
             try:
                 intercepts, coefs = timing_lines(timing)
-                lines = (list(zip(intercepts.tolist(), coefs.tolist(), strict=True)),)
+                lines = (
+                    [
+                        (
+                            b,
+                            row[F_DECODE_TOKENS],
+                            row[F_NUM_DECODE],
+                            row[F_DECODE_KV],
+                            row[F_PREFILL_TOKENS],
+                            row[F_PREFILL_ATTN],
+                            row[F_NUM_PREFILL],
+                            row[F_PREFILL_ATTN] / 2.0,
+                        )
+                        for b, row in zip(intercepts.tolist(), coefs.tolist(), strict=True)
+                    ],
+                )
             except ValueError:
                 lines = ()
             self._lines[id(timing)] = lines
@@ -1890,21 +1905,22 @@ class PolyServePolicy:
             )
         (rows,) = lines
         best = most
-        for b, row in rows:
+        with_it = seqs + 1
+        mid = prefix + 0.5
+        for b, per_decode, per_seq, per_kv, per_token, per_work, per_prefill, quad in rows:
             base = (
                 b
-                + row[F_DECODE_TOKENS] * decode
-                + row[F_NUM_DECODE] * decode
-                + row[F_DECODE_KV] * decode_kv
-                + row[F_PREFILL_TOKENS] * tokens
-                + row[F_PREFILL_ATTN] * work
-                + row[F_NUM_PREFILL] * (seqs + 1)
+                + per_decode * decode
+                + per_seq * decode
+                + per_kv * decode_kv
+                + per_token * tokens
+                + per_work * work
+                + per_prefill * with_it
             )
             room = tau_s - base
             if room < 0:
                 return 0
-            lin = row[F_PREFILL_TOKENS] + row[F_PREFILL_ATTN] * (prefix + 0.5)
-            quad = row[F_PREFILL_ATTN] / 2.0
+            lin = per_token + per_work * mid
             if quad > 0:
                 root = 2.0 * room / (lin + math.sqrt(lin * lin + 4.0 * quad * room))
             elif lin > 0:
@@ -1985,37 +2001,51 @@ class PolyServePolicy:
 
     def _colocated_batch(self, server: Server) -> Batch:
         c = self.c
+        params = c.params
         tau = c._tier_taus[c.tier_of_pool[server.pool]]
-        decode = list(server.decoding[: server.max_batch_size])
+        running = server.decoding
+        size = server.max_batch_size
+        decode = list(running[:size])
+        n_decode = len(decode)
+        kv_free = server.kv_free_tokens
         preempt: list[int] = []
-        if len(decode) > server.kv_free_tokens:
+        if n_decode > kv_free:
             preempt = _make_room_for_decode(server, decode, self._order.of(server))
+            n_decode = len(decode)
         decode_kv = 0
         if decode:
-            # every decoding request: the server's cached array of them, the same ids in order
-            whole = len(decode) == len(server.decoding)
-            ids = server.decoding_ids() if whole else np.array(decode, dtype=np.int64)
-            decode_kv = int(server.kv_held_of(ids).sum())
-        budget = server.max_batch_tokens - len(decode) if server.max_batch_tokens else 1 << 30
-        if c.params.chunk_timing == "profile":
-            budget = min(budget, c.profile.max_tokens(decode_kv, tau) - len(decode))
-        free = server.kv_free_tokens - len(decode) + sum(server.kv_held(r) for r in preempt)
-        slots = server.max_batch_size - len(decode)
+            if n_decode == len(running):
+                # every decoding request: the server's cached array of them (the same ids in
+                # order) and the KV they hold, kept by the engine
+                decode_kv = server._decoding_kv
+            else:
+                decode_kv = int(server.kv_held_of(np.array(decode, dtype=np.int64)).sum())
+        budget = server.max_batch_tokens - n_decode if server.max_batch_tokens else 1 << 30
+        if params.chunk_timing == "profile":
+            budget = min(budget, c.profile.max_tokens(decode_kv, tau) - n_decode)
+        free = kv_free - n_decode
+        if preempt:
+            free += sum(server.kv_held(r) for r in preempt)
+        slots = size - n_decode
         prefill: list[tuple[int, int]] = []
-        waiting = set(server.waiting)
+        queued = server.waiting
+        waiting = set(queued)
         tokens, work = 0, 0.0
-        candidates = [q for q in server.prefilling + server.waiting if q not in preempt]
+        candidates = server.prefilling + queued
+        if preempt:
+            candidates = tuple(q for q in candidates if q not in preempt)
+        by_model = params.chunk_timing == "model"
         for r in self._deadline_order(candidates, server.now):
             if slots <= 0:
                 break
             left = server.remaining_prefill(r)
             prefix = server.kv_held(r) - server.generated(r)
             take = min(left, budget - tokens)
-            if c.params.chunk_timing == "model" and take > 0:
-                shape = (len(decode), decode_kv, tokens, work, len(prefill))
+            if by_model and take > 0:
+                shape = (n_decode, decode_kv, tokens, work, len(prefill))
                 take = self._chunk_within(server.timing, tau, shape, prefix, take)
             if take < 1 and not prefill:
-                take = min(left, c.params.min_chunk_tokens)  # never starve the prompts
+                take = min(left, params.min_chunk_tokens)  # never starve the prompts
             if take < 1:
                 break
             extra = 1 if take == left else 0
@@ -2031,14 +2061,16 @@ class PolyServePolicy:
                 break  # the budget is used up
         if not prefill and not decode:
             return Batch(preempt=preempt)
-        repeat = (
-            not prefill
-            and not preempt
-            and not server.waiting
-            and not server.prefilling
-            and len(decode) == len(server.decoding)
+        whole = not preempt and n_decode == len(running)
+        repeat = whole and not prefill and not queued and not server.prefilling
+        # every decoding request: the server's cached array of them (the engine's check of a
+        # batch is cheapest on it)
+        return Batch(
+            prefill=prefill,
+            decode=server.decoding_ids() if whole else decode,
+            preempt=preempt,
+            repeat=repeat,
         )
-        return Batch(prefill=prefill, decode=decode, preempt=preempt, repeat=repeat)
 
 
 # -- baselines ------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ import heapq
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -200,6 +200,7 @@ class _Srv:
         "prefilling_t",
         "decoding_t",
         "decoding_arr",
+        "decoding_kv",
         "kv",
         "window",
         "pending",
@@ -237,6 +238,9 @@ class _Srv:
         self.prefilling_t: tuple[int, ...] | None = None
         self.decoding_t: tuple[int, ...] | None = None
         self.decoding_arr: np.ndarray | None = None
+        # the KV tokens its decoding requests hold (the sum of ``held`` over ``decoding``), kept
+        # up to date wherever either changes
+        self.decoding_kv = 0
         self.kv = 0
         self.window: _Window | None = None
         self.pending: _Pending | None = None
@@ -419,6 +423,13 @@ class Server:
         return s.decoding_arr
 
     @property
+    def _decoding_kv(self) -> int:
+        """KV tokens the decoding requests hold (``int(kv_held_of(decoding_ids()).sum())``),
+        kept by the engine as they change. It exposes the engine's own bookkeeping, so it
+        stays out of the plugin API, as :attr:`_state_key` does."""
+        return self._s.decoding_kv
+
+    @property
     def load(self) -> int:
         """Requests queued or running here."""
         s = self._s
@@ -444,7 +455,7 @@ class Server:
         w = s.window
         if w is not None:
             ends = w.ends
-            i = int(np.searchsorted(ends[: w.keep], now, side="right"))
+            i = int(ends[: w.keep].searchsorted(now, side="right"))
             return float(ends[i]) if i < w.keep else now
         return now
 
@@ -470,7 +481,7 @@ class Server:
         w = s.window
         if w is None:
             return s.kv
-        started = int(np.searchsorted(w.starts[: w.keep], self._e.now, side="right"))
+        started = int(w.starts[: w.keep].searchsorted(self._e.now, side="right"))
         return s.kv + len(w.ids) * max(started - 1, 0)
 
     @property
@@ -713,7 +724,7 @@ class Engine:
     def _truncate(self, server: _Srv) -> None:
         w = server.window
         assert w is not None
-        keep = int(np.searchsorted(w.starts[: w.keep], self.now, side="left"))
+        keep = int(w.starts[: w.keep].searchsorted(self.now, side="left"))
         keep = max(keep, 1)
         if keep < w.keep:
             w.keep = keep
@@ -741,9 +752,11 @@ class Engine:
         stop_every: int = 1_000,
     ) -> None:
         n = self.n
-        arrival = self.arrival
+        arrival = self.arrival_list
         heap = self._heap
         scale_heap = self._scale_heap
+        transfers = self._transfers
+        servers = self.servers
         inf = math.inf
         i = 0
         bar = None
@@ -755,8 +768,8 @@ class Engine:
         events = 0
         self.stopped = False
         while True:
-            t_arr = float(arrival[i]) if i < n else inf
-            t_tr = self._transfers[0][0] if self._transfers else inf
+            t_arr = arrival[i] if i < n else inf
+            t_tr = transfers[0][0] if transfers else inf
             t_ev = heap[0][0] if heap else inf
             if scale_heap:
                 t_sc = scale_heap[0][0]
@@ -765,7 +778,7 @@ class Engine:
                     self._scale_event()
                     continue
             if t_tr <= t_arr and t_tr <= t_ev and t_tr < inf:
-                t, _, r = heapq.heappop(self._transfers)
+                t, _, r = heapq.heappop(transfers)
                 self.now = t
                 self._arrive_decode(r)
                 continue
@@ -787,7 +800,7 @@ class Engine:
                         self.stopped = True
                         break
             t, _, sid, version, kind = heapq.heappop(heap)
-            server = self.servers[sid]
+            server = servers[sid]
             if version != server.version:
                 continue
             self.now = t
@@ -968,6 +981,7 @@ class Engine:
         else:
             self.prefill_done[r] = np.nan
             server.decoding.append(r)
+            server.decoding_kv += int(self.held[r])
             server.decoding_changed()
 
     def _arrive_decode(self, r: int) -> None:
@@ -1497,6 +1511,7 @@ class Engine:
     def _preempt(self, server: _Srv, r: int) -> None:
         if r in server.decoding:
             server.decoding.remove(r)
+            server.decoding_kv -= self.kv_held(r)
             server.decoding_changed()
         elif r in server.prefilling:
             server.prefilling.remove(r)
@@ -1567,36 +1582,26 @@ class Engine:
             alloc += c + (1 if c == remaining else 0)
         dec = batch.decode
         if len(dec):
-            dids = np.asarray(dec, dtype=np.int64)
-            if server.role == "prefill":
-                raise PolicyError(f"server {sid} t={now}: prefill server cannot decode")
-            dlist = dids.tolist()
-            dset = set(server.decoding)
-            for r in () if dset.issuperset(dlist) else dlist:
-                if r not in dset:
-                    if (
-                        server.role == "decode"
-                        and r in server.waiting
-                        and self.prefilled[r] == self.prefill_target[r]
-                    ):
-                        self._admit(server, r)
-                        server.decoding.append(r)
-                        server.decoding_changed()
-                        server.kv += self.kv_held(r)
-                    else:
-                        raise PolicyError(f"server {sid} t={now}: request {r} is not decoding here")
-            kv_read = self.kv_held_sum(dids)
+            if dec is server.decoding_arr:
+                # the server's own array of its decoding requests (Server.decoding_ids, cached
+                # until they change; a prefill server has none): each decodes here, once, and
+                # none is a prefill entry (a request waits, prefills or decodes)
+                dids = dec
+                kv_read = server.decoding_kv
+                every = pid_list
+            else:
+                dids, kv_read = self._checked_decode(server, dec)
+                every = pid_list + dids.tolist()
             alloc += len(dids)
         else:
             dids = _EMPTY_I
-            dlist = []
             kv_read = 0
+            every = pid_list
         n_seq = n_pref + len(dids)
         if n_seq > server.max_batch_size:
             raise PolicyError(
                 f"server {sid} t={now}: batch of {n_seq} sequences exceeds max_batch_size {server.max_batch_size}"
             )
-        every = pid_list + dlist
         if len(set(every)) != len(every):
             raise PolicyError(f"server {sid} t={now}: a request appears twice in one batch")
         tokens = prefill_tokens + len(dids)
@@ -1633,6 +1638,36 @@ class Engine:
         server.pending = p
         server.busy_s += dur
         self._push(p.end, server, _EV_END)
+
+    def _checked_decode(
+        self, server: _Srv, dec: Sequence[int] | np.ndarray
+    ) -> tuple[np.ndarray, int]:
+        """The decode entries ``dec`` of a batch on ``server`` as an array, and the KV tokens
+        they hold; PolicyError unless each decodes there (a decode server admits a waiting
+        request whose prefill is done)."""
+        sid = server.id
+        dids = np.asarray(dec, dtype=np.int64)
+        if server.role == "prefill":
+            raise PolicyError(f"server {sid} t={self.now}: prefill server cannot decode")
+        dlist = dids.tolist()
+        dset = set(server.decoding)
+        for r in () if dset.issuperset(dlist) else dlist:
+            if r not in dset:
+                if (
+                    server.role == "decode"
+                    and r in server.waiting
+                    and self.prefilled[r] == self.prefill_target[r]
+                ):
+                    self._admit(server, r)
+                    server.decoding.append(r)
+                    server.decoding_kv += self.kv_held(r)
+                    server.decoding_changed()
+                    server.kv += self.kv_held(r)
+                else:
+                    raise PolicyError(
+                        f"server {sid} t={self.now}: request {r} is not decoding here"
+                    )
+        return dids, self.kv_held_sum(dids)
 
     def _start_window(self, server: _Srv, batch: Batch) -> None:
         now = self.now
@@ -1676,9 +1711,10 @@ class Engine:
             self._decide(server)
             return
         k = min(k_fin, k_mem, _WINDOW_CHUNK)
-        f = decode_run_features(s, self.kv_held_sum(ids), k)
+        kv_read = server.decoding_kv if ids is server.decoding_arr else self.kv_held_sum(ids)
+        f = decode_run_features(s, kv_read, k)
         dur = server.timing.times(f)
-        if not np.all(dur > 0):
+        if not (dur > 0).all():
             raise PolicyError(
                 f"server {server.id} t={now}: timing model gave a non-positive iteration time"
             )
@@ -1688,7 +1724,7 @@ class Engine:
         extendable = k < min(k_fin, k_mem)
         if times[-1] >= wake_at_s:
             # the policy asked to decide again at the first iteration end at or after it
-            k = int(np.searchsorted(times[1:], wake_at_s, side="left")) + 1
+            k = int(times[1:].searchsorted(wake_at_s, side="left")) + 1
             times = times[: k + 1]
             dur = dur[:k]
             f = f[:k]
@@ -1746,6 +1782,27 @@ class Engine:
         server.kv -= self.kv_held(r)
         self._retry_due = True
 
+    def _finish_decoding(
+        self, server: _Srv, done: list[int], positions: list[int] | None = None
+    ) -> None:
+        """The decoding requests ``done`` (distinct) of ``server`` emitted their last token;
+        ``positions``: their places in ``server.decoding``, rising, when known (the entries of
+        a batch that was the server's cached ``decoding_ids()`` array)."""
+        decoding = server.decoding
+        if positions is None:
+            for r in done:
+                decoding.remove(r)
+        else:
+            for i in reversed(positions):
+                del decoding[i]
+        held = self.held
+        for r in done:
+            h = int(held[r])
+            server.kv -= h
+            server.decoding_kv -= h
+        self._retry_due = True
+        server.decoding_changed()
+
     def _commit(self, server: _Srv) -> None:
         p = server.pending
         assert p is not None
@@ -1788,25 +1845,27 @@ class Engine:
             emitted += 1
             gen[dids] = emitted
             self.held[dids] += 1
-            done = dids[emitted >= out[dids]].tolist()
+            at = np.flatnonzero(emitted >= out[dids]).tolist()
+            done = dids[at].tolist() if at else []
         elif len(dids):
             # the same updates request by request (numpy's calls cost more on a few ids)
             token_times, offsets, held = self.token_times, self.offsets, self.held
-            done = []
-            for r in dids.tolist():
+            at, done = [], []
+            for i, r in enumerate(dids.tolist()):
                 g = gen[r]
                 token_times[offsets[r] + g] = end
                 gen[r] = g + 1
                 held[r] += 1
                 if g + 1 >= out[r]:
+                    at.append(i)
                     done.append(r)
         else:
             done = []
+        # each decode entry is a decoding request of this server (checked at the start)
+        server.decoding_kv += len(dids)
         if done:
-            for r in done:
-                server.decoding.remove(r)
-                self._finish(server, r)
-            server.decoding_changed()
+            # the server's cached array lists its decoding requests in their order
+            self._finish_decoding(server, done, at if dids is server.decoding_arr else None)
         # prefill chunks
         for r, c in zip(p.prefill_ids, p.prefill_tokens, strict=True):
             prefilled[r] += c
@@ -1828,6 +1887,7 @@ class Engine:
                     self._tick_at_transfer(t_arrive)
                 else:
                     server.decoding.append(r)
+                    server.decoding_kv += int(self.held[r])
                     server.decoding_changed()
         if self.record:
             n_p, n_d = len(p.prefill_ids), len(dids)
@@ -1864,6 +1924,7 @@ class Engine:
         self.token_times[pos] = w.ends[:k, None]
         gen[ids] += k
         self.held[ids] += k
+        server.decoding_kv += s * k
         server.kv += s * (k - 1)
         # busy time added iteration by iteration (left to right), as one step at a time does
         server.busy_s = float(accumulate_from(server.busy_s, w.durations[:k])[-1])
@@ -1879,12 +1940,10 @@ class Engine:
                 np.full(k * s, PHASE_DECODE, dtype=np.int8),
                 np.ones(k * s, dtype=np.int64),
             )
-        done = ids[gen[ids] >= self.output[ids]]
-        if len(done):
-            for r in done.tolist():
-                server.decoding.remove(r)
-                self._finish(server, r)
-            server.decoding_changed()
+        at = np.flatnonzero(gen[ids] >= self.output[ids]).tolist()
+        if at:
+            cached = ids is server.decoding_arr
+            self._finish_decoding(server, ids[at].tolist(), at if cached else None)
 
     def _log(
         self,

@@ -32,3 +32,19 @@ def random_instance(seed, *, n=40, servers=2, kv=6000, horizon_s=2.0, **cluster)
     )
     cl = Cluster(servers=servers, kv_capacity_tokens=kv, max_batch_tokens=256, **cluster)
     return Instance("random", wl, cl, RANDOM_TIMING)
+
+
+def mooncake_setup(policy, mode="colocated"):
+    """60 Mooncake conversation requests with Poisson arrivals and PolyServe's SLOs on 4
+    servers, under the registered ``policy`` (``setup.instance(rate)`` draws them)."""
+    from slolab.harness.serving import ServingSetup
+
+    return ServingSetup(
+        "mooncake_conversation",
+        policy=policy,
+        servers=4,
+        limit=60,
+        slos="polyserve",
+        arrivals="poisson",
+        mode=mode,
+    )

@@ -12,8 +12,7 @@ import math
 
 import numpy as np
 import pytest
-from sim_cases import random_instance
-from slolab.harness.serving import ServingSetup
+from sim_cases import mooncake_setup, random_instance
 from slolab.heuristics.baselines import LeastLoaded, PrefillFirstFCFS, SarathiFCFS
 from slolab.instances.records import Cluster, Instance, Workload
 from slolab.sim import Batch, check, run
@@ -146,14 +145,7 @@ def test_registered_repeating_policies_equal_stepping(policy, rate):
     """The registered policies that mark decode batches ``repeat=True``, on 60 Mooncake
     requests with Poisson arrivals on 4 servers: the same token times and busy times bit for
     bit with and without windows."""
-    setup = ServingSetup(
-        "mooncake_conversation",
-        policy=policy,
-        servers=4,
-        limit=60,
-        slos="polyserve",
-        arrivals="poisson",
-    )
+    setup = mooncake_setup(policy)
     instance, sched = setup.prepare(setup.instance(rate))
     fast_policy = Counted(sched.policy)
     fast = dataclasses.replace(sched, policy=fast_policy).run(instance, seed=0)
