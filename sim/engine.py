@@ -1231,8 +1231,8 @@ class Engine:
         while True:
             block = np.full(size, step)
             block[0] = nxt
-            ticks = np.cumsum(block)
-            k = int(np.searchsorted(ticks, until, side="left"))
+            ticks = block.cumsum()  # the array's own methods: np.cumsum's, without its wrapper
+            k = int(ticks.searchsorted(until, side="left"))
             nxt = float(ticks[k]) if k < size else float(ticks[-1]) + step
             yield ticks[:k], nxt
             if k < size:
