@@ -40,7 +40,7 @@ import dataclasses
 import math
 import time
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -715,11 +715,17 @@ class _TierRanking:
             if members is None:
                 return None
             servers = self.servers
-            places = self.controller._ranks()[t]
-            entries = [(-servers[k].load, places.get(sid, 1 << 30), k) for k, sid in members]
-            entries.sort()
-            got = self.done[t] = [k for _, _, k in entries]
+            got = self.done[t] = _placement_order(
+                ((k, sid, servers[k].load) for k, sid in members), self.controller._ranks()[t]
+            )
         return got
+
+
+def _placement_order(found: Iterable[tuple[int, int, int]], places: dict[int, int]) -> list[int]:
+    """The indices of a tier's servers ``found`` as (index, server id, load) in the order
+    placement tries them: highest load first, ties to the server with the earlier place in the
+    tier's list (``places``; unlisted ones last), then to the lower index."""
+    return [k for _, _, k in sorted((-load, places.get(sid, 1 << 30), k) for k, sid, load in found)]
 
 
 class _HeldQueue:
@@ -1081,19 +1087,14 @@ class PolyServeController:
 
     def _tier_servers(self, servers: Sequence[Server]) -> list[tuple[int, int, int, int]]:
         """(index in ``servers``, server id, tier, load) of every tier server, pending ones
-        excepted, in the order of ``servers``: what :meth:`_ranked` and :meth:`_signature` read
-        of the servers, read once for a dispatch (no server joins, leaves or changes its load
-        before the engine places the dispatch's pairs)."""
-        tier_of_pool = self.tier_of_pool
-        pending = self.pending
-        found = []
-        for k, s in enumerate(servers):
-            t = tier_of_pool.get(s.pool)
-            if t is not None:
-                sid = s.id
-                if sid not in pending:
-                    found.append((k, sid, t, s.load))
-        return found
+        excepted (:meth:`_members`, tier by tier): what :meth:`_ranked` and :meth:`_signature`
+        read of the servers, read once for a dispatch (no server joins, leaves or changes its
+        load before the engine places the dispatch's pairs); both sort what they read."""
+        return [
+            (k, sid, t, servers[k].load)
+            for t, members in self._members(servers).items()
+            for k, sid in members
+        ]
 
     def _ranked(
         self,
@@ -1111,14 +1112,10 @@ class PolyServeController:
         if usable is None:
             usable = self._tier_servers(servers)
         keyed: dict[int, list[tuple[int, int, int]]] = {}
-        ranks = self._ranks()
         for k, sid, t, load in usable:
-            keyed.setdefault(t, []).append((-load, ranks[t].get(sid, 1 << 30), k))
-        by_tier: dict[int, list[int]] = {}
-        for t, entries in keyed.items():
-            entries.sort()
-            by_tier[t] = [k for _, _, k in entries]
-        return by_tier
+            keyed.setdefault(t, []).append((k, sid, load))
+        ranks = self._ranks()
+        return {t: _placement_order(found, ranks[t]) for t, found in keyed.items()}
 
     def _members(self, servers: Sequence[Server]) -> dict[int, list[tuple[int, int]]]:
         """Per tier, (index in ``servers``, id) of its servers, pending ones excepted, in the
