@@ -106,13 +106,14 @@ def clairvoyance(trace: str, load: str, n: int) -> list[dict[str, Any]]:
     part of its gap that knowing the future buys without changing a single decision."""
     from slolab.models.dispatch_lns import lives_window, online_decision
     from slolab.models.dispatch_scale import DispatchScale, ScaleWindow, decision_schedule
+    from slolab.problems.dispatch_scale import online_start
 
     inst = window(trace, load, n)
     data = ScaleWindow.of(inst)
     rows = []
     frame = compare(inst, list(HEURISTICS))
     for h in HEURISTICS:
-        decision = online_decision(data, inst, h, seed=0)
+        decision = online_decision(data, inst, online_start(h), seed=0)
         ran = float(frame[frame.method == h].objective.iloc[0])
         left = (
             DispatchScale(inst).evaluate(decision_schedule(lives_window(data, decision), decision))
@@ -137,6 +138,7 @@ def clairvoyance_small(seeds: range = range(6)) -> list[dict[str, Any]]:
     (``--n 4 --slo-scale 0.25 --rate 10``), with the proved optimum ``J*`` (HiGHS)."""
     from slolab.models.dispatch_lns import lives_window, online_decision
     from slolab.models.dispatch_scale import DispatchScale, ScaleWindow, decision_schedule
+    from slolab.problems.dispatch_scale import online_start
     from slolab.solvers import solve
 
     rows = []
@@ -146,7 +148,7 @@ def clairvoyance_small(seeds: range = range(6)) -> list[dict[str, Any]]:
         best = solve(DispatchScale(inst), solver="highs", time_limit=60)
         frame = compare(inst, list(HEURISTICS))
         for h in HEURISTICS:
-            decision = online_decision(data, inst, h, seed=0)
+            decision = online_decision(data, inst, online_start(h), seed=0)
             left = (
                 DispatchScale(inst).evaluate(
                     decision_schedule(lives_window(data, decision), decision)

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from slolab.harness.scenarios import POLICIES, SCENARIOS, capacity_of
+from slolab.harness.scenarios import POLICIES, capacity_of
+from slolab.instances.scenarios import SCENARIOS
 
 log = logging.getLogger("slolab")
 

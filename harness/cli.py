@@ -58,7 +58,8 @@ def _print_json(obj: Any) -> None:
 
 
 def _load_instance(ref: str):
-    from slolab.instances import load_instance, load_shipped
+    from slolab.instances import load_shipped
+    from slolab.problems import load_instance
 
     if Path(ref).exists():
         return load_instance(ref)
@@ -192,7 +193,7 @@ def _add_serving_args(p: argparse.ArgumentParser) -> None:
 
 def _plugin_help(group: str) -> str:
     """`` (plugins: a, b)`` naming the installed plugins of ``group`` (empty without any)."""
-    from slolab.plugins import installed_plugins
+    from slolab.harness.plugins import installed_plugins
 
     names = sorted(installed_plugins()[group])
     return f" (plugins: {', '.join(names)})" if names else ""
@@ -397,7 +398,7 @@ def _add_problem_options(b: argparse.ArgumentParser) -> None:
 
 def cmd_problems(a: argparse.Namespace) -> int:
     from slolab.harness.methods import method_help
-    from slolab.plugins import installed_plugins
+    from slolab.harness.plugins import installed_plugins
     from slolab.problems import problems
 
     rows = [
@@ -552,9 +553,9 @@ def cmd_presets(a: argparse.Namespace) -> int:
 def cmd_solve(a: argparse.Namespace) -> int:
     from slolab.harness.compare import objective
     from slolab.harness.progress import elapsed_bar
-    from slolab.problems import get_problem
+    from slolab.problems import build_model, get_problem
     from slolab.sim import check, replay
-    from slolab.solvers import build_model, solve
+    from slolab.solvers import solve
 
     inst = _load_instance(a.instance)
     problem = get_problem(inst.problem)
@@ -1013,7 +1014,7 @@ def build_parser() -> argparse.ArgumentParser:
     from slolab.harness import plan, sweep
 
     sweep.add_parser(sub)
-    plan.add_parser(sub)
+    plan.add_parser(sub, _add_serving_args)
     return parser
 
 
@@ -1160,7 +1161,7 @@ def _exit_now() -> None:
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """A plugin's warning as one line on stderr; any other warning as Python shows it."""
-    from slolab.plugins import PluginWarning
+    from slolab.plugin_loading import PluginWarning
 
     if issubclass(category, PluginWarning):
         print(f"slolab: warning: {message}", file=sys.stderr)

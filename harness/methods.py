@@ -25,10 +25,10 @@ from typing import Any
 
 from slolab.heuristics.policies import Scheduler
 from slolab.instances.records import Instance
-from slolab.problems import SOLVER_NAMES, Heuristic, Problem, get_problem
+from slolab.problems import SOLVER_NAMES, Heuristic, Problem, build_model, get_problem
 from slolab.problems.registry import resolve
 from slolab.sim import Outcome, replay
-from slolab.solvers import Result, Status, build_model, solve
+from slolab.solvers import Result, Status, solve
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +147,7 @@ def policy_method(problem: Problem, name: str) -> Method | None:
     heuristic of it is a policy) and ``name`` is a registered policy (a plugin's included) or
     ``package.module:Name`` of a Policy class; None otherwise."""
     from slolab.heuristics.policies import is_policy, make_scheduler, policy_entry
-    from slolab.plugins import is_reference
+    from slolab.plugin_loading import is_reference
     from slolab.solvers import available_models
 
     if not _runs_policies(problem):

@@ -22,7 +22,7 @@ import argparse
 import dataclasses
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from slolab.harness.capacity import CountSearchResult, ProbeVerdict, smallest_count
@@ -403,10 +403,12 @@ def plan(
     return plans
 
 
-def add_parser(sub: Any) -> argparse.ArgumentParser:
-    """Add the ``plan`` command to the ``slolab`` subcommands."""
-    from slolab.harness.cli import _add_serving_args
-
+def add_parser(
+    sub: Any, add_serving_args: Callable[[argparse.ArgumentParser], None]
+) -> argparse.ArgumentParser:
+    """Add the ``plan`` command to the ``slolab`` subcommands; ``add_serving_args`` adds the
+    flags it shares with ``simulate`` (the command line's, handed in so that this module does
+    not import it back)."""
     p = sub.add_parser(
         "plan",
         help="fewest servers meeting an attainment target, per scheduler",
@@ -423,7 +425,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "slos-serve, the same 8 simulations and answer. See docs/planning.md.",
         conflict_handler="resolve",
     )
-    _add_serving_args(p)
+    add_serving_args(p)
     p.add_argument(
         "--servers",
         "--replicas",

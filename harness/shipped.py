@@ -86,9 +86,9 @@ def spec(name: str) -> ShippedSpec:
 def known_facts(inst: Instance, time_limit: float) -> dict[str, Any]:
     """What is known of an instance's optimum (solved now), or its baseline figures."""
     from slolab.harness.compare import objective
-    from slolab.problems import get_problem
+    from slolab.problems import build_model, get_problem
     from slolab.sim import replay
-    from slolab.solvers import build_model, solve
+    from slolab.solvers import solve
 
     model = get_problem(inst.problem).default_model
     if model is None:

@@ -227,7 +227,8 @@ def _error_fields(error: BaseException) -> dict[str, Any]:
 
 
 def _load_source(source: Mapping[str, Any]) -> Instance:
-    from slolab.instances import load_instance, load_shipped
+    from slolab.instances import load_shipped
+    from slolab.problems import load_instance
 
     if "file" in source:
         return load_instance(source["file"])

@@ -339,7 +339,8 @@ def _instance_sources(
     reader: _Reader, group: Mapping[str, Any], where: str
 ) -> list[tuple[str, Any, dict[str, Any], str]]:
     """``(problem, reference for the key, source for the worker, label)`` of each instance."""
-    from slolab.instances import load_instance, load_manifest
+    from slolab.instances import load_manifest
+    from slolab.problems import load_instance
 
     shipped = {entry["name"]: entry["problem"] for entry in load_manifest()}
     sources: list[tuple[str, Any, dict[str, Any], str]] = []

@@ -135,7 +135,7 @@ _REFERENCED_ROUTERS: dict[str, tuple[Callable[[], Any], str]] = {}
 
 def _load() -> None:
     import slolab.heuristics  # noqa: F401  (its modules register their policies)
-    from slolab.plugins import load_plugins
+    from slolab.plugin_loading import load_plugins
 
     load_plugins("policies", _register_plugin_policy)
     load_plugins("routers", _register_plugin_router)
@@ -143,7 +143,7 @@ def _load() -> None:
 
 def _as_entry(name: str, obj: Any) -> PolicyEntry:
     """``obj`` (a PolicyEntry, or a Policy class or factory) as the entry ``name``."""
-    from slolab.plugins import accepted_keywords, description_of
+    from slolab.plugin_loading import accepted_keywords, description_of
 
     if isinstance(obj, PolicyEntry):
         return dataclasses.replace(obj, name=name)
@@ -203,7 +203,7 @@ def router_names() -> list[str]:
 def policy_entry(name: str) -> PolicyEntry:
     """The policy ``name``: registered (a plugin's included), or ``package.module:Name`` of a
     Policy class, imported; ValueError listing the known ones."""
-    from slolab.plugins import lookup
+    from slolab.plugin_loading import lookup
 
     _load()
     return lookup(name, _POLICIES, _REFERENCED, _as_entry, "policy")
@@ -321,14 +321,14 @@ def make_router(name: str) -> Router:
 def router_factory(name: str) -> Callable[[], Any]:
     """The class or factory of router ``name`` (registered, or ``package.module:Name``);
     ValueError listing the known ones."""
-    from slolab.plugins import lookup
+    from slolab.plugin_loading import lookup
 
     _load()
     return lookup(name, _ROUTERS, _REFERENCED_ROUTERS, _as_router, "router")[0]
 
 
 def _as_router(name: str, obj: Any) -> tuple[Callable[[], Any], str]:
-    from slolab.plugins import description_of
+    from slolab.plugin_loading import description_of
 
     if not callable(obj):
         raise ValueError(f"router {name!r} is not a Router class or factory")

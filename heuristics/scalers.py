@@ -296,7 +296,7 @@ register_scaler(
 
 def _load() -> None:
     import slolab.heuristics  # noqa: F401  (its modules register their scalers)
-    from slolab.plugins import load_plugins
+    from slolab.plugin_loading import load_plugins
 
     load_plugins("scalers", _register_plugin_scaler)
 
@@ -304,7 +304,7 @@ def _load() -> None:
 def _as_entry(name: str, obj: Any) -> ScalerEntry:
     """``obj`` (a ScalerEntry, or a Scaler class or factory) as the entry ``name``: a factory
     is passed ``min_servers`` and ``max_servers`` only when it accepts them."""
-    from slolab.plugins import accepted_keywords, description_of
+    from slolab.plugin_loading import accepted_keywords, description_of
 
     if isinstance(obj, ScalerEntry):
         return dataclasses.replace(obj, name=name)
@@ -341,7 +341,7 @@ def scaler_names() -> list[str]:
 def scaler_entry(name: str) -> ScalerEntry:
     """The scaler ``name``: registered, or ``package.module:Name`` of a Scaler class;
     ValueError listing the known ones."""
-    from slolab.plugins import lookup
+    from slolab.plugin_loading import lookup
 
     _load()
     return lookup(name, SCALERS, _REFERENCED, _as_entry, "scaler")

@@ -32,7 +32,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -235,8 +235,17 @@ def _cluster_from_dict(fields: Mapping[str, Any], source: str) -> Cluster:
         raise InstanceFileError(source, "cluster", str(exc)) from None
 
 
-def instance_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Instance:
-    """Inverse of :func:`instance_to_dict`; errors name ``source`` and the field."""
+def instance_from_dict(
+    data: Mapping[str, Any],
+    source: str = "<dict>",
+    check_label: Callable[[str, dict[str, Any]], str | None] | None = None,
+) -> Instance:
+    """Inverse of :func:`instance_to_dict`; errors name ``source`` and the field.
+
+    ``check_label(problem, settings)`` says why a file's ``problem`` label does not fit its
+    settings (a file relabelled to another problem), or None; it runs before the other fields
+    are read (:func:`slolab.problems.load_instance` passes the problems' own check).
+    """
     if not isinstance(data, Mapping):
         raise InstanceFileError(source, None, "not a slolab instance (top level is not an object)")
     fmt = data.get("format")
@@ -252,7 +261,7 @@ def instance_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Insta
     name = _field(data, "name", str, source)
     problem = _field(data, "problem", str, source)
     settings = _field(data, "settings", dict, source)
-    mismatch = _problem_mismatch(problem, settings)
+    mismatch = None if check_label is None else check_label(problem, settings)
     if mismatch is not None:
         raise InstanceFileError(source, "problem", mismatch)
     cluster_fields = _field(data, "cluster", dict, source)
@@ -311,16 +320,6 @@ def _umask() -> int:
     return mask
 
 
-def _problem_mismatch(problem: str, settings: dict[str, Any]) -> str | None:
-    """Why ``settings`` are not those of a ``problem`` instance (a file relabelled to another
-    problem), or None; a problem not registered here is not checked."""
-    from slolab.problems.registry import get_problem, problem_names
-
-    if problem not in problem_names():
-        return None
-    return get_problem(problem).check_instance(settings)
-
-
 # -- files --------------------------------------------------------------------------------------
 
 
@@ -370,8 +369,12 @@ def save_instance(instance: Instance, path: str | Path) -> Path:
     return path
 
 
-def load_instance(path: str | Path) -> Instance:
-    """Load an instance saved by :func:`save_instance`.
+def load_instance(
+    path: str | Path,
+    check_label: Callable[[str, dict[str, Any]], str | None] | None = None,
+) -> Instance:
+    """Load an instance saved by :func:`save_instance` (``check_label`` as in
+    :func:`instance_from_dict`; :func:`slolab.problems.load_instance` refuses relabelled files).
 
     Raises
     ------
@@ -398,7 +401,7 @@ def load_instance(path: str | Path) -> Instance:
         raise InstanceFileError(
             path, None, f"not a slolab instance file (invalid JSON at line {exc.lineno}: {exc.msg})"
         ) from None
-    return instance_from_dict(data, source=str(path))
+    return instance_from_dict(data, source=str(path), check_label=check_label)
 
 
 # -- manifest -----------------------------------------------------------------------------------

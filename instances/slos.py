@@ -427,7 +427,7 @@ def register_scheme(name: str, scheme: Scheme) -> None:
 
 
 def _load() -> None:
-    from slolab.plugins import load_plugins
+    from slolab.plugin_loading import load_plugins
 
     load_plugins("slo_schemes", register_scheme)
 

@@ -5,7 +5,8 @@ start (requests in arrival order, each to the worker or new worker life where ``
 most), pooled starts (every worker life pulling from one central queue in time order,
 giving up prompts that would make others miss: :func:`_pooled_start`), the online policies'
 runs (HyperFlexis's dispatcher with and without its scaler,
-round robin), each written as a decision over worker lives (the initial workers and each
+round robin: the runs are handed in by the problem's declaration, :data:`slolab.problems.
+dispatch_scale.LNS_STARTS`, as this layer sits below the heuristics), each written as a decision over worker lives (the initial workers and each
 switch-on) and replayed with the same iterations, each started as early as the engine
 starts it, every worker leaving when its last iteration ends, and two greedy starts; then it
 improves it by moves until the time limit:
@@ -44,9 +45,10 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from slolab.instances.records import Instance
@@ -55,21 +57,29 @@ from slolab.models.dispatch_scale import (
     DispatchScale,
     ScaleDecision,
     ScaleWindow,
+    _score,
     _starts,
-    _timeline,
     decision_schedule,
 )
+from slolab.models.dispatch_subwindow import SubLife, solve_subwindow
 from slolab.sim.metrics import ON_TIME_TOLERANCE_S
 from slolab.solvers.backend import Backend
 from slolab.solvers.base import ExactModel, Result, Status
 from slolab.solvers.registry import register_model
 
-__all__ = ["DispatchLns", "LnsResult", "greedy_worker", "lns", "online_decision"]
+if TYPE_CHECKING:
+    from slolab.sim.outcome import Outcome
+
+__all__ = ["DispatchLns", "LnsResult", "StartRun", "greedy_worker", "lns", "online_decision"]
 
 logger = logging.getLogger("slolab")
 
-#: Online heuristics the search may start from (the best replayed one is the start).
+#: Online heuristics the search may start from (the best replayed one is the start); the
+#: problem's declaration hands in their runs (:data:`StartRun`).
 START_POLICIES = ("hyperflexis", "round-robin", "hyperflexis-scaling")
+#: A start's run: ``run(instance, seed)`` simulates an online heuristic on the window and gives
+#: its Outcome, or None when the heuristic would run a changed instance.
+StartRun = Callable[[Instance, int], "Outcome | None"]
 #: Share of the time limit the bound may take inside ``dispatch-lns``.
 BOUND_SHARE = 0.25
 #: Share of the time limit the insertion start may take (it is dropped when unfinished).
@@ -412,26 +422,6 @@ def _advance(
     return kept + [r for r in prefill if output[r] > 1]
 
 
-def _score(
-    data: ScaleWindow, comps: Sequence[Composition], ready_s: float
-) -> tuple[int, float, frozenset[int]]:
-    """``(requests met, end of the last iteration, requests served and not met)`` of a
-    worker's iterations from ``ready_s``."""
-    if not comps:
-        return 0, ready_s, frozenset()
-    ends = _timeline(data, comps, ready_s)
-    emitted: dict[int, int] = {}
-    late: set[int] = set()
-    for (prefill, decode), end in zip(comps, ends, strict=True):
-        for r in (*prefill, *decode):
-            token = emitted.get(r, 0) + 1
-            emitted[r] = token
-            if end > data.deadline_s(r, token) + ON_TIME_TOLERANCE_S:
-                late.add(r)
-    missed = frozenset(r for r, k in emitted.items() if k < int(data.output[r]) or r in late)
-    return len(emitted) - len(missed), ends[-1], missed
-
-
 class _State:
     """Workers of a decision with their scores; ``J`` summed per worker."""
 
@@ -516,18 +506,15 @@ def lives_window(data: ScaleWindow, decision: ScaleDecision) -> ScaleWindow:
 
 
 def online_decision(
-    data: ScaleWindow, instance: Instance, policy: str, *, seed: int
+    data: ScaleWindow, instance: Instance, run: StartRun, *, seed: int
 ) -> ScaleDecision | None:
-    """The run of online heuristic ``policy`` as a decision over worker lives (its routing,
-    each switch-on's slot and every life's iterations), or None when the run cannot be written
-    so (a prompt prefilled in chunks, a preemption, a worker switched on off the slot grid)."""
-    from slolab.heuristics.hyperflexis import online_setup
-    from slolab.heuristics.policies import Scheduler
-
-    made = Scheduler.of(online_setup(policy, instance))
-    if made.on(instance) is not instance:
+    """The run of an online heuristic (``run``, see :data:`StartRun`) as a decision over worker
+    lives (its routing, each switch-on's slot and every life's iterations), or None when the
+    run cannot be written so (a changed instance, a prompt prefilled in chunks, a preemption, a
+    worker switched on off the slot grid)."""
+    out = run(instance, seed)
+    if out is None:
         return None
-    out = made.run(instance, seed=seed)
     if len(out.entry_offsets) <= 1 or int(np.asarray(out.preemptions).sum()):
         return None
     servers = len(out.busy_s)
@@ -590,7 +577,7 @@ def lns(
     *,
     seed: int,
     time_limit: float = 60.0,
-    starts: Sequence[str] = START_POLICIES,
+    starts: Mapping[str, StartRun] = MappingProxyType({}),
     progress: bool | None = None,
 ) -> LnsResult:
     """Large-neighbourhood search from the best start (see the module docstring).
@@ -603,9 +590,11 @@ def lns(
         Seed of the moves.
     time_limit : float
         Seconds for the whole search (the start runs included); honoured between moves.
-    starts : sequence of str
-        Online heuristics to start from (their replayed decisions; the insertion start, the
-        greedy worker on a round-robin routing and on one worker are always candidates).
+    starts : mapping of str to StartRun
+        Online heuristics to start from, by name, as their runs (their replayed decisions;
+        :data:`slolab.problems.dispatch_scale.LNS_STARTS` runs :data:`START_POLICIES`); the
+        insertion start, the pooled starts and the greedy worker on a round-robin routing and
+        on one worker are always candidates.
     progress : bool, optional
         Progress line on stderr (default: when stderr is a terminal).
 
@@ -645,10 +634,10 @@ def lns(
                 candidates.append((name, pooled))
                 if pooled_best is None or pooled.total() > pooled_best[0]:
                     pooled_best = (pooled.total(), (lazy, lookahead))
-        for name in starts:
+        for name, run in starts.items():
             if time.perf_counter() > stop:
                 break
-            decision = online_decision(data, instance, name, seed=seed)
+            decision = online_decision(data, instance, run, seed=seed)
             if decision is not None:
                 candidates.append((name, _state_of(data, decision, tables)))
     except KeyboardInterrupt:
@@ -1103,8 +1092,6 @@ def _exact_move(
     (:func:`slolab.models.dispatch_subwindow.solve_subwindow`, OPTIMAL within
     :data:`EXACT_TRANSITIONS` transitions and ``time_limit`` or nothing), at most
     ``max_servers`` lives on at once."""
-    from slolab.models.dispatch_subwindow import SubLife, solve_subwindow
-
     d, workers, tab = state.d, state.workers, state.tables
     missed = [x for w in workers for x in w.late]
     pick = rng.random()
@@ -1239,14 +1226,22 @@ def _slot_before(d: ScaleWindow, t: float) -> int:
 @register_model("dispatch-lns")
 class DispatchLns(ExactModel):
     """:func:`lns` with the relaxation bound of :mod:`slolab.models.dispatch_bounds` (method
-    ``lns``): a certified interval ``[incumbent, bound]``; OPTIMAL only when they meet."""
+    ``lns``): a certified interval ``[incumbent, bound]``; OPTIMAL only when they meet.
+    ``starts`` are the online runs the search may start from (see :func:`lns`)."""
 
     sense = "max"
 
-    def __init__(self, instance: Instance, *, buckets: int | None = None) -> None:
+    def __init__(
+        self,
+        instance: Instance,
+        *,
+        buckets: int | None = None,
+        starts: Mapping[str, StartRun] = MappingProxyType({}),
+    ) -> None:
         super().__init__(instance)
         self.data = ScaleWindow.of(instance)
         self.buckets = buckets
+        self.starts = starts
 
     def supports(self) -> frozenset[str]:
         """HiGHS (the bound, through SciPy's ``milp``); the search itself is in Python."""
@@ -1266,7 +1261,7 @@ class DispatchLns(ExactModel):
             threads=backend.threads,
         )
         left = max(time_limit - (time.perf_counter() - start), 0.0)
-        found = lns(self.instance, seed=backend.seed, time_limit=left)
+        found = lns(self.instance, seed=backend.seed, time_limit=left, starts=self.starts)
         if found.objective > bound.bound + 1e-6 * max(1.0, abs(bound.bound)):
             raise RuntimeError(
                 f"dispatch-lns on {self.instance.name}: the replayed incumbent "

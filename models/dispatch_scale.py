@@ -321,6 +321,26 @@ def _timeline(data: ScaleWindow, comps: Sequence[Composition], ready_s: float) -
     return ends
 
 
+def _score(
+    data: ScaleWindow, comps: Sequence[Composition], ready_s: float
+) -> tuple[int, float, frozenset[int]]:
+    """``(requests met, end of the last iteration, requests served and not met)`` of a
+    worker's iterations from ``ready_s``."""
+    if not comps:
+        return 0, ready_s, frozenset()
+    ends = _timeline(data, comps, ready_s)
+    emitted: dict[int, int] = {}
+    late: set[int] = set()
+    for (prefill, decode), end in zip(comps, ends, strict=True):
+        for r in (*prefill, *decode):
+            token = emitted.get(r, 0) + 1
+            emitted[r] = token
+            if end > data.deadline_s(r, token) + ON_TIME_TOLERANCE_S:
+                late.add(r)
+    missed = frozenset(r for r, k in emitted.items() if k < int(data.output[r]) or r in late)
+    return len(emitted) - len(missed), ends[-1], missed
+
+
 def _starts(
     data: ScaleWindow,
     comps: Sequence[Composition],

@@ -31,8 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from slolab.models.dispatch_lns import _score
-from slolab.models.dispatch_scale import Composition, ScaleWindow, _starts, _timeline
+from slolab.models.dispatch_scale import Composition, ScaleWindow, _score, _starts, _timeline
 from slolab.sim.metrics import ON_TIME_TOLERANCE_S
 from slolab.solvers.base import Status
 

@@ -575,13 +575,24 @@ class SAOrderingBranchPrice(SAOrderingColumns):
     ``warm_start=False`` starts SCIP from the deterministic plans alone (no annealing, no column
     method), which leaves all the work to SCIP. Instances with different arrivals fall back to
     the position-arc MILP; CP-SAT and brute force are the parent's.
+
+    ``anneal(problem, seed=...) -> (plan, ...)`` is the SA paper's annealing, handed in by the
+    problem's declaration (:mod:`slolab.problems.sa_ordering`, as the models sit below the
+    heuristics); without it the warm start's starting plan is the deterministic plans' best.
     """
 
     name = f"{PROBLEM}-bp"
 
-    def __init__(self, instance: Any, warm_start: bool = True, cuts: bool = True) -> None:
+    def __init__(
+        self,
+        instance: Any,
+        warm_start: bool = True,
+        cuts: bool = True,
+        anneal: Callable[..., tuple[Batches, Any]] | None = None,
+    ) -> None:
         super().__init__(instance, cuts=cuts)
         self.use_warm_start = bool(warm_start)
+        self.anneal = anneal
 
     def solve_with(self, backend: Any, time_limit: float, **params: Any) -> Result | None:
         if backend.formulation == "milp" and self.problem.snapshot:
@@ -590,13 +601,11 @@ class SAOrderingBranchPrice(SAOrderingColumns):
 
     def starting_plan(self) -> tuple[Batches, PlanValue]:
         """With the warm start: the better of the deterministic starting plans and the SA
-        paper's annealing (seed 0); without: the deterministic plans alone."""
-        from slolab.heuristics.sa_ordering import sa_order
-
+        paper's annealing (seed 0, when handed in); without: the deterministic plans alone."""
         plan, value = super().starting_plan()
-        if not self.use_warm_start:
+        if not self.use_warm_start or self.anneal is None:
             return plan, value
-        annealed, _ = sa_order(self.problem, seed=0)
+        annealed, _ = self.anneal(self.problem, seed=0)
         other = self.problem.evaluate(annealed)
         if other.g > value.g * (1.0 + 1e-12):
             return annealed, other

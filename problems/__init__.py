@@ -23,9 +23,13 @@ from slolab.problems.registry import (
     Option,
     Problem,
     build_instance,
+    build_model,
     get_problem,
+    label_mismatch,
+    load_instance,
     problem_names,
     problems,
+    register_model_options,
     register_problem,
 )
 
@@ -39,8 +43,12 @@ __all__ = [
     "Option",
     "Problem",
     "build_instance",
+    "build_model",
     "get_problem",
+    "label_mismatch",
+    "load_instance",
     "problem_names",
     "problems",
+    "register_model_options",
     "register_problem",
 ]

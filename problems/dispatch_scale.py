@@ -11,15 +11,25 @@ which the studies and ``slolab simulate --slos hyperflexis`` share. See docs/hyp
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from slolab.problems.registry import Heuristic, Objective, Option, Problem, register_problem
+from slolab.models.dispatch_lns import START_POLICIES, StartRun
+from slolab.problems.registry import (
+    Heuristic,
+    Objective,
+    Option,
+    Problem,
+    register_model_options,
+    register_problem,
+)
 
 if TYPE_CHECKING:
     from slolab.instances.records import Instance, Workload
+    from slolab.sim.outcome import Outcome
 
 PROBLEM_NAME = "dispatch-scale"
 
@@ -455,3 +465,27 @@ PROBLEM = register_problem(
         front="slolab.models.dispatch_scale:pareto_front",
     )
 )
+
+
+def _online_start(policy: str, instance: Instance, seed: int) -> Outcome | None:
+    """Online heuristic ``policy``'s run on a window for ``dispatch-lns``'s starts, or None
+    when it would run a changed instance (:data:`slolab.models.dispatch_lns.StartRun`)."""
+    from slolab.heuristics.hyperflexis import online_setup
+    from slolab.heuristics.policies import Scheduler
+
+    made = Scheduler.of(online_setup(policy, instance))
+    if made.on(instance) is not instance:
+        return None
+    return made.run(instance, seed=seed)
+
+
+def online_start(policy: str) -> StartRun:
+    """Online heuristic ``policy``'s run as a start of ``dispatch-lns``
+    (:func:`slolab.models.dispatch_lns.online_decision` writes it as a decision)."""
+    return functools.partial(_online_start, policy)
+
+
+#: The runs ``dispatch-lns`` starts from: every start policy's (name -> StartRun).
+LNS_STARTS = {name: online_start(name) for name in START_POLICIES}
+
+register_model_options("dispatch-lns", starts=LNS_STARTS)

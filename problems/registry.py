@@ -12,13 +12,17 @@ import inspect
 import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
+
+import slolab.models  # noqa: F401  (registers the exact models the problems name)
 
 if TYPE_CHECKING:
     import pandas as pd
     from slolab.instances.records import Instance
     from slolab.sim.outcome import Outcome
+    from slolab.solvers.base import ExactModel
 
 #: Python types an option may take (the command line parses its flag with it).
 OPTION_TYPES = (int, float, str, bool)
@@ -410,6 +414,8 @@ class Problem:
 
 _PROBLEMS: dict[str, Problem] = {}
 _LOADED = False
+#: Constructor keywords the problems hand their exact models: ``model -> {keyword: value}``.
+_MODEL_OPTIONS: dict[str, dict[str, Any]] = {}
 
 
 def register_problem(problem: Problem) -> Problem:
@@ -433,7 +439,7 @@ def _load() -> None:
         if info.name != "registry":
             importlib.import_module(f"slolab.problems.{info.name}")
     _LOADED = True
-    from slolab.plugins import load_plugins
+    from slolab.plugin_loading import load_plugins
 
     load_plugins("problems", _register_plugin_problem)
 
@@ -468,3 +474,36 @@ def get_problem(name: str) -> Problem:
 def build_instance(problem: str, **options: Any) -> Instance:
     """An instance of ``problem`` from its builder (see :meth:`Problem.build`)."""
     return get_problem(problem).build(**options)
+
+
+def label_mismatch(problem: str, settings: dict[str, Any]) -> str | None:
+    """Why ``settings`` are not those of a ``problem`` instance (a file relabelled to another
+    problem), or None; a problem not registered here is not checked."""
+    if problem not in problem_names():
+        return None
+    return get_problem(problem).check_instance(settings)
+
+
+def load_instance(path: str | Path) -> Instance:
+    """:func:`slolab.instances.load_instance`, refusing a file whose ``problem`` label does not
+    fit its settings (an :class:`~slolab.instances.io.InstanceFileError` on field ``problem``)."""
+    from slolab.instances import load_instance as load_file
+
+    return load_file(path, check_label=label_mismatch)
+
+
+def register_model_options(model: str, **options: Any) -> None:
+    """Hand the exact model registered as ``model`` the constructor keywords ``options``
+    whenever :func:`build_model` builds it: what a model's search takes from the heuristics (a
+    start, a warm start) comes from the problem's declaration, as the models sit below the
+    heuristics and never import them."""
+    _MODEL_OPTIONS.setdefault(model, {}).update(options)
+
+
+def build_model(name: str, instance: Any, **options: Any) -> ExactModel:
+    """:func:`slolab.solvers.build_model` with the keywords the problems declared for model
+    ``name`` (:func:`register_model_options`); ``options`` override them."""
+    from slolab.solvers import build_model as build
+
+    _load()
+    return build(name, instance, **{**_MODEL_OPTIONS.get(name, {}), **options})

@@ -19,6 +19,7 @@ from slolab.problems.registry import (
     Objective,
     Option,
     Problem,
+    register_model_options,
     register_problem,
 )
 
@@ -207,3 +208,14 @@ PROBLEM = register_problem(
         settings=("batch_size",),
     )
 )
+
+
+def _sa_anneal(problem: Any, *, seed: int) -> tuple[Any, Any]:
+    """The SA paper's annealing (:func:`slolab.heuristics.sa_ordering.sa_order`): the warm
+    start ``sa-ordering-bp`` takes."""
+    from slolab.heuristics.sa_ordering import sa_order
+
+    return sa_order(problem, seed=seed)
+
+
+register_model_options("sa-ordering-bp", anneal=_sa_anneal)

@@ -133,10 +133,10 @@ def slos_snapshots_from_simulation(
     ----------
     SLOs-Serve, Sec. 3.2.1 (the per-call admission problem).
     """
-    from slolab.harness.scenarios import scenario_instance
     from slolab.heuristics.baselines import LeastLoaded
     from slolab.heuristics.slos_serve import SLOsServePolicy
     from slolab.instances import Cluster
+    from slolab.instances.scenarios import scenario_instance
     from slolab.models.slos_admission import snapshot_instance
     from slolab.sim import run
 

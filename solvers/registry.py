@@ -2,7 +2,8 @@
 
 Backends are registered by name with a lazy import path, so ``import slolab.solvers`` pulls in
 neither PuLP nor OR-Tools. Models register themselves with :func:`register_model` when
-:mod:`slolab.models` is imported; the lookups below import it on first use.
+:mod:`slolab.models` is imported (:mod:`slolab.problems` imports it, so the harness and the
+command line see every model); this layer sits below the models and never imports them.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ _BACKENDS: dict[str, type[Backend] | str] = {
 _UNAVAILABLE: dict[str, str | None] = {}
 
 _MODELS: dict[str, type[ExactModel]] = {}
-_MODELS_PACKAGE = "slolab.models"
 
 
 def register_backend(name: str, backend: type[Backend] | str) -> None:
@@ -142,20 +142,14 @@ def _same_class(a: type, b: type) -> bool:
     return (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__)
 
 
-def _load_models() -> None:
-    importlib.import_module(_MODELS_PACKAGE)
-
-
 def available_models() -> list[str]:
-    """Names of every registered exact model (imports :mod:`slolab.models` first)."""
-    _load_models()
+    """Names of every registered exact model (those of :mod:`slolab.models` once it is
+    imported)."""
     return sorted(_MODELS)
 
 
 def get_model(name: str) -> type[ExactModel]:
     """The model class registered as ``name``; ValueError listing the known names."""
-    if name not in _MODELS:
-        _load_models()
     if name not in _MODELS:
         known = ", ".join(sorted(_MODELS)) or "(none)"
         raise ValueError(f"unknown model {name!r}; known models: {known}")

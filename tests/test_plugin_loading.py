@@ -6,7 +6,7 @@ import warnings
 from importlib import metadata
 
 import pytest
-from slolab import plugins
+from slolab import plugin_loading as plugins
 
 
 def _fake(monkeypatch, entries):

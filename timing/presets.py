@@ -471,14 +471,14 @@ def register_preset(name: str, build: Callable[[], TimingModel], source: str) ->
 
 
 def _register_plugin_preset(name: str, build: Any) -> None:
-    from slolab.plugins import description_of
+    from slolab.plugin_loading import description_of
 
     register_preset(name, build, description_of(build, "a plugin preset"))
 
 
 def available_presets() -> list[str]:
     """Names of the presets (the built-in ones and the plugins'), sorted."""
-    from slolab.plugins import load_plugins
+    from slolab.plugin_loading import load_plugins
 
     load_plugins("presets", _register_plugin_preset)
     return sorted(_BUILDERS)

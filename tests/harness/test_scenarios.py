@@ -2,15 +2,15 @@
 
 import numpy as np
 import pytest
-from slolab.harness.scenarios import (
+from slolab.harness.scenarios import capacity_of
+from slolab.heuristics.baselines import SarathiFCFS
+from slolab.instances import read_trace, scale_rate, trace_path
+from slolab.instances.scenarios import (
     CONTEXT_TOKENS,
     SCENARIOS,
-    capacity_of,
     scenario_instance,
     scenario_workload,
 )
-from slolab.heuristics.baselines import SarathiFCFS
-from slolab.instances import read_trace, scale_rate, trace_path
 from slolab.sim import metrics, run
 from slolab.timing import preset, time2bs
 

@@ -29,7 +29,7 @@ from slolab.models.dispatch_bounds import (
 from slolab.models.dispatch_lns import lives_window, lns
 from slolab.models.dispatch_scale import DispatchScale, ScaleWindow, decision_schedule
 from slolab.problems import build_instance
-from slolab.problems.dispatch_scale import LOADS, request_work_s
+from slolab.problems.dispatch_scale import LNS_STARTS, LOADS, request_work_s
 from slolab.sim import check, replay
 from slolab.solvers import Status, solve
 
@@ -301,7 +301,7 @@ def test_lns_replays_clean_within_its_start_and_the_bound(trace_window):
     """The search's incumbent replays to its objective with a clean checker, at least its
     start (the best online run), at most the relaxation bound."""
     inst = trace_window
-    found = lns(inst, seed=0, time_limit=2.0)
+    found = lns(inst, seed=0, time_limit=2.0, starts=LNS_STARTS)
     data = ScaleWindow.of(inst)
     schedule = decision_schedule(lives_window(data, found.decision), found.decision)
     out = replay(inst, schedule)
@@ -420,7 +420,7 @@ def test_lns_keeps_the_incumbent_on_ctrl_c(trace_window, monkeypatch):
         return real(state, rng)
 
     monkeypatch.setattr(dispatch_lns, "_move", interrupting)
-    found = lns(trace_window, seed=0, time_limit=60.0)
+    found = lns(trace_window, seed=0, time_limit=60.0, starts=LNS_STARTS)
     assert found.interrupted
     assert found.moves_tried == 6  # the sixth call raised
     assert found.objective >= found.start_objective - 1e-12

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from sa_ordering_cases import random_ordering_instance, split_or_batch
 from slolab import sim
 from slolab.harness.compare import compare
+from slolab.heuristics.sa_ordering import sa_order
 from slolab.models.sa_bp import Decisions, SAOrderingBranchPrice, branch_and_price
 from slolab.models.sa_columns import Column, ColumnMaster, SAOrderingColumns
 from slolab.models.sa_ordering import OrderingProblem, SAOrderingModel, batches_of
@@ -99,11 +100,13 @@ def test_decisions_forbid_what_they_say() -> None:
 @pytest.mark.parametrize("solver", ["highs", "cbc"])
 def test_hand_solved_instances(solver: str) -> None:
     """The two hand-solved instances of test_sa_ordering: G = 0.2 and 2 / 17.5."""
-    result = solve(SAOrderingBranchPrice(split_or_batch()), solver, time_limit=20)
+    result = solve(SAOrderingBranchPrice(split_or_batch(), anneal=sa_order), solver, time_limit=20)
     assert result.status == Status.OPTIMAL
     assert result.objective == pytest.approx(0.2, rel=1e-12)
     assert batches_of(result.schedule) == ((1,), (0,))
-    result = solve(SAOrderingBranchPrice(defer_the_strict()), solver, time_limit=20)
+    result = solve(
+        SAOrderingBranchPrice(defer_the_strict(), anneal=sa_order), solver, time_limit=20
+    )
     assert result.status == Status.OPTIMAL
     assert result.objective == pytest.approx(2 / 17.5, rel=1e-12)
 
@@ -128,7 +131,7 @@ def test_bp_agrees_with_brute_force_arc_milp_and_columns(seed: int, n: int, b: i
     brute = solve(SAOrderingModel(instance), "brute", time_limit=30)
     assert brute.status == Status.OPTIMAL
     models = [
-        SAOrderingBranchPrice(instance),
+        SAOrderingBranchPrice(instance, anneal=sa_order),
         SAOrderingBranchPrice(instance, warm_start=False),
         SAOrderingColumns(instance),
         SAOrderingModel(instance),
@@ -150,7 +153,7 @@ def test_time_limit_gives_an_honest_interval() -> None:
     from slolab.problems.sa_ordering import sa_snapshot
 
     instance = sa_snapshot(20, 4, seed=0)
-    result = solve(SAOrderingBranchPrice(instance), "highs", time_limit=3)
+    result = solve(SAOrderingBranchPrice(instance, anneal=sa_order), "highs", time_limit=3)
     assert result.status in (Status.TIME_LIMIT, Status.FEASIBLE)
     lo, hi = result.optimum_interval
     assert 0 < lo < hi < math.inf
@@ -171,7 +174,7 @@ def test_a_last_milp_follows_scip_at_its_limit(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(sa_bp, "WARM_START_SHARE", 0.1)
     monkeypatch.setattr(sa_bp, "FINAL_MILP_SHARE", 0.2)
     instance = sa_snapshot(20, 4, seed=0)
-    result = solve(SAOrderingBranchPrice(instance), "highs", time_limit=6)
+    result = solve(SAOrderingBranchPrice(instance, anneal=sa_order), "highs", time_limit=6)
     assert result.status == Status.TIME_LIMIT
     assert result.details["scip_runs"] == 1
     assert result.details["final_milp"] in ("improved", "TIME_LIMIT", "OPTIMAL", "FEASIBLE")
