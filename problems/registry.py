@@ -16,8 +16,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-import slolab.models  # noqa: F401  (registers the exact models the problems name)
-
 if TYPE_CHECKING:
     import pandas as pd
     from slolab.instances.records import Instance
@@ -430,10 +428,13 @@ def register_problem(problem: Problem) -> Problem:
 
 
 def _load() -> None:
-    """Import every module of :mod:`slolab.problems` (each registers its problem)."""
+    """Import every module of :mod:`slolab.problems` (each registers its problem) and
+    :mod:`slolab.models` (each model registers itself with :mod:`slolab.solvers`, which sits
+    below the models and never imports them)."""
     global _LOADED
     if _LOADED:
         return
+    importlib.import_module("slolab.models")
     package = importlib.import_module("slolab.problems")
     for info in pkgutil.iter_modules(package.__path__):
         if info.name != "registry":
