@@ -2,8 +2,9 @@
 
 Backends are registered by name with a lazy import path, so ``import slolab.solvers`` pulls in
 neither PuLP nor OR-Tools. Models register themselves with :func:`register_model` when
-:mod:`slolab.models` is imported (:mod:`slolab.problems` imports it on its first lookup, so the harness and the
-command line see every model); this layer sits below the models and never imports them.
+:mod:`slolab.models` is imported (:mod:`slolab.problems` imports it on its first lookup, so
+the harness and the command line see every model); this layer sits below the models and
+never imports them.
 """
 
 from __future__ import annotations
