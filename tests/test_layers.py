@@ -9,10 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("importlinter")
-
 ROOT = Path(__file__).resolve().parents[1]
 #: What the package copy leaves out: no module of the package lives there.
 NOT_PACKAGE = ("tests", "notebooks", "docs", "benchmarks", "examples", "data", ".*", "*.egg-info")
