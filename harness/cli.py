@@ -274,6 +274,7 @@ def _add_scaling_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
+    from slolab.harness.failures import stall_status
     from slolab.harness.serving import ServingSetup, simulate_summary
 
     s = simulate_summary(
@@ -305,6 +306,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
             "preemptions",
             "utilization",
             "rejected",
+            "stalled",
             "cost_server_s",
             "servers_max",
             "scale_events",
@@ -315,7 +317,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         for k in keys:
             v = s[k]
             print(f"{k:<{width}}  {v:.4g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
-    return 0
+    return stall_status(s, a.allow_stall)
 
 
 def cmd_instance_build(a: argparse.Namespace) -> int:
@@ -789,6 +791,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     parser.add_argument(
+        "--traceback",
+        action="store_true",
+        help="print the whole traceback of an exception a plugin raised (also: SLOLAB_TRACEBACK=1)",
+    )
+    parser.add_argument(
         "--version", action="version", version=f"%(prog)s {_version()}", help="print the version"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -809,6 +816,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scaling_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--allow-stall",
+        action="store_true",
+        help="exit 0 when the policy left requests waiting with nothing to run (they are "
+        "rejected and counted as stalled); without it such a run exits 1",
+    )
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser(
@@ -1192,14 +1205,16 @@ def _run(argv: Sequence[str] | None) -> int:
         # the reader of our output went away (e.g. `| head`): stop quietly
         sys.stderr.close()
         return 0
-    except (
-        ValueError,
-        KeyError,
-        TraceError,
-        InstanceFileError,
-        PolicyError,
-        OSError,
-    ) as exc:
+    except Exception as exc:
+        from slolab.harness.failures import report_failure
+
+        code = report_failure(exc, args.traceback)
+        if code is not None:
+            return code
+        if not isinstance(
+            exc, ValueError | KeyError | TraceError | InstanceFileError | PolicyError | OSError
+        ):
+            raise
         print(f"slolab: error: {cli_message(exc)}", file=sys.stderr)
         return 2
 

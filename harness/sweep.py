@@ -299,7 +299,7 @@ def _serving_rows(task: Task) -> list[dict[str, Any]]:
             report = {k[len("router_") :]: v for k, v in summary.items() if k.startswith("router_")}
             if report:
                 summary["router_report"] = report
-            return [{**summary, **fields, "rate": payload["rate"]}]
+            return [{**_without_stalled_attainment(summary), **fields, "rate": payload["rate"]}]
         found, trace_rate = capacity_search(
             setup,
             target=payload["target"],
@@ -309,9 +309,29 @@ def _serving_rows(task: Task) -> list[dict[str, Any]]:
             max_probes=payload["max_probes"],
         )
         record = found.to_record()
+        if found.stop_reason == "stalled":
+            rate = found.probes[-1][0]
+            record.update(
+                error=f"the capacity probe at rate {rate:.6g} stalled ({found.stalled[-1]} "
+                "requests left waiting with nothing to run): no valid attainment",
+                error_type=STALLED_RUN,
+            )
         return [{**record, **fields, "trace_rate": trace_rate, "definition": payload["definition"]}]
     except Exception as error:
         return [{**fields, **_error_fields(error)}]
+
+
+#: ``error_type`` of a row whose run stalled (its ``error`` says why).
+STALLED_RUN = "StalledRun"
+
+
+def _without_stalled_attainment(summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` as a row: when its run stalled, the attainments dropped (they are no valid
+    attainment) and ``error`` set to the stall's reason."""
+    if not summary.get("stalled"):
+        return summary
+    kept = {k: v for k, v in summary.items() if not k.startswith("attainment")}
+    return {**kept, "error": summary["stall"], "error_type": STALLED_RUN}
 
 
 def run_task(task: Task) -> list[dict[str, Any]]:

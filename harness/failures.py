@@ -1,0 +1,62 @@
+"""How the command line reports a run that failed: a plugin's exception and a stalled run.
+
+A :class:`slolab.plugins.PluginFailure` (an exception raised inside a policy, router, scaler
+or SLO scheme from outside slolab) is one line on stderr naming the plugin, the exception, the
+plugin's file and line and, in a simulation, the simulated time and server; ``slolab
+--traceback`` (or :data:`slolab.plugins.TRACEBACK_ENV` set) prints the original traceback
+first. A run with requests left neither finished nor rejected
+(:class:`slolab.sim.engine.UnsettledRunError`) is one line too. Both exit with
+:data:`EXIT_RUN_FAILED`; slolab's own errors keep their one-line form and status 2.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+#: Exit status of a command whose run failed: a plugin raised, the run stalled (without
+#: ``--allow-stall``) or its requests do not add up.
+EXIT_RUN_FAILED = 1
+
+
+def report_failure(
+    exc: BaseException, show_traceback: bool, file: TextIO | None = None
+) -> int | None:
+    """Print ``exc`` as one line when it is a run failure and return the exit status; None
+    for any other exception (the caller reports it as before)."""
+    from slolab.plugins import PluginFailure, plugin_failure, traceback_wanted
+    from slolab.sim.engine import UnsettledRunError
+
+    file = sys.stderr if file is None else file
+    failure = exc if isinstance(exc, PluginFailure) else None
+    original: BaseException = exc
+    if failure is None and isinstance(exc, Exception):
+        # outside a simulation (an SLO scheme, say): the plugin is found from the traceback
+        failure = plugin_failure(exc)
+    elif failure is not None and failure.__cause__ is not None:
+        original = failure.__cause__
+    if failure is None:
+        if not isinstance(exc, UnsettledRunError):
+            return None
+        print(f"slolab: error: {exc}", file=file)
+        return EXIT_RUN_FAILED
+    if show_traceback or traceback_wanted():
+        traceback.print_exception(original, file=file)
+        print(f"slolab: error: {failure}", file=file)
+    else:
+        print(f"slolab: error: {failure} (--traceback shows the whole traceback)", file=file)
+    return EXIT_RUN_FAILED
+
+
+def stall_status(summary: Mapping[str, Any], allow_stall: bool, file: TextIO | None = None) -> int:
+    """Exit status of ``slolab simulate`` after its summary: 0, or when the run stalled and
+    ``allow_stall`` is off, :data:`EXIT_RUN_FAILED` with one line naming the stall."""
+    if not summary.get("stalled") or allow_stall:
+        return 0
+    print(
+        f"slolab: error: {summary['stall']} (--allow-stall keeps such a run, exit status 0)",
+        file=sys.stderr if file is None else file,
+    )
+    return EXIT_RUN_FAILED
