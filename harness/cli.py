@@ -719,11 +719,13 @@ def cmd_capacity(a: argparse.Namespace) -> int:
             )
             if "bound_note" in rec:
                 print(f"  note: {rec['bound_note']}")
-        for p, early in zip(rec["probes"], res.early, strict=True):
+        for k, (p, early) in enumerate(zip(rec["probes"], res.early, strict=True)):
             att = p["attainment"]
             bound = ("" if not early else (" or more" if att >= a.target else " or less")) + (
                 " (stopped early)" if early else ""
             )
+            if res.stalled and res.stalled[k]:
+                bound = f" (stalled: {res.stalled[k]} requests; no valid attainment)"
             print(f"  rate {p['rate']:.4g} req/s -> attainment {att:.4f}{bound}")
     return 0
 
