@@ -115,6 +115,9 @@ _SERVING_COLUMNS = {
     "timing": "string",
     "rejected": "int64",
     "rejected_kv": "int64",
+    # requests rejected because the run stalled, and why (the row's error says so too)
+    "stalled": "int64",
+    "stall": "string",
     "attainment_deadline": "float64",
     "attainment_ttft+mean-tpot": "float64",
     "attainment_ttft+max-tpot": "float64",
@@ -160,6 +163,7 @@ _CAPACITY_COLUMNS = {
     "rel_tol": "float64",
     "stop_reason": "string",
     "probes": "string",
+    "n_stalled": "int64",
 }
 #: The columns of a sweep's store: every task's columns plus those of each kind (a row
 #: leaves the other kinds' columns null).

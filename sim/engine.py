@@ -606,6 +606,7 @@ class Engine:
         self.prefill_server_of = np.full(n, -1, dtype=np.int64)
         self.rejected = np.zeros(n, dtype=bool)
         self.rejected_kv = np.zeros(n, dtype=bool)
+        self.rejected_stalled = np.zeros(n, dtype=bool)
         self.rejected_at = np.full(n, np.inf)
         self.forward_log: list[tuple[int, int, int, float]] = []
         self.routed = np.full(n, np.inf)
@@ -1412,6 +1413,7 @@ class Engine:
             self.server_of[first] if self.server_of[first] >= 0 else self.prefill_server_of[first]
         )
         self.rejected[ids] = True
+        self.rejected_stalled[ids] = True
         self.rejected_at[ids] = np.maximum(stall_s, self.arrival[ids])
         self.stalled = len(ids)
         policy = type(self.policy)
@@ -2114,6 +2116,7 @@ class Engine:
             },
             rejected_kv=self.rejected_kv,
             rejected_s=self.rejected_at,
+            rejected_stalled=self.rejected_stalled,
             forward_request=np.array([f[0] for f in self.forward_log], dtype=np.int64),
             forward_from=np.array([f[1] for f in self.forward_log], dtype=np.int64),
             forward_to=np.array([f[2] for f in self.forward_log], dtype=np.int64),

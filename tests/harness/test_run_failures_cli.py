@@ -123,10 +123,10 @@ def test_sweep_rows_of_a_stalled_run_carry_the_stall_and_no_attainment(tmp_path,
     assert row["error_type"] == STALLED_RUN and row["error"].startswith(
         "policy empty_sweep:Empty stalled at t="
     )
-    assert row["attainment_deadline"] is None and row["rejected"] == 50
+    assert row["attainment_deadline"] is None and row["rejected"] == row["stalled"] == 50
     (row,) = run_task(cap)
     assert row["error_type"] == STALLED_RUN and row["stop_reason"] == "stalled"
-    assert row["capacity"] == 0.0 and row["n_probes"] == 1
+    assert row["capacity"] == 0.0 and row["n_probes"] == row["n_stalled"] == 1
 
 
 def test_capacity_search_takes_no_attainment_from_a_stalled_probe():
@@ -145,3 +145,12 @@ def test_count_search_chooses_no_count_after_a_stalled_probe():
     found = smallest_count(answers.__getitem__, target=0.9, lo=1, hi=8)
     assert found.count is None and found.stop_reason == "stalled"
     assert found.probes == ((1, 0.5), (2, 0.0)) and found.stalled == (0, 7)
+
+
+def test_check_policy_still_finds_the_stalled_requests(tmp_path, monkeypatch, capsys):
+    """check-policy on Empty: 3 seeds x 40 requests = 120 'finished' violations, exit 1."""
+    write_policies(tmp_path, monkeypatch, "empty_check")
+    assert main(["check-policy", "empty_check:Empty", "--json"]) == 1
+    found = json.loads(capsys.readouterr().out)["violations"]
+    assert len(found) == 120 and {v["rule"] for v in found} == {"finished"}
+    assert all("the run stalled" in v["message"] for v in found)
