@@ -2116,7 +2116,7 @@ class Engine:
             },
             rejected_kv=self.rejected_kv,
             rejected_s=self.rejected_at,
-            rejected_stalled=self.rejected_stalled,
+            rejected_stalled=self.rejected_stalled if self.stalled else None,
             forward_request=np.array([f[0] for f in self.forward_log], dtype=np.int64),
             forward_from=np.array([f[1] for f in self.forward_log], dtype=np.int64),
             forward_to=np.array([f[2] for f in self.forward_log], dtype=np.int64),

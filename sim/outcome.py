@@ -71,6 +71,7 @@ class Outcome:
     rejected_stalled : bool array (n,), optional
         Requests the engine rejected because the run stalled: they waited and nothing was
         left to make them progress (``info["stall"]`` says why); they are also ``rejected``.
+        None when the run did not stall.
     rejected_s : float array (n,), optional
         When each rejected request was rejected (inf otherwise).
     forward_request, forward_from, forward_to, forward_s : arrays (forwards,), optional
