@@ -2278,17 +2278,18 @@ def require_settled(outcome: Outcome) -> None:
 
 
 def _failure_place(engine: Engine | None, exc: BaseException) -> str:
-    """The simulated time and the server (or the routed request) at which ``exc`` was raised,
-    for a plugin failure's message ("" before the engine exists)."""
+    """The simulated time and, when the engine's frame that called the plugin names one, the
+    server or the routed request at which ``exc`` was raised, for a plugin failure's message."""
     if engine is None:
         return "while starting"
-    place = ""
+    caller: dict[str, Any] = {}
     tb = exc.__traceback__
-    while tb is not None:
-        scope = tb.tb_frame.f_locals
-        if isinstance(scope.get("server"), _Srv):
-            place = f" on server {scope['server'].id}"
-        elif isinstance(scope.get("r"), int) and "router" in scope:
-            place = f" routing request {scope['r']}"
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        caller = tb.tb_frame.f_locals
         tb = tb.tb_next
+    place = ""
+    if isinstance(caller.get("server"), _Srv):
+        place = f" on server {caller['server'].id}"
+    elif isinstance(caller.get("r"), int) and "router" in caller:
+        place = f" routing request {caller['r']}"
     return f"t={engine.now:.6g} s{place}"

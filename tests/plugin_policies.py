@@ -48,10 +48,41 @@ SOURCE = textwrap.dedent(
 
         def next_batch(self, server):
             return 42
+
+
+    class BadRouter:
+        """Fails on the third request it routes."""
+
+        def start(self, instance, seed):
+            pass
+
+        def route(self, request, servers, now):
+            if request == 2:
+                raise KeyError("no such tier")
+            return 0
+
+
+    class BadScaler:
+        """Fails at its tick at 1 s."""
+
+        interval_s = 0.5
+
+        def start(self, instance, seed):
+            pass
+
+        def decide(self, cluster):
+            if cluster.now == 1.0:
+                raise ZeroDivisionError("division by zero")
+            return ()
     '''
 )
-#: Line of ``raise ValueError("my bug")`` in :data:`SOURCE` (1-based).
+#: Line of ``raise ValueError("my bug")`` in :data:`SOURCE` (1-based), and of the router's
+#: and the scaler's raise.
 BOOM_LINE = SOURCE.splitlines().index('        raise ValueError("my bug")') + 1
+ROUTER_LINE = SOURCE.splitlines().index('            raise KeyError("no such tier")') + 1
+SCALER_LINE = (
+    SOURCE.splitlines().index('            raise ZeroDivisionError("division by zero")') + 1
+)
 
 
 def write_policies(folder, monkeypatch, module="mine"):

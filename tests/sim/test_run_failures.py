@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from plugin_policies import BOOM_LINE, write_policies
+from plugin_policies import BOOM_LINE, ROUTER_LINE, SCALER_LINE, write_policies
 from sim_cases import random_instance
 from slolab.heuristics.baselines import SarathiFCFS
 from slolab.plugins import PluginFailure
@@ -29,6 +29,28 @@ def test_policy_exception_names_plugin_file_line_time_and_server(tmp_path, monke
     )
     assert isinstance(info.value.__cause__, ValueError)
     assert str(info.value.__cause__) == "my bug"
+
+
+def test_router_and_scaler_exceptions_name_their_plugin_line_and_time(tmp_path, monkeypatch):
+    """A router's KeyError names the routed request; a scaler's error its tick's time."""
+    mine = write_policies(tmp_path, monkeypatch, "parts_sim")
+    inst = random_instance(0, n=5, servers=2)
+    with pytest.raises(PluginFailure) as info:
+        run(inst, SarathiFCFS(token_budget=256), mine.BadRouter(), seed=0)
+    third = float(inst.workload.arrival_s[2])
+    assert str(info.value) == (
+        f"router parts_sim:BadRouter raised KeyError: 'no such tier' at "
+        f"{tmp_path / 'parts_sim.py'}:{ROUTER_LINE} in route, t={third:.6g} s routing request 2"
+    )
+    with pytest.raises(PluginFailure) as info:
+        run(
+            random_instance(0, n=40), SarathiFCFS(token_budget=256), seed=0, scaler=mine.BadScaler()
+        )
+    # ticks at 0, 0.5, 1.0: the third one raises (the 40 requests arrive over 2 s)
+    assert str(info.value) == (
+        f"scaler parts_sim:BadScaler raised ZeroDivisionError: division by zero at "
+        f"{tmp_path / 'parts_sim.py'}:{SCALER_LINE} in decide, t=1 s"
+    )
 
 
 def test_keyboard_interrupt_in_a_policy_still_stops_the_run(tmp_path, monkeypatch):
