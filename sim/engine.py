@@ -686,6 +686,8 @@ class Engine:
         self.max_end = 0.0
         self.iterations = 0
         self.stopped = False
+        # end a stalled run by rejecting its waiting requests (see run's ``settle``)
+        self.settle = True
 
     # -- KV accounting -------------------------------------------------------------------
     def kv_held(self, r: int) -> int:
@@ -1396,7 +1398,7 @@ class Engine:
             self.central[1].clear()
         self.stalled = 0
         self.stall = ""
-        if not self.stopped:
+        if self.settle and not self.stopped:
             self._reject_stalled()
 
     def _reject_stalled(self) -> None:
@@ -2195,6 +2197,7 @@ def run(
     scaler: Scaler | None = None,
     plan: ScalePlan | None = None,
     stop: Callable[[Engine], bool] | None = None,
+    settle: bool = True,
 ) -> Outcome:
     """Simulate ``instance`` under ``policy`` (and ``router``) and return the Outcome.
 
@@ -2230,6 +2233,11 @@ def run(
         such attribute; arrivals and scaler ticks are not counted): True ends the run there, leaving the requests not yet finished unfinished
         (``outcome.info["stopped_early"]``). :class:`slolab.sim.verdict.AttainmentWatch` stops a
         run whose attainment verdict is already certain.
+    settle : bool, default True
+        End a stalled run (requests waiting, nothing left to run: ``info["stalled"]``) by
+        rejecting its waiting requests, and check that every request ends finished or rejected
+        (:class:`UnsettledRunError` otherwise). False leaves the requests a policy never
+        schedules unfinished, as a replay of a schedule that covers part of the workload does.
     """
     if not isinstance(seed, int | np.integer):
         raise TypeError(f"seed must be an int, got {seed!r}")
@@ -2243,6 +2251,7 @@ def run(
         engine = Engine(
             instance, policy, router, decode_router, int(seed), record_iterations, scaler, plan
         )
+        engine.settle = settle
         engine.run(progress=progress, stop=stop, stop_every=int(getattr(stop, "every", 1_000)))
     except Exception as exc:
         plugins = {"policy": policy, "router": router, "decode router": decode_router}
@@ -2252,7 +2261,7 @@ def run(
         raise failure from exc
     wall = time.perf_counter() - t0
     out = engine.outcome(wall)
-    if not engine.stopped:
+    if settle and not engine.stopped:
         require_settled(out)
     log.debug("simulated %d requests in %.3f s (%d iterations)", engine.n, wall, out.n_iterations)
     return out

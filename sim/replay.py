@@ -141,6 +141,7 @@ def replay(
         seed=0,
         record_iterations=record_iterations,
         plan=plan,
+        settle=False,
     )
     if math.isinf(out.end_s):
         raise PolicyError("replay did not finish")
