@@ -36,7 +36,6 @@ import inspect
 import logging
 import os
 import sys
-import sysconfig
 import warnings
 from collections.abc import Callable, Mapping
 from importlib import metadata
@@ -134,8 +133,8 @@ class PluginWarning(UserWarning):
 
 
 class PluginFailure(Exception):
-    """An exception raised inside a plugin's code (a policy, router, scaler or SLO scheme from
-    outside slolab), re-labelled: its message names the plugin, the exception, the file and
+    """An exception raised inside a plugin's code (a policy, router or scaler from outside
+    slolab, during a simulation), re-labelled: its message names the plugin, the exception, the file and
     line of the plugin's frame and, in a simulation, the simulated time and server. The
     original exception is its ``__cause__`` (its traceback is the one to read:
     ``slolab --traceback`` or ``SLOLAB_TRACEBACK=1`` prints it)."""
@@ -146,14 +145,6 @@ class PluginFailure(Exception):
 TRACEBACK_ENV = "SLOLAB_TRACEBACK"
 
 _PACKAGE_DIR = os.path.realpath(os.path.dirname(__file__)) + os.sep
-#: Directories of the Python installation (standard library, site-packages).
-_INSTALL_DIRS = tuple(
-    os.path.realpath(path) + os.sep
-    for path in {
-        sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")
-    }
-    if path
-)
 
 
 def traceback_wanted() -> bool:
@@ -173,17 +164,12 @@ def _in_package(filename: str) -> bool:
     return not sep or os.path.isfile(os.path.join(_PACKAGE_DIR, top, "__init__.py"))
 
 
-@functools.cache
-def _installed_file(filename: str) -> bool:
-    return os.path.realpath(filename).startswith(_INSTALL_DIRS) or filename.startswith("<")
-
-
 def _is_own_exception(exc: BaseException) -> bool:
     return any(t.__module__.partition(".")[0] == "slolab" for t in type(exc).__mro__)
 
 
 def plugin_failure(
-    exc: Exception, plugins: Mapping[str, Any] | None = None, where: str = ""
+    exc: Exception, plugins: Mapping[str, Any], where: str = ""
 ) -> PluginFailure | None:
     """``exc`` re-labelled as a :class:`PluginFailure` when it came from a plugin, else None.
 
@@ -191,9 +177,8 @@ def plugin_failure(
     frame is the first frame of the traceback outside the slolab package; ``exc`` is a plugin's
     when its type is not slolab's own (a :class:`slolab.sim.PolicyError` keeps its form) and
     that frame is a method of one of ``plugins`` (``kind -> object``, e.g.
-    ``{"policy": policy}``) or lies in a file outside the Python installation (a module of the
-    working directory). An error of a library that slolab's own code called (NumPy's, say) is
-    not re-labelled. ``where`` (say ``"t=1.5 s on server 0"``) ends the message.
+    ``{"policy": policy}``). An error of a library that slolab's own code called (NumPy's,
+    say) is not re-labelled. ``where`` (say ``"t=1.5 s on server 0"``) ends the message.
     """
     if _is_own_exception(exc):
         return None
@@ -204,14 +189,11 @@ def plugin_failure(
         return None
     frame = tb.tb_frame
     owner = frame.f_locals.get("self")
-    found = (k for k, obj in (plugins or {}).items() if obj is not None and obj is owner)
+    found = (k for k, obj in plugins.items() if obj is not None and obj is owner)
     kind = next(found, None)
-    if kind is None and _installed_file(frame.f_code.co_filename):
+    if kind is None:
         return None
-    if kind is not None:
-        name = f"{kind} {type(owner).__module__}:{type(owner).__qualname__}"
-    else:
-        name = f"plugin {frame.f_globals.get('__name__', '?')}:{frame.f_code.co_name}"
+    name = f"{kind} {type(owner).__module__}:{type(owner).__qualname__}"
     origin = tb
     while origin.tb_next is not None:
         origin = origin.tb_next

@@ -191,9 +191,8 @@ def check_policy(
 def _unfinished(seed: int, instance: Instance, outcome: Any) -> list[ContractViolation]:
     times = outcome.token_times
     last = times[outcome.token_offsets[1:] - 1]
-    stalled = outcome.rejected_stalled
-    if stalled is None:
-        stalled = np.zeros(len(last), dtype=bool)
+    stalled = np.zeros(len(last), dtype=bool)
+    stalled[outcome.info.get("stalled_requests", [])] = True
     open_ = np.flatnonzero(~np.isfinite(last) & (~outcome.rejected | stalled))
     arrival = instance.workload.arrival_s
     return [

@@ -1,7 +1,7 @@
 """How the command line reports a run that failed: a plugin's exception and a stalled run.
 
-A :class:`slolab.plugins.PluginFailure` (an exception raised inside a policy, router, scaler
-or SLO scheme from outside slolab) is one line on stderr naming the plugin, the exception, the
+A :class:`slolab.plugins.PluginFailure` (an exception raised inside a policy, router or
+scaler from outside slolab, during a simulation) is one line on stderr naming the plugin, the exception, the
 plugin's file and line and, in a simulation, the simulated time and server; ``slolab
 --traceback`` (or :data:`slolab.plugins.TRACEBACK_ENV` set) prints the original traceback
 first. A run with requests left neither finished nor rejected
@@ -26,27 +26,20 @@ def report_failure(
 ) -> int | None:
     """Print ``exc`` as one line when it is a run failure and return the exit status; None
     for any other exception (the caller reports it as before)."""
-    from slolab.plugins import PluginFailure, plugin_failure, traceback_wanted
+    from slolab.plugins import PluginFailure, traceback_wanted
     from slolab.sim.engine import UnsettledRunError
 
     file = sys.stderr if file is None else file
-    failure = exc if isinstance(exc, PluginFailure) else None
-    original: BaseException = exc
-    if failure is None and isinstance(exc, Exception):
-        # outside a simulation (an SLO scheme, say): the plugin is found from the traceback
-        failure = plugin_failure(exc)
-    elif failure is not None and failure.__cause__ is not None:
-        original = failure.__cause__
-    if failure is None:
-        if not isinstance(exc, UnsettledRunError):
-            return None
+    if isinstance(exc, UnsettledRunError):
         print(f"slolab: error: {exc}", file=file)
         return EXIT_RUN_FAILED
+    if not isinstance(exc, PluginFailure):
+        return None
     if show_traceback or traceback_wanted():
-        traceback.print_exception(original, file=file)
-        print(f"slolab: error: {failure}", file=file)
+        traceback.print_exception(exc.__cause__ or exc, file=file)
+        print(f"slolab: error: {exc}", file=file)
     else:
-        print(f"slolab: error: {failure} (--traceback shows the whole traceback)", file=file)
+        print(f"slolab: error: {exc} (--traceback shows the whole traceback)", file=file)
     return EXIT_RUN_FAILED
 
 

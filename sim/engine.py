@@ -686,7 +686,7 @@ class Engine:
         self.max_end = 0.0
         self.iterations = 0
         self.stopped = False
-        # end a stalled run by rejecting its waiting requests (see run's ``settle``)
+        # end a stalled run by rejecting its waiting requests (False: a policy's ``settles``)
         self.settle = True
 
     # -- KV accounting -------------------------------------------------------------------
@@ -2115,10 +2115,10 @@ class Engine:
                 "rejected_held": self.rejected_held,
                 "stalled": self.stalled,
                 "stall": self.stall,
+                "stalled_requests": np.flatnonzero(self.rejected_stalled),
             },
             rejected_kv=self.rejected_kv,
             rejected_s=self.rejected_at,
-            rejected_stalled=self.rejected_stalled if self.stalled else None,
             forward_request=np.array([f[0] for f in self.forward_log], dtype=np.int64),
             forward_from=np.array([f[1] for f in self.forward_log], dtype=np.int64),
             forward_to=np.array([f[2] for f in self.forward_log], dtype=np.int64),
@@ -2197,7 +2197,6 @@ def run(
     scaler: Scaler | None = None,
     plan: ScalePlan | None = None,
     stop: Callable[[Engine], bool] | None = None,
-    settle: bool = True,
 ) -> Outcome:
     """Simulate ``instance`` under ``policy`` (and ``router``) and return the Outcome.
 
@@ -2233,11 +2232,11 @@ def run(
         such attribute; arrivals and scaler ticks are not counted): True ends the run there, leaving the requests not yet finished unfinished
         (``outcome.info["stopped_early"]``). :class:`slolab.sim.verdict.AttainmentWatch` stops a
         run whose attainment verdict is already certain.
-    settle : bool, default True
-        End a stalled run (requests waiting, nothing left to run: ``info["stalled"]``) by
-        rejecting its waiting requests, and check that every request ends finished or rejected
-        (:class:`UnsettledRunError` otherwise). False leaves the requests a policy never
-        schedules unfinished, as a replay of a schedule that covers part of the workload does.
+
+    A stalled run (requests waiting, nothing left to run: ``info["stalled"]``) ends with its
+    waiting requests rejected, and every request must end finished or rejected
+    (:class:`UnsettledRunError` otherwise), unless the policy's ``settles`` attribute is False
+    (a replay of a schedule that covers part of the workload leaves the rest unfinished).
     """
     if not isinstance(seed, int | np.integer):
         raise TypeError(f"seed must be an int, got {seed!r}")
@@ -2251,7 +2250,7 @@ def run(
         engine = Engine(
             instance, policy, router, decode_router, int(seed), record_iterations, scaler, plan
         )
-        engine.settle = settle
+        engine.settle = bool(getattr(policy, "settles", True))
         engine.run(progress=progress, stop=stop, stop_every=int(getattr(stop, "every", 1_000)))
     except Exception as exc:
         plugins = {"policy": policy, "router": router, "decode router": decode_router}
@@ -2261,7 +2260,7 @@ def run(
         raise failure from exc
     wall = time.perf_counter() - t0
     out = engine.outcome(wall)
-    if settle and not engine.stopped:
+    if engine.settle and not engine.stopped:
         require_settled(out)
     log.debug("simulated %d requests in %.3f s (%d iterations)", engine.n, wall, out.n_iterations)
     return out

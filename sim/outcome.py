@@ -68,10 +68,6 @@ class Outcome:
         Requests the engine rejected because their server could never hold them
         (``prompt + output`` KV tokens, ``prompt + 1`` on a prefill server, above its capacity);
         they are also ``rejected``.
-    rejected_stalled : bool array (n,), optional
-        Requests the engine rejected because the run stalled: they waited and nothing was
-        left to make them progress (``info["stall"]`` says why); they are also ``rejected``.
-        None when the run did not stall.
     rejected_s : float array (n,), optional
         When each rejected request was rejected (inf otherwise).
     forward_request, forward_from, forward_to, forward_s : arrays (forwards,), optional
@@ -125,7 +121,6 @@ class Outcome:
     info: dict[str, Any] = field(default_factory=dict)
     rejected_kv: np.ndarray | None = None
     rejected_s: np.ndarray | None = None
-    rejected_stalled: np.ndarray | None = None
     forward_request: np.ndarray | None = None
     forward_from: np.ndarray | None = None
     forward_to: np.ndarray | None = None
