@@ -16,18 +16,23 @@ import sys
 import warnings
 from collections.abc import Callable, Mapping
 from importlib import metadata
+from types import TracebackType
 from typing import Any
 
 __all__ = [
     "GROUPS",
+    "PluginFailure",
     "PluginWarning",
+    "TRACEBACK_ENV",
     "accepted_keywords",
     "description_of",
     "import_reference",
     "is_reference",
     "load_plugins",
     "lookup",
+    "plugin_failure",
     "registered_plugins",
+    "traceback_wanted",
 ]
 
 #: The entry-point groups, by what they register.
@@ -48,6 +53,79 @@ _registered: dict[str, dict[str, str]] = {}
 
 class PluginWarning(UserWarning):
     """A plugin could not be loaded (it is skipped; the message names it and says why)."""
+
+
+class PluginFailure(Exception):
+    """An exception raised inside a plugin's code (a policy, router or scaler from outside
+    slolab, during a simulation), re-labelled: its message names the plugin, the exception, the file and
+    line of the plugin's frame and, in a simulation, the simulated time and server. The
+    original exception is its ``__cause__`` (its traceback is the one to read:
+    ``slolab --traceback`` or ``SLOLAB_TRACEBACK=1`` prints it)."""
+
+
+#: Environment variable that makes the command line print a plugin failure's whole traceback
+#: (as ``slolab --traceback``) when set to anything but ``""`` or ``0``.
+TRACEBACK_ENV = "SLOLAB_TRACEBACK"
+
+_PACKAGE_DIR = os.path.realpath(os.path.dirname(__file__)) + os.sep
+
+
+def traceback_wanted() -> bool:
+    """True when :data:`TRACEBACK_ENV` asks for whole tracebacks of plugin failures."""
+    return os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
+
+
+@functools.cache
+def _in_package(filename: str) -> bool:
+    """True for a module of slolab itself: a top-level module of the package, or one inside
+    a subpackage (a folder beside them without ``__init__.py``, tests/ or examples/, is not
+    slolab's)."""
+    path = os.path.realpath(filename)
+    if not path.startswith(_PACKAGE_DIR):
+        return False
+    top, sep, _ = path[len(_PACKAGE_DIR) :].partition(os.sep)
+    return not sep or os.path.isfile(os.path.join(_PACKAGE_DIR, top, "__init__.py"))
+
+
+def _is_own_exception(exc: BaseException) -> bool:
+    return any(t.__module__.partition(".")[0] == "slolab" for t in type(exc).__mro__)
+
+
+def plugin_failure(
+    exc: Exception, plugins: Mapping[str, Any], where: str = ""
+) -> PluginFailure | None:
+    """``exc`` re-labelled as a :class:`PluginFailure` when it came from a plugin, else None.
+
+    ``exc``'s traceback must start in slolab (it is read where slolab caught it). The plugin's
+    frame is the first frame of the traceback outside the slolab package; ``exc`` is a plugin's
+    when its type is not slolab's own (a :class:`slolab.sim.PolicyError` keeps its form) and
+    that frame is a method of one of ``plugins`` (``kind -> object``, e.g.
+    ``{"policy": policy}``). An error of a library that slolab's own code called (NumPy's,
+    say) is not re-labelled. ``where`` (say ``"t=1.5 s on server 0"``) ends the message.
+    """
+    if _is_own_exception(exc):
+        return None
+    tb: TracebackType | None = exc.__traceback__
+    while tb is not None and _in_package(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    if tb is None:
+        return None
+    frame = tb.tb_frame
+    owner = frame.f_locals.get("self")
+    found = (k for k, obj in plugins.items() if obj is not None and obj is owner)
+    kind = next(found, None)
+    if kind is None:
+        return None
+    name = f"{kind} {type(owner).__module__}:{type(owner).__qualname__}"
+    origin = tb
+    while origin.tb_next is not None:
+        origin = origin.tb_next
+    at = f"{frame.f_code.co_filename}:{tb.tb_lineno} in {frame.f_code.co_name}"
+    if origin is not tb and not _in_package(origin.tb_frame.f_code.co_filename):
+        at += f" (raised at {origin.tb_frame.f_code.co_filename}:{origin.tb_lineno})"
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    where = f", {where}" if where else ""
+    return PluginFailure(f"{name} raised {text} at {at}{where}")
 
 
 def description_of(obj: Any, fallback: str = "") -> str:

@@ -31,6 +31,8 @@ fails. The public protocols and registries a plugin relies on are listed in
 from slolab.harness.plugins import installed_plugins
 from slolab.plugin_loading import (
     GROUPS,
+    TRACEBACK_ENV,
+    PluginFailure,
     PluginWarning,
     accepted_keywords,
     description_of,
@@ -38,13 +40,17 @@ from slolab.plugin_loading import (
     is_reference,
     load_plugins,
     lookup,
+    plugin_failure,
+    traceback_wanted,
 )
 
 __all__ = [
     "GROUPS",
     "PLUGIN_API_VERSION",
     "PUBLIC_API",
+    "PluginFailure",
     "PluginWarning",
+    "TRACEBACK_ENV",
     "accepted_keywords",
     "description_of",
     "import_reference",
@@ -52,6 +58,8 @@ __all__ = [
     "is_reference",
     "load_plugins",
     "lookup",
+    "plugin_failure",
+    "traceback_wanted",
 ]
 
 #: Version of the plugin API (:data:`PUBLIC_API`): raised whenever a public name is removed or

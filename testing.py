@@ -8,7 +8,8 @@ The contract:
 - ``checker``: the schedule it produced passes the independent checker
   (:func:`slolab.sim.check`: arrivals, prefill before decode, timing, KV capacity, batch
   limits, ...);
-- ``finished``: every request is finished (all its output tokens emitted) or rejected;
+- ``finished``: every request is finished (all its output tokens emitted) or rejected by the
+  policy (a request the engine rejected because the run stalled counts as unfinished);
 - ``budget``: no iteration carries more tokens than the policy's declared budget (its
   ``token_budget`` attribute, when it has an integer one).
 """
@@ -190,13 +191,16 @@ def check_policy(
 def _unfinished(seed: int, instance: Instance, outcome: Any) -> list[ContractViolation]:
     times = outcome.token_times
     last = times[outcome.token_offsets[1:] - 1]
-    open_ = np.flatnonzero(~np.isfinite(last) & ~outcome.rejected)
+    stalled = np.zeros(len(last), dtype=bool)
+    stalled[outcome.info.get("stalled_requests", [])] = True
+    open_ = np.flatnonzero(~np.isfinite(last) & (~outcome.rejected | stalled))
     arrival = instance.workload.arrival_s
     return [
         ContractViolation(
             seed,
             "finished",
-            f"request {r} arrived at {arrival[r]:.6g}s, was not rejected and has "
+            f"request {r} arrived at {arrival[r]:.6g}s, was not rejected"
+            f"{' by the policy (the run stalled)' if stalled[r] else ''} and has "
             f"{int(np.sum(~np.isfinite(times[outcome.token_offsets[r] : outcome.token_offsets[r + 1]])))}"
             f" of {int(instance.workload.output_tokens[r])} tokens never emitted",
             int(r),

@@ -28,7 +28,7 @@ logger = logging.getLogger("slolab")
 
 #: Why the search stopped: bracket within tolerance, target met at the maximum rate, target
 #: missed at the minimum rate, or the probe budget ran out first.
-STOP_REASONS = ("tolerance", "max_rate", "min_rate", "max_probes")
+STOP_REASONS = ("tolerance", "max_rate", "min_rate", "max_probes", "stalled")
 
 
 def _json_float(value: float) -> float | None:
@@ -50,15 +50,22 @@ class ProbeVerdict:
         (:class:`slolab.sim.verdict.AttainmentWatch`).
     wall_s : float
         Wall time of the probe (s); NaN when not measured.
+    stalled : int
+        Requests the run rejected because it stalled (its policy left them waiting with
+        nothing left to run, ``Outcome.info["stalled"]``); a probe with any is no valid
+        attainment and ends the search (``stop_reason="stalled"``).
     """
 
     attainment: float
     early: bool = False
     wall_s: float = math.nan
+    stalled: int = 0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.attainment <= 1.0:
             raise ValueError(f"attainment must be in [0, 1], got {self.attainment!r}")
+        if self.stalled < 0:
+            raise ValueError(f"stalled must be >= 0, got {self.stalled!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +104,10 @@ class CapacityResult:
         then the bound it proved, :class:`ProbeVerdict`); empty when no probe could stop early.
     probe_wall_s : tuple of float
         Per probe, its wall time (s) when measured; empty otherwise.
+    stalled : tuple of int
+        Per probe, the requests its run rejected because it stalled; empty when none did. A
+        stalled probe is the last one (``stop_reason="stalled"``) and counts neither in the
+        bracket nor in ``monotone``.
     """
 
     capacity: float
@@ -111,10 +122,11 @@ class CapacityResult:
     stop_reason: str
     early: tuple[bool, ...] = ()
     probe_wall_s: tuple[float, ...] = ()
+    stalled: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _check_target(self.target)
-        for name in ("early", "probe_wall_s"):
+        for name in ("early", "probe_wall_s", "stalled"):
             if len(getattr(self, name)) not in (0, self.n_probes):
                 raise ValueError(
                     f"{name} must have one entry per probe ({self.n_probes}) or none, "
@@ -163,6 +175,7 @@ class CapacityResult:
             "stop_reason": self.stop_reason,
             "probes": json.dumps([list(probe) for probe in self.probes]),
             "n_early": self.n_early,
+            "n_stalled": sum(1 for k in self.stalled if k),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,6 +193,7 @@ class CapacityResult:
             "stop_reason": self.stop_reason,
             "early": list(self.early),
             "probe_wall_s": list(self.probe_wall_s),
+            "stalled": list(self.stalled),
         }
 
     @classmethod
@@ -199,6 +213,7 @@ class CapacityResult:
             stop_reason=str(data["stop_reason"]),
             early=tuple(bool(e) for e in data.get("early", ())),
             probe_wall_s=tuple(float(w) for w in data.get("probe_wall_s", ())),
+            stalled=tuple(int(k) for k in data.get("stalled", ())),
         )
 
 
@@ -354,6 +369,7 @@ def capacity(
     probes: list[tuple[float, float]] = []
     early: list[bool] = []
     walls: list[float] = []
+    stalled: list[int] = []
     lo, hi = 0.0, math.inf
     bar = tqdm(desc="capacity probes", unit="probe", disable=None if progress else True)
 
@@ -365,26 +381,36 @@ def capacity(
         probes.append((rate, attainment))
         early.append(verdict.early)
         walls.append(verdict.wall_s)
+        stalled.append(verdict.stalled)
+        if verdict.stalled:
+            logger.warning(
+                "capacity probe at rate %g stalled (%d requests): the search stops",
+                rate,
+                verdict.stalled,
+            )
+            raise _ProbeStalled
         logger.debug("capacity probe %d: rate %g -> attainment %g", len(probes), rate, attainment)
         bar.update(1)
         bar.set_postfix(rate=f"{rate:.4g}", attainment=f"{attainment:.3f}")
         return attainment >= target
 
     def result(stop_reason: str) -> CapacityResult:
-        intervals = _known_intervals(probes, early, target)
+        valid = len(probes) - (stop_reason == "stalled")
+        intervals = _known_intervals(probes[:valid], early[:valid], target)
         found = CapacityResult(
             capacity=lo,
             target=target,
             bracket=(lo, hi),
             probes=tuple(probes),
             n_probes=len(probes),
-            monotone=_is_monotone(probes, monotone_tol, intervals),
+            monotone=_is_monotone(probes[:valid], monotone_tol, intervals),
             capped_high=stop_reason == "max_rate",
             capped_low=stop_reason == "min_rate",
             rel_tol=rel_tol,
             stop_reason=stop_reason,
             early=tuple(early),
             probe_wall_s=tuple(walls) if not all(math.isnan(w) for w in walls) else (),
+            stalled=tuple(stalled) if any(stalled) else (),
         )
         logger.info(
             "capacity %g (bracket %s, %d probes, stop: %s)",
@@ -478,13 +504,20 @@ def capacity(
             else:
                 hi = rate
         return result("tolerance")
+    except _ProbeStalled:
+        return result("stalled")
     finally:
         bar.close()
 
 
+class _ProbeStalled(Exception):
+    """A capacity probe's run stalled: the search stops there."""
+
+
 #: Why :func:`smallest_count` stopped: the target was met (bisection closed on the smallest
-#: count, or the scan reached it), or it was missed at every count up to the range's top.
-COUNT_STOP_REASONS = ("met", "missed_at_max")
+#: count, or the scan reached it), it was missed at every count up to the range's top, or a
+#: probe's run stalled (no valid attainment).
+COUNT_STOP_REASONS = ("met", "missed_at_max", "stalled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,7 +527,8 @@ class CountSearchResult:
     Attributes
     ----------
     count : int or None
-        Smallest count found meeting the target; None when the range's top missed it.
+        Smallest count found meeting the target; None when the range's top missed it or a
+        probe stalled.
     target : float
         Attainment target in (0, 1].
     bounds : tuple of int
@@ -511,6 +545,10 @@ class CountSearchResult:
     early : tuple of bool
         Per probe, whether it stopped as soon as its verdict was certain (its attainment is
         then the bound it proved, :class:`ProbeVerdict`).
+    stalled : tuple of int
+        Per probe, the requests its run rejected because it stalled; empty when none did. A
+        stalled probe is the last one (``stop_reason="stalled"``) and does not count in
+        ``monotone``.
     """
 
     count: int | None
@@ -521,14 +559,16 @@ class CountSearchResult:
     scan: bool
     stop_reason: str
     early: tuple[bool, ...] = ()
+    stalled: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _check_target(self.target)
-        if len(self.early) not in (0, len(self.probes)):
-            raise ValueError(
-                f"early must have one entry per probe ({len(self.probes)}) or none, "
-                f"got {len(self.early)}"
-            )
+        for name in ("early", "stalled"):
+            if len(getattr(self, name)) not in (0, len(self.probes)):
+                raise ValueError(
+                    f"{name} must have one entry per probe ({len(self.probes)}) or none, "
+                    f"got {len(getattr(self, name))}"
+                )
         lo, hi = self.bounds
         if not 1 <= lo <= hi:
             raise ValueError(f"bounds must satisfy 1 <= lo <= hi, got {self.bounds}")
@@ -538,8 +578,10 @@ class CountSearchResult:
             raise ValueError(
                 f"stop_reason must be one of {COUNT_STOP_REASONS}, got {self.stop_reason!r}"
             )
-        if (self.count is None) != (self.stop_reason == "missed_at_max"):
-            raise ValueError("count is None exactly when stop_reason is 'missed_at_max'")
+        if (self.count is None) != (self.stop_reason in ("missed_at_max", "stalled")):
+            raise ValueError(
+                "count is None exactly when stop_reason is 'missed_at_max' or 'stalled'"
+            )
 
     @property
     def curve(self) -> tuple[tuple[int, float], ...]:
@@ -608,6 +650,7 @@ def smallest_count(
         raise ValueError(f"monotone_tol must be >= 0, got {monotone_tol!r}")
     probes: list[tuple[int, float]] = []
     early: list[bool] = []
+    stalled: list[int] = []
 
     def meets(count: int) -> bool:
         answer = probe(count)
@@ -616,14 +659,23 @@ def smallest_count(
             raise ValueError(f"probe({count}) returned attainment {attainment!r}, not in [0, 1]")
         probes.append((count, attainment))
         early.append(isinstance(answer, ProbeVerdict) and answer.early)
+        stalled.append(answer.stalled if isinstance(answer, ProbeVerdict) else 0)
         logger.debug("count probe %d: count %d -> attainment %g", len(probes), count, attainment)
+        if stalled[-1]:
+            logger.warning(
+                "count probe %d stalled (%d requests): the search stops", count, stalled[-1]
+            )
+            raise _ProbeStalled
         return attainment >= target
 
-    def result(count: int | None) -> CountSearchResult:
+    def result(count: int | None, stop_reason: str = "") -> CountSearchResult:
         # Attainment non-decreasing in the count is -attainment non-increasing in it (and a
         # known interval [low, high] is [-high, -low] mirrored).
-        mirrored = [(float(c), -attainment) for c, attainment in probes]
-        intervals = [(-high, -low) for low, high in _known_intervals(probes, early, target)]
+        valid = len(probes) - (stop_reason == "stalled")
+        mirrored = [(float(c), -attainment) for c, attainment in probes[:valid]]
+        intervals = [
+            (-high, -low) for low, high in _known_intervals(probes[:valid], early[:valid], target)
+        ]
         return CountSearchResult(
             count=count,
             target=target,
@@ -631,10 +683,25 @@ def smallest_count(
             probes=tuple(probes),
             monotone=_is_monotone(mirrored, monotone_tol, intervals),
             scan=scan,
-            stop_reason="met" if count is not None else "missed_at_max",
+            stop_reason=stop_reason or ("met" if count is not None else "missed_at_max"),
             early=tuple(early),
+            stalled=tuple(stalled) if any(stalled) else (),
         )
 
+    try:
+        return _count_search(meets, result, lo, hi, scan)
+    except _ProbeStalled:
+        return result(None, "stalled")
+
+
+def _count_search(
+    meets: Callable[[int], bool],
+    result: Callable[[int | None], CountSearchResult],
+    lo: int,
+    hi: int,
+    scan: bool,
+) -> CountSearchResult:
+    """The probes of :func:`smallest_count` (its scan, or doubling then bisection)."""
     if scan:
         for count in range(lo, hi + 1):
             if meets(count):

@@ -275,6 +275,7 @@ def _add_scaling_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
+    from slolab.harness.failures import stall_status
     from slolab.harness.serving import ServingSetup, simulate_summary
 
     s = simulate_summary(
@@ -306,6 +307,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
             "preemptions",
             "utilization",
             "rejected",
+            "stalled",
             "cost_server_s",
             "servers_max",
             "scale_events",
@@ -316,7 +318,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         for k in keys:
             v = s[k]
             print(f"{k:<{width}}  {v:.4g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
-    return 0
+    return stall_status(s, a.allow_stall)
 
 
 def cmd_instance_build(a: argparse.Namespace) -> int:
@@ -718,11 +720,13 @@ def cmd_capacity(a: argparse.Namespace) -> int:
             )
             if "bound_note" in rec:
                 print(f"  note: {rec['bound_note']}")
-        for p, early in zip(rec["probes"], res.early, strict=True):
+        for k, (p, early) in enumerate(zip(rec["probes"], res.early, strict=True)):
             att = p["attainment"]
             bound = ("" if not early else (" or more" if att >= a.target else " or less")) + (
                 " (stopped early)" if early else ""
             )
+            if res.stalled and res.stalled[k]:
+                bound = f" (stalled: {res.stalled[k]} requests; no valid attainment)"
             print(f"  rate {p['rate']:.4g} req/s -> attainment {att:.4f}{bound}")
     return 0
 
@@ -790,6 +794,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     parser.add_argument(
+        "--traceback",
+        action="store_true",
+        help="print the whole traceback of an exception a plugin raised (also: SLOLAB_TRACEBACK=1)",
+    )
+    parser.add_argument(
         "--version", action="version", version=f"%(prog)s {_version()}", help="print the version"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -810,6 +819,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scaling_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--allow-stall",
+        action="store_true",
+        help="exit 0 when the policy left requests waiting with nothing to run (they are "
+        "rejected and counted as stalled); without it such a run exits 1",
+    )
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser(
@@ -1193,14 +1208,16 @@ def _run(argv: Sequence[str] | None) -> int:
         # the reader of our output went away (e.g. `| head`): stop quietly
         sys.stderr.close()
         return 0
-    except (
-        ValueError,
-        KeyError,
-        TraceError,
-        InstanceFileError,
-        PolicyError,
-        OSError,
-    ) as exc:
+    except Exception as exc:
+        from slolab.harness.failures import report_failure
+
+        code = report_failure(exc, args.traceback)
+        if code is not None:
+            return code
+        if not isinstance(
+            exc, ValueError | KeyError | TraceError | InstanceFileError | PolicyError | OSError
+        ):
+            raise
         print(f"slolab: error: {cli_message(exc)}", file=sys.stderr)
         return 2
 

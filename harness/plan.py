@@ -62,6 +62,10 @@ class PlanProbe:
         for good (:class:`slolab.sim.verdict.AttainmentWatch`).
     stopped_at_s : float or None
         Simulated time at which an ``early`` run stopped (s); None otherwise.
+    stalled : int, default 0
+        Requests the run rejected because it stalled (the policy left them waiting with
+        nothing left to run); a stalled probe's attainment is no valid attainment: the search
+        stops there and chooses no count.
     """
 
     servers: int
@@ -72,8 +76,11 @@ class PlanProbe:
     server_s: float | None
     early: bool = False
     stopped_at_s: float | None = None
+    stalled: int = 0
 
     def __post_init__(self) -> None:
+        if self.stalled < 0:
+            raise ValueError(f"stalled must be >= 0, got {self.stalled}")
         if self.servers < 1:
             raise ValueError(f"servers must be >= 1, got {self.servers}")
         if not 0.0 <= self.attainment <= 1.0:
@@ -118,7 +125,10 @@ class PlanProbe:
         return record
 
     def attainment_text(self, digits: int = 3) -> str:
-        """The attainment as printed: ``0.420``, or ``0.420 or less`` when ``early``."""
+        """The attainment as printed: ``0.420``, ``0.420 or less`` when ``early``, or
+        ``stalled (n requests)`` when the run stalled."""
+        if self.stalled:
+            return f"stalled ({self.stalled} requests)"
         return f"{self.attainment:.{digits}f}" + (" or less" if self.early else "")
 
 
@@ -218,6 +228,7 @@ class PolicyPlan:
                 "early_verdicts": self.early,
                 "n_probes": len(self.probes),
                 "n_early": len(self.stopped_early),
+                "stop_reason": self.search.stop_reason,
                 "probes": [p.to_dict(self.price_per_server_hour) for p in self.probes],
             }
         )
@@ -377,11 +388,12 @@ def plan(
                         met_requests=int(met.sum()),
                         end_s=outcome.end_s,
                         server_s=metrics.server_seconds(instance, outcome),
+                        stalled=int(outcome.info.get("stalled", 0)),
                     )
                 probes.append(found)
                 bar.update(1)
                 bar.set_postfix(policy=policy, servers=count, attainment=found.attainment_text())
-                return ProbeVerdict(found.attainment, early=found.early)
+                return ProbeVerdict(found.attainment, early=found.early, stalled=found.stalled)
 
             search = smallest_count(
                 probe, target=target, lo=lo, hi=hi, scan=scan, monotone_tol=monotone_tol
@@ -537,7 +549,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     for found in plans:
         chosen = found.chosen
-        if chosen is None:
+        if chosen is None and found.search.stop_reason == "stalled":
+            print(
+                f"{found.policy:<{width}} {'none':>7}   (stalled at {found.probes[-1].servers} "
+                "servers: requests left waiting with nothing to run; no valid attainment)"
+            )
+        elif chosen is None:
             print(
                 f"{found.policy:<{width}} {'none':>7}   (target missed at {counts.stop - 1} servers)"
             )

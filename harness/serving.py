@@ -336,8 +336,8 @@ def simulate_summary(
     """What ``slolab simulate --json`` prints: one run's metrics and its set-up.
 
     The keys of :func:`slolab.sim.metrics.summary` (cost included), with ``wall_s`` the wall
-    time of the whole call (building the instance included) and ``simulate_s`` the engine's,
-    plus ``instance``, ``policy``, ``router``, ``mode``, ``servers``, ``timing``,
+    time of the whole call (building the instance included), ``simulate_s`` the engine's and
+    ``stall`` why the run stalled ("" unless ``stalled`` > 0), plus ``instance``, ``policy``, ``router``, ``mode``, ``servers``, ``timing``,
     ``autoscale`` and ``startup_s``; a router that reports on its own decisions (a
     ``summary()`` method, as PolyServe's controller) adds its figures as ``router_*``. With
     ``token_budget``, also ``token_budget``: the tokens per iteration a budgeted policy ran at
@@ -350,6 +350,7 @@ def simulate_summary(
     summary = metrics.summary(instance, outcome)
     summary["wall_s"] = time.perf_counter() - start
     summary["simulate_s"] = outcome.wall_s
+    summary["stall"] = outcome.info.get("stall", "")
     if token_budget:
         summary["token_budget"] = getattr(sched.policy, "token_budget", None)
     report = getattr(sched.router, "summary", None)
@@ -477,7 +478,11 @@ def _probe(
     bound = watches[0].bound if watches else None
     if bound is not None:
         return ProbeVerdict(bound, early=True, wall_s=wall)
-    return ProbeVerdict(metrics.attainment(instance, outcome, definition), wall_s=wall)
+    return ProbeVerdict(
+        metrics.attainment(instance, outcome, definition),
+        wall_s=wall,
+        stalled=int(outcome.info.get("stalled", 0)),
+    )
 
 
 def missed_at(instance: Instance, outcome: Any, definition: str = "deadline") -> str:
@@ -525,9 +530,17 @@ def capacity_notes(
 ) -> list[str]:
     """One line per thing a reader of ``found`` must know: a capacity that is only a lower
     bound (the target was met at the highest rate probed), a target no rate meets (with
-    :func:`missed_at` at the lowest rate), a probe budget that ran out."""
+    :func:`missed_at` at the lowest rate), a probe budget that ran out, a probe whose run
+    stalled (no valid attainment: the search stopped there)."""
     lo, hi = found.bracket
     notes = []
+    if found.stop_reason == "stalled":
+        rate = found.probes[-1][0]
+        notes.append(
+            f"the probe at {rate:.4g} req/s stalled: {setup.policy} left {found.stalled[-1]} "
+            "request(s) waiting with nothing left to run; it is no valid attainment and the "
+            "search stopped there (slolab simulate --rate shows the stall)"
+        )
     if found.capped_high:
         notes.append(
             f"capacity is a lower bound: the target was still met at the highest rate probed "

@@ -115,6 +115,9 @@ _SERVING_COLUMNS = {
     "timing": "string",
     "rejected": "int64",
     "rejected_kv": "int64",
+    # requests rejected because the run stalled, and why (the row's error says so too)
+    "stalled": "int64",
+    "stall": "string",
     "attainment_deadline": "float64",
     "attainment_ttft+mean-tpot": "float64",
     "attainment_ttft+max-tpot": "float64",
@@ -160,6 +163,7 @@ _CAPACITY_COLUMNS = {
     "rel_tol": "float64",
     "stop_reason": "string",
     "probes": "string",
+    "n_stalled": "int64",
 }
 #: The columns of a sweep's store: every task's columns plus those of each kind (a row
 #: leaves the other kinds' columns null).
@@ -300,7 +304,7 @@ def _serving_rows(task: Task) -> list[dict[str, Any]]:
             report = {k[len("router_") :]: v for k, v in summary.items() if k.startswith("router_")}
             if report:
                 summary["router_report"] = report
-            return [{**summary, **fields, "rate": payload["rate"]}]
+            return [{**_without_stalled_attainment(summary), **fields, "rate": payload["rate"]}]
         found, trace_rate = capacity_search(
             setup,
             target=payload["target"],
@@ -310,9 +314,29 @@ def _serving_rows(task: Task) -> list[dict[str, Any]]:
             max_probes=payload["max_probes"],
         )
         record = found.to_record()
+        if found.stop_reason == "stalled":
+            rate = found.probes[-1][0]
+            record.update(
+                error=f"the capacity probe at rate {rate:.6g} stalled ({found.stalled[-1]} "
+                "requests left waiting with nothing to run): no valid attainment",
+                error_type=STALLED_RUN,
+            )
         return [{**record, **fields, "trace_rate": trace_rate, "definition": payload["definition"]}]
     except Exception as error:
         return [{**fields, **_error_fields(error)}]
+
+
+#: ``error_type`` of a row whose run stalled (its ``error`` says why).
+STALLED_RUN = "StalledRun"
+
+
+def _without_stalled_attainment(summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` as a row: when its run stalled, the attainments dropped (they are no valid
+    attainment) and ``error`` set to the stall's reason."""
+    if not summary.get("stalled"):
+        return summary
+    kept = {k: v for k, v in summary.items() if not k.startswith("attainment")}
+    return {**kept, "error": summary["stall"], "error_type": STALLED_RUN}
 
 
 def run_task(task: Task) -> list[dict[str, Any]]:

@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from slolab.plugin_loading import plugin_failure
 from slolab.sim.metrics import deadline_slos, token_deadline_s
 from slolab.sim.outcome import (
     PHASE_DECODE,
@@ -94,7 +95,9 @@ _SKIP_BLOCK = 1 << 16
 #: Spans of fewer scaler ticks than this are summed one tick at a time (:meth:`Engine._ticks_before`).
 _SHORT_SPAN = 256
 #: Scaler ticks in a row with requests held, nothing running or starting, no scaling action and
-#: nothing placed, after which the scaler stops (the held requests stay unserved).
+#: nothing placed, after which the scaler stops (the held requests stay unserved); and ticks in a
+#: row with requests waiting on servers and nothing left to run, start or wake, after which the
+#: scaler stops and the run ends stalled.
 STALLED_TICKS = 100
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 #: Decode batches up to this size are committed request by request (else with array indexing).
@@ -603,6 +606,7 @@ class Engine:
         self.prefill_server_of = np.full(n, -1, dtype=np.int64)
         self.rejected = np.zeros(n, dtype=bool)
         self.rejected_kv = np.zeros(n, dtype=bool)
+        self.rejected_stalled = np.zeros(n, dtype=bool)
         self.rejected_at = np.full(n, np.inf)
         self.forward_log: list[tuple[int, int, int, float]] = []
         self.routed = np.full(n, np.inf)
@@ -632,6 +636,10 @@ class Engine:
         # and the scaler ticks in a row in which nothing ran, changed or was placed
         self._retry_due = False
         self._stalled_ticks = 0
+        # the scaler ticks in a row at which requests waited on servers and nothing but the
+        # scaler could act, and the time of the first of them
+        self._stuck_ticks = 0
+        self._stall_from: float | None = None
         self._refresh_routing()
         # the largest KV capacity of any decode pool: a request that needs more is rejected on
         # arrival (disaggregated)
@@ -678,6 +686,8 @@ class Engine:
         self.max_end = 0.0
         self.iterations = 0
         self.stopped = False
+        # end a stalled run by rejecting its waiting requests (False: a policy's ``settles``)
+        self.settle = True
 
     # -- KV accounting -------------------------------------------------------------------
     def kv_held(self, r: int) -> int:
@@ -1058,6 +1068,16 @@ class Engine:
             if self._stalled_ticks >= STALLED_TICKS:
                 # nothing runs and nothing changes: the held requests stay unserved
                 return
+        elif not actions and not idle and self._next_arrival >= self.n and self._stuck():
+            # requests wait on servers whose policy starts nothing, and nothing else is left
+            if self._stuck_ticks == 0:
+                self._stall_from = t
+            self._stuck_ticks += 1
+            if self._stuck_ticks >= STALLED_TICKS:
+                return
+        else:
+            self._stuck_ticks = 0
+            self._stall_from = None
         nxt = t + self.scaler.interval_s
         self._quiet_from = None
         if not actions and not held:
@@ -1067,6 +1087,19 @@ class Engine:
         self._push_scale(nxt, _SC_TICK, None)
         if self._quiet_from is not None:
             self._quiet_tick = (self._quiet_from, nxt, self._seq)
+
+    def _stuck(self) -> bool:
+        """True when no transfer, plan action, iteration, start-up or server wake-up is left:
+        only the scaler could still change anything."""
+        servers = self.servers
+        return (
+            not self._transfers
+            and not self._plan_left
+            and all(
+                s.pending is None and s.window is None and s.state != _STARTING for s in self.live
+            )
+            and not any(version == servers[sid].version for _, _, sid, version, _ in self._heap)
+        )
 
     def _skip_idle_ticks(self, view: ClusterView, nxt: float) -> float:
         """The next scaler tick to run: ``nxt``, or with a scaler that passes idle ticks
@@ -1363,6 +1396,35 @@ class Engine:
             )
             self.central[0].clear()
             self.central[1].clear()
+        self.stalled = 0
+        self.stall = ""
+        if self.settle and not self.stopped:
+            self._reject_stalled()
+
+    def _reject_stalled(self) -> None:
+        """Reject the requests the run left neither finished nor rejected (nothing was left to
+        make them progress: no arrival, iteration, transfer or scaling action), at the time
+        the run stalled, and say why (``Outcome.info["stalled"]`` and ``["stall"]``)."""
+        unfinished = ~np.isfinite(self.token_times[self.offsets[1:] - 1]) & ~self.rejected
+        if not unfinished.any():
+            return
+        ids = np.flatnonzero(unfinished)
+        stall_s = self.now if self._stall_from is None else self._stall_from
+        first = int(ids[0])
+        where = (
+            self.server_of[first] if self.server_of[first] >= 0 else self.prefill_server_of[first]
+        )
+        self.rejected[ids] = True
+        self.rejected_stalled[ids] = True
+        self.rejected_at[ids] = np.maximum(stall_s, self.arrival[ids])
+        self.stalled = len(ids)
+        policy = type(self.policy)
+        self.stall = (
+            f"policy {policy.__module__}:{policy.__qualname__} stalled at t={stall_s:.6g} s: "
+            f"{len(ids)} request(s) waiting with no arrival, iteration or scaling action left "
+            f"(first: request {first} on server {int(where)}); they are rejected"
+        )
+        log.info("%s", self.stall)
 
     # -- decisions -------------------------------------------------------------------------
     def _decide(self, server: _Srv) -> None:
@@ -2051,6 +2113,9 @@ class Engine:
                 "iterations": self.iterations,
                 "stopped_early": self.stopped,
                 "rejected_held": self.rejected_held,
+                "stalled": self.stalled,
+                "stall": self.stall,
+                "stalled_requests": np.flatnonzero(self.rejected_stalled),
             },
             rejected_kv=self.rejected_kv,
             rejected_s=self.rejected_at,
@@ -2167,19 +2232,72 @@ def run(
         such attribute; arrivals and scaler ticks are not counted): True ends the run there, leaving the requests not yet finished unfinished
         (``outcome.info["stopped_early"]``). :class:`slolab.sim.verdict.AttainmentWatch` stops a
         run whose attainment verdict is already certain.
+
+    A stalled run (requests waiting, nothing left to run: ``info["stalled"]``) ends with its
+    waiting requests rejected, and every request must end finished or rejected
+    (:class:`UnsettledRunError` otherwise), unless the policy's ``settles`` attribute is False
+    (a replay of a schedule that covers part of the workload leaves the rest unfinished).
     """
     if not isinstance(seed, int | np.integer):
         raise TypeError(f"seed must be an int, got {seed!r}")
     t0 = time.perf_counter()
-    policy.start(instance, int(seed))
-    for part in (router, decode_router, scaler):
-        if part is not None:
-            part.start(instance, int(seed))
-    engine = Engine(
-        instance, policy, router, decode_router, int(seed), record_iterations, scaler, plan
-    )
-    engine.run(progress=progress, stop=stop, stop_every=int(getattr(stop, "every", 1_000)))
+    engine: Engine | None = None
+    try:
+        policy.start(instance, int(seed))
+        for part in (router, decode_router, scaler):
+            if part is not None:
+                part.start(instance, int(seed))
+        engine = Engine(
+            instance, policy, router, decode_router, int(seed), record_iterations, scaler, plan
+        )
+        engine.settle = bool(getattr(policy, "settles", True))
+        engine.run(progress=progress, stop=stop, stop_every=int(getattr(stop, "every", 1_000)))
+    except Exception as exc:
+        plugins = {"policy": policy, "router": router, "decode router": decode_router}
+        failure = plugin_failure(exc, {**plugins, "scaler": scaler}, _failure_place(engine, exc))
+        if failure is None:
+            raise
+        raise failure from exc
     wall = time.perf_counter() - t0
     out = engine.outcome(wall)
+    if engine.settle and not engine.stopped:
+        require_settled(out)
     log.debug("simulated %d requests in %.3f s (%d iterations)", engine.n, wall, out.n_iterations)
     return out
+
+
+class UnsettledRunError(RuntimeError):
+    """A run ended with requests neither finished nor rejected (an engine fault: the engine
+    rejects the requests of a stalled run, so every request ends one way or the other)."""
+
+
+def require_settled(outcome: Outcome) -> None:
+    """Check ``finished + rejected == requests``; :class:`UnsettledRunError` naming the counts
+    and the first unsettled request otherwise (a request both finished and rejected counts
+    twice and fails it too)."""
+    finished = outcome.finished
+    n_finished, n_rejected = int(finished.sum()), int(outcome.rejected.sum())
+    if n_finished + n_rejected != outcome.n_requests:
+        odd = np.flatnonzero(finished == outcome.rejected)
+        raise UnsettledRunError(
+            f"run ended with finished {n_finished} + rejected {n_rejected} != requests "
+            f"{outcome.n_requests} (first request neither or both: {int(odd[0])})"
+        )
+
+
+def _failure_place(engine: Engine | None, exc: BaseException) -> str:
+    """The simulated time and, when the engine's frame that called the plugin names one, the
+    server or the routed request at which ``exc`` was raised, for a plugin failure's message."""
+    if engine is None:
+        return "while starting"
+    caller: dict[str, Any] = {}
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        caller = tb.tb_frame.f_locals
+        tb = tb.tb_next
+    place = ""
+    if isinstance(caller.get("server"), _Srv):
+        place = f" on server {caller['server'].id}"
+    elif isinstance(caller.get("r"), int) and "router" in caller:
+        place = f" routing request {caller['r']}"
+    return f"t={engine.now:.6g} s{place}"

@@ -442,7 +442,8 @@ def summary(instance: Instance, outcome: Outcome) -> dict[str, Any]:
     """Aggregate numbers of a run (JSON-able).
 
     Besides latencies and attainment: ``rejected`` (all rejections) and ``rejected_kv`` (those
-    the engine made because a request could never fit its server's KV memory), and the cost:
+    the engine made because a request could never fit its server's KV memory), ``stalled``
+    (those it rejected because the run stalled: ``outcome.info["stall"]`` says why), and the cost:
     ``cost_server_s`` (:func:`server_seconds`), ``cost_per_request_s``,
     ``cost_per_met_request_s`` (per request meeting its deadline SLO; inf when none does),
     ``cost_by_pool``, ``servers_max`` and ``scale_events`` (scaling actions executed).
@@ -459,6 +460,7 @@ def summary(instance: Instance, outcome: Outcome) -> dict[str, Any]:
         "finished": int(t["finished"].sum()),
         "rejected": int(t["rejected"].sum()),
         "rejected_kv": 0 if rejected_kv is None else int(rejected_kv.sum()),
+        "stalled": int(outcome.info.get("stalled", 0)),
         "attainment": float(t["met_deadline"].mean()),
     }
     for d in DEFINITIONS:

@@ -55,7 +55,11 @@ class SchedulePolicy:
 
     An iteration starts at ``max(previous end, not_before_s, arrival of each of its
     requests)``; requests the schedule rejects are declined when they reach their server.
+    A request the schedule never runs stays unfinished (``settles``: the engine neither
+    rejects it as stalled nor requires every request to end).
     """
+
+    settles = False
 
     def __init__(self, schedule: Schedule, plan: ScalePlan | None = None) -> None:
         self.schedule = schedule
