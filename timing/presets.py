@@ -11,6 +11,9 @@
 ``"opt-6.7b-a100-slos"``                SLOs-Serve batch timer, OPT-6.7B on A100 (two lines)
 ``"opt-30b-4gpu-slos"``                 SLOs-Serve batch timer, OPT-30B on 4 GPUs, speculative
 ``"sa-qwen2.5-7b-v100"``                SA-ordering paper's predictor, Qwen2.5-7B on 2x V100
+``"MODEL/GPU/tpN"``                     generated from Vidur's profiles for 7 models on A100,
+                                        H100 and A40 at TP 1-8 (:mod:`slolab.timing.generated`),
+                                        e.g. ``"llama2-70b/h100/tp4"``
 ======================================  ===========================================================
 
 :func:`preset_source` gives each one's origin; ``docs/timing.md`` gives every derivation and
@@ -481,10 +484,31 @@ def available_presets() -> list[str]:
     from slolab.plugins import load_plugins
 
     load_plugins("presets", _register_plugin_preset)
+    _register_generated()
     return sorted(_BUILDERS)
 
 
+def _register_generated() -> None:
+    """Register the presets generated from the fitted Vidur table (once, on first listing)."""
+    from slolab.timing.generated import generated_preset, generated_preset_names
+
+    for name in generated_preset_names():
+        if name not in _BUILDERS:
+            info = generated_preset(name)
+            _GENERATED[name] = info
+            register_preset(name, info.timing_model, info.source())
+
+
+#: The generated presets registered so far, with their GPUs, price and KV capacity.
+_GENERATED: dict[str, Any] = {}
+
+
 def _known(name: str) -> None:
+    from slolab.timing.generated import preset_refusal
+
+    why = preset_refusal(name)
+    if why is not None:
+        raise ValueError(why)
     if name not in available_presets():
         raise ValueError(f"unknown timing preset {name!r}; known: {', '.join(available_presets())}")
 
@@ -528,7 +552,8 @@ def preset_kv_bytes_per_token(timing: str | TimingModel) -> int | None:
     cluster moves per token), or None when the preset (or a model given as an object) names no
     model shape."""
     name = timing if isinstance(timing, str) else getattr(timing, "name", "")
-    shape = _SHAPES.get(name)
+    available_presets()
+    shape = _SHAPES.get(name) or getattr(_GENERATED.get(name), "shape", None)
     return shape.kv_bytes_per_token if shape is not None else None
 
 
@@ -539,10 +564,14 @@ def preset_source(name: str) -> str:
 
 
 def preset_table() -> list[dict[str, Any]]:
-    """One record per preset: name, form, source, and time of a decode step at batch 1."""
+    """One record per preset: name, form, source, time of a decode step at batch 1, and for a
+    generated preset its GPU, TP degree, GPUs per server, price ($/h), KV capacity (tokens)
+    and the median and largest relative error of its fit against the profile (None for the
+    other presets)."""
     records = []
     for name in available_presets():
         model = preset(name)
+        info = _GENERATED.get(name)
         records.append(
             {
                 "name": name,
@@ -550,6 +579,14 @@ def preset_table() -> list[dict[str, Any]]:
                 "decode_step_s_batch1": float(
                     model.time_of(decode_tokens=1, num_decode_seqs=1, decode_kv_tokens=1)
                 ),
+                "model": None if info is None else info.model,
+                "gpu": None if info is None else info.gpu,
+                "tp": None if info is None else info.tp,
+                "gpus_per_server": None if info is None else info.gpus_per_server,
+                "price_usd_per_hour": None if info is None else info.price_usd_per_hour,
+                "kv_capacity_tokens": None if info is None else info.kv_capacity_tokens,
+                "fit_median_rel_error": None if info is None else info.iteration_median_rel_error,
+                "fit_max_rel_error": None if info is None else info.iteration_max_rel_error,
                 "source": _SOURCES[name],
             }
         )
