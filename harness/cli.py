@@ -551,7 +551,9 @@ def cmd_presets(a: argparse.Namespace) -> int:
             continue
         error = f"{r['fit_median_rel_error']:.1%}/{r['fit_max_rel_error']:.1%}"
         price = f"{r['price_usd_per_hour']:.2f}"
-        print(f"{r['name']:<26} {price:>6} {r['kv_capacity_tokens']:>10} {error:>15}  {r['source']}")
+        print(
+            f"{r['name']:<26} {price:>6} {r['kv_capacity_tokens']:>10} {error:>15}  {r['source']}"
+        )
     return 0
 
 

@@ -79,7 +79,9 @@ def model_shape(model: str, table: dict[str, Any] | None = None) -> TransformerS
     head_dim = hidden // spec["num_q_heads"]
     kv_width = spec["num_kv_heads"] * head_dim
     mlp_matrices = 3 if spec["use_gated_mlp"] else 2
-    per_layer = 2 * hidden**2 + 2 * hidden * kv_width + mlp_matrices * hidden * spec["mlp_hidden_dim"]
+    per_layer = (
+        2 * hidden**2 + 2 * hidden * kv_width + mlp_matrices * hidden * spec["mlp_hidden_dim"]
+    )
     return TransformerShape(
         model,
         spec["num_layers"],
@@ -119,6 +121,8 @@ class GeneratedPreset:
         Server price: ``tp`` times the GPU's on-demand price ($/h, dated in the table).
     kv_capacity_tokens : int
         Tokens of KV cache the server holds.
+    weight_bytes : float
+        FP16 bytes of the model's weights (over all ``tp`` GPUs).
     shape : TransformerShape
         The model's dimensions.
     iteration_median_rel_error, iteration_max_rel_error : float
@@ -133,6 +137,7 @@ class GeneratedPreset:
     gpus_per_server: int
     price_usd_per_hour: float
     kv_capacity_tokens: int
+    weight_bytes: float
     shape: TransformerShape
     iteration_median_rel_error: float
     iteration_max_rel_error: float
@@ -240,9 +245,7 @@ def preset_refusal(name: str) -> str | None:
 def _candidates() -> list[str]:
     table = _table()
     return [
-        f"{key}/tp{tp}"
-        for key in sorted(table["token_parallel"])
-        for tp in TENSOR_PARALLEL_DEGREES
+        f"{key}/tp{tp}" for key in sorted(table["token_parallel"]) for tp in TENSOR_PARALLEL_DEGREES
     ]
 
 
@@ -289,6 +292,7 @@ def generated_preset(name: str) -> GeneratedPreset:
         gpus_per_server=tp,
         price_usd_per_hour=tp * spec["price_usd_per_hour"],
         kv_capacity_tokens=kv_tokens,
+        weight_bytes=weight_bytes(model, table),
         shape=shape,
         iteration_median_rel_error=fits["iteration_median_rel_error"],
         iteration_max_rel_error=fits["iteration_max_rel_error"],

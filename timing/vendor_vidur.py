@@ -107,8 +107,9 @@ def _all_reduce_profiles(network_dir: Path) -> dict[str, dict[int, pd.DataFrame]
             .reset_index()
         )
         per_tp = {}
-        for workers, rows in grouped.groupby("num_workers"):
-            per_tp[int(workers)] = pd.DataFrame(
+        for workers in sorted(int(w) for w in grouped["num_workers"].unique()):
+            rows = grouped[grouped["num_workers"] == workers]
+            per_tp[workers] = pd.DataFrame(
                 {
                     "tokens": rows["size"].to_numpy(dtype=float),
                     "time_s": rows["time_stats.all_reduce.median"].to_numpy(dtype=float) / 1e3,
