@@ -41,10 +41,13 @@ __all__ = [
     "MEMORY_RESERVE_FRACTION",
     "TENSOR_PARALLEL_DEGREES",
     "GeneratedPreset",
+    "fit_error_table",
     "generated_preset",
     "generated_preset_names",
+    "model_shape",
     "preset_refusal",
     "refused_presets",
+    "weight_bytes",
 ]
 
 VIDUR_FITS_JSON = DATA_DIR / "vidur_fits.json"
@@ -297,3 +300,19 @@ def generated_preset(name: str) -> GeneratedPreset:
         iteration_median_rel_error=fits["iteration_median_rel_error"],
         iteration_max_rel_error=fits["iteration_max_rel_error"],
     )
+
+
+def fit_error_table() -> str:
+    """The Markdown table of ``docs/timing.md``: per (model, GPU) and TP degree, the median /
+    largest relative error (%) of the fitted iteration time against the profile."""
+    lines = ["| model / GPU | TP 1 | TP 2 | TP 4 | TP 8 |", "|---|---|---|---|---|"]
+    for key, per_tp in sorted(_table()["token_parallel"].items()):
+        cells = [
+            f"{100 * fits['iteration_median_rel_error']:.1f} / "
+            f"{100 * fits['iteration_max_rel_error']:.1f}"
+            if (fits := per_tp.get(str(tp))) is not None
+            else "-"
+            for tp in TENSOR_PARALLEL_DEGREES
+        ]
+        lines.append(f"| {key} | {' | '.join(cells)} |")
+    return "\n".join(lines)

@@ -1,6 +1,8 @@
 """Presets generated from the fitted Vidur table: fit errors, hand arithmetic, refusals, a run."""
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 from slolab.harness.cli import main
@@ -9,11 +11,15 @@ from slolab.sim import check
 from slolab.timing import TimingModel, available_presets, preset
 from slolab.timing.generated import (
     VIDUR_FITS_JSON,
+    fit_error_table,
     generated_preset,
     generated_preset_names,
     refused_presets,
 )
-from slolab.timing.presets import LLAMA2_7B_H100_JSON
+from slolab.timing.presets import LLAMA2_7B_H100_JSON, VIDUR_H100_LLAMA2_7B_PROFILE
+from slolab.timing.vendor_vidur import fit_vidur_profiles
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "timing.md"
 
 TABLE = json.loads(VIDUR_FITS_JSON.read_text())
 
@@ -174,3 +180,43 @@ def test_generated_preset_runs_a_checker_clean_simulation():
     outcome = scheduler.run(instance, seed=3, record_iterations=True)
     assert check(instance, outcome) == []
     assert int(outcome.finished.sum()) == 40
+
+
+def test_docs_error_table_is_the_table_of_the_vendored_fits():
+    """The error table of docs/timing.md is generated from the vendored JSON (20 rows)."""
+    table = fit_error_table()
+    assert len(table.splitlines()) == 22
+    assert "| llama2-70b/h100 | 3.2 / 28.0 | 3.1 / 26.0 | 2.6 / 21.0 | 3.2 / 21.8 |" in table
+    assert table in DOCS.read_text()
+
+
+def test_vendoring_script_reproduces_the_stored_fit(tmp_path):
+    """The vendoring script run on a folder holding the vendored Llama-2-7B H100 profile
+    writes the stored table's fits at TP 1 and 4 (to 1e-9) and no all-reduce without a
+    network profile."""
+    source = tmp_path / "compute" / "h100" / "meta-llama" / "Llama-2-7b-hf"
+    source.mkdir(parents=True)
+    shutil.copy(VIDUR_H100_LLAMA2_7B_PROFILE, source / "mlp.csv")
+    (tmp_path / "network").mkdir()
+    (tmp_path / "models.csv").write_text(
+        "model,num_layers,num_q_heads,num_kv_heads,embedding_dim,mlp_hidden_dim,"
+        "max_position_embeddings,vocab_size,use_gated_mlp,no_tensor_parallel\n"
+        "meta-llama/Llama-2-7b-hf,32,32,32,4096,11008,4096,32768,true,false\n"
+    )
+    (tmp_path / "gpus.csv").write_text(
+        "gpu,fp16_dense_tflops,memory_gb,hbm_tb_per_s,price_usd_per_hour_2024_02,"
+        "price_usd_per_hour_later,devices_per_node_dgx,devices_per_node_pairwise_nvlink\n"
+        "h100,1000,80,3.35,4.25,6.98,8,4\n"
+    )
+    fresh = fit_vidur_profiles(tmp_path)
+    assert fresh["all_reduce"] == {}
+    for tp in ("1", "4"):
+        got = fresh["token_parallel"]["llama2-7b/h100"][tp]
+        stored = TABLE["token_parallel"]["llama2-7b/h100"][tp]
+        for key in ("floor_s", "intercept_s", "slope_s", "median_rel_error", "max_rel_error"):
+            assert got[key] == pytest.approx(stored[key], rel=1e-9)
+    # TP 1 has no all-reduce: the iteration error is the token-parallel fit's
+    assert fresh["token_parallel"]["llama2-7b/h100"]["1"]["iteration_max_rel_error"] == (
+        pytest.approx(0.195, abs=5e-4)
+    )
+    assert fresh["gpus"]["h100"]["price_date"] == "2024-02-07"
