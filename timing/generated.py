@@ -254,7 +254,12 @@ def _candidates() -> list[str]:
 
 def generated_preset_names() -> list[str]:
     """Names of the presets the table supports, sorted."""
-    return [name for name in _candidates() if preset_refusal(name) is None]
+    return list(_supported())
+
+
+@functools.cache
+def _supported() -> tuple[str, ...]:
+    return tuple(name for name in _candidates() if preset_refusal(name) is None)
 
 
 def refused_presets() -> dict[str, str]:

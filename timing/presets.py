@@ -492,7 +492,10 @@ def _register_generated() -> None:
     """Register the presets generated from the fitted Vidur table (once, on first listing)."""
     from slolab.timing.generated import generated_preset, generated_preset_names
 
-    for name in generated_preset_names():
+    names = generated_preset_names()
+    if len(_GENERATED) == len(names):
+        return
+    for name in names:
         if name not in _BUILDERS:
             info = generated_preset(name)
             _GENERATED[name] = info
