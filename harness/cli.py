@@ -541,14 +541,22 @@ def known_summary(known: dict[str, Any]) -> tuple[str, str]:
 
 
 def cmd_presets(a: argparse.Namespace) -> int:
-    from slolab.timing import available_presets, preset_source
+    from slolab.timing.presets import preset_table
 
-    rows = [{"name": n, "source": preset_source(n)} for n in available_presets()]
+    rows = preset_table()
     if a.json:
         _print_json(rows)
-    else:
-        for r in rows:
-            print(f"{r['name']:<26} {r['source']}")
+        return 0
+    print(f"{'name':<26} {'$/h':>6} {'KV tokens':>10} {'fit err med/max':>15}  source")
+    for r in rows:
+        if r["gpu"] is None:
+            print(f"{r['name']:<26} {'':>6} {'':>10} {'':>15}  {r['source']}")
+            continue
+        error = f"{r['fit_median_rel_error']:.1%}/{r['fit_max_rel_error']:.1%}"
+        price = f"{r['price_usd_per_hour']:.2f}"
+        print(
+            f"{r['name']:<26} {price:>6} {r['kv_capacity_tokens']:>10} {error:>15}  {r['source']}"
+        )
     return 0
 
 
@@ -868,7 +876,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "presets",
         help="list timing presets",
-        description="List the timing-model presets and their sources.",
+        description="List the timing-model presets and their sources; for the presets generated "
+        "from the GPU profiles (MODEL/GPU/tpN) also the server's price ($/h), its KV capacity "
+        "(tokens) and the median/max relative error of the fit against the profile.",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_presets)

@@ -290,6 +290,8 @@ VIDUR_LAYER_OPERATORS: tuple[str, ...] = (
     "mlp_down_proj",
     "add",
 )
+#: Operators a model may lack: a parallel attention-and-MLP block (phi-2) has one norm per layer.
+VIDUR_OPTIONAL_OPERATORS: tuple[str, ...] = ("post_attention_layernorm",)
 #: Operator of Vidur's ``mlp.csv`` that runs once per iteration (the embedding lookup).
 VIDUR_ITERATION_OPERATORS: tuple[str, ...] = ("emb",)
 
@@ -301,7 +303,7 @@ def load_vidur_mlp_profile(path: str | Path, tp: int = 1, num_layers: int = 32) 
     tensor-parallel degrees, with per-layer kernel times in milliseconds. Per row (one token
     count, one TP degree) this sums the ``.median`` times of the per-layer operators
     (:data:`VIDUR_LAYER_OPERATORS`: norms, QKV and output projections, rope, MLP up/act/down,
-    residual add), multiplies by ``num_layers``, and adds the embedding lookup once, because
+    residual add; a model without a post-attention norm, as phi-2, counts it as 0), multiplies by ``num_layers``, and adds the embedding lookup once, because
     it runs once per iteration, not per layer (Vidur's own predictor leaves it out; it is
     0.002 ms at 1 token and 0.12 ms at 4096 tokens). The attention kernels themselves are not
     in this file, and neither is the CPU-side overhead (scheduling, sampling, input
@@ -332,7 +334,9 @@ def load_vidur_mlp_profile(path: str | Path, tp: int = 1, num_layers: int = 32) 
         raise ValueError(f"num_layers must be >= 1, got {num_layers}")
     raw = pd.read_csv(path)
     needed = [
-        f"time_stats.{op}.median" for op in (*VIDUR_LAYER_OPERATORS, *VIDUR_ITERATION_OPERATORS)
+        f"time_stats.{op}.median"
+        for op in (*VIDUR_LAYER_OPERATORS, *VIDUR_ITERATION_OPERATORS)
+        if op not in VIDUR_OPTIONAL_OPERATORS
     ]
     missing = [c for c in [*needed, "num_tokens", "num_tensor_parallel_workers"] if c not in raw]
     if missing:
@@ -341,7 +345,8 @@ def load_vidur_mlp_profile(path: str | Path, tp: int = 1, num_layers: int = 32) 
     if rows.empty:
         known = sorted(raw["num_tensor_parallel_workers"].unique().tolist())
         raise ValueError(f"no rows with tp={tp} in {path}; tensor-parallel degrees: {known}")
-    layer_ms = rows[[f"time_stats.{op}.median" for op in VIDUR_LAYER_OPERATORS]].sum(axis=1)
+    layer_columns = [f"time_stats.{op}.median" for op in VIDUR_LAYER_OPERATORS]
+    layer_ms = rows[[c for c in layer_columns if c in rows]].sum(axis=1)
     embedding_ms = rows[[f"time_stats.{op}.median" for op in VIDUR_ITERATION_OPERATORS]].sum(axis=1)
     out = pd.DataFrame(
         {

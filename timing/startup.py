@@ -223,14 +223,49 @@ _PRESETS: dict[str, StartupPreset] = {
 }
 
 
+#: Host link and GPU-to-GPU link per GPU type of the generated presets (``MODEL/GPU/tpN``).
+_GENERATED_LINKS: dict[str, tuple[float, float, str]] = {
+    "h100": (
+        PCIE_GEN5_X16_BYTES_PER_S,
+        NVLINK_H100_BYTES_PER_S,
+        "H100 SXM (PCIe 5.0 x16 63.0 GB/s; d2d NVLink 450 GB/s)",
+    ),
+    "a100": (
+        PCIE_GEN4_X16_BYTES_PER_S,
+        NVLINK_A100_BYTES_PER_S,
+        "A100 SXM (PCIe 4.0 x16 31.5 GB/s; d2d NVLink 300 GB/s)",
+    ),
+    "a40": (
+        PCIE_GEN4_X16_BYTES_PER_S,
+        PCIE_GEN4_X16_BYTES_PER_S,
+        "A40 (PCIe 4.0 x16 31.5 GB/s; d2d over PCIe peer-to-peer)",
+    ),
+}
+
+
+def _register_generated() -> None:
+    """Start-up presets of the timing presets generated from the Vidur table: the same
+    transfer-time derivation, from the FP16 weights the KV arithmetic uses."""
+    from slolab.timing.generated import WEIGHT_BYTES, generated_preset, generated_preset_names
+
+    for name in generated_preset_names():
+        if name in _PRESETS:
+            continue
+        info = generated_preset(name)
+        host, d2d, hardware = _GENERATED_LINKS[info.gpu]
+        params = round(info.weight_bytes / WEIGHT_BYTES)
+        _PRESETS[name] = _derived(name, params, info.tp, host, d2d, f"{info.tp} {hardware}")
+
+
 def available_startup_presets() -> list[str]:
     """Names of the start-up presets, sorted."""
+    _register_generated()
     return sorted(_PRESETS)
 
 
 def startup_preset(name: str) -> StartupPreset:
     """The start-up preset ``name`` (a timing preset's name, or ``hyperflexis-*``)."""
-    if name not in _PRESETS:
+    if name not in available_startup_presets():
         raise ValueError(
             f"no start-up preset {name!r}; known: {', '.join(available_startup_presets())}"
         )
