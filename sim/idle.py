@@ -114,7 +114,7 @@ def fastest_chunks(timing: TimingModel, prompt_tokens: int, max_chunk_tokens: in
     Returns
     -------
     int array
-        Chunk sizes in order; the first minimal one the search meets (fewest chunks on ties).
+        Chunk sizes in order, summing to ``P``, each at most ``B``.
     """
     p = int(prompt_tokens)
     if p < 1:
