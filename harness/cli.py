@@ -283,6 +283,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         a.rate,
         progress=not a.json and not a.quiet,
         token_budget=True,
+        idle_oracle=a.idle_oracle,
     )
     if a.json:
         _print_json(s)
@@ -318,6 +319,8 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         for k in keys:
             v = s[k]
             print(f"{k:<{width}}  {v:.4g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+        if a.idle_oracle:
+            print(f"an idle server could meet {s['idle_met']} of {s['requests']}")
     return stall_status(s, a.allow_stall)
 
 
@@ -825,6 +828,12 @@ def build_parser() -> argparse.ArgumentParser:
         "time-scaled to it, keeping its burstiness",
     )
     _add_scaling_args(p)
+    p.add_argument(
+        "--idle-oracle",
+        action="store_true",
+        help="also count the requests an idle server could meet: each alone on an empty "
+        "server in its fastest chunking (co-located mode)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(

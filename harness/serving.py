@@ -332,6 +332,7 @@ def simulate_summary(
     *,
     progress: bool = False,
     token_budget: bool = False,
+    idle_oracle: bool = False,
 ) -> dict[str, Any]:
     """What ``slolab simulate --json`` prints: one run's metrics and its set-up.
 
@@ -341,7 +342,9 @@ def simulate_summary(
     ``autoscale`` and ``startup_s``; a router that reports on its own decisions (a
     ``summary()`` method, as PolyServe's controller) adds its figures as ``router_*``. With
     ``token_budget``, also ``token_budget``: the tokens per iteration a budgeted policy ran at
-    (``--token-budget auto`` resolved; None for other policies).
+    (``--token-budget auto`` resolved; None for other policies). With ``idle_oracle``, also
+    ``idle_met``: the requests an idle server could meet (:func:`slolab.sim.idle.idle_met`,
+    attainment by deadline; co-located runs only).
     """
     from slolab.sim import metrics
 
@@ -353,6 +356,10 @@ def simulate_summary(
     summary["stall"] = outcome.info.get("stall", "")
     if token_budget:
         summary["token_budget"] = getattr(sched.policy, "token_budget", None)
+    if idle_oracle:
+        from slolab.sim.idle import idle_met
+
+        summary["idle_met"] = int(idle_met(instance).sum())
     report = getattr(sched.router, "summary", None)
     if callable(report):
         summary.update({f"router_{k}": v for k, v in report().items()})

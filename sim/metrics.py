@@ -73,25 +73,44 @@ def token_deadline_s(arrival_s: Any, ttft_s: Any, tpot_s: Any, token: Any) -> An
 
 def token_deadlines(instance: Instance, outcome: Outcome) -> np.ndarray:
     """Deadline of every output token (inf where the request has no TTFT SLO)."""
+    return _token_deadlines_at(instance, outcome.token_offsets)
+
+
+def _token_deadlines_at(instance: Instance, token_offsets: np.ndarray) -> np.ndarray:
     wl = instance.workload
     out = wl.output_tokens
     req = np.repeat(np.arange(len(out)), out)
-    k = np.arange(len(req)) - outcome.token_offsets[req]  # 0-based token index
+    k = np.arange(len(req)) - token_offsets[req]  # 0-based token index
     ttft, tpot = deadline_slos(wl)
     return token_deadline_s(wl.arrival_s[req], ttft[req], tpot[req], k + 1)
 
 
 def request_table(instance: Instance, outcome: Outcome) -> pd.DataFrame:
     """Per-request metrics: latencies and SLO attainment under every definition."""
+    return request_table_from_times(
+        instance, outcome.token_times, outcome.token_offsets, outcome.rejected, outcome.server
+    )
+
+
+def request_table_from_times(
+    instance: Instance,
+    token_times: np.ndarray,
+    token_offsets: np.ndarray,
+    rejected: np.ndarray,
+    server: np.ndarray | None = None,
+) -> pd.DataFrame:
+    """:func:`request_table` from token times alone (as an Outcome holds them: ``inf`` for a
+    token never emitted, NaN for one emitted before the run), for schedules that are not
+    engine runs, such as :func:`slolab.sim.idle.idle_schedule`; ``server`` defaults to -1."""
     wl = instance.workload
     n = len(wl)
     out = wl.output_tokens
     arrival = wl.arrival_s
-    times = outcome.token_times
-    offs = outcome.token_offsets
-    first = outcome.first_token_s
-    last = outcome.last_token_s
-    finished = np.isfinite(last) & ~outcome.rejected
+    times = token_times
+    offs = token_offsets
+    first = times[offs[:-1]]
+    last = times[offs[1:] - 1]
+    finished = np.isfinite(last) & ~rejected
     with np.errstate(invalid="ignore"):
         ttft = first - arrival
         e2e = last - arrival
@@ -109,7 +128,7 @@ def request_table(instance: Instance, outcome: Outcome) -> pd.DataFrame:
         starts = offs[:-1][multi]
         seg = np.maximum.reduceat(g, starts)
         max_gap[multi] = seg
-    deadlines = token_deadlines(instance, outcome)
+    deadlines = _token_deadlines_at(instance, offs)
     # NaN: emitted before the run began (warm-started requests), counted as on time
     on_time = np.isnan(times) | (times <= deadlines + ON_TIME_TOLERANCE_S)
     late_tokens = np.bincount(np.repeat(np.arange(n), out), weights=~on_time, minlength=n)
@@ -124,8 +143,8 @@ def request_table(instance: Instance, outcome: Outcome) -> pd.DataFrame:
             "arrival_s": arrival,
             "prompt_tokens": wl.prompt_tokens,
             "output_tokens": out,
-            "server": outcome.server,
-            "rejected": outcome.rejected,
+            "server": np.full(n, -1) if server is None else server,
+            "rejected": rejected,
             "finished": finished,
             "ttft_s": ttft,
             "tpot_mean_s": tpot_mean,

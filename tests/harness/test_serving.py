@@ -27,6 +27,18 @@ def test_summary_matches_a_direct_run_and_counts_cost():
     assert summary["requests"] == 120 and summary["servers"] == 2
 
 
+def test_summary_counts_what_an_idle_server_could_meet():
+    """simulate --idle-oracle's count is the oracle's on the instance simulated."""
+    from slolab.sim.idle import idle_met
+
+    setup = ServingSetup("mooncake_conversation", servers=8, limit=200)
+    summary = simulate_summary(setup, rate=0.01, idle_oracle=True)
+    # of 200 requests, 7 are too long to meet their SLOs even alone; Sarathi meets 173
+    assert summary["idle_met"] == int(idle_met(setup.instance(0.01)).sum()) == 193
+    assert summary["attainment"] * 200 == pytest.approx(173)
+    assert "idle_met" not in simulate_summary(setup, rate=0.01)
+
+
 def test_bad_policy_router_and_budget_raise():
     """Unknown names list the known ones; a token budget must be an integer or auto."""
     instance = ServingSetup("azure_code_2023", limit=20).instance()
