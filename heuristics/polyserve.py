@@ -1902,7 +1902,8 @@ class PolyServePolicy:
 
     - co-located (``mixed``): every decoding request, then prefill chunks (earliest first-token
       deadline first) up to the tokens the profile allows within the tier's TPOT at the current
-      KV (at least ``min_chunk_tokens``);
+      KV (at least ``min_chunk_tokens``); with no request decoding (``tpot_bound="decoding"``)
+      the first prompt alone, as much of it as the server's token cap allows;
     - prefill: dynamic chunking (Sec. 4.7): prompts in deadline order fill a budget of ``C``
       tokens; a prompt with fewer than ``2C`` tokens left is finished in one iteration, and then
       nothing else joins it;
