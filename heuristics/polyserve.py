@@ -62,8 +62,9 @@ from slolab.timing.base import (
     F_NUM_PREFILL,
     F_PREFILL_ATTN,
     F_PREFILL_TOKENS,
+    N_FEATURES,
 )
-from slolab.timing.forms import ProfiledTiming, timing_lines
+from slolab.timing.forms import ProfiledTiming, row_timer, timing_lines
 from slolab.timing.inverse import time_to_tokens
 from slolab.timing.presets import LLAMA31_8B
 
@@ -568,6 +569,13 @@ class PolyServeParams:
         How a co-located server sizes its prefill chunks within the tier's TPOT: with its
         iteration-time model, prefill attention included (``"model"``), or with the (batch, KV)
         profile alone, prefill attention ignored as the paper's router does (``"profile"``).
+    tpot_bound : {"decoding", "always"}
+        When a co-located iteration must stay within the tier's TPOT. ``"decoding"`` (the
+        default): when a request decodes on the server (Sec. 3.4 bounds the iteration "from
+        the decode perspective"); with none decoding, the first prompt in deadline order is
+        chunked as the server allows (its token cap), and the admission predicts that prefill
+        on an empty server. ``"always"``: every iteration, prompts alone too (Sec. 4.7 read
+        literally: "to attain TPOT, the prefill is chunked into more pieces"), the former rule.
     kv_reserve : float
         Share of a server's KV memory admission keeps free (outputs longer than the mean use
         it; a disaggregated decode server cannot recompute a prompt to make room).
@@ -584,6 +592,7 @@ class PolyServeParams:
     scale_down_s: float = 1.0
     promotion: str = "lazy"
     chunk_timing: str = "model"
+    tpot_bound: str = "decoding"
     kv_reserve: float = 0.05
     mean_output_tokens: float | None = None
 
@@ -604,6 +613,8 @@ class PolyServeParams:
             raise ValueError(f"kv_reserve must be in [0, 1), got {self.kv_reserve!r}")
         if self.chunk_timing not in ("model", "profile"):
             raise ValueError(f"chunk_timing must be model or profile, got {self.chunk_timing!r}")
+        if self.tpot_bound not in ("decoding", "always"):
+            raise ValueError(f"tpot_bound must be decoding or always, got {self.tpot_bound!r}")
         if self.mean_output_tokens is not None and not self.mean_output_tokens >= 1:
             raise ValueError(f"mean_output_tokens must be >= 1, got {self.mean_output_tokens}")
 
@@ -886,6 +897,11 @@ class PolyServeController:
         # the admission's parts on a server with no request, by (request, TPOT, late, KV used)
         self._empty: dict[tuple[int, float, bool, int], tuple[int, float, int, float, float, float]]
         self._empty = {}
+        # with tpot_bound="decoding", the same for the prefill as the server allows
+        self._unbound = self.params.tpot_bound == "decoding"
+        self._row_time = row_timer(instance.timing)
+        self._idle: dict[tuple[int, float, bool, int], tuple[int, tuple[float, ...], float]]
+        self._idle = {}
         # fixed for the run, read at every placement: the tiers each class may use in the order
         # tried, each tier's TPOT as a float, each request's first-token deadline (the same
         # float sums as arrival + TTFT read one at a time)
@@ -1353,6 +1369,8 @@ class PolyServeController:
     def _admit_queued(self, s: Server, r: int, tau_s: float, late: bool) -> int:
         """The co-located admission read from the server's queue and decodes (on an empty
         server too, where :meth:`_admit_empty` gives the same answer)."""
+        if not s.load and self._unbound:
+            return self._admit_idle(s, r, tau_s, late)
         b = s.load + 1
         if b > self.max_seqs:
             return _FULL
@@ -1430,6 +1448,8 @@ class PolyServeController:
         free time to them in the order, and with the operations, of the general path, so the
         answer and the predicted end are the same floats. A held request asks every empty
         server of its tiers at every retry; this makes each such ask a lookup."""
+        if self._unbound:
+            return self._admit_idle(s, r, tau_s, late)
         key = (r, tau_s, late, s.kv_used_tokens)
         parts = self._empty.get(key)
         if parts is None:
@@ -1448,6 +1468,65 @@ class PolyServeController:
             return _TOO_LATE
         self._predicted_end = end
         return _ADMIT
+
+    def _admit_idle(self, s: Server, r: int, tau_s: float, late: bool) -> int:
+        """Co-located admission on a server with no request when only a decoding request bounds
+        an iteration by the TPOT (``tpot_bound="decoding"``): ``r``'s prompt is prefilled as
+        the server allows, in chunks of its token cap (the whole prompt without one), each
+        iteration carrying that chunk alone, so its first token comes out at the free time plus
+        those iterations' durations under the engine's own timing model
+        (:meth:`_idle_prefill_s`), added in the engine's order: the same float as the replay.
+
+        Before that: the batch, memory and TPOT checks of the general path (``r`` alone
+        decoding within the tier's TPOT at its KV now and at its predicted peak), which refuse
+        it ``_FULL``. Remembered like :meth:`_admit_empty`'s parts, by (request, TPOT, late, KV
+        in use)."""
+        key = (r, tau_s, late, s.kv_used_tokens)
+        parts = self._idle.get(key)
+        if parts is None:
+            parts = self._idle_parts(s, r, tau_s)
+            _remember(self._idle, key, parts, MEMO_ENTRIES)
+        code, durations, deadline = parts
+        if code != _ADMIT or late:
+            return code
+        end = s.free_at_s
+        for d in durations:
+            end += d
+        if end > deadline:
+            return _TOO_LATE
+        self._predicted_end = end
+        return _ADMIT
+
+    def _idle_parts(self, s: Server, r: int, tau_s: float) -> tuple[int, tuple[float, ...], float]:
+        """:meth:`_admit_idle`'s parts: the code of its checks, the prefill's iteration
+        durations, ``r``'s first-token deadline."""
+        p = float(self.req.prompt[r])
+        deadline = self.req.arrival[r] + self.req.ttft[r]
+        kv_now = s.kv_used_tokens + p
+        if 1 > self.max_seqs or kv_now > self.kv_admit or self.profile.time(1, kv_now) > tau_s:
+            return _FULL, (), deadline
+        peak = p + (max(self.d_hat - 0.0, 1.0) - 1.0)
+        if peak > self.kv_admit or self._prefill_chunk(peak, tau_s, 1, int(p)) < 1:
+            return _FULL, (), deadline
+        return _ADMIT, self._idle_prefill_s(int(p)), deadline
+
+    def _idle_prefill_s(self, prompt: int) -> tuple[float, ...]:
+        """The iteration durations (s) of a lone ``prompt``-token prefill with nothing
+        decoding, as the batch former takes it (:class:`PolyServePolicy`: chunks of the token
+        cap, the whole prompt without one) and the engine times it: each row's prefill tokens
+        ``c``, one prefill sequence, attention work ``c (prefix + (c + 1) / 2)``."""
+        cap = self.max_tokens or prompt
+        durations = []
+        done = 0
+        while done < prompt:
+            c = min(cap, prompt - done)
+            row = [0.0] * N_FEATURES
+            row[F_PREFILL_TOKENS] = float(c)
+            row[F_PREFILL_ATTN] = 0.0 + c * (done + (c + 1) / 2.0)
+            row[F_NUM_PREFILL] = 1.0
+            durations.append(float(self._row_time(row)))
+            done += c
+        return tuple(durations)
 
     def _empty_parts(
         self, s: Server, r: int, tau_s: float, late: bool
@@ -1823,7 +1902,8 @@ class PolyServePolicy:
 
     - co-located (``mixed``): every decoding request, then prefill chunks (earliest first-token
       deadline first) up to the tokens the profile allows within the tier's TPOT at the current
-      KV (at least ``min_chunk_tokens``);
+      KV (at least ``min_chunk_tokens``); with no request decoding (``tpot_bound="decoding"``)
+      the first prompt alone, as much of it as the server's token cap allows;
     - prefill: dynamic chunking (Sec. 4.7): prompts in deadline order fill a budget of ``C``
       tokens; a prompt with fewer than ``2C`` tokens left is finished in one iteration, and then
       nothing else joins it;
@@ -2018,6 +2098,7 @@ class PolyServePolicy:
             else:
                 decode_kv = int(server.kv_held_of(np.array(decode, dtype=np.int64)).sum())
         budget = server.max_batch_tokens - n_decode if server.max_batch_tokens else 1 << 30
+        cap = budget
         if params.chunk_timing == "profile":
             budget = min(budget, c.profile.max_tokens(decode_kv, tau) - n_decode)
         free = kv_free - n_decode
@@ -2032,15 +2113,22 @@ class PolyServePolicy:
         if preempt:
             candidates = tuple(q for q in candidates if q not in preempt)
         by_model = params.chunk_timing == "model"
+        # nothing decoding: no TPOT bounds this iteration (Sec. 3.4's bound is "from the
+        # decode perspective"); the first prompt takes what the server's token cap allows,
+        # alone (a prompt joining it would delay its first token)
+        unbound = not n_decode and params.tpot_bound == "decoding"
         for r in self._deadline_order(candidates, server.now):
             if slots <= 0:
                 break
             left = server.remaining_prefill(r)
             prefix = server.kv_held(r) - server.generated(r)
-            take = min(left, budget - tokens)
-            if by_model and take > 0:
-                shape = (n_decode, decode_kv, tokens, work, len(prefill))
-                take = self._chunk_within(server.timing, tau, shape, prefix, take)
+            if unbound and not prefill:
+                take = min(left, cap)
+            else:
+                take = min(left, budget - tokens)
+                if by_model and take > 0:
+                    shape = (n_decode, decode_kv, tokens, work, len(prefill))
+                    take = self._chunk_within(server.timing, tau, shape, prefix, take)
             if take < 1 and not prefill:
                 take = min(left, params.min_chunk_tokens)  # never starve the prompts
             if take < 1:
@@ -2054,8 +2142,8 @@ class PolyServePolicy:
             tokens += take
             work += take * (prefix + (take + 1) / 2.0)
             slots -= 1
-            if take < left:
-                break  # the budget is used up
+            if take < left or unbound:
+                break  # the budget is used up, or the prompt alone as the server allows
         if not prefill and not decode:
             return Batch(preempt=preempt)
         whole = not preempt and n_decode == len(running)
@@ -2233,6 +2321,23 @@ register_policy(
     "PolyServe: TPOT tiers, highest-load feasible server, lazy promotion, autoscaling from a "
     "best-effort pool (routes and scales itself; --mode colocated or disaggregated)",
     setup=polyserve_scheduler,
+    capacity_bound=capacity_bound,
+)
+
+
+def _always_tpot_scheduler(instance: Instance, **options: Any) -> Scheduler:
+    """PolyServe with every co-located iteration within the tier's TPOT, a prompt alone on a
+    server too (``tpot_bound="always"``)."""
+    return polyserve_scheduler(instance, params=PolyServeParams(tpot_bound="always"), **options)
+
+
+register_policy(
+    "polyserve-always-tpot",
+    PolyServePolicy,
+    "PolyServe with every co-located iteration within the tier's TPOT, a prompt alone on an "
+    "idle server too (Sec. 4.7 read literally; the default bounds it only while a request "
+    "decodes, Sec. 3.4)",
+    setup=_always_tpot_scheduler,
     capacity_bound=capacity_bound,
 )
 _RANDOM, _MINIMAL, _CHUNK = _baseline("random"), _baseline("minimal"), _baseline("chunk")

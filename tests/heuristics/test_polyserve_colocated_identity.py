@@ -34,8 +34,11 @@ from test_polyserve_held_retries import mooncake_run
 #: Outcome digest (every recorded array, token times included, and the scaling events) and
 #: routing decisions of the code before these changes on the Azure conversation stream (2,000
 #: requests at 60 % of the fluid rate of 16 co-located servers, PolyServe's scaler on); the
-#: Mooncake runs at 1 and 2 req/s on 8 servers are test_polyserve_held_retries.py's.
-FORMER = ("33c5b28d2b84abd938ba5edbdc17a126431e9ef94ea8bab83787d8512b98c44c", 2012)
+#: Mooncake runs at 1 and 2 req/s on 8 servers are test_polyserve_held_retries.py's. Since a
+#: prompt alone on a server is prefilled as the server allows (``tpot_bound="decoding"``) the
+#: run is 33c5b28d2b84abd9... with 2,012 decisions under every iteration within the TPOT and
+#: this one by default.
+FORMER = ("c72541b3b6590403872bc605a04ae62d732caf1c561485e58021db658db23880", 2014)
 
 
 def former_chunk_attention_work(chunk: int, longest: int) -> float:

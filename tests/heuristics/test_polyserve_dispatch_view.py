@@ -92,7 +92,8 @@ def test_dispatch_view_answers_as_the_servers_read_again(promotion):
     ranking, signature and tier-list update of the run equals the former reading (thousands of
     retry points: held long prompts are offered again at every tick)."""
     inst = polyserve_cluster(mooncake(2.0, 80), "colocated", 8)
-    controller = CheckedController(PolyServeParams(promotion=promotion))
+    # every iteration within the TPOT: the rule under which these long prompts are held
+    controller = CheckedController(PolyServeParams(promotion=promotion, tpot_bound="always"))
     run(controller, inst, scaled=True)
     # each retry point ranks once and signs each tier with held requests at least once
     assert controller.compared["ranked"] > 1000

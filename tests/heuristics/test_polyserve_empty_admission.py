@@ -14,6 +14,7 @@ from slolab.heuristics.polyserve import (
     _FULL,
     _TOO_LATE,
     PolyServeController,
+    PolyServeParams,
     PolyServePolicy,
     polyserve_cluster,
 )
@@ -90,7 +91,9 @@ def test_empty_servers_answer_as_their_queue_would_on_mooncake():
     gets the queue path's code; refusals for the deadline and placements on time and late
     occur (an empty server always has room for these prompts)."""
     inst = polyserve_cluster(mooncake(2.0, 120), "colocated", 8)
-    controller = CheckedController()
+    # every iteration within the TPOT: the rule whose empty-server answers are remembered
+    # parts (with the default a prompt alone is predicted by _admit_idle on both paths)
+    controller = CheckedController(PolyServeParams(tpot_bound="always"))
     run(controller, inst, scaled=True)
     codes = controller.codes
     assert codes[_TOO_LATE, False] > 1000
@@ -152,6 +155,6 @@ def test_fixed_pool_mooncake_runs_keep_the_former_outcomes(rate):
     """150 Mooncake requests on 8 servers in fixed tier pools: the former outcome (every token
     time) and decision count, retries of held requests included (more decisions than
     requests); with the scaler: test_polyserve_held_retries.py."""
-    controller = PolyServeController()
+    controller = PolyServeController(PolyServeParams(tpot_bound="always"))  # the former rule
     out = run(controller, fixed_pools(mooncake(rate, 150), 8, 2), scaled=False)
     assert (digest(out), controller.decisions) == FORMER_FIXED[rate]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from slolab.heuristics.polyserve import PolyServeController, polyserve_cluster
+from slolab.heuristics.polyserve import PolyServeController, PolyServeParams, polyserve_cluster
 from slolab.instances.records import Instance, Workload
 from test_polyserve_empty_admission import SMALL, mooncake, run, sparse
 from test_polyserve_held_index import LINE, outcome
@@ -85,7 +85,9 @@ def test_mooncake_runs_near_capacity_are_the_same_with_held_ticks_passed(rate):
     """100 Mooncake requests at the rates that bracket the 4,000-request capacity, 8 servers
     under the scaler: the same outcome and routing decisions whether the held ticks run or are
     passed over, and about half the ticks are passed over."""
-    ticked, skipped = Ticking(), Counting()
+    # every iteration within the TPOT: the rule that holds these long prompts (ticks to pass)
+    always = PolyServeParams(tpot_bound="always")
+    ticked, skipped = Ticking(always), Counting(always)
     inst = polyserve_cluster(mooncake(rate, LIMIT), "colocated", 8)
     same_outcome(run(ticked, inst, scaled=True), run(skipped, inst, scaled=True))
     assert ticked.decisions == skipped.decisions
