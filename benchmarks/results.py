@@ -480,20 +480,35 @@ def run_papers(names: list[str], quick: bool) -> dict[str, Any]:
     return data
 
 
-def guarded(paper: dict[str, Any]) -> dict[str, Any]:
-    """The part of a paper's data the suite's guard compares: figures and verdicts."""
-    return {"figures": paper["figures"], "verdicts": paper["verdicts"]}
+#: Fields that name an item of a list of records in a flattened figure's path.
+LABELS = ("policy", "kind", "n", "b", "queued", "replicas", "load", "seed", "solver", "method")
 
 
-def _flat(prefix: str, value: Any, rows: list[dict[str, Any]]) -> None:
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """``value`` as ``{path: number or string}``: each figure's line names it in full (a list
+    item by its labelling fields, e.g. ``policies[policy=edf].attainment[1]``)."""
     if isinstance(value, dict):
-        for k, v in value.items():
-            _flat(f"{prefix}.{k}" if prefix else str(k), v, rows)
-    elif isinstance(value, list) and value and isinstance(value[0], dict):
+        items = [(str(k), v) for k, v in value.items()]
+        sep = "."
+    elif isinstance(value, list):
+        items = []
         for i, v in enumerate(value):
-            _flat(f"{prefix}[{i}]", v, rows)
+            label = [f"{k}={v[k]}" for k in LABELS if isinstance(v, dict) and k in v]
+            items.append((",".join(label) if label else str(i), v))
+        sep = "["
     else:
-        rows.append({"figure": prefix, "value": json.dumps(value)})
+        return {prefix: value}
+    flat: dict[str, Any] = {}
+    for key, v in items:
+        path = f"{prefix}[{key}]" if sep == "[" else (f"{prefix}.{key}" if prefix else key)
+        flat |= flatten(v, path)
+    return flat
+
+
+def guarded(paper: dict[str, Any]) -> dict[str, Any]:
+    """The part of a paper's data the suite's guard compares, flattened: figures and verdicts,
+    one line per figure, so a moved figure's diff line names it with its old and new value."""
+    return flatten({"figures": paper["figures"], "verdicts": paper["verdicts"]})
 
 
 def write(data: dict[str, Any], out: Path) -> Path:
@@ -502,11 +517,9 @@ def write(data: dict[str, Any], out: Path) -> Path:
     path = out / f"results-{data['header']['profile']}.json"
     path.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
     for name, paper in data["papers"].items():
-        rows: list[dict[str, Any]] = []
-        _flat("", paper, rows)
-        pd.DataFrame(rows).to_csv(
-            out / f"results-{data['header']['profile']}-{name}.csv", index=False
-        )
+        rows = [{"figure": k, "value": json.dumps(v)} for k, v in flatten(paper).items()]
+        table = pd.DataFrame(rows)
+        table.to_csv(out / f"results-{data['header']['profile']}-{name}.csv", index=False)
     return path
 
 
