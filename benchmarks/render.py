@@ -156,20 +156,13 @@ def _polyserve(p: dict[str, Any]) -> list[str]:
     return [
         "## PolyServe",
         "",
-        f"Capacity at 90% attainment on 8 servers, PolyServe's SLOs, first {f['requests']:,} "
-        f"Azure conversation requests (trace arrivals time-scaled; {_pct(f['rel_tol'])} bracket):",
+        f"Goodput (req/s) at 90% attainment on 8 servers, PolyServe's SLOs, Azure conversation "
+        f"lengths, Poisson streams of {f['stream_requests']:,} requests ({f['span_s']:g} s at 80% "
+        f"of the optimal throughput; {_pct(f['rel_tol'])} bracket):",
         "",
         *_table(
-            ["policy", "capacity (req/s)", "bracket", "probes"],
-            [
-                [
-                    k,
-                    f"{v['capacity']:.4g}",
-                    f"[{v['bracket'][0]:.4g}, {v['bracket'][1]:.4g}]",
-                    v["probes"],
-                ]
-                for k, v in conv.items()
-            ],
+            ["policy", "goodput (req/s)", "probes", "token budget"],
+            [[k, f"{v['goodput']:.4g}", v["probes"], v["token_budget"]] for k, v in conv.items()],
         ),
         "",
         f"The paper's optimal throughput on these requests is {f['optimal_throughput']:.4g} "
