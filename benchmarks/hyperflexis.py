@@ -107,9 +107,12 @@ def latency(quick: bool) -> pd.DataFrame:
 # -- 2. exact solve time against the window -----------------------------------------------------
 
 
-def exact(quick: bool) -> pd.DataFrame:
+def exact(quick: bool, sizes: tuple[int, ...] | None = None) -> pd.DataFrame:
+    """Windows of ``sizes`` requests (default by ``quick``) by HiGHS, CP-SAT and exhaustive
+    search; a backend stops after a size it proves on no seed."""
     rows = []
-    sizes = (2, 3) if quick else (2, 3, 4, 5, 6, 7, 8)
+    if sizes is None:
+        sizes = (2, 3) if quick else (2, 3, 4, 5, 6, 7, 8)
     seeds = (0,) if quick else (0, 1, 2)
     limit = 10.0 if quick else 30.0
     stopped = {"highs": False, "cpsat": False, "brute": False}

@@ -214,12 +214,23 @@ def part_batch(quick: bool) -> pd.DataFrame:
 # -- 3. horizon exact ------------------------------------------------------------------------------
 
 
-def part_horizon(quick: bool) -> pd.DataFrame:
+def part_horizon(
+    quick: bool,
+    sizes: tuple[int, ...] | None = None,
+    gap_sizes: tuple[int, ...] | None = None,
+    cpsat_upto: int = 4,
+) -> pd.DataFrame:
+    """Windows proved by size (``sizes``, high load, seed 0; CP-SAT too up to ``cpsat_upto``
+    requests) and every policy's gap on the windows of ``gap_sizes`` at three loads (defaults
+    by ``quick``)."""
     rows = []
-    sizes = (2, 3, 4) if quick else (2, 3, 4, 5, 6, 7, 8)
+    if sizes is None:
+        sizes = (2, 3, 4) if quick else (2, 3, 4, 5, 6, 7, 8)
+    if gap_sizes is None:
+        gap_sizes = (3,) if quick else (4, 6)
     for n in sizes:
         inst = build_instance("tdg-horizon", n=n, load="high", seed=0)
-        solvers = ("highs", "cpsat") if n <= 4 else ("highs",)
+        solvers = ("highs", "cpsat") if n <= cpsat_upto else ("highs",)
         for solver in solvers:
             frame = compare(inst, [solver, "slide-batching"], time_limit=60.0)
             ex = frame.iloc[0]
@@ -239,7 +250,7 @@ def part_horizon(quick: bool) -> pd.DataFrame:
             )
     methods = ["highs", *PROSERVE_POLICIES]
     seeds = (0,) if quick else (0, 1, 2)
-    for n in (3,) if quick else (4, 6):
+    for n in gap_sizes:
         for load in ("low", "medium", "high"):
             for seed in seeds:
                 inst = build_instance("tdg-horizon", n=n, load=load, seed=seed)
