@@ -100,7 +100,7 @@ def plugin_failure(
     frame is the first frame of the traceback outside the slolab package; ``exc`` is a plugin's
     when its type is not slolab's own (a :class:`slolab.sim.PolicyError` keeps its form) and
     that frame is a method of one of ``plugins`` (``kind -> object``, e.g.
-    ``{"policy": policy}``). An error of a library that slolab's own code called (NumPy's,
+    ``{"policy": policy}``) or one of them if it is a function (an SLO scheme). An error of a library that slolab's own code called (NumPy's,
     say) is not re-labelled. ``where`` (say ``"t=1.5 s on server 0"``) ends the message.
     """
     if _is_own_exception(exc):
@@ -112,11 +112,17 @@ def plugin_failure(
         return None
     frame = tb.tb_frame
     owner = frame.f_locals.get("self")
-    found = (k for k, obj in plugins.items() if obj is not None and obj is owner)
-    kind = next(found, None)
+    found = (
+        (k, obj)
+        for k, obj in plugins.items()
+        if obj is not None
+        and (obj is owner or getattr(obj, "__code__", None) is frame.f_code)
+    )
+    kind, obj = next(found, (None, None))
     if kind is None:
         return None
-    name = f"{kind} {type(owner).__module__}:{type(owner).__qualname__}"
+    made = obj if obj is not owner else type(owner)
+    name = f"{kind} {made.__module__}:{made.__qualname__}"
     origin = tb
     while origin.tb_next is not None:
         origin = origin.tb_next

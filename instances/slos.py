@@ -524,7 +524,16 @@ def assign_slos(
             f"accepted: {', '.join(accepted) or 'none'}"
         )
     rng = np.random.default_rng(int(seed))
-    columns = SCHEMES[scheme](workload, rng, timing, **params)
+    make = SCHEMES[scheme]
+    try:
+        columns = make(workload, rng, timing, **params)
+    except Exception as exc:
+        from slolab.plugin_loading import plugin_failure
+
+        failure = plugin_failure(exc, {"SLO scheme": make}, f"assigning SLOs (--slos {scheme})")
+        if failure is None:
+            raise
+        raise failure from exc
     merged = {name: workload[name] for name in workload.columns}
     merged.update(columns)
     try:
