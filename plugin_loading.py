@@ -115,8 +115,7 @@ def plugin_failure(
     found = (
         (k, obj)
         for k, obj in plugins.items()
-        if obj is not None
-        and (obj is owner or getattr(obj, "__code__", None) is frame.f_code)
+        if obj is not None and (obj is owner or getattr(obj, "__code__", None) is frame.f_code)
     )
     kind, obj = next(found, (None, None))
     if kind is None:

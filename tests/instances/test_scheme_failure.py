@@ -17,9 +17,7 @@ SOURCE = textwrap.dedent(
 )
 
 
-WORKLOAD = Workload(
-    {"arrival_s": [0.0, 1.0], "prompt_tokens": [5, 7], "output_tokens": [2, 3]}
-)
+WORKLOAD = Workload({"arrival_s": [0.0, 1.0], "prompt_tokens": [5, 7], "output_tokens": [2, 3]})
 
 
 @pytest.fixture
