@@ -118,9 +118,9 @@ def plugin_failure(
         if obj is not None and (obj is owner or getattr(obj, "__code__", None) is frame.f_code)
     )
     kind, obj = next(found, (None, None))
-    if kind is None:
+    if kind is None or obj is None:
         return None
-    made = obj if obj is not owner else type(owner)
+    made: Any = obj if obj is not owner else type(owner)
     name = f"{kind} {made.__module__}:{made.__qualname__}"
     origin = tb
     while origin.tb_next is not None:
