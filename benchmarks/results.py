@@ -11,7 +11,8 @@ about 20 minutes).
 Writes ``results-{quick,full}.json`` and a CSV per paper under ``--out`` (default
 ``benchmarks/out/``), with a header record: UTC date, git commit and dirty flag, the 1-minute
 load average before and after, python and key package versions. The full profile with
-``--docs`` also writes ``docs/results/full.json`` and renders docs/results.md from it
+``--docs`` also writes ``docs/results/full.json`` and renders docs/results.md and the results
+block at the head of each per-paper page's results section from it
 (:mod:`slolab.benchmarks.render`). The guard's stored values are rewritten on purpose with
 ``python -m pytest tests/results --force-regen`` (pytest-regressions), which shows each moved
 figure's before and after in the diff of ``tests/results/*.yml``.
@@ -534,7 +535,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument(
         "--docs",
         action="store_true",
-        help="full profile: also write docs/results/full.json and render docs/results.md",
+        help="full profile: also write docs/results/full.json and render docs/results.md "
+        "and each per-paper page's results block",
     )
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     args = ap.parse_args(argv)

@@ -1,5 +1,6 @@
 """docs/results.md is exactly the rendering of the committed full profile (no hand edits)."""
 
+import pytest
 from slolab.benchmarks import render
 
 
@@ -8,3 +9,21 @@ def test_results_page_is_rendered_from_full_json():
     data = render.load()
     assert data["header"]["profile"] == "full"
     assert render.render(data) == render.PAGE.read_text()
+
+
+@pytest.mark.parametrize("name", sorted(render.PAPER_PAGES))
+def test_each_paper_page_carries_its_rendered_block(name):
+    """Each per-paper page's results block is the rendering of the committed full profile."""
+    data = render.load()
+    page = render.paper_page(name).read_text()
+    assert render.splice(page, name, render.render_block(data, name)) == page
+    # the block is really there, not an empty pair of markers
+    begin, end = render.block_markers(name)
+    inside = page.partition(begin + "\n")[2].partition(end)[0]
+    assert inside == render.render_block(data, name) and "|" in inside
+
+
+def test_a_page_without_its_markers_is_refused():
+    """A page that lost its markers fails loudly rather than losing its block silently."""
+    with pytest.raises(ValueError, match="exactly one pair of markers for 'proserve'"):
+        render.splice("# ProServe\n\nno block here\n", "proserve", "x\n")
