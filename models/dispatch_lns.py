@@ -579,6 +579,8 @@ def lns(
     time_limit: float = 60.0,
     starts: Mapping[str, StartRun] = MappingProxyType({}),
     progress: bool | None = None,
+    max_moves: int | None = None,
+    pooled_runs: int | None = None,
 ) -> LnsResult:
     """Large-neighbourhood search from the best start (see the module docstring).
 
@@ -597,6 +599,11 @@ def lns(
         on one worker are always candidates.
     progress : bool, optional
         Progress line on stderr (default: when stderr is a terminal).
+    max_moves : int, optional
+        Stop after this many moves, exact ones included (as well as at the time limit).
+    pooled_runs : int, optional
+        Most runs of the search on the pooled start's given-up prompts (as well as its share
+        of the time).
 
     Returns
     -------
@@ -646,7 +653,9 @@ def lns(
         # the best pooled variant, with the prompts it gives up searched
         until = time.perf_counter() + POOLED_SEARCH_SHARE * max(stop - time.perf_counter(), 0.0)
         try:
-            searched, _, _ = _pooled_search(data, tables, pooled_best[1], until, rng)
+            searched, _, _ = _pooled_search(
+                data, tables, pooled_best[1], until, rng, max_runs=pooled_runs
+            )
         except KeyboardInterrupt:
             interrupted, searched = True, None
         if searched is not None:
@@ -665,7 +674,11 @@ def lns(
     shown = time.perf_counter()
     exact_rng = np.random.default_rng([seed, 1])
     try:
-        while not interrupted and time.perf_counter() < stop:
+        while (
+            not interrupted
+            and time.perf_counter() < stop
+            and (max_moves is None or tried + exact_tried < max_moves)
+        ):
             began = time.perf_counter()
             is_exact = tried >= EXACT_EVERY * (exact_tried + 1)
             if is_exact:
@@ -912,6 +925,7 @@ def _pooled_search(
     variant: tuple[bool, float],
     stop: float,
     rng: np.random.Generator,
+    max_runs: int | None = None,
 ) -> tuple[_State | None, int, int]:
     """Hill climbing on the prompts the pooled start gives up from their arrival: give up a
     request met near a missed one (within 1 s, a first-token target under 5 s), or take one
@@ -921,7 +935,7 @@ def _pooled_search(
     best = _pooled_start(data, tables, stop, lazy=lazy, lookahead_s=lookahead)
     runs = kept = 0
     arrival, first_due = tables.arrival, tables.first_due
-    while best is not None and time.perf_counter() < stop:
+    while best is not None and time.perf_counter() < stop and (max_runs is None or runs < max_runs):
         runs += 1
         missed = sorted(set().union(*(w.late for w in best.workers)) - given_up)
         if given_up and (not missed or rng.random() < 0.3):
