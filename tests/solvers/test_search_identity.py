@@ -125,7 +125,7 @@ def tdg_fingerprint(name: str) -> tuple:
     trace, n, load, seed, steps = TDG_CASES[name]
     inst = horizon_window(trace, n=n, seed=seed, load=load, max_output_tokens=0)
     schedule, report = tdg_search.steered_search(
-        inst, seed=seed, time_limit=NEVER_S, max_steps=steps, progress=False
+        inst, seed=seed, time_limit=NEVER_S, max_steps=steps, quiet=True
     )
     return (
         _schedule_digest(schedule),
@@ -142,7 +142,7 @@ def slice_fingerprint(name: str) -> tuple:
     trace, n, load, seed, steps, slices = SLICE_CASES[name]
     inst = horizon_window(trace, n=n, seed=seed, load=load, max_output_tokens=0)
     schedule, _ = tdg_search.steered_search(
-        inst, seed=seed, time_limit=NEVER_S, max_steps=steps, progress=False
+        inst, seed=seed, time_limit=NEVER_S, max_steps=steps, quiet=True
     )
     out, report = tdg_search.slice_search(
         inst, replay(inst, schedule), seed=seed, time_limit=NEVER_S, max_slices=slices
