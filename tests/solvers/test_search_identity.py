@@ -99,7 +99,7 @@ def dispatch_fingerprint(name: str) -> tuple:
         seed=7,
         time_limit=NEVER_S,
         starts=LNS_STARTS,
-        progress=False,
+        quiet=True,
         max_moves=moves,
         pooled_runs=pooled,
     )
