@@ -38,9 +38,7 @@ def test_negative_max_output_tokens_is_refused():
 def test_lns_at_least_the_best_policy_replayed_and_checker_clean(code_window):
     """lns starts from the best online policy, so it is never worse; its schedule replays to
     the value it reports and passes the checker."""
-    schedule, report = tdg_search.steered_search(
-        code_window, seed=0, time_limit=3.0, quiet=True
-    )
+    schedule, report = tdg_search.steered_search(code_window, seed=0, time_limit=3.0, quiet=True)
     out = replay(code_window, schedule)
     assert metrics.tdg(code_window, out) == pytest.approx(report.tdg, rel=1e-12)
     assert check(code_window, out) == []
@@ -81,9 +79,7 @@ def test_lns_keeps_the_incumbent_on_ctrl_c(code_window, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(tdg_search, "_run", interrupted_after_start)
-    schedule, report = tdg_search.steered_search(
-        code_window, seed=0, time_limit=30.0, quiet=True
-    )
+    schedule, report = tdg_search.steered_search(code_window, seed=0, time_limit=30.0, quiet=True)
     assert report.interrupted
     assert report.tdg == report.start_tdg
     assert metrics.tdg(code_window, replay(code_window, schedule)) == pytest.approx(report.tdg)
