@@ -209,3 +209,65 @@ def test_cli_quiet_solve_of_dispatch_lns_draws_no_bar(tmp_path, capsys, monkeypa
     capsys.readouterr()
     assert main([*args, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["model"] == "dispatch-lns"
+
+
+def test_ctrl_c_in_dispatch_lns_exact_move_keeps_the_incumbent(monkeypatch):
+    """A KeyboardInterrupt inside the second exact sub-window solve of dispatch-lns: the search
+    returns its incumbent, interrupted, replayed to its objective, at least its start."""
+    from slolab.models import dispatch_lns
+    from slolab.models.dispatch_scale import DispatchScale, ScaleWindow, decision_schedule
+    from slolab.problems import build_instance
+    from slolab.sim import check, replay
+
+    lives_window = dispatch_lns.lives_window
+
+    inst = build_instance("dispatch-scale", n=12, seed=1)
+    calls = {"n": 0}
+    real = dispatch_lns.solve_subwindow
+
+    def interrupted_solve(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dispatch_lns, "solve_subwindow", interrupted_solve)
+    found = dispatch_lns.lns(inst, seed=7, time_limit=60.0, quiet=True)
+    assert found.interrupted and found.stop_reason == "interrupted"
+    # EXACT_EVERY = 3 other moves before each exact one: exact moves after the 3rd and the
+    # 6th other move; the second is interrupted inside its solve and not counted as tried
+    assert calls["n"] == 2
+    assert (found.moves_tried, found.exact_tried) == (6, 1)
+    assert found.objective >= found.start_objective - 1e-12
+    data = ScaleWindow.of(inst)
+    schedule = decision_schedule(lives_window(data, found.decision), found.decision)
+    out = replay(inst, schedule)
+    assert check(inst, out) == []
+    assert DispatchScale(inst).evaluate(schedule) == found.objective
+
+
+def test_ctrl_c_in_a_slice_milp_keeps_the_incumbent(monkeypatch):
+    """A KeyboardInterrupt inside the third slice MILP of the tdg-horizon slice search: its
+    incumbent (the run after the slices kept so far) is returned, interrupted."""
+    import slolab.solvers
+    from slolab.heuristics import tdg_search
+    from slolab.problems.tdg_horizon import horizon_window
+    from slolab.sim import metrics, replay
+
+    inst = horizon_window("azure_code_2023", n=16, seed=0, load="high", max_output_tokens=0)
+    schedule, _ = tdg_search.steered_search(inst, seed=0, time_limit=60.0, max_steps=5, quiet=True)
+    calls = {"n": 0}
+    real = slolab.solvers.solve
+
+    def interrupted_solve(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(slolab.solvers, "solve", interrupted_solve)
+    out, report = tdg_search.slice_search(
+        inst, replay(inst, schedule), seed=0, time_limit=60.0, quiet=True
+    )
+    assert report.interrupted and report.slices == 3
+    assert metrics.tdg(inst, out) == report.tdg >= report.start_tdg
