@@ -440,14 +440,15 @@ def slice_search(
             lost = _lost_per_iteration(instance, candidate)
             tried.clear()
 
-    found = Search(
+    slicing: Search[Outcome] = Search(
         FirstOf(
             MaxRuntime(time_limit), MaxIterations(max_slices) if max_slices is not None else None
         ),
         desc="slices",
         objective_name="TDG",
         quiet=quiet,
-    ).run(outcome, start_value, step)
+    )
+    found = slicing.run(outcome, start_value, step)
     report = SliceReport(
         start_tdg=float(start_value),
         tdg=float(found.objective),
@@ -539,7 +540,7 @@ def steered_search(
             lost = _lost_gain(instance, out)
 
     ones = np.ones(n)
-    steering = Search(
+    steering: Search[tuple[Outcome, np.ndarray, np.ndarray]] = Search(
         FirstOf(
             MaxRuntime(time_limit),
             MaxIterations(max_steps) if max_steps is not None else None,

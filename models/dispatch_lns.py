@@ -697,7 +697,7 @@ def lns(
         counts["exact_kept"] += is_exact
         search.keep(state, state.total())
 
-    moves = Search(
+    moves: Search[_State] = Search(
         FirstOf(
             MaxRuntime(time_limit), MaxIterations(max_moves) if max_moves is not None else None
         ),
@@ -977,9 +977,8 @@ def _pooled_search(
     stop = FirstOf(
         MaxRuntime(time_limit), MaxIterations(max_runs) if max_runs is not None else None
     )
-    return Search[_State | None](stop, desc="lns pooled", quiet=True, started=started).run(
-        best, best.total(), step
-    )
+    search: Search[_State | None] = Search(stop, desc="lns pooled", quiet=True, started=started)
+    return search.run(best, best.total(), step)
 
 
 def _triage(tables: _Tables, viable: Sequence[int], clocks: Sequence[float]) -> list[int]:

@@ -101,7 +101,8 @@ class StopRule(Protocol):
     ``reason`` names it in :attr:`SearchResult.stop_reason`; ``limit_s`` is its time box in
     seconds (infinite when it has none)."""
 
-    reason: str
+    @property
+    def reason(self) -> str: ...
 
     def __call__(self, progress: Progress) -> bool: ...
 
