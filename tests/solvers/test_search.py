@@ -271,3 +271,23 @@ def test_ctrl_c_in_a_slice_milp_keeps_the_incumbent(monkeypatch):
     )
     assert report.interrupted and report.slices == 3
     assert metrics.tdg(inst, out) == report.tdg >= report.start_tdg
+
+
+def test_compare_silences_the_searches_bars(monkeypatch):
+    """compare without its own bar runs lns of dispatch-scale and tdg-horizon and the model
+    dispatch-lns on a terminal: nothing is drawn on stderr, and each lns row is a heuristic."""
+    from slolab.harness.compare import compare
+    from slolab.problems import build_instance
+    from slolab.problems.tdg_horizon import horizon_window
+
+    screen = Terminal()
+    monkeypatch.setattr("sys.stderr", screen)
+    monkeypatch.setattr(search_module, "PROGRESS_EVERY_S", 0.0)
+    window = build_instance("dispatch-scale", n=6, seed=0)
+    rows = compare(window, ["lns", "dispatch-lns:highs"], time_limit=1.0).set_index("method")
+    assert (
+        rows.loc["lns", "kind"] == "heuristic" and rows.loc["dispatch-lns:highs", "kind"] == "exact"
+    )
+    horizon = horizon_window("azure_code_2023", n=8, seed=0, load="high", max_output_tokens=0)
+    assert compare(horizon, ["lns"], time_limit=1.0)["kind"].tolist() == ["heuristic"]
+    assert screen.getvalue() == ""
