@@ -172,6 +172,8 @@ class FirstOf:
 
     def __init__(self, *rules: StopRule | None) -> None:
         self.rules = tuple(r for r in rules if r is not None)
+        if not self.rules:
+            raise ValueError("FirstOf needs at least one stopping rule")
         self.reason = ""
 
     def __call__(self, progress: Progress) -> bool:

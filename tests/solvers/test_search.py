@@ -106,13 +106,15 @@ def test_first_of_names_the_rule_that_fired_and_takes_the_tightest_time_box():
 
 
 def test_stop_rules_refuse_bad_arguments():
-    """Negative seconds or iterations, and NoImprovement(0), are refused with the field named."""
+    """Negative seconds or iterations, NoImprovement(0) and FirstOf with no rule are refused."""
     with pytest.raises(ValueError, match="seconds must be >= 0"):
         MaxRuntime(-1.0)
     with pytest.raises(ValueError, match="iterations must be >= 0"):
         MaxIterations(-1)
     with pytest.raises(ValueError, match="iterations must be >= 1"):
         NoImprovement(0)
+    with pytest.raises(ValueError, match="at least one stopping rule"):
+        FirstOf(None)
 
 
 def test_exhausted_ends_the_search_without_counting_a_step():

@@ -22,6 +22,12 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def trace_cut(trace: str, n: int, **options) -> dict:
+    """Build options of ``n`` requests of ``trace`` at high load with their real outputs,
+    0.002 attainment per worker-second."""
+    return dict(trace=trace, n=n, load="high", max_output_tokens=0, cost_weight=0.002, **options)
+
+
 #: dispatch-scale windows: build options, moves, pooled runs.
 DISPATCH_CASES = {
     "mix-n8-s0": (dict(n=8, seed=0), 200, 10),
@@ -31,34 +37,8 @@ DISPATCH_CASES = {
     "mix-n20-s2-real": (dict(n=20, seed=2, max_output_tokens=0), 300, 20),
     "mix-n16-s4-2task": (dict(n=16, seed=4, task_set="2-task", servers=2, max_servers=3), 300, 20),
     "mix-n10-s5-disk": (dict(n=10, seed=5, startup="disk", cost_weight=0.05), 300, 20),
-    "conv-n30-s3": (
-        dict(
-            trace="azure_conv_2023",
-            n=30,
-            load="high",
-            max_output_tokens=0,
-            servers=2,
-            max_servers=4,
-            cost_weight=0.002,
-            seed=3,
-        ),
-        300,
-        20,
-    ),
-    "code-n24-s1": (
-        dict(
-            trace="azure_code_2023",
-            n=24,
-            load="high",
-            max_output_tokens=0,
-            servers=1,
-            max_servers=3,
-            cost_weight=0.002,
-            seed=1,
-        ),
-        300,
-        20,
-    ),
+    "conv-n30-s3": (trace_cut("azure_conv_2023", 30, servers=2, max_servers=4, seed=3), 300, 20),
+    "code-n24-s1": (trace_cut("azure_code_2023", 24, servers=1, max_servers=3, seed=1), 300, 20),
     "code-n16-s0-medium": (
         dict(trace="azure_code_2023", n=16, load="medium", max_output_tokens=0, seed=0),
         300,
