@@ -8,8 +8,10 @@ costs 0.1 of attainment (``lambda = 0.1 / (4 x span)``), and on it:
 
 - ``bound``: the work-and-availability LP (HiGHS), its value and time; the ideal bound; for
   windows of at most 50 requests also the relaxation with binary ``m_r`` (HiGHS MILP);
-- ``lns``: the large-neighbourhood search from its best start (time limit by size, or
-  ``--time-limit`` for every window);
+- ``lns``: the large-neighbourhood search heuristic from its best start
+  (:func:`slolab.problems.dispatch_scale.lns_schedule`; the whole time limit goes to the
+  search, by size or ``--time-limit`` for every window; the exact model ``dispatch-lns``
+  runs the same search beside the bound, which this benchmark takes from ``bound``);
 - the online heuristics HyperFlexis (with and without its scaler) and round robin, each with
   its gap interval ``[gap_lo, gap_hi]`` from those two rows.
 

@@ -32,7 +32,7 @@ def one_run(n: int, load: str, limit: float, slice_after: int | None) -> dict[st
     inst = horizon_window("azure_code_2023", n=n, seed=0, load=load, max_output_tokens=KEEP_OUTPUTS)
     cpu = time.process_time()
     schedule, report = steered_search(
-        inst, seed=0, time_limit=limit, slice_after=slice_after, progress=False
+        inst, seed=0, time_limit=limit, slice_after=slice_after, quiet=True
     )
     cpu_s = time.process_time() - cpu
     out = replay(inst, schedule)

@@ -581,7 +581,10 @@ def cmd_solve(a: argparse.Namespace) -> int:
             f"{', '.join(problem.models)}"
         )
     model = build_model(model_name, inst)
-    with elapsed_bar(f"solve {a.solver}", a.time_limit, enabled=not a.json and not a.quiet):
+    model.quiet = a.json or a.quiet
+    # a model whose search draws its own bar gets no second one around it
+    show = not model.quiet and not type(model).draws_progress
+    with elapsed_bar(f"solve {a.solver}", a.time_limit, enabled=show):
         res = solve(
             model,
             solver=a.solver,

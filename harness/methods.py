@@ -82,9 +82,13 @@ def _heuristic_method(problem: Problem, h: Heuristic) -> Method:
         def plan(instance: Instance, *, seed: int, time_limit: float = 60.0, **_: Any) -> MethodRun:
             t0 = time.perf_counter()
             make = resolve(make_schedule)
-            # a search that takes a time limit gets the run's (--time-limit)
-            timed = "time_limit" in inspect.signature(make).parameters
-            schedule = make(instance, seed=seed, **({"time_limit": time_limit} if timed else {}))
+            # a search that takes a time limit gets the run's (--time-limit); its progress bar
+            # is silenced (compare draws its own)
+            accepted = inspect.signature(make).parameters
+            options: dict[str, Any] = {"time_limit": time_limit} if "time_limit" in accepted else {}
+            if "quiet" in accepted:
+                options["quiet"] = True
+            schedule = make(instance, seed=seed, **options)
             decided = time.perf_counter() - t0
             out = replay(instance, schedule)
             return MethodRun(out, decided, "HEURISTIC", details={"decision_s": decided})
@@ -129,6 +133,7 @@ def _exact_method(name: str, problem: str, model_name: str, solver: str) -> Meth
         instance: Instance, *, seed: int, time_limit: float = 60.0, threads: int = 1, **_: Any
     ) -> MethodRun:
         model = build_model(model_name, instance)
+        model.quiet = True  # a search's own bar is silenced (compare draws its own)
         res = solve(model, solver=solver, time_limit=time_limit, threads=threads, seed=seed)
         out = replay(instance, res.schedule) if res.schedule is not None else None
         return MethodRun(out, res.runtime_s, res.status.value, result=res)

@@ -25,6 +25,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from slolab.solvers.search import (
+    Exhausted,
+    FirstOf,
+    MaxIterations,
+    MaxRuntime,
+    NoImprovement,
+    Search,
+    SearchResult,
+    improves,
+    interruptible,
+)
 
 if TYPE_CHECKING:
     from slolab.instances.records import Instance
@@ -72,6 +83,11 @@ SLICE_ITERATIONS = (6, 14)
 SLICE_CALL_LIMIT_S = 5.0
 #: Draws in a row of slices already tried on the incumbent after which the slice moves stop.
 SLICE_MAX_REPEATS = 200
+#: TDG weight of late tokens below which a run has nothing left to win (the searches stop).
+LOST_GAIN_EPS = 1e-9
+#: Margin by which a slice MILP's optimum must pass the run's gain on the slice to be replayed
+#: (the solver's own tolerance; the replay then decides by the incumbent rule).
+SLICE_GAIN_EPS = 1e-9
 #: Factors a freed request may draw for its priority and for its TTFT (policy's view only).
 PRIORITY_FACTORS = (0.125, 0.5, 1.0, 2.0, 8.0)
 TTFT_FACTORS = (0.5, 1.0, 2.0, 8.0)
@@ -93,6 +109,7 @@ class SearchReport:
     slices_optimal: int = 0
     slice_improvements: int = 0
     steered_tdg: float = math.nan
+    stop_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +123,7 @@ class SliceReport:
     optimal: int
     improvements: int
     runtime_s: float
+    interrupted: bool = False
 
 
 class DeadlineAdmission:
@@ -344,6 +362,7 @@ def slice_search(
     slice_iterations: tuple[int, int] = SLICE_ITERATIONS,
     call_limit_s: float = SLICE_CALL_LIMIT_S,
     max_slices: int | None = None,
+    quiet: bool = False,
 ) -> tuple[Outcome, SliceReport]:
     """Exact slice moves on a one-server run: re-plan a slice of its iterations optimally with
     the rest fixed (:class:`slolab.models.tdg_slice.TdgSlice`), keep it when the TDG rises.
@@ -353,7 +372,8 @@ def slice_search(
     holding the drawn one; slices already tried on the incumbent are not solved again. A
     slice whose MILP is not proved OPTIMAL within ``call_limit_s`` is not used. The incumbent
     is always a run of the engine (the replay of the spliced schedule), so its value is the
-    replay's and it never falls.
+    replay's and it never falls. The loop is :class:`slolab.solvers.search.Search`: Ctrl-C,
+    in a slice's MILP too, ends it with the incumbent so far.
 
     Parameters
     ----------
@@ -371,6 +391,8 @@ def slice_search(
         Seconds per slice MILP.
     max_slices : int, optional
         Stop after this many slices drawn (as well as at the time limit).
+    quiet : bool
+        No progress bar (otherwise one on a terminal's stderr).
     """
     from slolab.models.tdg_slice import TdgSlice
     from slolab.sim import metrics, replay
@@ -379,55 +401,64 @@ def slice_search(
     least, most = slice_iterations
     if not 1 <= least <= most:
         raise ValueError(f"slice_iterations must be 1 <= least <= most, got {slice_iterations}")
-    start = time.perf_counter()
     rng = np.random.default_rng(seed)
-    value = start_value = metrics.tdg(instance, outcome)
+    start_value = metrics.tdg(instance, outcome)
     lost = _lost_per_iteration(instance, outcome)
     tried: set[tuple[int, int]] = set()
-    drawn = solved = optimal = improvements = repeats = 0
-    while (
-        time.perf_counter() - start < time_limit
-        and lost.sum() > 1e-9
-        and (max_slices is None or drawn < max_slices)
-        and repeats < SLICE_MAX_REPEATS
-    ):
-        drawn += 1
+    solved = optimal = repeats = 0
+
+    def step(search: Search[Outcome]) -> None:
+        nonlocal lost, solved, optimal, repeats
+        if lost.sum() <= LOST_GAIN_EPS or repeats >= SLICE_MAX_REPEATS:
+            raise Exhausted
+        current = search.incumbent
+        assert current is not None
         n_its = len(lost)
         centre = int(rng.choice(n_its, p=lost / lost.sum()))
         size = min(int(rng.integers(least, most + 1)), n_its)
         first = int(np.clip(centre - rng.integers(0, size), 0, n_its - size))
         if (first, first + size) in tried:
             repeats += 1
-            continue
+            return
         repeats = 0
         tried.add((first, first + size))
-        model = TdgSlice(instance, outcome, first, first + size)
-        if model.slice_weight - model.run_gain <= 1e-9:
-            continue
+        model = TdgSlice(instance, current, first, first + size)
+        if model.slice_weight - model.run_gain <= SLICE_GAIN_EPS:
+            return
         solved += 1
         result = solve(model, "highs", time_limit=call_limit_s)
         gain = result.objective
         if result.status != Status.OPTIMAL or result.schedule is None or gain is None:
-            continue
+            return
         optimal += 1
-        if gain <= model.run_gain + 1e-9:  # the replayed slice's gain (evaluated exactly)
-            continue
+        if gain <= model.run_gain + SLICE_GAIN_EPS:  # the replayed slice's gain (evaluated exactly)
+            return
         candidate = replay(instance, result.schedule)
         new_value = metrics.tdg(instance, candidate)
-        if new_value > value + 1e-9:
-            improvements += 1
-            value, outcome = new_value, candidate
-            lost = _lost_per_iteration(instance, outcome)
+        if improves(new_value, search.objective):
+            search.keep(candidate, new_value)
+            lost = _lost_per_iteration(instance, candidate)
             tried.clear()
+
+    slicing: Search[Outcome] = Search(
+        FirstOf(
+            MaxRuntime(time_limit), MaxIterations(max_slices) if max_slices is not None else None
+        ),
+        desc="slices",
+        objective_name="TDG",
+        quiet=quiet,
+    )
+    found = slicing.run(outcome, start_value, step)
     report = SliceReport(
         start_tdg=float(start_value),
-        tdg=float(value),
+        tdg=float(found.objective),
         slices=solved,
         optimal=optimal,
-        improvements=improvements,
-        runtime_s=time.perf_counter() - start,
+        improvements=found.improvements,
+        runtime_s=found.wall_s,
+        interrupted=found.interrupted,
     )
-    return outcome, report
+    return found.incumbent, report
 
 
 def steered_search(
@@ -437,7 +468,7 @@ def steered_search(
     time_limit: float = 60.0,
     window: int = 4,
     max_steps: int | None = None,
-    progress: bool = True,
+    quiet: bool = False,
     slice_after: int | None = None,
 ) -> tuple[Schedule, SearchReport]:
     """Best steering of an online policy found within ``time_limit`` seconds.
@@ -455,8 +486,8 @@ def steered_search(
         Requests freed per step.
     max_steps : int, optional
         Stop after this many steps (as well as at the time limit).
-    progress : bool
-        A progress bar on stderr (elapsed seconds, incumbent TDG).
+    quiet : bool
+        No progress bar (otherwise one on a terminal's stderr: elapsed seconds, incumbent TDG).
     slice_after : int, optional
         Once this many steering steps in a row fail to raise the TDG, the rest of the time
         goes to exact slice moves (:func:`slice_search`) on the steering's incumbent. None
@@ -468,7 +499,6 @@ def steered_search(
         The incumbent's run as a Schedule (replays to the same TDG) and what the search did.
     """
     from slolab.sim.schedule import Schedule
-    from tqdm.auto import tqdm
 
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
@@ -479,100 +509,99 @@ def steered_search(
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     n = instance.n_requests
-    ones = np.ones(n)
-    bar = tqdm(
-        total=float(time_limit),
-        desc="lns",
-        unit="s",
-        leave=False,
-        disable=None if progress else True,
-        bar_format="{desc}: {n:.0f} of {total:.0f} s {postfix}",
-    )
-    interrupted = False
     best_policy, best_value, best_out = START_POLICIES[0], -np.inf, None
-    priority, ttft = ones.copy(), ones.copy()
-    steps = improvements = 0
-    start_value = steered_value = -np.inf
-    sliced: SliceReport | None = None
-    try:
+    with interruptible("lns") as stopped:
         for policy in START_POLICIES:
             if best_out is not None and time.perf_counter() - start >= time_limit:
                 break
             value, out = _run(instance, policy, instance, seed)
-            if value > best_value + 1e-9:
+            if improves(value, best_value):
                 best_policy, best_value, best_out = policy, value, out
-        start_value = best_value
-        bar.set_postfix_str(f"{best_policy}: TDG {best_value:.6g}")
-        assert best_out is not None
-        lost = _lost_gain(instance, best_out)
-        stalled = 0
-        while (
-            time.perf_counter() - start < time_limit
-            and lost.sum() > 1e-9
-            and (max_steps is None or steps < max_steps)
-            and (slice_after is None or stalled < slice_after)
-        ):
-            steps += 1
-            stalled += 1
-            centre = int(rng.choice(n, p=lost / lost.sum()))
-            lo = int(np.clip(centre - rng.integers(0, window), 0, max(n - window, 0)))
-            freed = np.arange(lo, min(lo + window, n))
-            cand_p, cand_t = priority.copy(), ttft.copy()
-            cand_p[freed] = rng.choice(PRIORITY_FACTORS, size=len(freed))
-            cand_t[freed] = rng.choice(TTFT_FACTORS, size=len(freed))
-            value, out = _run(instance, best_policy, _steered(instance, cand_p, cand_t), seed)
-            if value > best_value + 1e-9:
-                improvements += 1
-                best_value, best_out, priority, ttft = value, out, cand_p, cand_t
-                lost = _lost_gain(instance, best_out)
-                stalled = 0
-                bar.set_postfix_str(f"{best_policy} steered: TDG {best_value:.6g}")
-            bar.n = min(time.perf_counter() - start, time_limit)
-            bar.refresh()
-        steered_value = best_value
-        if slice_after is not None and time.perf_counter() - start < time_limit:
-            best_out, sliced = slice_search(
-                instance,
-                best_out,
-                seed=seed,
-                time_limit=time_limit - (time.perf_counter() - start),
-            )
-            best_value = sliced.tdg
-            bar.set_postfix_str(f"{best_policy} steered and sliced: TDG {best_value:.6g}")
-    except KeyboardInterrupt:
-        if best_out is None:
-            raise
-        interrupted = True
-        logger.warning("lns: interrupted; keeping the incumbent (TDG %.6g)", best_value)
-    finally:
-        bar.close()
-    assert best_out is not None
+    if best_out is None:
+        raise KeyboardInterrupt
+    start_value = best_value
+    lost = _lost_gain(instance, best_out)
+
+    def step(search: Search[tuple[Outcome, np.ndarray, np.ndarray]]) -> None:
+        nonlocal lost
+        if lost.sum() <= LOST_GAIN_EPS:
+            raise Exhausted
+        assert search.incumbent is not None
+        _, priority, ttft = search.incumbent
+        centre = int(rng.choice(n, p=lost / lost.sum()))
+        lo = int(np.clip(centre - rng.integers(0, window), 0, max(n - window, 0)))
+        freed = np.arange(lo, min(lo + window, n))
+        cand_p, cand_t = priority.copy(), ttft.copy()
+        cand_p[freed] = rng.choice(PRIORITY_FACTORS, size=len(freed))
+        cand_t[freed] = rng.choice(TTFT_FACTORS, size=len(freed))
+        value, out = _run(instance, best_policy, _steered(instance, cand_p, cand_t), seed)
+        if improves(value, search.objective):
+            search.keep((out, cand_p, cand_t), value, f"{best_policy} steered")
+            lost = _lost_gain(instance, out)
+
+    ones = np.ones(n)
+    steering: Search[tuple[Outcome, np.ndarray, np.ndarray]] = Search(
+        FirstOf(
+            MaxRuntime(time_limit),
+            MaxIterations(max_steps) if max_steps is not None else None,
+            NoImprovement(slice_after) if slice_after is not None else None,
+        ),
+        desc="lns",
+        objective_name="TDG",
+        quiet=quiet,
+        started=start,
+    )
+    steering.note = best_policy
+    if stopped:
+        found = SearchResult((best_out, ones, ones), best_value, 0, 0, "interrupted", True, 0.0)
+    else:
+        found = steering.run((best_out, ones.copy(), ones.copy()), best_value, step)
+    best_out, best_value = found.incumbent[0], found.objective
+    sliced: SliceReport | None = None
+    if (
+        slice_after is not None
+        and not found.interrupted
+        and time.perf_counter() - start < time_limit
+    ):
+        best_out, sliced = slice_search(
+            instance,
+            best_out,
+            seed=seed,
+            time_limit=time_limit - (time.perf_counter() - start),
+            quiet=quiet,
+        )
+        best_value = sliced.tdg
     report = SearchReport(
         start_policy=best_policy,
         start_tdg=float(start_value),
         tdg=float(best_value),
-        steps=steps,
-        improvements=improvements,
+        steps=found.iterations,
+        improvements=found.improvements,
         runtime_s=time.perf_counter() - start,
-        interrupted=interrupted,
+        interrupted=found.interrupted or (sliced is not None and sliced.interrupted),
         slices=sliced.slices if sliced else 0,
         slices_optimal=sliced.optimal if sliced else 0,
         slice_improvements=sliced.improvements if sliced else 0,
-        steered_tdg=float(steered_value),
+        steered_tdg=float(found.objective),
+        stop_reason="interrupted"
+        if sliced is not None and sliced.interrupted
+        else found.stop_reason,
     )
     logger.info(
         "lns: %s from %.6g to %.6g in %d steps (%d improvements), %d slices (%d kept)",
         best_policy,
         start_value,
         best_value,
-        steps,
-        improvements,
+        report.steps,
+        report.improvements,
         report.slices,
         report.slice_improvements,
     )
     return Schedule.from_outcome(best_out), report
 
 
-def lns_schedule(instance: Instance, *, seed: int, time_limit: float = 60.0) -> Schedule:
+def lns_schedule(
+    instance: Instance, *, seed: int, time_limit: float = 60.0, quiet: bool = False
+) -> Schedule:
     """The ``lns`` method of tdg-horizon: :func:`steered_search`'s schedule."""
-    return steered_search(instance, seed=seed, time_limit=time_limit)[0]
+    return steered_search(instance, seed=seed, time_limit=time_limit, quiet=quiet)[0]

@@ -43,7 +43,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -66,6 +65,17 @@ from slolab.sim.metrics import ON_TIME_TOLERANCE_S
 from slolab.solvers.backend import Backend
 from slolab.solvers.base import ExactModel, Result, Status
 from slolab.solvers.registry import register_model
+from slolab.solvers.search import (
+    Exhausted,
+    FirstOf,
+    MaxIterations,
+    MaxRuntime,
+    Search,
+    SearchResult,
+    best_of,
+    improves,
+    interruptible,
+)
 
 if TYPE_CHECKING:
     from slolab.sim.outcome import Outcome
@@ -90,8 +100,6 @@ POOLED_VARIANTS = ((False, 0.0), (False, 0.5), (False, 1.0), (True, 0.0), (True,
 #: Share of the time left after the starts that the search on the pooled start's given-up
 #: prompts may take (the moves take the rest).
 POOLED_SEARCH_SHARE = 0.3
-#: Seconds between two progress updates on stderr.
-PROGRESS_EVERY_S = 1.0
 #: Other moves between two exact sub-window moves (:func:`_exact_move`). On the 500-request
 #: Azure code window at high load, given half of the time each, the search made 930 other
 #: moves and 358 exact ones in 200 s, so one in 3 keeps about that share. A count, not a
@@ -109,7 +117,9 @@ EXACT_STATES = 2_000
 
 @dataclass(frozen=True, slots=True)
 class LnsResult:
-    """What the search found: its decision, the replayed objective, where it started."""
+    """What the search found: its decision, the replayed objective, where it started, the
+    moves tried and kept (exact ones included in ``moves_kept``), and why it stopped
+    (:attr:`slolab.solvers.search.SearchResult.stop_reason`)."""
 
     decision: ScaleDecision
     objective: float
@@ -121,6 +131,7 @@ class LnsResult:
     exact_kept: int
     interrupted: bool
     runtime_s: float
+    stop_reason: str = ""
 
 
 #: Passes of the greedy worker between two saved states (a rebuild resumes from the last one
@@ -578,9 +589,15 @@ def lns(
     seed: int,
     time_limit: float = 60.0,
     starts: Mapping[str, StartRun] = MappingProxyType({}),
-    progress: bool | None = None,
+    quiet: bool = False,
+    max_moves: int | None = None,
+    pooled_runs: int | None = None,
 ) -> LnsResult:
     """Large-neighbourhood search from the best start (see the module docstring).
+
+    The starts and both searches (the pooled start's and the moves) run on the search driver
+    (:class:`slolab.solvers.search.Search`): one time box, the incumbent rule
+    :func:`slolab.solvers.search.improves`, one progress bar, Ctrl-C keeping the incumbent.
 
     Parameters
     ----------
@@ -595,8 +612,13 @@ def lns(
         :data:`slolab.problems.dispatch_scale.LNS_STARTS` runs :data:`START_POLICIES`); the
         insertion start, the pooled starts and the greedy worker on a round-robin routing and
         on one worker are always candidates.
-    progress : bool, optional
-        Progress line on stderr (default: when stderr is a terminal).
+    quiet : bool
+        No progress bar (otherwise one on a terminal's stderr).
+    max_moves : int, optional
+        Stop after this many moves, exact ones included (as well as at the time limit).
+    pooled_runs : int, optional
+        Most runs of the search on the pooled start's given-up prompts (as well as its share
+        of the time).
 
     Returns
     -------
@@ -604,8 +626,6 @@ def lns(
         The incumbent (its objective replayed by the engine); on Ctrl-C the incumbent so far,
         ``interrupted`` True.
     """
-    from tqdm.auto import tqdm
-
     t0 = time.perf_counter()
     stop = t0 + time_limit
     data = ScaleWindow.of(instance)
@@ -621,100 +641,93 @@ def lns(
     one.workers = [one.rebuilt(w, w.members, w.slot) for w in one.workers]
     candidates.append(("greedy-one-worker", one))
     candidates.append(("greedy-round-robin", greedy))
-    interrupted = False
-    pooled_best: tuple[float, tuple[bool, float]] | None = None
-    try:
+    pooled: list[tuple[tuple[bool, float], float]] = []
+    with interruptible(f"lns {instance.name}") as stopped:
         inserted = _insertion_start(data, tables, t0 + INSERTION_SHARE * time_limit)
         if inserted is not None:
             candidates.append(("greedy-insertion", inserted))
         for lazy, lookahead in POOLED_VARIANTS:
-            pooled = _pooled_start(data, tables, stop, lazy=lazy, lookahead_s=lookahead)
-            if pooled is not None:
+            found = _pooled_start(data, tables, stop, lazy=lazy, lookahead_s=lookahead)
+            if found is not None:
                 name = f"pooled{'-lazy' if lazy else ''}-lookahead-{lookahead:g}s"
-                candidates.append((name, pooled))
-                if pooled_best is None or pooled.total() > pooled_best[0]:
-                    pooled_best = (pooled.total(), (lazy, lookahead))
+                candidates.append((name, found))
+                pooled.append(((lazy, lookahead), found.total()))
         for name, run in starts.items():
             if time.perf_counter() > stop:
                 break
             decision = online_decision(data, instance, run, seed=seed)
             if decision is not None:
                 candidates.append((name, _state_of(data, decision, tables)))
-    except KeyboardInterrupt:
-        interrupted = True
-    if pooled_best is not None and not interrupted:
+    interrupted = stopped.interrupted
+    if pooled and not interrupted:
         # the best pooled variant, with the prompts it gives up searched
-        until = time.perf_counter() + POOLED_SEARCH_SHARE * max(stop - time.perf_counter(), 0.0)
-        try:
-            searched, _, _ = _pooled_search(data, tables, pooled_best[1], until, rng)
-        except KeyboardInterrupt:
-            interrupted, searched = True, None
-        if searched is not None:
-            candidates.append(("pooled-search", searched))
-    start_name, state = max(candidates, key=lambda c: c[1].total())
+        share = POOLED_SEARCH_SHARE * max(stop - time.perf_counter(), 0.0)
+        variant, _ = best_of(pooled)
+        searched = _pooled_search(data, tables, variant, share, rng, max_runs=pooled_runs)
+        interrupted = searched.interrupted
+        if searched.incumbent is not None:
+            candidates.append(("pooled-search", searched.incumbent))
+    (start_name, state), best = best_of((c, c[1].total()) for c in candidates)
     start_value = _replayed(instance, data, state.decision())
-    best = state.total()
-    tried = kept = exact_tried = exact_kept = 0
-    bar = tqdm(
-        total=round(time_limit, 1),
-        unit="s",
-        desc=f"lns {instance.name}",
-        disable=(not sys.stderr.isatty()) if progress is None else not progress,
-        leave=False,
-    )
-    shown = time.perf_counter()
+    counts = {"tried": 0, "exact_tried": 0, "exact_kept": 0}
     exact_rng = np.random.default_rng([seed, 1])
-    try:
-        while not interrupted and time.perf_counter() < stop:
-            began = time.perf_counter()
-            is_exact = tried >= EXACT_EVERY * (exact_tried + 1)
-            if is_exact:
-                change = _exact_move(state, exact_rng, max(stop - began, 0.0))
-                exact_tried += 1
-            else:
-                tried += 1
-                change = _move(state, rng)
-            if change is None:
-                continue
-            idx, new_workers = change
-            before = math.fsum(state.value(state.workers[i]) for i in idx if i < len(state.workers))
-            after = math.fsum(state.value(w) for w in new_workers)
-            if after > before + 1e-12:
-                changed = dict(zip(idx, new_workers, strict=True))
-                trial = [changed.get(i, w) for i, w in enumerate(state.workers)]
-                trial += [w for i, w in changed.items() if i >= len(state.workers)]
-                if state.concurrency(trial) > W:
-                    continue
-                # drop new lives left empty
-                state.workers = [w for w in trial if w.slot is None or w.members]
-                best = state.total()
-                kept += 1
-                exact_kept += is_exact
-            now = time.perf_counter()
-            if now - shown >= PROGRESS_EVERY_S:
-                bar.update(round(now - shown, 1))
-                bar.set_postfix(J=f"{best:.4f}", kept=kept)
-                shown = now
-    except KeyboardInterrupt:
-        interrupted = True
-        logger.warning("lns interrupted: keeping the incumbent J = %.6f", best)
-    finally:
-        bar.close()
+
+    def step(search: Search[_State]) -> None:
+        is_exact = counts["tried"] >= EXACT_EVERY * (counts["exact_tried"] + 1)
+        if is_exact:
+            change = _exact_move(state, exact_rng, search.remaining_s())
+            counts["exact_tried"] += 1
+        else:
+            counts["tried"] += 1
+            change = _move(state, rng)
+        if change is None:
+            return
+        idx, new_workers = change
+        before = math.fsum(state.value(state.workers[i]) for i in idx if i < len(state.workers))
+        after = math.fsum(state.value(w) for w in new_workers)
+        if not improves(after, before):
+            return
+        changed = dict(zip(idx, new_workers, strict=True))
+        trial = [changed.get(i, w) for i, w in enumerate(state.workers)]
+        trial += [w for i, w in changed.items() if i >= len(state.workers)]
+        if state.concurrency(trial) > W:
+            return
+        # drop new lives left empty
+        state.workers = [w for w in trial if w.slot is None or w.members]
+        counts["exact_kept"] += is_exact
+        search.keep(state, state.total())
+
+    moves: Search[_State] = Search(
+        FirstOf(
+            MaxRuntime(time_limit), MaxIterations(max_moves) if max_moves is not None else None
+        ),
+        desc=f"lns {instance.name}",
+        objective_name="J",
+        quiet=quiet,
+        started=t0,
+    )
+    if interrupted:
+        moves_run = SearchResult(state, best, 0, 0, "interrupted", True, 0.0)
+    else:
+        moves_run = moves.run(state, best, step)
     decision = state.decision()
     value = _replayed(instance, data, decision)
-    if abs(value - best) > 1e-6:
-        logger.warning("lns: search value %.9g, replayed %.9g (the replay counts)", best, value)
+    if abs(value - moves_run.objective) > 1e-6:
+        logger.warning(
+            "lns: search value %.9g, replayed %.9g (the replay counts)", moves_run.objective, value
+        )
     return LnsResult(
         decision=decision,
         objective=value,
         start_policy=start_name,
         start_objective=start_value,
-        moves_tried=tried,
-        moves_kept=kept,
-        exact_tried=exact_tried,
-        exact_kept=exact_kept,
-        interrupted=interrupted,
+        moves_tried=counts["tried"],
+        moves_kept=moves_run.improvements,
+        exact_tried=counts["exact_tried"],
+        exact_kept=counts["exact_kept"],
+        interrupted=interrupted or moves_run.interrupted,
         runtime_s=time.perf_counter() - t0,
+        stop_reason=moves_run.stop_reason,
     )
 
 
@@ -910,20 +923,28 @@ def _pooled_search(
     data: ScaleWindow,
     tables: _Tables,
     variant: tuple[bool, float],
-    stop: float,
+    time_limit: float,
     rng: np.random.Generator,
-) -> tuple[_State | None, int, int]:
+    max_runs: int | None = None,
+) -> SearchResult[_State | None]:
     """Hill climbing on the prompts the pooled start gives up from their arrival: give up a
     request met near a missed one (within 1 s, a first-token target under 5 s), or take one
-    back; kept when ``J`` rises. ``(best state or None, runs, kept)`` when ``stop`` passes."""
+    back; kept when ``J`` rises. Runs for ``time_limit`` seconds or ``max_runs`` runs; its
+    incumbent is None when the pooled start itself does not finish in time."""
     lazy, lookahead = variant
-    given_up: frozenset[int] = frozenset()
-    best = _pooled_start(data, tables, stop, lazy=lazy, lookahead_s=lookahead)
-    runs = kept = 0
+    started = time.perf_counter()
+    with interruptible("lns pooled start") as stopped:
+        best = _pooled_start(data, tables, started + time_limit, lazy=lazy, lookahead_s=lookahead)
+    if best is None or stopped:
+        return SearchResult(best, -math.inf, 0, 0, "time limit", stopped.interrupted, 0.0)
     arrival, first_due = tables.arrival, tables.first_due
-    while best is not None and time.perf_counter() < stop:
-        runs += 1
-        missed = sorted(set().union(*(w.late for w in best.workers)) - given_up)
+    given_up: frozenset[int] = frozenset()
+
+    def step(search: Search[_State | None]) -> None:
+        nonlocal given_up
+        incumbent = search.incumbent
+        assert incumbent is not None
+        missed = sorted(set().union(*(w.late for w in incumbent.workers)) - given_up)
         if given_up and (not missed or rng.random() < 0.3):
             trial = given_up - {int(rng.choice(sorted(given_up)))}
         elif missed:
@@ -937,15 +958,27 @@ def _pooled_search(
                 and x not in missed
             ]
             if not near:
-                continue
+                return
             trial = given_up | {int(rng.choice(near))}
         else:
-            break
-        found = _pooled_start(data, tables, stop, lazy=lazy, lookahead_s=lookahead, given_up=trial)
-        if found is not None and found.total() > best.total() + 1e-12:
-            best, given_up = found, trial
-            kept += 1
-    return best, runs, kept
+            raise Exhausted
+        found = _pooled_start(
+            data,
+            tables,
+            time.perf_counter() + search.remaining_s(),
+            lazy=lazy,
+            lookahead_s=lookahead,
+            given_up=trial,
+        )
+        if found is not None and improves(found.total(), search.objective):
+            search.keep(found, found.total())
+            given_up = trial
+
+    stop = FirstOf(
+        MaxRuntime(time_limit), MaxIterations(max_runs) if max_runs is not None else None
+    )
+    search: Search[_State | None] = Search(stop, desc="lns pooled", quiet=True, started=started)
+    return search.run(best, best.total(), step)
 
 
 def _triage(tables: _Tables, viable: Sequence[int], clocks: Sequence[float]) -> list[int]:
@@ -1230,6 +1263,7 @@ class DispatchLns(ExactModel):
     ``starts`` are the online runs the search may start from (see :func:`lns`)."""
 
     sense = "max"
+    draws_progress = True
 
     def __init__(
         self,
@@ -1261,7 +1295,9 @@ class DispatchLns(ExactModel):
             threads=backend.threads,
         )
         left = max(time_limit - (time.perf_counter() - start), 0.0)
-        found = lns(self.instance, seed=backend.seed, time_limit=left, starts=self.starts)
+        found = lns(
+            self.instance, seed=backend.seed, time_limit=left, starts=self.starts, quiet=self.quiet
+        )
         if found.objective > bound.bound + 1e-6 * max(1.0, abs(bound.bound)):
             raise RuntimeError(
                 f"dispatch-lns on {self.instance.name}: the replayed incumbent "
@@ -1286,6 +1322,7 @@ class DispatchLns(ExactModel):
                 "exact_tried": found.exact_tried,
                 "exact_kept": found.exact_kept,
                 "interrupted": found.interrupted,
+                "stop_reason": found.stop_reason,
                 "bound_status": bound.status,
                 "ideal_bound": bound.ideal,
             },

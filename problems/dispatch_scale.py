@@ -3,7 +3,9 @@ cluster; decide routing, every worker's iterations and when workers are switched
 attainment against worker-seconds.
 
 Exact model ``dispatch-scale`` (MILP, CP-SAT, exhaustive search) and its Pareto front
-(``slolab pareto``); heuristics: HyperFlexis's dispatcher with and without its scaler and with
+(``slolab pareto``), the relaxation bound ``dispatch-bound`` (method ``bound``) and
+``dispatch-lns`` (the search beside that bound); heuristics: the large-neighbourhood search
+``lns`` (:func:`lns_schedule`), HyperFlexis's dispatcher with and without its scaler and with
 priority mapping; baselines: round robin (Llumnix-style), SCORPIO with round robin, and the
 SA-ordering scheduler behind round robin. Also the paper's task mixes (:func:`task_mix_workload`),
 which the studies and ``slolab simulate --slos hyperflexis`` share. See docs/hyperflexis.md.
@@ -17,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from slolab.models.dispatch_lns import START_POLICIES, StartRun
+from slolab.models.dispatch_lns import START_POLICIES, StartRun, lives_window, lns
+from slolab.models.dispatch_scale import ScaleWindow, decision_schedule
 from slolab.problems.registry import (
     Heuristic,
     Objective,
@@ -30,6 +33,7 @@ from slolab.problems.registry import (
 if TYPE_CHECKING:
     from slolab.instances.records import Instance, Workload
     from slolab.sim.outcome import Outcome
+    from slolab.sim.schedule import Schedule
 
 PROBLEM_NAME = "dispatch-scale"
 
@@ -424,8 +428,14 @@ PROBLEM = register_problem(
             Option("seed", int, 0, "seed of the draws, the arrivals and the cut", minimum=0),
         ),
         models=("dispatch-scale", "dispatch-bound", "dispatch-lns"),
-        aliases={"bound": "dispatch-bound:highs", "lns": "dispatch-lns:highs"},
+        aliases={"bound": "dispatch-bound:highs"},
         heuristics=(
+            Heuristic(
+                "lns",
+                "large-neighbourhood search from the best of the online policies' runs and "
+                "greedy starts, the incumbent replayed (honours --time-limit)",
+                schedule="slolab.problems.dispatch_scale:lns_schedule",
+            ),
             Heuristic(
                 "hyperflexis",
                 "HyperFlexis's multi-SLO dispatcher (Sec. 5.1, Alg. 1), fixed cluster",
@@ -489,3 +499,14 @@ def online_start(policy: str) -> StartRun:
 LNS_STARTS = {name: online_start(name) for name in START_POLICIES}
 
 register_model_options("dispatch-lns", starts=LNS_STARTS)
+
+
+def lns_schedule(
+    instance: Instance, *, seed: int, time_limit: float = 60.0, quiet: bool = False
+) -> Schedule:
+    """The ``lns`` heuristic of dispatch-scale: :func:`slolab.models.dispatch_lns.lns` from
+    :data:`LNS_STARTS` for the whole ``time_limit``, its incumbent as a Schedule. The exact
+    model ``dispatch-lns`` runs the same search beside the relaxation bound."""
+    found = lns(instance, seed=seed, time_limit=time_limit, starts=LNS_STARTS, quiet=quiet)
+    data = ScaleWindow.of(instance)
+    return decision_schedule(lives_window(data, found.decision), found.decision)

@@ -217,6 +217,11 @@ class ExactModel:
     #: the engine can replay (a steady-state fluid model, say): its Results carry no Schedule
     #: and the harness labels it ``"bound"``.
     bound_only: ClassVar[bool] = False
+    #: True for a model whose :meth:`solve_with` runs a search that draws its own progress bar
+    #: (:class:`slolab.solvers.search.Search`), so a caller draws none around it.
+    draws_progress: ClassVar[bool] = False
+    #: Silences the progress bar of a model that draws one (``--quiet``, ``--json``, compare).
+    quiet: bool = False
 
     def __init__(self, instance: Any) -> None:
         self.instance = instance

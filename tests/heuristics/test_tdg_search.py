@@ -38,9 +38,7 @@ def test_negative_max_output_tokens_is_refused():
 def test_lns_at_least_the_best_policy_replayed_and_checker_clean(code_window):
     """lns starts from the best online policy, so it is never worse; its schedule replays to
     the value it reports and passes the checker."""
-    schedule, report = tdg_search.steered_search(
-        code_window, seed=0, time_limit=3.0, progress=False
-    )
+    schedule, report = tdg_search.steered_search(code_window, seed=0, time_limit=3.0, quiet=True)
     out = replay(code_window, schedule)
     assert metrics.tdg(code_window, out) == pytest.approx(report.tdg, rel=1e-12)
     assert check(code_window, out) == []
@@ -61,7 +59,7 @@ def test_lns_at_least_the_best_policy_replayed_and_checker_clean(code_window):
 def test_lns_same_seed_same_result(code_window):
     """Two searches with the same seed and 6 steps end at the same value and schedule."""
     runs = [
-        tdg_search.steered_search(code_window, seed=3, time_limit=60, max_steps=6, progress=False)
+        tdg_search.steered_search(code_window, seed=3, time_limit=60, max_steps=6, quiet=True)
         for _ in range(2)
     ]
     assert runs[0][1].steps == runs[1][1].steps == 6
@@ -81,9 +79,7 @@ def test_lns_keeps_the_incumbent_on_ctrl_c(code_window, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(tdg_search, "_run", interrupted_after_start)
-    schedule, report = tdg_search.steered_search(
-        code_window, seed=0, time_limit=30.0, progress=False
-    )
+    schedule, report = tdg_search.steered_search(code_window, seed=0, time_limit=30.0, quiet=True)
     assert report.interrupted
     assert report.tdg == report.start_tdg
     assert metrics.tdg(code_window, replay(code_window, schedule)) == pytest.approx(report.tdg)
@@ -170,7 +166,7 @@ def test_lns_without_slice_moves_is_the_former_search(code_window):
     import hashlib
 
     schedule, report = tdg_search.steered_search(
-        code_window, seed=3, time_limit=600, max_steps=40, progress=False
+        code_window, seed=3, time_limit=600, max_steps=40, quiet=True
     )
     # the former steered_search on this window, seed 3, 40 steps: deadline-admission/1024,
     # 2 improvements, TDG 1486.6836792790448
@@ -185,7 +181,7 @@ def test_lns_slice_moves_after_a_stall_replay_clean(code_window):
     """With slice_after, the exact slice moves start from the steering's incumbent: the result
     is at least it, replays to the reported value and is checker-clean."""
     schedule, report = tdg_search.steered_search(
-        code_window, seed=0, time_limit=3.0, max_steps=20, slice_after=5, progress=False
+        code_window, seed=0, time_limit=3.0, max_steps=20, slice_after=5, quiet=True
     )
     out = replay(code_window, schedule)
     assert metrics.tdg(code_window, out) == pytest.approx(report.tdg, rel=1e-12)
