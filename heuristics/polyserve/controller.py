@@ -27,7 +27,7 @@ class PolyServeController(ControllerScaling):
     gregated, the prefill side is one shared pool scheduled by earliest first-token deadline
     (Sec. 4.2); after the KV transfer the request is placed on a decode server of its tier.
 
-    Why one object of about 1,000 lines with its parts: routing, admission and scaling share
+    Why one object of about 1,100 lines with its parts: routing, admission and scaling share
     one state, as PolyServe's central scheduler does. A placement asks the admission and
     records what it refused (the refusal memory a retry reads); a tick's scaling reads the held
     queues and the tier lists routing keeps, and the ticks the engine may pass over depend on
