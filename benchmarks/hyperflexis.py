@@ -31,10 +31,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from slolab.harness.compare import compare
-from slolab.heuristics.hyperflexis import online_setup
 from slolab.models.dispatch_scale import DispatchScale, pareto_front
 from slolab.problems import build_instance
-from slolab.problems.dispatch_scale import mix_instance
+from slolab.problems.dispatch_scale import mix_instance, online_scheduler
 from slolab.sim import metrics, run
 from slolab.solvers import solve
 
@@ -86,7 +85,7 @@ def latency(quick: bool) -> pd.DataFrame:
     for qps in (80.0, 320.0):
         inst = mix_instance("4-task", qps=qps, seed=0, per_task=per_task, servers=4)
         for name in ("hyperflexis", "scorpio-rr", "round-robin"):
-            setup = online_setup(name, inst)
+            setup = online_scheduler(name, inst)
             timed = _Timed(setup.policy)
             run(inst, timed, setup.router, seed=0, record_iterations=False)
             us = np.array(timed.times_s) * 1e6
@@ -215,7 +214,7 @@ def studies(quick: bool) -> pd.DataFrame:
                 max_servers=8,
             )
             for name in names:
-                setup = online_setup(name, inst)
+                setup = online_scheduler(name, inst)
                 t0 = time.perf_counter()
                 out = setup.run(inst, seed=0, record_iterations=False)
                 s = metrics.summary(inst, out)

@@ -20,9 +20,7 @@ from slolab.heuristics.hyperflexis import (
     HyperFlexisDispatcher,
     HyperFlexisScaler,
     PriorityMapper,
-    SAOrderingPolicy,
     ScalerParams,
-    ScorpioPolicy,
 )
 from slolab.heuristics.policies import (
     Scheduler,
@@ -49,7 +47,9 @@ from slolab.heuristics.proserve import (
     SlideBatchingParams,
     WeightedVTC,
 )
+from slolab.heuristics.sa_online import SAOrderingPolicy
 from slolab.heuristics.scalers import SCALERS, FixedScaler, ThresholdParams, ThresholdScaler
+from slolab.heuristics.scorpio import ScorpioPolicy
 from slolab.heuristics.slos_serve import SLOsServeParams, SLOsServePolicy
 from slolab.heuristics.slos_serve_dp import DPDecision, algorithm2, pb_star, slos_dp
 

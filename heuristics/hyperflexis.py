@@ -17,10 +17,14 @@
   rate per pool; above an upper threshold it adds a worker, below the lower thresholds for a
   sustained number of periods it drains one; on a disaggregated cluster it moves a worker
   between the prefill and decode pools when their demands diverge (role change).
-- Baselines (Sec. 7.4): round robin over vLLM workers (Llumnix-style, ``round-robin``),
-  :class:`ScorpioPolicy` behind round robin (``scorpio-rr``), and :class:`SAOrderingPolicy`,
-  the SA-ordering scheduler adapted to run online on each worker, behind round robin
-  (``sa-rr``).
+- The worker's latency model (Eqs. 1-2: :func:`prefill_s`, :func:`decode_step_s`), which
+  SCORPIO's guards read too.
+
+The baselines of Sec. 7.4 live beside it: SCORPIO in :mod:`slolab.heuristics.scorpio`, the
+SA-ordering scheduler run online in :mod:`slolab.heuristics.sa_online`; the dispatch-scale
+problem (:mod:`slolab.problems.dispatch_scale`) names each heuristic of the evaluation
+(``hyperflexis-scaling``, ``round-robin``, ``scorpio-rr``, ``sa-rr``, ...) as registered
+policies, routers and scalers.
 
 Formulas the text lost (Eq. 5, the mapping's index rule), every parameter and its default are
 derived and listed in docs/hyperflexis.md.
@@ -28,8 +32,7 @@ derived and listed in docs/hyperflexis.md.
 References
 ----------
 HyperFlexis, Sec. 3 (Eqs. 1-2), 5.1 (Algorithm 1), 5.2 (Eq. 6), 6 (Algorithm 3), 7.4
-(baselines), Appendix B (the token limit, Eq. 7). SCORPIO (Tang et al., 2025): TTFT and TPOT
-guards. SA ordering (Huang et al., 2025), Sec. 4.3.
+(baselines), Appendix B (the token limit, Eq. 7).
 """
 
 from __future__ import annotations
@@ -44,21 +47,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from slolab.heuristics.baselines import (
     REPEAT_LOOKAHEAD,
-    PrefillFirstFCFS,
-    RoundRobin,
     _AdmissionOrder,
     _make_room_for_decode,
-    decode_steps_within_until_s,
 )
-from slolab.heuristics.policies import Scheduler, register_policy, register_router
+from slolab.heuristics.policies import register_policy, register_router
 from slolab.heuristics.scalers import _drain_order, register_scaler
 from slolab.sim.policy import HOLD, Batch
 from slolab.sim.scaling import ClusterView, ScaleAction
 from slolab.timing.base import (
     F_DECODE_KV,
-    F_DECODE_TOKENS,
-    F_NUM_DECODE,
-    N_FEATURES,
     accumulate_from,
     decode_run_features,
 )
@@ -74,10 +71,11 @@ __all__ = [
     "HyperFlexisDispatcher",
     "HyperFlexisScaler",
     "PriorityMapper",
-    "SAOrderingPolicy",
     "ScalerParams",
-    "ScorpioPolicy",
-    "online_setup",
+    "decode_step_s",
+    "kv_monotone",
+    "prefill_s",
+    "safely_before",
     "token_budget",
 ]
 
@@ -197,7 +195,7 @@ def _least_time_after(t0: float, span_s: float) -> float:
     return t
 
 
-def _safely_before(t: float) -> float:
+def safely_before(t: float) -> float:
     """A time before ``t`` by 1 ns and a relative 1e-12: more than the rounding of a sum that
     computes ``t`` another way, so a comparison with ``t`` cannot flip before it."""
     return t - 1e-9 - 1e-12 * abs(t)
@@ -206,6 +204,18 @@ def _safely_before(t: float) -> float:
 def _phi(x: float) -> float:
     """Standard normal distribution function."""
     return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def kv_monotone(timing: TimingModel) -> bool:
+    """Whether ``timing`` is a maximum of affine lines none of which falls with the decode
+    KV tokens (its step time is then non-decreasing in them, rounding included)."""
+    from slolab.timing.forms import timing_lines
+
+    try:
+        _, coef = timing_lines(timing)
+    except ValueError:
+        return False
+    return bool(np.all(coef[:, F_DECODE_KV] >= 0))
 
 
 # -- priority mapping (Sec. 5.2) ----------------------------------------------------------------
@@ -595,7 +605,7 @@ class HyperFlexisDispatcher:
         timing = server.timing
         monotone = self._monotone.get(id(timing))
         if monotone is None:
-            monotone = self._monotone[id(timing)] = _kv_monotone(timing)
+            monotone = self._monotone[id(timing)] = kv_monotone(timing)
         if not monotone:
             return None
         p = self.params
@@ -629,7 +639,7 @@ class HyperFlexisDispatcher:
             spread = p.latency_spread * rho * t_hat + 1e-12
             if not _phi((left - t_hat) / spread) < p.admit_threshold - 1e-9:
                 return None
-            until = min(until, _safely_before(due - t_hat))
+            until = min(until, safely_before(due - t_hat))
         return until
 
     def _matures_s(self, server: Server) -> float:
@@ -996,500 +1006,7 @@ class HyperFlexisScaler:
         return actions
 
 
-# -- SCORPIO (baseline) --------------------------------------------------------------------------
-
-
-class ScorpioPolicy:
-    """SCORPIO on one worker: a TTFT guard and a TPOT guard (HyperFlexis's baseline).
-
-    - TTFT guard: waiting requests in least-deadline-first order (deadline ``arrival + TTFT``);
-      a request that cannot meet its TTFT even if prefilled alone now is unattainable: moved
-      behind the others (``reject_unattainable=False``, the default here, so every method
-      serves every request and costs compare like for like) or rejected (but for a request
-      that had tokens and was preempted: it is served to the end).
-    - TPOT guard: virtual-batch-size admission — a request joins only while the step time at
-      the virtual batch ``sum_r min(1, T_min / TPOT_r)`` (each request counted by how often it
-      needs a token) stays within the tightest TPOT ``T_min``; credit-based batching — when a
-      step of every decoding request would exceed ``T_min``, requests decode in the order of
-      their pace (a request earns one credit per TPOT from its first token: its next token is
-      due at ``first + generated x TPOT``) while the step stays within ``T_min``, so looser
-      requests skip steps.
-    - Prefill first, whole prompts (vLLM's worker), as many as fit in the iteration's
-      ``max_batch_tokens``; a prompt longer than the cap alone is prefilled in chunks of the
-      cap, before anything else is admitted (ours: the cap is the engine's configuration).
-
-    Repeated decode batches (speed; the same decisions): a decision that decodes every running
-    request (their step within the tightest TPOT ``T_min``), admits, rejects and preempts
-    nothing is marked ``repeat=True``, and the engine runs it without asking again until a
-    request arrives, one finishes, memory runs out, or ``wake_at_s``. Until then every decision
-    would be the same. Nothing is prefilling. Nothing is admitted: the loop over the queue
-    stops at its head, and a head that does not fit stays so while the batch only decodes (the
-    batch size is fixed, the free memory only shrinks, and its step check reads more KV
-    tokens each step, on a model whose step time never falls with them; on other models the
-    batch repeats only with an empty queue). The head changes only when a waiting request turns
-    late (``now + alone > deadline``), which also is when one may be rejected: ``wake_at_s`` is
-    no later than the first such time. The decode part stays the whole batch while its step
-    stays within ``T_min``, timed step by step ahead as the engine times it
-    (:func:`~slolab.heuristics.baselines.decode_steps_within_until_s`); the credit-based
-    choice, which rotates among the requests, never repeats. ``tests/heuristics/
-    test_scorpio_speed.py`` checks the tokens against one decision per iteration, bit for bit.
-
-    References
-    ----------
-    Tang et al., "SCORPIO: Serving the Right Requests at the Right Time for Heterogeneous SLOs
-    in LLM Inference", 2025 (TTFT Guard, TPOT Guard, credit-based batching); HyperFlexis,
-    Sec. 7.4 (with round robin over instances).
-    """
-
-    name = "scorpio"
-
-    def __init__(self, reject_unattainable: bool = False) -> None:
-        self.reject_unattainable = reject_unattainable
-        self._first: dict[int, float] = {}
-        self._order = _AdmissionOrder({})
-        self._servers: dict[int, _ScorpioServer] = {}
-        self.ttft = np.zeros(0)
-        self.tpot = np.zeros(0)
-
-    def start(self, instance: Instance, seed: int) -> None:
-        """Reset for a run (no random choice; ``seed`` is unused)."""
-        from slolab.sim.metrics import deadline_slos
-
-        ttft, tpot = deadline_slos(instance.workload)
-        self.ttft = np.asarray(ttft, dtype=float)
-        self.tpot = np.asarray(tpot, dtype=float)
-        self._first = {}
-        self._order = _AdmissionOrder({})
-        self._servers = {}
-
-    def _virtual(self, ids: Sequence[int], t_min: float) -> float:
-        return sum(min(t_min / self.tpot[r], 1.0) if self.tpot[r] > 0 else 1.0 for r in ids)
-
-    def _state(self, server: Server) -> _ScorpioServer:
-        """The server's cached quantities, brought up to date with its queues."""
-        st = self._servers.get(server.id)
-        if st is None or st.timing is not server.timing:
-            st = self._servers[server.id] = _ScorpioServer(server.timing)
-        decoding = server.decoding
-        if decoding is not st.decoding:
-            st.decoding = decoding
-            now = server.now
-            for r in decoding:
-                self._first.setdefault(r, now)
-            tpot = self.tpot
-            st.running_t_min = min((tpot[r] for r in decoding if tpot[r] > 0), default=math.inf)
-            st.vbs = {}
-        waiting = server.waiting
-        if waiting is not st.waiting:
-            st.waiting = waiting
-            ids = np.fromiter(waiting, dtype=np.int64, count=len(waiting))
-            arrival = np.fromiter((server.arrival(r) for r in waiting), float, len(waiting))
-            deadline = arrival + self.ttft[ids]
-            by_deadline = np.lexsort((arrival, deadline))  # stable: ties keep queue order
-            st.queue = ids[by_deadline].tolist()
-            st.deadline = deadline[by_deadline]
-            st.alone = np.array([st.alone_s(server.remaining_prefill(r)) for r in st.queue])
-        return st
-
-    def _admission_order(self, server: Server, st: _ScorpioServer) -> list[int]:
-        """:meth:`_AdmissionOrder.of`, skipped while the server's running requests and the
-        list are as the last call left them (it would change nothing)."""
-        key = (server.prefilling, server.decoding)
-        if st.order_key is None or key[0] is not st.order_key[0] or key[1] is not st.order_key[1]:
-            st.order_list = self._order.of(server)
-            st.order_key = key
-        return st.order_list
-
-    def next_batch(self, server: Server) -> Batch:
-        st = self._state(server)
-        room = server.max_batch_tokens or 1 << 62
-        if server.prefilling:
-            # a prompt longer than the cap, started alone: its chunks go first, so that no
-            # prompt admitted meanwhile takes the KV cache it was admitted with
-            r = server.prefilling[0]
-            return Batch(prefill=[(r, min(server.remaining_prefill(r), room))])
-        now = server.now
-        tpot = self.tpot
-        queue: Sequence[int] = st.queue
-        rejected: list[int] = []  # turned away in this decision, which goes on without them
-        late_at = None
-        if queue:
-            # late: cannot meet its TTFT even if prefilled alone now (same sums as
-            # ``now + prefill_s(...) > arrival + TTFT`` per request)
-            late_at = now + st.alone > st.deadline
-            if late_at.any():
-                late = [queue[i] for i in np.flatnonzero(late_at).tolist()]
-                # a request that has had tokens (then preempted) is served to the end
-                turned_away = [r for r in late if not server.generated(r)]
-                if self.reject_unattainable and turned_away:
-                    rejected = turned_away
-                    late = [r for r in late if server.generated(r)]
-                queue = [queue[i] for i in np.flatnonzero(~late_at).tolist()] + late
-        running = server.decoding
-        n_running = len(running)
-        free = server.kv_free_tokens - n_running
-        kv_running = int(server.kv_held_of(server.decoding_ids()).sum()) if n_running else 0
-        prefill: list[tuple[int, int]] = []
-        t_members = st.running_t_min  # tightest TPOT of the running and admitted requests
-        kv_admitted = 0
-        for r in queue:
-            if n_running + len(prefill) >= server.max_batch_size:
-                break
-            need = server.remaining_prefill(r)
-            if need + 1 > free:
-                break
-            take = min(need, room)
-            if take < need and prefill:
-                break  # whole prompts only, but for a lone prompt longer than the cap
-            t_min = min(t_members, tpot[r]) if tpot[r] > 0 else t_members
-            if n_running:
-                key = (tuple(q for q, _ in prefill), r)
-                vbs = st.vbs.get(key)
-                if vbs is None:
-                    members = [*running, *key[0], r]
-                    vbs = st.vbs[key] = math.ceil(self._virtual(members, t_min))
-                kv = kv_running + kv_admitted + need + 1
-                if not st.step_within(vbs, kv, t_min):
-                    break
-            prefill.append((r, take))
-            t_members = t_min
-            kv_admitted += server.prompt(r) + 1
-            free -= need + 1
-            room -= take
-            if take < need:
-                break
-        if prefill:
-            order = self._admission_order(server, st)
-            order.extend(r for r, _ in prefill)
-            st.order_key = None
-            return Batch(prefill=prefill, reject=rejected)
-        if not n_running:
-            return Batch(reject=rejected)
-        t_min = st.running_t_min
-        whole = st.step_within(n_running, kv_running, t_min)
-        if whole:
-            decode = list(running[: server.max_batch_size])
-        else:
-            # the whole batch would exceed the tightest TPOT: requests by their pace (credits),
-            # while the step stays within it; the most behind always runs
-            def pace(r: int) -> float:
-                if tpot[r] <= 0:
-                    return -math.inf
-                return self._first[r] + server.generated(r) * tpot[r]
-
-            decode, kv = [], 0
-            for r in sorted(running, key=pace):
-                held = server.kv_held(r)
-                if decode and (
-                    not st.step_within(len(decode) + 1, kv + held, t_min)
-                    or len(decode) >= server.max_batch_size
-                ):
-                    break
-                decode.append(r)
-                kv += held
-        if len(decode) > server.kv_free_tokens:
-            preempt = _make_room_for_decode(server, decode, self._admission_order(server, st))
-            st.order_key = None
-        else:
-            preempt = []  # one step fits: nothing to preempt
-            if (
-                whole
-                and not rejected
-                and n_running <= server.max_batch_size
-                and (not queue or st.kv_monotone)
-            ):
-                wake = decode_steps_within_until_s(server.timing, now, n_running, kv_running, t_min)
-                if wake is not None:
-                    if late_at is not None and not late_at.all():
-                        # a waiting request turning late reorders the queue (or is rejected)
-                        wake = min(wake, self._turns_late_s(st, late_at))
-                    return Batch(decode=server.decoding_ids(), repeat=True, wake_at_s=wake)
-        return Batch(decode=decode, preempt=preempt, reject=rejected)
-
-    @staticmethod
-    def _turns_late_s(st: _ScorpioServer, late_at: np.ndarray) -> float:
-        """A time no later than the first at which a waiting request not late now turns late
-        (``now + alone > deadline``): the least ``deadline - alone`` less 1 ns (and a relative
-        1e-12), which the rounding of the sum cannot cross."""
-        on_time = ~late_at
-        return _safely_before(float((st.deadline[on_time] - st.alone[on_time]).min()))
-
-
-class _ScorpioServer:
-    """What :class:`ScorpioPolicy` keeps per server between decisions, each part recomputed
-    only when what it depends on changed (the server's queue tuples are new objects whenever
-    their contents change).
-
-    - ``queue``, ``deadline``, ``alone``: the waiting requests in least-deadline-first order,
-      their TTFT deadlines and the time of prefilling each alone (its remaining prompt), for
-      the waiting tuple ``waiting``;
-    - ``running_t_min``, ``vbs``: the tightest TPOT of the decoding requests and the virtual
-      batch sizes met so far (by admitted prefix and candidate), for the tuple ``decoding``;
-    - ``order_key``, ``order_list``: the admission order and the queues it was brought up
-      to date with (None once the list was changed);
-    - ``prefill_alone``: prefill times of lone prompts by length, on this server's timing
-      model; ``decode_row``: the feature row of :meth:`step_s`; ``most_kv``: the most KV
-      tokens a decode step reads within a time, by batch and time (:meth:`step_within`).
-    """
-
-    __slots__ = (
-        "alone",
-        "deadline",
-        "decode_row",
-        "decoding",
-        "kv_monotone",
-        "most_kv",
-        "order_key",
-        "order_list",
-        "prefill_alone",
-        "queue",
-        "running_t_min",
-        "timing",
-        "vbs",
-        "waiting",
-    )
-
-    def __init__(self, timing: TimingModel) -> None:
-        self.timing = timing
-        self.decode_row = np.zeros((1, N_FEATURES))
-        self.kv_monotone = _kv_monotone(timing)
-        self.most_kv: dict[tuple[int, float], int] = {}
-        self.prefill_alone: dict[int, float] = {}
-        self.waiting: tuple[int, ...] | None = None
-        self.queue: list[int] = []
-        self.deadline = np.zeros(0)
-        self.alone = np.zeros(0)
-        self.decoding: tuple[int, ...] | None = None
-        self.running_t_min: float = math.inf
-        self.vbs: dict[tuple[tuple[int, ...], int], int] = {}
-        self.order_key: tuple[tuple[int, ...], tuple[int, ...]] | None = None
-        self.order_list: list[int] = []
-
-    def alone_s(self, prompt: int) -> float:
-        """:func:`prefill_s` of one prompt of ``prompt`` tokens (cached by length)."""
-        t = self.prefill_alone.get(prompt)
-        if t is None:
-            t = self.prefill_alone[prompt] = prefill_s(self.timing, [prompt])
-        return t
-
-    def step_s(self, batch: int, kv_tokens: int) -> float:
-        """:func:`decode_step_s` without the by-name feature lookup: the same feature row
-        (so the same time, bit for bit), filled in place."""
-        if batch <= 0:
-            return 0.0
-        row = self.decode_row
-        row[0, F_DECODE_TOKENS] = row[0, F_NUM_DECODE] = float(batch)
-        row[0, F_DECODE_KV] = float(kv_tokens)
-        return float(self.timing.times(row)[0])
-
-    def step_within(self, batch: int, kv_tokens: int, limit_s: float) -> bool:
-        """``step_s(batch, kv_tokens) <= limit_s``.
-
-        With a model whose step time never falls as the KV tokens read grow (linear and
-        roofline models with non-negative KV coefficients: each rounded product and sum is
-        non-decreasing in its operands), through the most KV tokens a step of ``batch`` may
-        read within ``limit_s``, found once by bisection on :meth:`step_s` itself; any other
-        model evaluates the step.
-        """
-        if not self.kv_monotone:
-            return self.step_s(batch, kv_tokens) <= limit_s
-        key = (batch, limit_s)
-        most = self.most_kv.get(key)
-        if most is None:
-            most = self.most_kv[key] = self._most_kv(batch, limit_s)
-        return kv_tokens <= most
-
-    def _most_kv(self, batch: int, limit_s: float) -> int:
-        """The largest KV tokens (up to 2**53) a step of ``batch`` reads within ``limit_s``,
-        -1 when none."""
-        if not self.step_s(batch, 0) <= limit_s:
-            return -1
-        lo, hi = 0, 1
-        while self.step_s(batch, hi) <= limit_s:
-            lo, hi = hi, 2 * hi
-            if hi > 1 << 53:
-                return 1 << 53
-        while hi - lo > 1:  # step(lo) within, step(hi) not
-            mid = (lo + hi) // 2
-            if self.step_s(batch, mid) <= limit_s:
-                lo = mid
-            else:
-                hi = mid
-        return lo
-
-
-def _kv_monotone(timing: TimingModel) -> bool:
-    """Whether ``timing`` is a maximum of affine lines none of which falls with the decode
-    KV tokens (its step time is then non-decreasing in them, rounding included)."""
-    from slolab.timing.forms import timing_lines
-
-    try:
-        _, coef = timing_lines(timing)
-    except ValueError:
-        return False
-    return bool(np.all(coef[:, F_DECODE_KV] >= 0))
-
-
-# -- the SA-ordering scheduler, online (baseline) -----------------------------------------------
-
-
-class SAOrderingPolicy:
-    """The SA-ordering scheduler on one worker, online.
-
-    Whenever the worker has nothing running and requests wait, the SA paper's simulated
-    annealing (:func:`slolab.heuristics.sa_ordering.sa_order`) plans the first
-    ``queue_limit`` waiting requests as a snapshot taken now (each one's TTFT reduced by the
-    time it has waited) into static batches of at most ``batch_size``; the worker prefills the
-    plan's first batch (whole prompts, as many as fit in memory and in the iteration's
-    ``max_batch_tokens``) and decodes it until every member finishes, then plans again. A
-    prompt longer than ``max_batch_tokens`` alone is prefilled in chunks of the cap (ours: the
-    paper does not chunk, and the cap is the engine's). This is the adapter that lets the SA
-    paper's one-queue, static-batch scheduler run behind a router on co-located workers
-    (docs/hyperflexis.md).
-
-    References
-    ----------
-    Huang et al., "SLO-Aware Scheduling for Large Language Model Inferences", 2025, Sec. 4.3;
-    HyperFlexis, Sec. 7.4.
-    """
-
-    name = "sa-online"
-
-    def __init__(self, batch_size: int = 8, queue_limit: int = 10, params: Any = None) -> None:
-        if batch_size < 1 or queue_limit < 1:
-            raise ValueError(
-                f"batch_size and queue_limit must be >= 1, got {batch_size}, {queue_limit}"
-            )
-        self.batch_size = batch_size
-        self.queue_limit = queue_limit
-        self.params = params
-        self._seed = 0
-        self._calls = 0
-        self.ttft = np.zeros(0)
-        self.tpot = np.zeros(0)
-
-    def start(self, instance: Instance, seed: int) -> None:
-        from slolab.sim.metrics import deadline_slos
-
-        ttft, tpot = deadline_slos(instance.workload)
-        self.ttft = np.asarray(ttft, dtype=float)
-        self.tpot = np.asarray(tpot, dtype=float)
-        self._seed = seed
-        self._calls = 0
-
-    def _plan(self, server: Server, queue: list[int]) -> list[int]:
-        """The first batch of the SA plan of ``queue`` (a snapshot now)."""
-        from slolab.heuristics.sa_ordering import sa_order
-        from slolab.models.sa_ordering import OrderingProblem
-        from slolab.sim.static import member_times
-
-        now = server.now
-        b = min(self.batch_size, server.max_batch_size, len(queue))
-        first = np.full((len(queue), b + 1), np.nan)
-        execs = np.full((len(queue), b + 1), np.nan)
-        for i, r in enumerate(queue):
-            for s in range(1, b + 1):
-                first[i, s], execs[i, s] = member_times(
-                    server.timing, s, server.prompt(r), server.output(r)
-                )
-        left = np.array(
-            [max(server.arrival(r) + self.ttft[r] - now, 1e-9) for r in queue], dtype=float
-        )
-        tpot = np.array([self.tpot[r] if self.tpot[r] > 0 else np.nan for r in queue])
-        problem = OrderingProblem(
-            batch_size=b,
-            arrival_s=np.zeros(len(queue)),
-            ttft_slo_s=np.where(np.isfinite(left), left, np.nan),
-            tpot_slo_s=tpot,
-            e2e_slo_s=np.full(len(queue), np.nan),
-            output_tokens=np.array([server.output(r) for r in queue], dtype=np.int64),
-            first_token_s=first,
-            exec_s=execs,
-        )
-        self._calls += 1
-        batches, _ = sa_order(problem, self.params, seed=self._seed + self._calls)
-        return [queue[i] for i in batches[0]]
-
-    def next_batch(self, server: Server) -> Batch:
-        room = server.max_batch_tokens or 1 << 62
-        if server.prefilling:
-            # a prompt longer than the token cap is prefilled in chunks of at most the cap
-            # (the scheduler itself never chunks; the cap is the engine's configuration)
-            chunks = []
-            for r in server.prefilling:
-                take = min(server.remaining_prefill(r), room)
-                if take <= 0:
-                    break
-                chunks.append((r, take))
-                room -= take
-            return Batch(prefill=chunks)
-        if server.decoding:
-            decode = list(server.decoding)
-            return Batch(decode=server.decoding_ids(), repeat=True) if len(decode) else Batch()
-        queue = list(server.waiting)[: self.queue_limit]
-        if not queue:
-            return Batch()
-        members = self._plan(server, queue)
-        free = server.kv_free_tokens
-        prefill = []
-        for r in members:
-            need = server.prompt(r) + server.output(r)
-            if need > free or server.prompt(r) > room:
-                break
-            prefill.append((r, server.prompt(r)))
-            free -= need
-            room -= server.prompt(r)
-        if not prefill:
-            r = queue[0]
-            prefill = [(r, min(server.prompt(r), room))]
-        return Batch(prefill=prefill)
-
-
-# -- setups by name --------------------------------------------------------------------------
-
-
-def online_setup(name: str, instance: Instance) -> Any:
-    """The :class:`slolab.heuristics.policies.Scheduler` of heuristic ``name`` on ``instance``.
-
-    ``hyperflexis``, ``hyperflexis-pm``: the dispatcher holding every request centrally, on
-    the instance's cluster as it is; ``hyperflexis-scaling``: with :class:`HyperFlexisScaler`
-    (at most the instance's ``max_servers`` setting, period its ``slot_s`` setting when given
-    so the scaler acts on the scaling slots, else 1 s); ``round-robin``: vLLM workers behind
-    round robin (decode side too: RR-PD); ``scorpio-rr``; ``sa-rr``.
-    """
-
-    settings = instance.settings
-    max_servers = int(settings.get("max_servers", instance.cluster.servers))
-    disaggregated = instance.cluster.mode == "disaggregated"
-    if name in ("hyperflexis", "hyperflexis-scaling", "hyperflexis-pm"):
-        params = DispatcherParams(priority_mapping=name == "hyperflexis-pm")
-        dispatcher = HyperFlexisDispatcher(params)
-        scaler = None
-        if name == "hyperflexis-scaling":
-            scaler = HyperFlexisScaler(
-                ScalerParams(
-                    interval_s=float(settings.get("slot_s", 1.0)),
-                    max_servers=max(max_servers, instance.cluster.servers),
-                )
-            )
-        return Scheduler(
-            dispatcher,
-            dispatcher,
-            decode_router=dispatcher if disaggregated else None,
-            scaler=scaler,
-        )
-    if name == "round-robin":
-        return Scheduler(
-            PrefillFirstFCFS(), RoundRobin(), decode_router=RoundRobin() if disaggregated else None
-        )
-    if name == "scorpio-rr":
-        return Scheduler(ScorpioPolicy(), RoundRobin())
-    if name == "sa-rr":
-        return Scheduler(SAOrderingPolicy(), RoundRobin())
-    raise ValueError(
-        f"unknown HyperFlexis setup {name!r}; known: hyperflexis, hyperflexis-scaling, "
-        "hyperflexis-pm, round-robin, scorpio-rr, sa-rr"
-    )
+# -- registrations ------------------------------------------------------------------------------
 
 
 def _scaler_from_options(min_servers: int = 1, max_servers: int = 8, **params: Any) -> Any:
@@ -1517,8 +1034,6 @@ register_policy(
     router="hold",
     decode_router="hold",
 )
-register_policy("scorpio", ScorpioPolicy, "SCORPIO: TTFT guard (LDF) and TPOT guard (VBS, credits)")
-register_policy("sa-online", SAOrderingPolicy, "the SA-ordering scheduler run online per worker")
 register_router("hold", HoldRouter, "central queue: a dispatcher policy pulls each request")
 register_scaler(
     "hyperflexis",

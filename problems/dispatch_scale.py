@@ -356,17 +356,63 @@ def _rate_at_load(
     return load * workers / float(work.mean())
 
 
-def online(name: str) -> Any:
-    """``instance -> Scheduler``: the heuristic ``name`` of :mod:`slolab.heuristics.hyperflexis`
-    set up on the instance."""
+def online(
+    policy: str,
+    *,
+    router: str | None = None,
+    decode_router: str | None = None,
+    scaler: str | None = None,
+) -> Any:
+    """``instance -> Scheduler``: the registered policy ``policy``
+    (:func:`slolab.heuristics.policies.make_scheduler`) on the window's cluster as it is,
+    behind the registered ``router`` (None: the policy's own), with ``decode_router`` on a
+    disaggregated cluster (None: the policy's own) and the registered ``scaler``
+    (:func:`slolab.heuristics.scalers.make_scaler`), which acts every scaling slot (the
+    instance's ``slot_s`` setting, else 1 s) up to the instance's ``max_servers`` setting."""
 
     def make(instance: Instance) -> Any:
-        from slolab.heuristics.hyperflexis import online_setup
+        import dataclasses
 
-        return online_setup(name, instance)
+        from slolab.heuristics.policies import make_scheduler
+        from slolab.heuristics.scalers import make_scaler
 
-    make.__name__ = f"{name.replace('-', '_')}_online"
+        disaggregated = instance.cluster.mode == "disaggregated"
+        made = make_scheduler(
+            policy,
+            instance,
+            router=router,
+            decode_router=decode_router if disaggregated else None,
+        )
+        if scaler is None:
+            return made
+        settings = instance.settings
+        most = int(settings.get("max_servers", instance.cluster.servers))
+        return dataclasses.replace(
+            made,
+            scaler=make_scaler(
+                scaler,
+                max_servers=max(most, instance.cluster.servers),
+                interval_s=float(settings.get("slot_s", 1.0)),
+            ),
+        )
+
+    parts = (policy, router, scaler)
+    make.__name__ = "_".join(p.replace("-", "_") for p in parts if p is not None) + "_online"
     return make
+
+
+def online_scheduler(name: str, instance: Instance) -> Any:
+    """The :class:`slolab.heuristics.policies.Scheduler` of the problem's online heuristic
+    ``name`` (``hyperflexis``, ``hyperflexis-scaling``, ``round-robin``, ...) on ``instance``;
+    ValueError listing the known ones."""
+    from slolab.problems.registry import resolve
+
+    known = {h.name: h.policy for h in PROBLEM.heuristics if h.policy is not None}
+    if name not in known:
+        raise ValueError(
+            f"{PROBLEM_NAME} has no online heuristic {name!r}; known: {', '.join(known)}"
+        )
+    return resolve(known[name])(instance)
 
 
 PROBLEM = register_problem(
@@ -444,7 +490,7 @@ PROBLEM = register_problem(
             Heuristic(
                 "hyperflexis-scaling",
                 "the dispatcher with the threshold scaler (Sec. 6, Alg. 3)",
-                policy=online("hyperflexis-scaling"),
+                policy=online("hyperflexis", scaler="hyperflexis"),
             ),
             Heuristic(
                 "hyperflexis-pm",
@@ -454,19 +500,19 @@ PROBLEM = register_problem(
             Heuristic(
                 "round-robin",
                 "Llumnix-style round robin over vLLM workers (Sec. 7.4)",
-                policy=online("round-robin"),
+                policy=online("vllm", router="round-robin", decode_router="round-robin"),
                 baseline=True,
             ),
             Heuristic(
                 "scorpio-rr",
                 "SCORPIO (TTFT and TPOT guards) behind round robin (Sec. 7.4)",
-                policy=online("scorpio-rr"),
+                policy=online("scorpio", router="round-robin"),
                 baseline=True,
             ),
             Heuristic(
                 "sa-rr",
                 "the SA-ordering scheduler behind round robin (Sec. 7.4)",
-                policy=online("sa-rr"),
+                policy=online("sa-online", router="round-robin"),
                 baseline=True,
             ),
         ),
@@ -480,10 +526,9 @@ PROBLEM = register_problem(
 def _online_start(policy: str, instance: Instance, seed: int) -> Outcome | None:
     """Online heuristic ``policy``'s run on a window for ``dispatch-lns``'s starts, or None
     when it would run a changed instance (:data:`slolab.models.dispatch_lns.StartRun`)."""
-    from slolab.heuristics.hyperflexis import online_setup
     from slolab.heuristics.policies import Scheduler
 
-    made = Scheduler.of(online_setup(policy, instance))
+    made = Scheduler.of(online_scheduler(policy, instance))
     if made.on(instance) is not instance:
         return None
     return made.run(instance, seed=seed)

@@ -11,15 +11,14 @@ from slolab.heuristics.hyperflexis import (
     HyperFlexisDispatcher,
     HyperFlexisScaler,
     PriorityMapper,
-    SAOrderingPolicy,
     ScalerParams,
-    ScorpioPolicy,
     linear_prefill_coefficients,
-    online_setup,
     token_budget,
 )
+from slolab.heuristics.sa_online import SAOrderingPolicy
+from slolab.heuristics.scorpio import ScorpioPolicy
 from slolab.instances.records import Cluster, Instance, Pool, Workload
-from slolab.problems.dispatch_scale import mix_instance
+from slolab.problems.dispatch_scale import mix_instance, online_scheduler
 from slolab.sim import ClusterView, check, metrics, run
 from slolab.timing import LinearTiming, preset
 
@@ -227,14 +226,14 @@ def test_every_setup_runs_clean_on_a_task_mix(mode):
         names += ["scorpio-rr", "sa-rr"]
     attainment = {}
     for name in names:
-        setup = online_setup(name, inst)
+        setup = online_scheduler(name, inst)
         out = setup.run(inst, seed=0)
         assert check(inst, out) == [], name
         assert np.isfinite(out.last_token_s).all(), name
         attainment[name] = metrics.attainment(inst, out)
     assert attainment["hyperflexis"] >= attainment["round-robin"]
-    with pytest.raises(ValueError, match="unknown HyperFlexis setup 'nope'"):
-        online_setup("nope", inst)
+    with pytest.raises(ValueError, match="dispatch-scale has no online heuristic 'nope'"):
+        online_scheduler("nope", inst)
 
 
 def test_sa_adapter_chunks_a_prompt_longer_than_the_token_cap():

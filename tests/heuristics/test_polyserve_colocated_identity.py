@@ -1,7 +1,7 @@
 """Co-located PolyServe's admission reads the profile's chunk and the KV peak with fewer Python
 calls (:meth:`Profile.max_chunk`, :func:`chunk_attention_work`, :func:`kv_peak`) and reads each
 server's KV-peak inputs and queued prompts once per server state (:class:`KvPeakBase`,
-:class:`_QueuedPrompts`): the same floats, so every token time and decision of seeded runs is
+:class:`QueuedPrompts`): the same floats, so every token time and decision of seeded runs is
 the former one."""
 
 import math
@@ -16,11 +16,11 @@ from slolab.heuristics.polyserve import (
     H200_LLAMA31_8B_KV_TOKENS,
     KvPeakBase,
     Profile,
-    _last_fitting,
-    _last_fitting_near,
-    _QueuedPrompts,
+    QueuedPrompts,
     chunk_attention_work,
     kv_peak,
+    last_fitting,
+    last_fitting_near,
     prefill_attention_s,
 )
 from slolab.models import tier_partition as tp
@@ -92,12 +92,12 @@ def former_max_chunk(profile, kv_tokens, budget_s, batch, attention_s, longest):
     def within(x):
         return profile.table._scalar_time(float(x), float(kv_tokens)) + cost(x) <= budget_s
 
-    x = _last_fitting(x_lo, x_hi, lambda x: t0 + slope * (x - x_lo) + cost(x) <= budget_s)
+    x = last_fitting(x_lo, x_hi, lambda x: t0 + slope * (x - x_lo) + cost(x) <= budget_s)
     if within(x) and not within(x + 1):
         return x - batch
     while x_lo > 0 and not within(x_lo):
         x_lo -= 1
-    return _last_fitting(x_lo, x_hi, within) - batch
+    return last_fitting(x_lo, x_hi, within) - batch
 
 
 def former_max_tokens(profile, kv_tokens, budget_s):
@@ -199,10 +199,10 @@ def test_search_from_a_guess_finds_the_bisection_answer(lo, width, boundary, gue
         asked.append(x)
         return x <= lo + boundary
 
-    expected = _last_fitting(lo, hi, fits)
+    expected = last_fitting(lo, hi, fits)
     bisection_asks = len(asked)
     asked.clear()
-    assert _last_fitting_near(lo, hi, guess, fits) == expected
+    assert last_fitting_near(lo, hi, guess, fits) == expected
     if guess == expected and width > 8:
         assert len(asked) <= min(bisection_asks, 2)
 
@@ -242,7 +242,7 @@ def test_kv_peak_base_with_one_request_is_the_former_peak(
     charged=st.booleans(),
 )
 def test_queued_prompts_give_the_former_walk(rows, huge, deadline, now, prompt, charged):
-    """Random queues (deadline ties, requests already late): _QueuedPrompts gives the former
+    """Random queues (deadline ties, requests already late): QueuedPrompts gives the former
     walk's tokens ahead, longest prompt, attention work (the same float; prompts of 10^8 tokens
     push the integer sums past 2^52, where it sums in queue order as before) and sorted rows
     behind."""
@@ -251,7 +251,7 @@ def test_queued_prompts_give_the_former_walk(rows, huge, deadline, now, prompt, 
         rows[0] = (rows[0][0], 100_000_000, rows[0][2])  # its work alone is 5 x 10^15 > 2^52
     rows = [(dq, left, done if charged else 0) for dq, left, done in rows]
     deadline, now = 0.25 * deadline, 0.25 * now
-    queue = _QueuedPrompts(list(rows))
+    queue = QueuedPrompts(list(rows))
     i, ahead, longest, work = queue.ahead_of(deadline, now, prompt, charged)
     former = former_queue_walk(rows, deadline, now, prompt, charged)
     assert (ahead, longest, work, queue.rows[i:]) == former
@@ -362,12 +362,12 @@ def test_azure_colocated_run_keeps_the_former_outcome(monkeypatch):
 )
 def test_tiers_ranked_when_asked_are_the_full_ranking(monkeypatch, run, former, moved):
     """Every tier list a placement reads from the ranking built tier by tier when asked
-    (:class:`ps._TierRanking`) equals the full ranking read afresh from the servers at that
+    (:class:`ps.TierRanking`) equals the full ranking read afresh from the servers at that
     moment (test_polyserve_dispatch_view's reference), and the
     outcome is the former one; the membership kept across placements is rebuilt when the
     server list changes, and (Mooncake) when a server changes tier or leaves the pending list
     under the same list."""
-    get = ps._TierRanking.get
+    get = ps.TierRanking.get
     seen = {"lists": 0, "servers": 0, "calls": 0, "rebuilt": 0, "moved": 0}
     members = ps.PolyServeController._members
 
@@ -386,7 +386,7 @@ def test_tiers_ranked_when_asked_are_the_full_ranking(monkeypatch, run, former, 
         seen["moved"] += found is not kept and kept_servers is servers
         return found
 
-    monkeypatch.setattr(ps._TierRanking, "get", checked_get)
+    monkeypatch.setattr(ps.TierRanking, "get", checked_get)
     monkeypatch.setattr(ps.PolyServeController, "_members", counted_members)
     instance, controller, out = run()
     assert check(instance, out) == []

@@ -49,11 +49,11 @@ class CheckedController(PolyServeController):
         self.compared = {"ranked": 0, "signature": 0, "sync": 0, "departed": 0}
         req = self.req
         # the deadlines as the former code summed them, one request at a time
-        assert self._first_deadline == [
+        assert self.first_deadline == [
             float(req.arrival[r] + req.ttft[r]) for r in range(len(req.arrival))
         ]
         assert self._tries == [self._candidate_tiers(j) for j in range(len(self.tiers))]
-        assert self._tier_taus == [float(t) for t in self.tiers]
+        assert self.tier_taus == [float(t) for t in self.tiers]
 
     def _ranked(self, servers, usable=None):
         ranked = super()._ranked(servers, usable)

@@ -10,9 +10,9 @@ import pytest
 from slolab.harness.serving import ServingSetup
 from slolab.heuristics.policies import Scheduler
 from slolab.heuristics.polyserve import (
-    _ADMIT,
-    _FULL,
-    _TOO_LATE,
+    ADMIT,
+    FULL,
+    TOO_LATE,
     PolyServeController,
     PolyServeParams,
     PolyServePolicy,
@@ -40,7 +40,7 @@ class CheckedController(PolyServeController):
         self._predicted_end = float("nan")
         code = super()._admit_empty(s, r, tau_s, late)
         assert code == former, (s.now, r, s.id, code, former)
-        if code == _ADMIT and not late:
+        if code == ADMIT and not late:
             assert self._predicted_end == former_end
         self.codes[code, late] += 1
         return code
@@ -96,8 +96,8 @@ def test_empty_servers_answer_as_their_queue_would_on_mooncake():
     controller = CheckedController(PolyServeParams(tpot_bound="always"))
     run(controller, inst, scaled=True)
     codes = controller.codes
-    assert codes[_TOO_LATE, False] > 1000
-    assert codes[_ADMIT, False] > 0 and codes[_ADMIT, True] > 0
+    assert codes[TOO_LATE, False] > 1000
+    assert codes[ADMIT, False] > 0 and codes[ADMIT, True] > 0
 
 
 def sparse(seed: int, n: int = 80) -> Workload:
@@ -137,8 +137,8 @@ def test_empty_servers_answer_as_their_queue_would_on_sparse_arrivals(scaled):
         # the 19,500-token prompt is the one request left held
         assert out.rejected.sum() == 1 and decisions > 80
         for late in (False, True):
-            assert controller.codes[_ADMIT, late] > 0 and controller.codes[_FULL, late] > 0
-        assert controller.codes[_TOO_LATE, False] > 0
+            assert controller.codes[ADMIT, late] > 0 and controller.codes[FULL, late] > 0
+        assert controller.codes[TOO_LATE, False] > 0
 
 
 #: Outcome digests and routing decisions of the code before the empty-server answers, on the

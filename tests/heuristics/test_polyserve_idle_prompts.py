@@ -24,13 +24,13 @@ class Recording(ps.PolyServeController):
 
     def _admit_idle(self, s, r, tau_s, late):
         code = super()._admit_idle(s, r, tau_s, late)
-        if code == ps._ADMIT:
+        if code == ps.ADMIT:
             self.alone[r] = True
         return code
 
     def _admit_queued(self, s, r, tau_s, late):
         code = super()._admit_queued(s, r, tau_s, late)
-        if code == ps._ADMIT and s.load:
+        if code == ps.ADMIT and s.load:
             self.alone[r] = False
         return code
 

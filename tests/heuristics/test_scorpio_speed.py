@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from slolab.harness.serving import ServingSetup
 from slolab.heuristics.baselines import _make_room_for_decode
-from slolab.heuristics.hyperflexis import ScorpioPolicy, decode_step_s, prefill_s
+from slolab.heuristics.hyperflexis import decode_step_s, prefill_s
+from slolab.heuristics.scorpio import ScorpioPolicy
 from slolab.sim import check
 from slolab.sim.engine import Server
 from slolab.sim.policy import Batch
