@@ -25,6 +25,7 @@ from slolab.timing.base import (
     N_FEATURES,
     accumulate_from,
     decode_run_features,
+    prefill_chunk_attention,
 )
 
 _WINDOW_CHUNK = 128
@@ -147,7 +148,7 @@ class Iterations(EngineCore):
             pid_list.append(r)
             ptok_list.append(c)
             prefill_tokens += c
-            attn += c * (pre + (c + 1) / 2.0)
+            attn += prefill_chunk_attention(c, pre)
             alloc += c + (1 if c == remaining else 0)
         dec = batch.decode
         if len(dec):
