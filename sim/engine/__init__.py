@@ -53,21 +53,21 @@ outcome, and :func:`run`).
 
 # the names other modules import from the engine; its constants are read (a module reads its
 # own: to change one in a test, set it on the module that defines it)
-from slolab.sim.engine.iterations import _WINDOW_CHUNK, SMALL_DECODE
+from slolab.sim.engine.iterations import SMALL_DECODE, WINDOW_CHUNK
 from slolab.sim.engine.loop import Engine, UnsettledRunError, require_settled, run
 from slolab.sim.engine.servers import Server
 from slolab.sim.engine.state import warm_start_state
-from slolab.sim.engine.ticks import _SKIP_BLOCK, STALLED_TICKS
+from slolab.sim.engine.ticks import SKIP_BLOCK, STALLED_TICKS
 
 __all__ = [
-    "STALLED_TICKS",
+    "SKIP_BLOCK",
     "SMALL_DECODE",
+    "STALLED_TICKS",
+    "WINDOW_CHUNK",
     "Engine",
     "Server",
     "UnsettledRunError",
     "require_settled",
     "run",
     "warm_start_state",
-    "_SKIP_BLOCK",
-    "_WINDOW_CHUNK",
 ]

@@ -10,8 +10,15 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from slolab.sim.engine.servers import _DEPARTED, _EMPTY_I, _STARTING, _Pending, _Srv, _Window
-from slolab.sim.engine.state import _EV_DECIDE, _EV_END, EngineCore
+from slolab.sim.engine.servers import (
+    DEPARTED,
+    NO_IDS,
+    STARTING,
+    DecodeWindow,
+    PendingIteration,
+    _Srv,
+)
+from slolab.sim.engine.state import EV_DECIDE, EV_END, EngineCore
 from slolab.sim.outcome import PHASE_DECODE, PHASE_PREFILL, PHASE_STATIC
 from slolab.sim.policy import Batch, PolicyError
 from slolab.sim.static import member_token_offsets
@@ -28,7 +35,8 @@ from slolab.timing.base import (
     prefill_chunk_attention,
 )
 
-_WINDOW_CHUNK = 128
+#: Most iterations a fast-forwarded decode window holds before it is extended.
+WINDOW_CHUNK = 128
 #: Decode batches up to this size are committed request by request (else with array indexing).
 SMALL_DECODE = 16
 
@@ -38,7 +46,7 @@ class Iterations(EngineCore):
 
     # -- decisions -------------------------------------------------------------------------
     def _decide(self, server: _Srv) -> None:
-        if server.state == _STARTING or server.state == _DEPARTED:
+        if server.state == STARTING or server.state == DEPARTED:
             return
         batch = self.policy.next_batch(server.view)
         if not isinstance(batch, Batch):
@@ -69,7 +77,7 @@ class Iterations(EngineCore):
                     raise PolicyError(
                         f"server {server.id} t={now}: wake_at_s {batch.wake_at_s} is not in the future"
                     )
-                self._push(batch.wake_at_s, server, _EV_DECIDE)
+                self._push(batch.wake_at_s, server, EV_DECIDE)
             return
         if batch.static:
             self._start_static(server, batch)
@@ -164,7 +172,7 @@ class Iterations(EngineCore):
                 every = pid_list + dids.tolist()
             alloc += len(dids)
         else:
-            dids = _EMPTY_I
+            dids = NO_IDS
             kv_read = 0
             every = pid_list
         n_seq = n_pref + len(dids)
@@ -196,7 +204,7 @@ class Iterations(EngineCore):
             raise PolicyError(
                 f"server {sid} t={now}: timing model gave a non-positive iteration time {dur}"
             )
-        p = _Pending()
+        p = PendingIteration()
         p.start = now
         p.end = now + dur
         p.prefill_ids = pid_list
@@ -207,7 +215,7 @@ class Iterations(EngineCore):
         p.kv = server.kv
         server.pending = p
         server.busy_s += dur
-        self._push(p.end, server, _EV_END)
+        self._push(p.end, server, EV_END)
 
     def _checked_decode(
         self, server: _Srv, dec: Sequence[int] | np.ndarray
@@ -280,7 +288,7 @@ class Iterations(EngineCore):
             # memory ran out while the batch repeated: the policy decides (e.g. preempts)
             self._decide(server)
             return
-        k = min(k_fin, k_mem, _WINDOW_CHUNK)
+        k = min(k_fin, k_mem, WINDOW_CHUNK)
         kv_read = server.decoding_kv if ids is server.decoding_arr else self.kv_held_sum(ids)
         f = decode_run_features(s, kv_read, k)
         dur = server.timing.times(f)
@@ -300,10 +308,10 @@ class Iterations(EngineCore):
             f = f[:k]
             extendable = False
         server.kv += s
-        server.window = _Window(
+        server.window = DecodeWindow(
             ids, times[:-1], times[1:], dur, f, server.kv, extendable, wake_at_s
         )
-        self._push(float(times[-1]), server, _EV_END)
+        self._push(float(times[-1]), server, EV_END)
 
     def _start_static(self, server: _Srv, batch: Batch) -> None:
         now = self.now
@@ -328,7 +336,7 @@ class Iterations(EngineCore):
                 f"server {sid} t={now}: static batch needs {alloc} KV tokens but only "
                 f"{server.kv_capacity - server.kv} of {server.kv_capacity} are free"
             )
-        p = _Pending()
+        p = PendingIteration()
         p.start = now
         longest = 0.0
         for r in members:
@@ -345,7 +353,7 @@ class Iterations(EngineCore):
         p.features = np.zeros(N_FEATURES)
         server.pending = p
         server.busy_s += longest
-        self._push(p.end, server, _EV_END)
+        self._push(p.end, server, EV_END)
 
     # -- commits -------------------------------------------------------------------------
     def _finish(self, server: _Srv, r: int) -> None:

@@ -18,8 +18,8 @@ import numpy as np
 from slolab.plugin_loading import plugin_failure
 from slolab.sim.engine.iterations import Iterations
 from slolab.sim.engine.routing import Routing
-from slolab.sim.engine.servers import _DRAINING, _READY, _Srv
-from slolab.sim.engine.state import _EV_READY
+from slolab.sim.engine.servers import DRAINING, READY, _Srv
+from slolab.sim.engine.state import EV_READY
 from slolab.sim.engine.ticks import Ticks
 from slolab.sim.outcome import Outcome, ServerLives, pool_seconds
 from slolab.sim.policy import Policy, Router
@@ -117,8 +117,8 @@ class Engine(Routing, Ticks, Iterations):
                     continue
             elif server.pending is not None:
                 self._commit(server)
-            elif kind == _EV_READY:
-                server.state = _DRAINING if server.drain_s < inf else _READY
+            elif kind == EV_READY:
+                server.state = DRAINING if server.drain_s < inf else READY
                 self._retry_due = True
             if self._retry_due:
                 self._retry()

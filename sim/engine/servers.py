@@ -2,7 +2,7 @@
 
 A server is one life of a device in one pool: :class:`_Srv` holds its queues (waiting,
 prefilling, decoding), its KV tokens, its iteration or fast-forwarded decode window in progress
-(:class:`_Pending`, :class:`_Window`) and its life (off, starting, ready, draining, departed);
+(:class:`PendingIteration`, :class:`DecodeWindow`) and its life (off, starting, ready, draining, departed);
 :class:`Server` is what the plugins see of it.
 """
 
@@ -20,12 +20,13 @@ if TYPE_CHECKING:
     # a server reads the run's state, which the engine's core holds (an Engine is one)
     from slolab.sim.engine.state import EngineCore as Engine
 
-_EMPTY_I = np.zeros(0, dtype=np.int64)
+#: An empty array of request ids (an iteration without decode entries).
+NO_IDS = np.zeros(0, dtype=np.int64)
 _NO_FEATURES = np.zeros(N_FEATURES)
 _NO_FEATURES.setflags(write=False)
 
 
-class _Window:
+class DecodeWindow:
     """A fast-forwarded run of identical decode-only iterations (pending until committed)."""
 
     __slots__ = (
@@ -65,7 +66,7 @@ class _Window:
         self.wake_at_s = wake_at_s
 
 
-class _Pending:
+class PendingIteration:
     """One started iteration whose tokens are emitted at its end."""
 
     __slots__ = (
@@ -85,7 +86,7 @@ class _Pending:
         self.end = 0.0
         self.prefill_ids: list[int] = []
         self.prefill_tokens: list[int] = []
-        self.decode_ids = _EMPTY_I
+        self.decode_ids = NO_IDS
         self.static_ids: list[int] = []
         self.static_offsets: list[np.ndarray] = []
         # the iteration's feature vector, kept for the iteration log only (read-only zeros)
@@ -93,17 +94,21 @@ class _Pending:
         self.kv = 0
 
 
-# server states (a server is one life of a device in one pool)
-_OFF, _STARTING, _READY, _DRAINING, _DEPARTED = range(5)
-_STATE_NAMES = ("off", "starting", "ready", "draining", "departed")
+#: Server states (a server is one life of a device in one pool), and their names.
+OFF, STARTING, READY, DRAINING, DEPARTED = range(5)
+STATE_NAMES = ("off", "starting", "ready", "draining", "departed")
 
 
-def _server_id(srv: _Srv) -> int:
+def server_id(srv: _Srv) -> int:
+    """A server's id (the key that keeps the live servers in id order)."""
     return srv.id
 
 
 class _Srv:
-    """The engine's state of one server (policies see it through :class:`Server`)."""
+    """The engine's state of one server (policies see it through :class:`Server`).
+
+    Its name stays private: the plugin API records :class:`Server`'s constructor, which
+    names it; the engine's modules share it."""
 
     __slots__ = (
         "id",
@@ -164,8 +169,8 @@ class _Srv:
         # up to date wherever either changes
         self.decoding_kv = 0
         self.kv = 0
-        self.window: _Window | None = None
-        self.pending: _Pending | None = None
+        self.window: DecodeWindow | None = None
+        self.pending: PendingIteration | None = None
         self.version = 0
         self.busy_s = 0.0
         self.state = state
@@ -185,7 +190,7 @@ class _Srv:
     @property
     def accepting(self) -> bool:
         """Starting or ready and not drained: may receive new requests."""
-        return (self.state == _STARTING or self.state == _READY) and self.drain_s == math.inf
+        return (self.state == STARTING or self.state == READY) and self.drain_s == math.inf
 
     @property
     def empty(self) -> bool:
@@ -231,7 +236,7 @@ class Server:
     @property
     def state(self) -> str:
         """``"starting"``, ``"ready"``, ``"draining"`` or ``"departed"``."""
-        return _STATE_NAMES[self._s.state]
+        return STATE_NAMES[self._s.state]
 
     @property
     def accepting(self) -> bool:
@@ -242,7 +247,7 @@ class Server:
     def ready(self) -> bool:
         """True once it serves (ready or draining)."""
         st = self._s.state
-        return st == _READY or st == _DRAINING
+        return st == READY or st == DRAINING
 
     @property
     def ready_at_s(self) -> float:
@@ -369,7 +374,7 @@ class Server:
         a fast-forwarded window), its ready time while starting, else now (s)."""
         s = self._s
         now = self._e.now
-        if s.state == _STARTING:
+        if s.state == STARTING:
             return s.ready_s
         p = s.pending
         if p is not None:

@@ -12,7 +12,7 @@ import heapq
 from typing import TYPE_CHECKING
 
 import numpy as np
-from slolab.sim.engine.servers import _READY, _STARTING, Server, _Srv
+from slolab.sim.engine.servers import READY, STARTING, Server, _Srv
 from slolab.sim.metrics import deadline_slos
 from slolab.sim.policy import Policy, Router
 from slolab.sim.scaling import ScaleAction, ScaleEvent, ScalePlan, Scaler
@@ -23,8 +23,10 @@ if TYPE_CHECKING:
     from slolab.instances.records import Instance
 
 
-_EV_END, _EV_DECIDE, _EV_READY = 0, 1, 2
-_SC_PLAN, _SC_TICK = 0, 1
+#: Kinds of server events: an iteration (or window) ends, a decision is due, a start-up ends.
+EV_END, EV_DECIDE, EV_READY = 0, 1, 2
+#: Kinds of scaling events: a plan's action, a scaler tick.
+SC_PLAN, SC_TICK = 0, 1
 
 
 class EngineCore:
@@ -99,7 +101,7 @@ class EngineCore:
         self.servers: list[_Srv] = []
         for k, p in enumerate(self.pools):
             for _ in range(p.servers):
-                srv = _Srv(self, len(self.servers), k, _READY)
+                srv = _Srv(self, len(self.servers), k, READY)
                 srv.on_s = srv.ready_s = 0.0
                 self.servers.append(srv)
         # servers switched on and not departed, by id
@@ -136,14 +138,14 @@ class EngineCore:
         self._next_arrival = 0
         if plan is not None:
             for t, action in plan.actions:
-                self._push_scale(float(t), _SC_PLAN, action)
+                self._push_scale(float(t), SC_PLAN, action)
                 self._plan_left += 1
         if scaler is not None:
             if not scaler.interval_s > 0:
                 raise ValueError(
                     f"scaler interval_s must be > 0 (inf: only at time 0), got {scaler.interval_s}"
                 )
-            self._push_scale(0.0, _SC_TICK, None)
+            self._push_scale(0.0, SC_TICK, None)
         self._skip_idle = getattr(scaler, "skip_idle_ticks", None)
         self._quiet_until = getattr(scaler, "quiet_until", None)
         self._held_quiet_until = getattr(scaler, "held_quiet_until", None)
@@ -208,8 +210,8 @@ class EngineCore:
         """
         if server.window is not None:
             self._truncate(server)
-        elif server.pending is None and server.state != _STARTING:
-            self._push(self.now, server, _EV_DECIDE)
+        elif server.pending is None and server.state != STARTING:
+            self._push(self.now, server, EV_DECIDE)
 
     def _truncate(self, server: _Srv) -> None:
         w = server.window
@@ -218,7 +220,7 @@ class EngineCore:
         keep = max(keep, 1)
         if keep < w.keep:
             w.keep = keep
-            self._push(float(w.ends[keep - 1]), server, _EV_END)
+            self._push(float(w.ends[keep - 1]), server, EV_END)
         w.extendable = False
 
     # -- central queues ------------------------------------------------------------------

@@ -12,21 +12,21 @@ from collections.abc import Iterator
 
 import numpy as np
 from slolab.sim.engine.servers import (
-    _DEPARTED,
-    _DRAINING,
-    _OFF,
-    _READY,
-    _STARTING,
-    _STATE_NAMES,
-    _server_id,
+    DEPARTED,
+    DRAINING,
+    OFF,
+    READY,
+    STARTING,
+    STATE_NAMES,
     _Srv,
+    server_id,
 )
-from slolab.sim.engine.state import _EV_READY, _SC_PLAN, _SC_TICK, EngineCore
+from slolab.sim.engine.state import EV_READY, SC_PLAN, SC_TICK, EngineCore
 from slolab.sim.policy import PolicyError
 from slolab.sim.scaling import ClusterView, ScaleAction, ScaleEvent
 
 #: Scaler ticks offered at once to a scaler that passes idle ticks (``skip_idle_ticks``).
-_SKIP_BLOCK = 1 << 16
+SKIP_BLOCK = 1 << 16
 #: Spans of fewer scaler ticks than this are summed one tick at a time (:meth:`Ticks._ticks_before`).
 _SHORT_SPAN = 256
 #: Scaler ticks in a row with requests held, nothing running or starting, no scaling action and
@@ -42,9 +42,9 @@ class Ticks(EngineCore):
     def _scale_event(self) -> None:
         t, _, kind, action = heapq.heappop(self._scale_heap)
         self.now = t
-        if kind == _SC_TICK:
+        if kind == SC_TICK:
             self._quiet_tick = None
-        if kind == _SC_PLAN:
+        if kind == SC_PLAN:
             self._plan_left -= 1
             assert action is not None
             self._apply(action, "plan")
@@ -56,7 +56,7 @@ class Ticks(EngineCore):
             self._next_arrival >= self.n
             and not self._transfers
             and not self._plan_left
-            and all(s.empty and s.state != _STARTING for s in self.live)
+            and all(s.empty and s.state != STARTING for s in self.live)
         )
         held = len(self.held_entry) + len(self.held_decode)
         if idle and not held:
@@ -90,7 +90,7 @@ class Ticks(EngineCore):
             nxt = self._skip_idle_ticks(view, nxt)
         elif unplaced and not idle and self._held_quiet_until is not None:
             nxt = self._skip_held_ticks(view, nxt)
-        self._push_scale(nxt, _SC_TICK, None)
+        self._push_scale(nxt, SC_TICK, None)
         if self._quiet_from is not None:
             self._quiet_tick = (self._quiet_from, nxt, self._seq)
 
@@ -102,7 +102,7 @@ class Ticks(EngineCore):
             not self._transfers
             and not self._plan_left
             and all(
-                s.pending is None and s.window is None and s.state != _STARTING for s in self.live
+                s.pending is None and s.window is None and s.state != STARTING for s in self.live
             )
             and not any(version == servers[sid].version for _, _, sid, version, _ in self._heap)
         )
@@ -126,7 +126,7 @@ class Ticks(EngineCore):
         if self._transfers:
             return self._skip_quiet_ticks(view, nxt)
         for s in self.live:
-            if not s.empty or s.state == _STARTING:
+            if not s.empty or s.state == STARTING:
                 return self._skip_quiet_ticks(view, nxt)
         if skip is None:
             return self._skip_quiet_ticks(view, nxt)
@@ -224,7 +224,7 @@ class Ticks(EngineCore):
         heap = self._scale_heap
         heap[:] = [e for e in heap if e[1] != seq]
         heapq.heapify(heap)
-        self._push_scale(first, _SC_TICK, None)
+        self._push_scale(first, SC_TICK, None)
         self._quiet_tick = (quiet[0], first, self._seq)
 
     def _ticks_before(self, nxt: float, until: float) -> tuple[list[float], float]:
@@ -257,16 +257,16 @@ class Ticks(EngineCore):
 
     def _tick_blocks(self, nxt: float, until: float) -> Iterator[tuple[np.ndarray, float]]:
         """The scaler's tick times from ``nxt`` on before ``until`` (finite), in blocks of at
-        most ``_SKIP_BLOCK``, each with the tick after it (the last: the first tick at or after
+        most ``SKIP_BLOCK``, each with the tick after it (the last: the first tick at or after
         ``until``). Each time is the previous plus ``interval_s``, as the ticks themselves are
         computed (``np.cumsum`` adds left to right).
 
         The ticks before ``until`` number at most ``(until - nxt) / interval_s`` plus one (plus
         one more for rounding), so a span shorter than a block is summed in a block of that
-        many plus one, not of ``_SKIP_BLOCK``: the same blocks and times, at the cost of the
+        many plus one, not of ``SKIP_BLOCK``: the same blocks and times, at the cost of the
         span (a busy cluster's quiet spans are a few ticks long)."""
         step = self.scaler.interval_s  # type: ignore[union-attr]
-        size = min(int((until - nxt) / step) + 3, _SKIP_BLOCK)
+        size = min(int((until - nxt) / step) + 3, SKIP_BLOCK)
         while True:
             block = np.full(size, step)
             block[0] = nxt
@@ -284,7 +284,7 @@ class Ticks(EngineCore):
         now = self.now
         if action.kind == "on":
             k = self._pool_of(action, by)
-            srv = _Srv(self, len(self.servers), k, _OFF)
+            srv = _Srv(self, len(self.servers), k, OFF)
             self.servers.append(srv)
             self._switch_on(srv, float(self.pools[k].startup_s))  # type: ignore[arg-type]
             self.scale_events.append(ScaleEvent(now, "on", srv.id, srv.pool_name, srv.id))
@@ -295,7 +295,7 @@ class Ticks(EngineCore):
                 state = (
                     "does not exist"
                     if not 0 <= sid < len(self.servers)
-                    else f"is {_STATE_NAMES[self.servers[sid].state]}"
+                    else f"is {STATE_NAMES[self.servers[sid].state]}"
                     + (" (drained)" if self.servers[sid].drain_s < math.inf else "")
                 )
                 raise PolicyError(f"t={now}: {by} cannot {action.kind} server {sid}: it {state}")
@@ -313,15 +313,15 @@ class Ticks(EngineCore):
                     )
                 if self.pools[k].role == "decode" and self.mode != "disaggregated":
                     raise PolicyError(f"t={now}: pool {action.pool!r} cannot take server {sid}")
-                nxt = _Srv(self, len(self.servers), k, _OFF, origin=sid)
+                nxt = _Srv(self, len(self.servers), k, OFF, origin=sid)
                 self.servers.append(nxt)
                 srv.move_to = nxt.id
                 self.scale_events.append(ScaleEvent(now, "move", sid, nxt.pool_name, nxt.id))
             else:
                 self.scale_events.append(ScaleEvent(now, "drain", sid, srv.pool_name))
             srv.drain_s = now
-            if srv.state == _READY:
-                srv.state = _DRAINING
+            if srv.state == READY:
+                srv.state = DRAINING
             self._refresh_routing()
             self._maybe_depart(srv)
         self.max_end = max(self.max_end, now)
@@ -362,19 +362,19 @@ class Ticks(EngineCore):
         now = self.now
         srv.on_s = now
         srv.ready_s = now + delay_s
-        bisect.insort(self.live, srv, key=_server_id)
+        bisect.insort(self.live, srv, key=server_id)
         if delay_s > 0:
-            srv.state = _STARTING
-            self._push(srv.ready_s, srv, _EV_READY)
+            srv.state = STARTING
+            self._push(srv.ready_s, srv, EV_READY)
         else:
-            srv.state = _READY
+            srv.state = READY
         self._refresh_routing()
 
     def _maybe_depart(self, srv: _Srv) -> None:
         """A drained server with nothing left departs now (a moved one starts its next life)."""
-        if srv.state == _DEPARTED or srv.state == _OFF or not srv.empty:
+        if srv.state == DEPARTED or srv.state == OFF or not srv.empty:
             return
-        srv.state = _DEPARTED
+        srv.state = DEPARTED
         srv.off_s = self.now
         srv.version += 1  # drops its pending wake-ups
         self.live.remove(srv)
