@@ -29,12 +29,16 @@ from slolab.timing.base import N_FEATURES
 if TYPE_CHECKING:
     from slolab.instances.records import Instance
 
-
 log = logging.getLogger("slolab")
 
 
 class Engine(Routing, Ticks, Iterations):
-    """State of one simulation; use :func:`run` or :func:`replay` rather than this class."""
+    """State of one simulation; use :func:`run` or :func:`replay` rather than this class.
+
+    Its parts are its bases, each on :class:`~slolab.sim.engine.state.EngineCore` (the state
+    and the shared moves): routing, scaling ticks and iterations; this class adds the core
+    loop, the end of a run and the outcome.
+    """
 
     # -- main loop -------------------------------------------------------------------------
     def unemitted_floor_s(self) -> float:
