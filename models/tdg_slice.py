@@ -135,7 +135,7 @@ class TdgSlice(ExactModel):
         self.chunk, self.decodes = chunk, decodes
         # the gain outside the slice: tokens emitted before t_0 or after the slice's last end
         weights = metrics.token_weights(instance)
-        on_time = metrics._on_time_tokens(instance, outcome)
+        on_time = metrics.on_time_tokens(instance, outcome)
         times = np.asarray(outcome.token_times)
         inside = (times > self.start_s) & (times <= float(ends[stop - 1]))
         self.fixed_gain = float(weights[on_time & ~inside].sum())

@@ -49,7 +49,16 @@ from slolab.sim.outcome import (
     server_lives,
 )
 from slolab.sim.static import member_token_offsets
-from slolab.timing.base import N_FEATURES
+from slolab.timing.base import (
+    F_DECODE_KV,
+    F_DECODE_TOKENS,
+    F_NUM_DECODE,
+    F_NUM_PREFILL,
+    F_PREFILL_ATTN,
+    F_PREFILL_TOKENS,
+    N_FEATURES,
+    prefill_chunk_attention,
+)
 from slolab.timing.presets import preset
 
 if TYPE_CHECKING:
@@ -225,9 +234,9 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
                 if not 1 <= c <= left:
                     bad(f"{where}: prefill chunk of {c} tokens for request {r} with {left} left")
                     continue
-                feats[0] += c
-                feats[4] += c * (prefilled[r] + (c + 1) / 2.0)
-                feats[5] += 1
+                feats[F_PREFILL_TOKENS] += c
+                feats[F_PREFILL_ATTN] += prefill_chunk_attention(c, int(prefilled[r]))
+                feats[F_NUM_PREFILL] += 1
                 held = kv_held[s].get(r, 0)
                 prefilled[r] += c
                 held += c
@@ -260,16 +269,16 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
                         )
                     if r not in kv_held[s]:
                         kv_held[s][r] = int(prefilled[r] + generated[r] - target[r] + prompt[r])
-                feats[1] += 1
-                feats[2] += 1
-                feats[3] += kv_held[s][r]
+                feats[F_DECODE_TOKENS] += 1
+                feats[F_NUM_DECODE] += 1
+                feats[F_DECODE_KV] += kv_held[s][r]
                 expect[offs[r] + generated[r]] = end
                 generated[r] += 1
                 kv_held[s][r] = kv_held[s].get(r, 0) + 1
                 emitted.append(r)
             else:
                 bad(f"{where}: unknown phase {ph} for request {r}")
-        tokens = feats[0] + feats[1]
+        tokens = feats[F_PREFILL_TOKENS] + feats[F_DECODE_TOKENS]
         if pool.max_batch_tokens and tokens > pool.max_batch_tokens:
             bad(f"{where}: {int(tokens)} tokens exceed max_batch_tokens {pool.max_batch_tokens}")
         logged = outcome.it_features[i]

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from slolab.sim.metrics import _check_definition, request_table_from_times
+from slolab.sim.metrics import check_definition, request_table_from_times
 from slolab.timing.base import (
     F_DECODE_KV,
     F_DECODE_TOKENS,
@@ -194,7 +194,7 @@ class IdleSchedule:
 
     def met(self, instance: Instance, definition: str = "deadline") -> np.ndarray:
         """Boolean per request: it meets its SLO alone (the metrics' own ``met``)."""
-        _check_definition(definition)
+        check_definition(definition)
         table = request_table_from_times(instance, self.token_times, self.token_offsets, ~self.fits)
         return table[f"met_{definition}"].to_numpy()
 

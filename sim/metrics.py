@@ -36,7 +36,8 @@ ON_TIME_TOLERANCE_S = 1e-9
 DEFINITIONS = ("deadline", "ttft+mean-tpot", "ttft+max-tpot", "e2e")
 
 
-def _check_definition(definition: str) -> None:
+def check_definition(definition: str) -> None:
+    """ValueError naming the known attainment definitions unless ``definition`` is one."""
     if definition not in DEFINITIONS:
         raise ValueError(
             f"unknown attainment definition {definition!r}; known: {', '.join(DEFINITIONS)}"
@@ -162,7 +163,7 @@ def request_table_from_times(
 
 def met(instance: Instance, outcome: Outcome, definition: str = "deadline") -> np.ndarray:
     """Boolean per request: did it meet its SLO under ``definition``."""
-    _check_definition(definition)
+    check_definition(definition)
     return request_table(instance, outcome)[f"met_{definition}"].to_numpy()
 
 
@@ -173,7 +174,7 @@ def attainment(instance: Instance, outcome: Outcome, definition: str = "deadline
 
 def attainment_from_table(table: pd.DataFrame, definition: str = "deadline") -> float:
     """:func:`attainment` from a :func:`request_table` already computed."""
-    _check_definition(definition)
+    check_definition(definition)
     ok = table[f"met_{definition}"].to_numpy()
     if definition == "e2e":
         has = table["has_e2e_slo"].to_numpy()
@@ -224,11 +225,15 @@ def token_weights(
     return w
 
 
-def _on_time_tokens(instance: Instance, outcome: Outcome) -> np.ndarray:
+def on_time_tokens(instance: Instance, outcome: Outcome) -> np.ndarray:
     """Per token: emitted by its deadline (NaN, emitted before the run, counts) and not rejected."""
     t = outcome.token_times
     on_time = np.isnan(t) | (t <= token_deadlines(instance, outcome) + ON_TIME_TOLERANCE_S)
     return on_time & ~np.repeat(outcome.rejected, instance.workload.output_tokens)
+
+
+#: The former private name, kept for code written against it.
+_on_time_tokens = on_time_tokens
 
 
 def tdg(
@@ -242,7 +247,7 @@ def tdg(
     Tokens a warm-started request emitted before the run (NaN times) count as on time.
     """
     w = token_weights(instance, w_prefill, w_decode)
-    return float(w[_on_time_tokens(instance, outcome)].sum())
+    return float(w[on_time_tokens(instance, outcome)].sum())
 
 
 def tdg_emitted(
@@ -258,7 +263,7 @@ def tdg_emitted(
     """
     w = token_weights(instance, w_prefill, w_decode)
     emitted = np.isfinite(outcome.token_times)
-    return float(w[_on_time_tokens(instance, outcome) & emitted].sum())
+    return float(w[on_time_tokens(instance, outcome) & emitted].sum())
 
 
 def tdg_ratio(
@@ -307,7 +312,7 @@ def admitted_value(instance: Instance, outcome: Outcome, definition: str = "dead
     Requests marked ``running`` in the workload (admitted before the call, see
     :func:`slolab.sim.engine.warm_start_state`) earn nothing: the call decides only the new ones.
     """
-    _check_definition(definition)
+    check_definition(definition)
     return admitted_value_from_table(instance, request_table(instance, outcome), definition)
 
 
@@ -327,7 +332,7 @@ def admitted_value_from_table(
 
 def _definition(instance: Instance) -> str:
     definition = str(instance.settings.get("definition", "deadline"))
-    _check_definition(definition)
+    check_definition(definition)
     return definition
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from slolab.sim.metrics import (
     ON_TIME_TOLERANCE_S,
-    _check_definition,
+    check_definition,
     deadline_slos,
     token_deadline_s,
 )
@@ -92,7 +92,7 @@ class AttainmentWatch:
     def __init__(
         self, instance: Instance, definition: str, target: float, *, every: int | None = None
     ) -> None:
-        _check_definition(definition)
+        check_definition(definition)
         if not 0.0 < target <= 1.0:
             raise ValueError(f"target must be an attainment in (0, 1], got {target!r}")
         wl = instance.workload

@@ -57,6 +57,13 @@ def prefill_attention_work(chunk: np.ndarray | int, prefix: np.ndarray | int) ->
     return c * (np.asarray(prefix, dtype=float) + (c + 1.0) / 2.0)
 
 
+def prefill_chunk_attention(chunk: int, prefix: int) -> float:
+    """:func:`prefill_attention_work` of one chunk as a Python float, for code that builds one
+    feature row at a time: ``chunk * (prefix + (chunk + 1) / 2)``, the same float operations in
+    the same order (integers below 2**53 convert to floats exactly), so the same bits."""
+    return chunk * (prefix + (chunk + 1) / 2.0)
+
+
 def padded_prefill_features(batch_size: float, prompt_tokens: Any) -> np.ndarray:
     """``(n, 7)`` features of a prefill iteration of ``batch_size`` sequences of ``p`` prompt
     tokens each (a static batch padded to ``p``), one row per entry of ``prompt_tokens``.

@@ -7,7 +7,8 @@ import pytest
 from sim_cases import random_instance
 from slolab.heuristics.baselines import LeastLoaded, PrefillFirstFCFS, SarathiFCFS, StaticFCFS
 from slolab.instances.records import Cluster, Instance, Workload
-from slolab.sim import Batch, PolicyError, Schedule, check, engine, replay, run
+from slolab.sim import Batch, PolicyError, Schedule, check, replay, run
+from slolab.sim.engine import iterations
 from slolab.timing.base import FEATURES, LinearTiming
 
 # T = 10 ms + 1 ms per prefill token + 2 ms per decode token
@@ -329,10 +330,11 @@ def test_small_decode_batches_commit_as_with_arrays(policy, monkeypatch):
     """Decode batches of up to SMALL_DECODE requests committed request by request give the
     run of the array commit bit for bit: token times, iterations, preemptions."""
     inst = random_instance(5, n=100, servers=1, kv=8000, horizon_s=0.5)
-    limit = engine.SMALL_DECODE
+    limit = iterations.SMALL_DECODE
     wrapped = _SteppedSizes(policy())
     small = run(inst, wrapped, LeastLoaded(), seed=5)
-    monkeypatch.setattr(engine, "SMALL_DECODE", 0)
+    # the commit reads the limit from its own module
+    monkeypatch.setattr(iterations, "SMALL_DECODE", 0)
     arrays = run(inst, _SteppedSizes(policy()), LeastLoaded(), seed=5)
     assert np.array_equal(small.token_times, arrays.token_times)
     assert np.array_equal(small.preemptions, arrays.preemptions)

@@ -14,7 +14,7 @@ from slolab.heuristics.policies import make_scheduler
 from slolab.heuristics.scalers import ThresholdParams, ThresholdScaler, make_scaler, scaler_names
 from slolab.instances.records import Cluster, Instance, Workload
 from slolab.sim import check, run
-from slolab.sim.engine import _SKIP_BLOCK, Engine
+from slolab.sim.engine import SKIP_BLOCK, Engine
 from slolab.timing import LinearTiming
 
 # T = 10 ms + 0.1 ms per token + 1 us per decode KV token
@@ -229,15 +229,15 @@ def test_polyserve_skips_quiet_ticks_while_busy_with_the_same_run(mode):
 
 
 def former_tick_blocks(step: float, nxt: float, until: float):
-    """The engine's tick blocks as they were: always ``_SKIP_BLOCK`` ticks summed."""
+    """The engine's tick blocks as they were: always ``SKIP_BLOCK`` ticks summed."""
     while True:
-        block = np.full(_SKIP_BLOCK, step)
+        block = np.full(SKIP_BLOCK, step)
         block[0] = nxt
         ticks = np.cumsum(block)
         k = int(np.searchsorted(ticks, until, side="left"))
-        nxt = float(ticks[k]) if k < _SKIP_BLOCK else float(ticks[-1]) + step
+        nxt = float(ticks[k]) if k < SKIP_BLOCK else float(ticks[-1]) + step
         yield ticks[:k], nxt
-        if k < _SKIP_BLOCK:
+        if k < SKIP_BLOCK:
             return
 
 
@@ -250,7 +250,7 @@ def former_tick_blocks(step: float, nxt: float, until: float):
 def test_tick_blocks_sized_to_the_span_are_the_former_blocks(start, span, interval):
     """The engine's tick blocks, now summed in blocks about as long as the span: the same
     blocks (every tick time, the previous plus the interval) and the same tick after each as
-    when every block summed _SKIP_BLOCK ticks; spans up to 200 s reach 200,000 ticks (several
+    when every block summed SKIP_BLOCK ticks; spans up to 200 s reach 200,000 ticks (several
     blocks)."""
     engine = SimpleNamespace(scaler=SimpleNamespace(interval_s=interval))
     now = list(Engine._tick_blocks(engine, start, start + span))

@@ -16,7 +16,7 @@ from sim_cases import mooncake_setup, random_instance
 from slolab.heuristics.baselines import LeastLoaded, PrefillFirstFCFS, SarathiFCFS
 from slolab.instances.records import Cluster, Instance, Workload
 from slolab.sim import Batch, check, run
-from slolab.sim.engine import _WINDOW_CHUNK
+from slolab.sim.engine import WINDOW_CHUNK
 from slolab.timing.base import (
     F_DECODE_KV,
     F_DECODE_TOKENS,
@@ -73,10 +73,10 @@ def test_timing_rows_equal_one_row_calls(name):
     rng = np.random.default_rng(5)
     rows = []
     for s in (1, 3, 17, 64, 256):
-        f = np.zeros((_WINDOW_CHUNK, N_FEATURES))
+        f = np.zeros((WINDOW_CHUNK, N_FEATURES))
         f[:, F_DECODE_TOKENS] = s
         f[:, F_NUM_DECODE] = s
-        f[:, F_DECODE_KV] = int(rng.integers(0, 2_000_000)) + s * np.arange(_WINDOW_CHUNK)
+        f[:, F_DECODE_KV] = int(rng.integers(0, 2_000_000)) + s * np.arange(WINDOW_CHUNK)
         rows.append(f)
     scale = np.array([4096, 256, 256, 1e6, 1e7, 16, 0.0])
     rows.append(np.round(rng.random((200, N_FEATURES)) * scale))
@@ -125,7 +125,7 @@ def test_windows_equal_stepping_on_every_timing_form(name, policy):
     # than 256 tokens) needs extended windows
     assert slow_policy.decisions >= slow.n_iterations
     assert fast_policy.decisions < slow.n_iterations / 4
-    assert inst.workload.output_tokens.max() > 2 * _WINDOW_CHUNK
+    assert inst.workload.output_tokens.max() > 2 * WINDOW_CHUNK
 
 
 @pytest.mark.parametrize(
