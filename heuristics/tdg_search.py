@@ -333,7 +333,7 @@ def _lost_gain(instance: Instance, outcome: Outcome) -> np.ndarray:
     ideal = first + decode * (instance.workload.output_tokens - 1)
     earned = np.zeros(len(ideal))
     per_token = metrics.token_weights(instance)
-    on_time = metrics._on_time_tokens(instance, outcome)
+    on_time = metrics.on_time_tokens(instance, outcome)
     owner = np.repeat(np.arange(len(ideal)), instance.workload.output_tokens)
     np.add.at(earned, owner[on_time], per_token[on_time])
     return ideal - earned
@@ -346,7 +346,7 @@ def _lost_per_iteration(instance: Instance, outcome: Outcome) -> np.ndarray:
 
     ends = np.sort(np.asarray(outcome.it_end))
     times = np.asarray(outcome.token_times)
-    late = ~metrics._on_time_tokens(instance, outcome) & np.isfinite(times)
+    late = ~metrics.on_time_tokens(instance, outcome) & np.isfinite(times)
     lost = np.zeros(len(ends))
     where = np.searchsorted(ends, times[late])
     np.add.at(lost, np.minimum(where, len(ends) - 1), metrics.token_weights(instance)[late])
