@@ -146,6 +146,8 @@ class PlanRouter:
             raise ValueError(f"every row of fractions must sum to 1, got {rows.tolist()}")
         self._cumulative = np.cumsum(self.fractions, axis=1)
         self._rng = np.random.default_rng(0)
+        #: the pool index drawn for each request (-1: not routed yet)
+        self.chosen = np.full(len(self.class_of), -1, dtype=np.int64)
 
     def start(self, instance: Instance, seed: int) -> None:
         if len(self.class_of) != instance.n_requests:
@@ -154,12 +156,15 @@ class PlanRouter:
                 f"{instance.n_requests} requests"
             )
         self._rng = np.random.default_rng(seed)
+        self.chosen[:] = -1
 
     def pool_for(self, request: int) -> str:
-        """Draw the pool of ``request`` (one draw of the router's generator)."""
+        """Draw the pool of ``request`` (one draw of the router's generator; recorded in
+        :attr:`chosen`)."""
         row = self._cumulative[self.class_of[request]]
-        c = int(np.searchsorted(row, self._rng.random() * row[-1], side="right"))
-        return self.pools[min(c, len(self.pools) - 1)]
+        c = min(int(np.searchsorted(row, self._rng.random() * row[-1], side="right")), len(row) - 1)
+        self.chosen[request] = c
+        return self.pools[c]
 
     def route(self, request: int, servers: Sequence[Server], now: float) -> int:
         pool = self.pool_for(request)
