@@ -347,6 +347,8 @@ class CapacityTable:
     configurations : tuple of str
     classes : tuple of str
     capacity : tuple of tuple of float
+    class_targets : tuple of float
+        The attainment each class's searches held it to (:func:`class_targets`).
     probes : int
         Simulations run.
     early : int
@@ -358,6 +360,7 @@ class CapacityTable:
     configurations: tuple[str, ...]
     classes: tuple[str, ...]
     capacity: tuple[tuple[float, ...], ...]
+    class_targets: tuple[float, ...]
     probes: int
     early: int
     wall_s: float
@@ -440,6 +443,41 @@ def _class_probe(
     return probe
 
 
+def class_targets(
+    instance: Instance,
+    classes: RequestClasses,
+    configurations: Sequence[str],
+    target: float,
+    *,
+    definition: str = "deadline",
+    policy: str = "sarathi",
+    seed: int = 0,
+    stream_requests: int = 400,
+) -> tuple[float, ...]:
+    """The attainment each class is held to: ``target`` times the best attainment any
+    configuration reaches for the class at a trickle (its stream at ``1/SEARCH_SPAN`` of the
+    class's rate, every request practically alone on the server) under ``policy``.
+
+    A request that no configuration of the grid meets even alone misses whatever the fleet;
+    holding its class to ``target`` of all its requests would make the class unservable
+    (capacity 0 everywhere) as soon as such requests pass ``1 - target`` of it (long Mooncake
+    prompts against a 1 s TTFT). Held to ``target`` of its trickle attainment, the class
+    still needs ``target`` of what any server of the grid does for it.
+    """
+    from slolab.harness.capacity import SEARCH_SPAN
+
+    found = []
+    for k in range(len(classes.names)):
+        members = classes.members(k)
+        best = 0.0
+        for configuration in configurations:
+            alone = _class_instance(instance, members, configuration, stream_requests)
+            probe = _class_probe(alone, policy, definition, target, seed, False)
+            best = max(best, probe(classes.rates[k] / SEARCH_SPAN).attainment)
+        found.append(target * best)
+    return tuple(found)
+
+
 def measure_capacities(
     instance: Instance,
     classes: RequestClasses,
@@ -457,7 +495,8 @@ def measure_capacities(
     """The capacity of one server of each configuration for each class alone.
 
     Each (configuration, class) is a capacity search (bracketing and bisection to ``rel_tol``,
-    :func:`slolab.harness.capacity.capacity`) over the rate of the class's own requests,
+    :func:`slolab.harness.capacity.capacity`) at the class's target (:func:`class_targets`)
+    over the rate of the class's own requests,
     repeated to at least ``stream_requests`` (:func:`_class_stream`) and time-scaled; every
     probe a simulation on one server with the configuration's timing and KV
     capacity, stopped once certain to meet or miss the target when ``early``. A class's search
@@ -468,6 +507,16 @@ def measure_capacities(
     from tqdm.auto import tqdm
 
     start = time.perf_counter()
+    targets = class_targets(
+        instance,
+        classes,
+        configurations,
+        target,
+        definition=definition,
+        policy=policy,
+        seed=seed,
+        stream_requests=stream_requests,
+    )
     rows: list[list[float]] = [[0.0] * len(classes.names) for _ in configurations]
     probes = early_count = 0
     bar = tqdm(
@@ -481,11 +530,14 @@ def measure_capacities(
             members = classes.members(k)
             start_rate = classes.rates[k]
             for c, configuration in enumerate(configurations):
+                if targets[k] == 0:  # no request of the class can be met: nothing to measure
+                    bar.update(1)
+                    continue
                 base = _class_instance(instance, members, configuration, stream_requests)
-                probe = _class_probe(base, policy, definition, target, seed, early)
+                probe = _class_probe(base, policy, definition, targets[k], seed, early)
                 found = capacity(
                     probe,
-                    target=target,
+                    target=targets[k],
                     start_rate=start_rate,
                     rel_tol=rel_tol,
                     progress=False,
@@ -504,6 +556,7 @@ def measure_capacities(
         tuple(configurations),
         classes.names,
         tuple(tuple(row) for row in rows),
+        targets,
         probes,
         early_count,
         time.perf_counter() - start,
@@ -750,7 +803,9 @@ class DeploymentReport:
     best_single_cost : float
         Cost of :func:`best_single` on the measured capacities (inf: none).
     optimum_cost : float
-        The MILP optimum on the measured capacities (first round).
+        The MILP's cost on the measured capacities (first round).
+    optimum_status : str
+        Its status (``OPTIMAL`` when HiGHS proved it).
     wall_s : float
         Wall time of the whole plan.
     """
@@ -764,6 +819,7 @@ class DeploymentReport:
     greedy_cost: float
     best_single_cost: float
     optimum_cost: float
+    optimum_status: str
     wall_s: float
 
     @property
@@ -828,9 +884,11 @@ class DeploymentReport:
                 for name, rate in zip(self.data.classes, self.data.rates, strict=True)
             ],
             "capacity": [list(row) for row in self.data.capacity],
+            "class_targets": list(self.capacities.class_targets),
             "capacity_probes": self.capacities.probes,
             "capacity_early": self.capacities.early,
             "optimum_cost_per_hour": self.optimum_cost,
+            "optimum_status": self.optimum_status,
             "best_single_cost_per_hour": None
             if math.isinf(self.best_single_cost)
             else self.best_single_cost,
@@ -872,17 +930,27 @@ def plan_deployment(
     )
     # a configuration that serves no class at all carries nothing: left out of the model
     usable = [c for c, row in enumerate(table.capacity) if any(v > 0 for v in row)]
+    refused = dict(refused or {})
+    for c, name in enumerate(configurations):
+        if c not in usable:
+            refused[name] = f"{name}: meets the class targets for no request class at any rate"
     if not usable:
         raise ValueError(
             f"no configuration of {', '.join(configurations)} meets the target {target} for any "
             "request class, even at 1/1024 of its rate"
         )
+    # a class none of whose requests any configuration meets is carried at no load (its
+    # requests miss whatever the fleet): rate 0, and any configuration may take it
+    hopeless = [t == 0 for t in table.class_targets]
     data = DeploymentData(
         tuple(configurations[c] for c in usable),
         tuple(configuration_price(configurations[c], prices) for c in usable),
         classes.names,
-        classes.rates,
-        tuple(table.capacity[c] for c in usable),
+        tuple(0.0 if h else rate for h, rate in zip(hopeless, classes.rates, strict=True)),
+        tuple(
+            tuple(1.0 if h else v for h, v in zip(hopeless, table.capacity[c], strict=True))
+            for c in usable
+        ),
     )
     single_plan = best_single(data)
     single = {
@@ -923,12 +991,170 @@ def plan_deployment(
     return DeploymentReport(
         data=data,
         capacities=table,
-        refused=dict(refused or {}),
+        refused=refused,
         single=single,
         mixed=mixed,
         best_single=single_loop,
         greedy_cost=plan_cost(data, greedy_cost_per_capacity(data)),
         best_single_cost=math.inf if single_plan is None else plan_cost(data, single_plan),
         optimum_cost=optimum.cost,
+        optimum_status=optimum.status.value,
         wall_s=time.perf_counter() - start,
     )
+
+
+def _parse_list(flag: str, text: str) -> list[str]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise ValueError(f"{flag} names nothing (got {text!r}); give a comma-separated list")
+    for item in items:
+        if items.count(item) > 1:
+            raise ValueError(f"{flag} lists {item!r} twice")
+    return items
+
+
+def cmd_deploy(args: Any) -> int:
+    """``slolab plan TRACE --model MODEL``: print (or ``--json``) the deployment plan."""
+    import argparse
+    import json
+
+    from slolab.harness.serving import ServingSetup
+    from slolab.heuristics.policies import policy_entry
+    from slolab.instances import mean_rate
+
+    gpus = _parse_list("--gpus", args.gpus)
+    tps = []
+    for item in _parse_list("--tp", args.tp):
+        if not item.isdigit() or int(item) < 1:
+            raise ValueError(f"--tp must list integers >= 1, got {item!r}")
+        tps.append(int(item))
+    policies = _parse_list("--policy", args.policies or "sarathi")
+    if len(policies) != 1:
+        raise ValueError(f"--policy with --model takes one scheduler, got {', '.join(policies)}")
+    policy_entry(policies[0])
+    if policy_entry(policies[0]).setup is not None:
+        raise ValueError(
+            f"--policy {policies[0]} lays out its own cluster; the deployment planner needs a "
+            "per-server scheduler (sarathi, vllm, edf, ...)"
+        )
+    if not 0 < args.target <= 1:
+        raise ValueError(f"--target must be an attainment in (0, 1], got {args.target}")
+    if args.max_rounds < 1:
+        raise ValueError(f"--max-rounds must be >= 1, got {args.max_rounds}")
+    configurations, refused = configuration_names(args.model, gpus, tps)
+    prices = read_prices(args.prices) if args.prices else None
+    setup = ServingSetup.from_namespace(
+        argparse.Namespace(**{**vars(args), "servers": 1, "policy": policies[0]})
+    )
+    slos = setup.slo_scheme() or "none"
+    instance = trace_instance(
+        setup.trace,
+        configurations,
+        seed=setup.seed,
+        limit=setup.limit,
+        slos=slos,
+        rate=args.rate,
+        max_batch_tokens=setup.max_batch_tokens,
+        **setup.reading(),
+    )
+    if args.rate is None and args.traffic != 1.0:
+        if not (math.isfinite(args.traffic) and args.traffic > 0):
+            raise ValueError(f"--traffic must be a number > 0, got {args.traffic!r}")
+        from slolab.instances import scale_rate
+
+        rate = args.traffic * mean_rate(instance.workload)
+        instance = dataclasses.replace(instance, workload=scale_rate(instance.workload, rate))
+    classes = request_classes(instance)
+    report = plan_deployment(
+        instance,
+        configurations,
+        target=args.target,
+        definition=args.definition,
+        policy=policies[0],
+        seed=setup.seed,
+        prices=prices,
+        refused=refused,
+        classes=classes,
+        max_rounds=args.max_rounds,
+        progress=not args.json and not args.quiet,
+    )
+    if args.json:
+        record = report.to_dict()
+        for entry, count in zip(record["classes"], classes.counts, strict=True):
+            entry["requests"] = count
+        print(json.dumps(_finite(record)))
+        return 0
+    _print_report(args, instance, classes, report)
+    return 0
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float as None (strict JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
+
+
+def _print_report(
+    args: Any, instance: Instance, classes: RequestClasses, report: DeploymentReport
+) -> None:
+    from slolab.instances import mean_rate
+
+    data = report.data
+    print(
+        f"deployment plan for {args.trace}: {instance.n_requests} requests at "
+        f"{mean_rate(instance.workload):.4g} req/s, model {args.model}, target "
+        f"{args.target:.0%} {args.definition} attainment"
+    )
+    targets = report.capacities.class_targets
+    for k, name in enumerate(classes.names):
+        print(
+            f"  class {name}: {classes.counts[k]} requests, {classes.rates[k]:.4g} req/s, "
+            f"held to {targets[k]:.3f}"
+        )
+    width = max(24, *(len(name) for name in data.configurations))
+    print(
+        f"{'configuration':<{width}} {'$/h each':>9} {'servers':>7} {'$/h':>9}  (all traffic, from capacities)"
+    )
+    for name, price in zip(data.configurations, data.prices, strict=True):
+        count = report.single.get(name)
+        if count is None:
+            print(f"{name:<{width}} {price:>9.2f} {'-':>7} {'-':>9}  (cannot serve every class)")
+        else:
+            print(f"{name:<{width}} {price:>9.2f} {count:>7} {count * price:>9.2f}")
+    for why in report.refused.values():
+        print(f"  refused: {why}")
+    table = report.capacities
+    print(
+        f"capacities: {len(data.configurations) * len(data.classes)} searches, {table.probes} "
+        f"simulations ({table.early} stopped early) in {table.wall_s:.1f} s"
+    )
+    single = report.best_single_cost
+    print(
+        f"on the measured capacities: mixed optimum ${report.optimum_cost:.2f}/h (MILP, "
+        f"{report.optimum_status}), greedy ${report.greedy_cost:.2f}/h, best single "
+        + ("none" if math.isinf(single) else f"${single:.2f}/h")
+    )
+    for label, loop in (("mixed fleet", report.mixed), ("best single", report.best_single)):
+        if loop is None:
+            print(f"{label}: no single configuration serves every class")
+            continue
+        last = loop.final
+        cost = f"${last.result.cost:.2f}/h" if last.result.plan is not None else "-"
+        print(f"{label}: {loop.fleet_text()} {cost}, simulated: {loop.summary()}")
+        for number, found in enumerate(loop.rounds[:-1], start=1):
+            if found.run is not None:
+                print(
+                    f"  round {number}: {found.result.cost:.2f} $/h, attainment "
+                    f"{found.run.attainment:.3f} ({loop.target - found.run.attainment:.3f} "
+                    "short): one more server where the misses concentrate"
+                )
+    if math.isnan(report.saving):
+        print("saving over the best single configuration: not measured (a fleet missed the target)")
+    else:
+        print(f"saving over the best single configuration (both simulated): {report.saving:.1%}")
+    print(f"wall time {report.wall_s:.1f} s")

@@ -449,8 +449,35 @@ def add_parser(
         "--policies",
         "--policy",
         dest="policies",
-        default="sarathi,slos-serve",
-        help="comma-separated schedulers (default: sarathi,slos-serve)",
+        default=None,
+        help="comma-separated schedulers (default: sarathi,slos-serve; with --model one "
+        "scheduler, default sarathi)",
+    )
+    deploy = p.add_argument_group(
+        "deployment (with --model)",
+        "which (GPU, TP) configurations and how many servers of each, at the least cost per "
+        "hour: capacities per request class measured by simulation, the mixed fleet by a "
+        "MILP, every fleet printed simulated on the trace (docs/deployment.md)",
+    )
+    deploy.add_argument(
+        "--model", default=None, help="model of the generated presets, e.g. llama2-70b"
+    )
+    deploy.add_argument(
+        "--gpus", default="a100,h100,a40", help="comma-separated GPU types (default: a100,h100,a40)"
+    )
+    deploy.add_argument(
+        "--tp", default="1,2,4,8", help="comma-separated tensor-parallel degrees (default: 1,2,4,8)"
+    )
+    deploy.add_argument(
+        "--prices",
+        default=None,
+        help="CSV file with the columns gpu,usd_per_gpu_hour (default: the profiles' dated prices)",
+    )
+    deploy.add_argument(
+        "--max-rounds",
+        type=int,
+        default=8,
+        help="simulate-and-tighten rounds before giving up on a fleet (default: 8)",
     )
     p.add_argument(
         "--target", type=float, default=0.9, help="attainment target in (0, 1] (default: 0.9)"
@@ -502,9 +529,15 @@ def _json_value(value: Any) -> Any:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """``slolab plan``: print the plan of every policy."""
+    """``slolab plan``: print the plan of every policy (with ``--model``: the deployment)."""
     from slolab.harness.sweep_spec import parse_range
 
+    if getattr(args, "model", None) is not None:
+        from slolab.harness.deploy import cmd_deploy
+
+        return cmd_deploy(args)
+    if args.policies is None:
+        args.policies = "sarathi,slos-serve"
     try:
         counts = parse_range(args.servers, minimum=1)
     except ValueError as error:
