@@ -410,18 +410,31 @@ def _class_instance(
 
 
 def _class_probe(
-    base: Instance, policy: str, definition: str, target: float, seed: int, early: bool
+    base: Instance,
+    policy: str,
+    definition: str,
+    target: float,
+    seed: int,
+    early: bool,
+    poisson: bool = True,
 ) -> Any:
-    """``probe(rate)``: ``base`` time-scaled to ``rate`` req/s and simulated, stopped once its
-    verdict is certain when ``early``."""
+    """``probe(rate)``: ``base`` with Poisson arrivals at ``rate`` req/s (seeded by ``seed``)
+    simulated, stopped once its verdict is certain when ``early``. Poisson, not the trace's
+    own times scaled: a trace's simultaneous arrivals stay simultaneous at any rate, and a
+    burst that one server must take alone a pool of servers shares. Without ``poisson`` the
+    arrivals are ``base``'s own (``rate`` ignored)."""
     from slolab.heuristics.policies import make_policy
-    from slolab.instances import scale_rate
+    from slolab.instances import retime_poisson
     from slolab.sim import metrics, run
     from slolab.sim.verdict import AttainmentWatch, RampedStop
 
     def probe(rate: float) -> ProbeVerdict:
         start = time.perf_counter()
-        instance = dataclasses.replace(base, workload=scale_rate(base.workload, rate))
+        instance = (
+            dataclasses.replace(base, workload=retime_poisson(base.workload, rate, seed))
+            if poisson
+            else base
+        )
         watch = AttainmentWatch(instance, definition, target) if early else None
         outcome = run(
             instance,
@@ -443,6 +456,16 @@ def _class_probe(
     return probe
 
 
+#: Seconds between the requests of a class run one at a time (:func:`class_targets`): longer
+#: than any request takes alone.
+SOLO_GAP_S = 10_000.0
+
+
+def _columns(instance: Instance) -> dict[str, np.ndarray]:
+    workload = instance.workload
+    return {name: np.asarray(workload[name]) for name in workload.columns}
+
+
 def class_targets(
     instance: Instance,
     classes: RequestClasses,
@@ -452,30 +475,47 @@ def class_targets(
     definition: str = "deadline",
     policy: str = "sarathi",
     seed: int = 0,
-    stream_requests: int = 400,
 ) -> tuple[float, ...]:
-    """The attainment each class is held to: ``target`` times the best attainment any
-    configuration reaches for the class at a trickle (its stream at ``1/SEARCH_SPAN`` of the
-    class's rate, every request practically alone on the server) under ``policy``.
+    """The attainment each class is held to, so that the classes together meet ``target``.
 
-    A request that no configuration of the grid meets even alone misses whatever the fleet;
-    holding its class to ``target`` of all its requests would make the class unservable
-    (capacity 0 everywhere) as soon as such requests pass ``1 - target`` of it (long Mooncake
-    prompts against a 1 s TTFT). Held to ``target`` of its trickle attainment, the class
-    still needs ``target`` of what any server of the grid does for it.
+    A class's ceiling ``a_k`` is the best attainment any configuration reaches for it with
+    every request alone on an idle server (its requests :data:`SOLO_GAP_S` apart, under
+    ``policy``): the requests above it miss whatever the fleet. (Time-scaling the trace to a
+    trickle would not do: a trace's simultaneous arrivals stay simultaneous at any rate.) Of
+    ``n`` requests at most ``(1 - target) n`` may miss; ``(1 - A) n`` miss anyway, with ``A =
+    sum_k share_k a_k``; so each class may miss ``A - target`` of its requests beyond its own
+    unavoidable ones, and is held to ``a_k - (A - target)``: the classes at their targets make
+    ``sum_k share_k (a_k - A + target) = target`` exactly. When every ceiling is 1, every
+    class is held to ``target``. A class whose target comes out <= 0 may miss all its requests
+    (target 0: carried at no load).
+
+    Raises
+    ------
+    ValueError
+        When ``A < target``: no fleet of the grid can meet the target, however large.
     """
-    from slolab.harness.capacity import SEARCH_SPAN
-
-    found = []
+    ceilings = []
     for k in range(len(classes.names)):
         members = classes.members(k)
         best = 0.0
         for configuration in configurations:
-            alone = _class_instance(instance, members, configuration, stream_requests)
-            probe = _class_probe(alone, policy, definition, target, seed, False)
-            best = max(best, probe(classes.rates[k] / SEARCH_SPAN).attainment)
-        found.append(target * best)
-    return tuple(found)
+            alone = _class_instance(instance, members, configuration, 1)
+            spaced = np.arange(len(members), dtype=float) * SOLO_GAP_S
+            solo = dataclasses.replace(
+                alone, workload=alone.workload.derived({**_columns(alone), "arrival_s": spaced})
+            )
+            probe = _class_probe(solo, policy, definition, target, seed, False, poisson=False)
+            best = max(best, probe(1.0 / SOLO_GAP_S).attainment)
+        ceilings.append(best)
+    total = sum(classes.rates)
+    reach = sum(rate / total * a for rate, a in zip(classes.rates, ceilings, strict=True))
+    if reach < target:
+        raise ValueError(
+            f"the target {target} is out of reach: even with every request alone on an idle "
+            f"server of the best configuration of the grid for its class, {reach:.3f} of the "
+            "requests meet their SLO"
+        )
+    return tuple(max(0.0, a - (reach - target)) for a in ceilings)
 
 
 def measure_capacities(
@@ -515,7 +555,6 @@ def measure_capacities(
         definition=definition,
         policy=policy,
         seed=seed,
-        stream_requests=stream_requests,
     )
     rows: list[list[float]] = [[0.0] * len(classes.names) for _ in configurations]
     probes = early_count = 0
@@ -530,7 +569,7 @@ def measure_capacities(
             members = classes.members(k)
             start_rate = classes.rates[k]
             for c, configuration in enumerate(configurations):
-                if targets[k] == 0:  # no request of the class can be met: nothing to measure
+                if targets[k] == 0:  # the class may miss every request: nothing to measure
                     bar.update(1)
                     continue
                 base = _class_instance(instance, members, configuration, stream_requests)
@@ -939,8 +978,8 @@ def plan_deployment(
             f"no configuration of {', '.join(configurations)} meets the target {target} for any "
             "request class, even at 1/1024 of its rate"
         )
-    # a class none of whose requests any configuration meets is carried at no load (its
-    # requests miss whatever the fleet): rate 0, and any configuration may take it
+    # a class held to 0 (it may miss every request, class_targets) is carried at no load:
+    # rate 0, and any configuration may take it
     hopeless = [t == 0 for t in table.class_targets]
     data = DeploymentData(
         tuple(configurations[c] for c in usable),
