@@ -13,12 +13,14 @@ simulations run and the planner's wall time.
 Asserts only what is stable: the MILP optimum is at most every heuristic's cost. Prints a table
 and writes ``benchmarks/out/deployment.csv`` (a row as soon as it is measured).
 
-Usage: ``python benchmarks/deployment.py [--requests 200] [--traces ...] [--models ...]``
+Usage: ``python benchmarks/deployment.py [--requests 200] [--traffic 1] [--traces ...]
+[--models ...] [--out deployment.csv]``
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import time
@@ -34,12 +36,17 @@ GPUS = ("a100", "h100", "a40")
 TPS = (1, 2, 4, 8)
 
 
-def one_case(trace: str, model: str, requests: int, target: float) -> dict:
-    """The planner on one trace and model; one row."""
+def one_case(trace: str, model: str, requests: int, target: float, traffic: float) -> dict:
+    """The planner on one trace and model at ``traffic`` times the cut trace's rate; one row."""
+    from slolab.instances import mean_rate, scale_rate
+
     load = os.getloadavg()[0]
     start = time.perf_counter()
     configurations, _ = deploy.configuration_names(model, GPUS, TPS)
     instance = deploy.trace_instance(trace, configurations, limit=requests, seed=0)
+    if traffic != 1.0:
+        rate = traffic * mean_rate(instance.workload)
+        instance = dataclasses.replace(instance, workload=scale_rate(instance.workload, rate))
     report = deploy.plan_deployment(instance, configurations, target=target, seed=0)
     wall = time.perf_counter() - start
     optimum = report.optimum_cost
@@ -55,6 +62,7 @@ def one_case(trace: str, model: str, requests: int, target: float) -> dict:
         "trace": trace,
         "model": model,
         "requests": instance.n_requests,
+        "traffic": traffic,
         "configurations": len(report.data.configurations),
         "classes": len(report.data.classes),
         "single_fleet": "none" if single is None else single.fleet_text(),
@@ -86,16 +94,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--target", type=float, default=0.9)
+    parser.add_argument(
+        "--traffic", type=float, default=1.0, help="multiple of the cut trace's own rate"
+    )
+    parser.add_argument("--out", default="deployment.csv", help="CSV file name in benchmarks/out")
     parser.add_argument("--traces", nargs="+", default=list(TRACES), choices=list(TRACES))
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
-    path = OUT / "deployment.csv"
+    path = OUT / args.out
     rows: list[dict] = []
     for trace in args.traces:
         for model in args.models:
             try:
-                row = one_case(trace, model, args.requests, args.target)
+                row = one_case(trace, model, args.requests, args.target, args.traffic)
             except ValueError as error:  # a target out of reach of the grid, said in one line
                 rows.append({"trace": trace, "model": model, "note": str(error)})
                 pd.DataFrame(rows).to_csv(path, index=False)

@@ -409,21 +409,32 @@ def _class_instance(
     )
 
 
+def pool_policy(instance: Instance, configuration: str, policy: str) -> Any:
+    """A fresh ``policy`` for a server of ``configuration`` serving ``instance``'s trace: a
+    budgeted policy's token budget is the largest batch within the tightest TPOT of the whole
+    trace on that configuration's timing (:func:`slolab.heuristics.policies.sarathi_token_budget`),
+    the same whether the server runs one class (a capacity probe) or a pool's mix (the fleet),
+    so the capacities are measured under the budget the fleet runs."""
+    from slolab.heuristics.policies import make_policy
+
+    return make_policy(policy, dataclasses.replace(instance, timing=_timing(configuration)))
+
+
 def _class_probe(
     base: Instance,
-    policy: str,
+    make: Any,
     definition: str,
     target: float,
     seed: int,
     early: bool,
     poisson: bool = True,
 ) -> Any:
-    """``probe(rate)``: ``base`` with Poisson arrivals at ``rate`` req/s (seeded by ``seed``)
+    """``probe(rate)``: ``base`` under the policy ``make()`` returns, with Poisson arrivals at
+    ``rate`` req/s (seeded by ``seed``),
     simulated, stopped once its verdict is certain when ``early``. Poisson, not the trace's
     own times scaled: a trace's simultaneous arrivals stay simultaneous at any rate, and a
     burst that one server must take alone a pool of servers shares. Without ``poisson`` the
     arrivals are ``base``'s own (``rate`` ignored)."""
-    from slolab.heuristics.policies import make_policy
     from slolab.instances import retime_poisson
     from slolab.sim import metrics, run
     from slolab.sim.verdict import AttainmentWatch, RampedStop
@@ -438,7 +449,7 @@ def _class_probe(
         watch = AttainmentWatch(instance, definition, target) if early else None
         outcome = run(
             instance,
-            make_policy(policy, instance),
+            make(),
             None,
             seed=seed,
             record_iterations=False,
@@ -504,7 +515,8 @@ def class_targets(
             solo = dataclasses.replace(
                 alone, workload=alone.workload.derived({**_columns(alone), "arrival_s": spaced})
             )
-            probe = _class_probe(solo, policy, definition, target, seed, False, poisson=False)
+            make = functools.partial(pool_policy, instance, configuration, policy)
+            probe = _class_probe(solo, make, definition, target, seed, False, poisson=False)
             best = max(best, probe(1.0 / SOLO_GAP_S).attainment)
         ceilings.append(best)
     total = sum(classes.rates)
@@ -573,7 +585,8 @@ def measure_capacities(
                     bar.update(1)
                     continue
                 base = _class_instance(instance, members, configuration, stream_requests)
-                probe = _class_probe(base, policy, definition, targets[k], seed, early)
+                make = functools.partial(pool_policy, instance, configuration, policy)
+                probe = _class_probe(base, make, definition, targets[k], seed, early)
                 found = capacity(
                     probe,
                     target=targets[k],
@@ -665,8 +678,7 @@ def simulate_plan(
     seed: int = 0,
 ) -> FleetRun:
     """The plan's fleet (:func:`fleet_instance`) simulated on ``instance`` under
-    :class:`PlanRouter` and one ``policy`` per pool built for that pool's timing."""
-    from slolab.heuristics.policies import make_policy
+    :class:`PlanRouter` and one ``policy`` per pool (:func:`pool_policy`)."""
     from slolab.sim import metrics, run
 
     start = time.perf_counter()
@@ -678,7 +690,7 @@ def simulate_plan(
     router = PlanRouter(classes.class_of, names, fractions)
     policies = PoolPolicies.build(
         names,
-        lambda name: make_policy(policy, dataclasses.replace(fleet, timing=_timing(name))),
+        lambda name: pool_policy(instance, name, policy),
     )
     outcome = run(fleet, policies, router, seed=seed, record_iterations=False)
     table = metrics.request_table(fleet, outcome)
@@ -707,14 +719,18 @@ class LoopRound:
     lower : tuple of int
         Least servers per configuration the round's solve was held to.
     result : DeploymentResult
-        The solve.
+        The plan adopted: the solve's, or with ``how == "added"`` the previous round's plan
+        with one server more (its cost recomputed, its status FEASIBLE: not re-optimised).
     run : FleetRun or None
         Its simulation (None when the solve found no plan).
+    how : str
+        ``"solved"`` or ``"added"`` (see :func:`close_loop`).
     """
 
     lower: tuple[int, ...]
     result: DeploymentResult
     run: FleetRun | None
+    how: str = "solved"
 
 
 @dataclass(frozen=True, slots=True)
@@ -781,42 +797,73 @@ def close_loop(
 ) -> ClosedLoop:
     """Solve, simulate, tighten, until the simulated fleet meets ``target``.
 
-    Each round solves :func:`slolab.models.deployment.solve_milp` with lower bounds on the
-    servers per configuration and simulates the plan (:func:`simulate_plan`). When the
-    simulated attainment misses the target, the configuration whose pool missed the largest
-    share of the requests sent to it (ties: more misses, then the earlier configuration) gets
-    a lower bound of one server more than the plan gave it, and the next round solves again.
-    It stops when the target is met, when the solve finds no plan, or after ``max_rounds``.
+    The first round solves :func:`slolab.models.deployment.solve_milp` (with ``lower`` bounds
+    on the servers per configuration, if given) and simulates the plan
+    (:func:`simulate_plan`). While the simulated attainment misses the target, the
+    configuration whose pool missed the largest share of the requests sent to it (ties: more
+    misses, then the earlier configuration) gets a lower bound of one server more than the
+    plan gave it, and the MILP is solved again. The re-solved plan may move traffic between
+    configurations (the bound changes the optimum's fractions, not only one count); when its
+    simulation falls below the last round's, the last plan with that one server added and its
+    fractions kept (feasible for the model, at most as dear as the bound allows more) is
+    simulated too, and the round adopts whichever of the two attains more (``how``). It stops
+    when the target is met, when the solve finds no plan, or after ``max_rounds`` rounds.
     """
     if max_rounds < 1:
         raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
     bound = list(lower) if lower is not None else [0] * len(data.configurations)
     rounds: list[LoopRound] = []
+
+    def simulate(plan: DeploymentPlan) -> FleetRun:
+        if plan_violations(data, plan):
+            raise RuntimeError(f"the plan breaks the model: {plan_violations(data, plan)}")
+        return simulate_plan(
+            instance, classes, data, plan, definition=definition, policy=policy, seed=seed
+        )
+
     for _ in range(max_rounds):
         result = solve_milp(data, lower=bound)
         if result.plan is None or result.status not in (Status.OPTIMAL, Status.FEASIBLE):
             rounds.append(LoopRound(tuple(bound), result, None))
             return ClosedLoop(data.configurations, target, tuple(rounds), False)
-        if plan_violations(data, result.plan):
-            raise RuntimeError(
-                f"the solver's plan breaks the model: {plan_violations(data, result.plan)}"
-            )
-        found = simulate_plan(
-            instance, classes, data, result.plan, definition=definition, policy=policy, seed=seed
-        )
-        rounds.append(LoopRound(tuple(bound), result, found))
-        if found.attainment >= target:
+        found = simulate(result.plan)
+        adopted = LoopRound(tuple(bound), result, found)
+        last = rounds[-1] if rounds else None
+        if (
+            found.attainment < target
+            and last is not None
+            and last.run is not None
+            and last.result.plan is not None
+            and found.attainment < last.run.attainment
+        ):
+            replicas = [max(n, b) for n, b in zip(last.result.plan.replicas, bound, strict=True)]
+            added = DeploymentPlan(tuple(replicas), last.result.plan.fractions)
+            added_run = simulate(added)
+            if added_run.attainment > found.attainment:
+                cost = plan_cost(data, added)
+                adopted = LoopRound(
+                    tuple(bound),
+                    DeploymentResult(
+                        Status.FEASIBLE, added, cost, result.bound, 0.0, "closed-loop"
+                    ),
+                    added_run,
+                    "added",
+                )
+        rounds.append(adopted)
+        plan, run = adopted.result.plan, adopted.run
+        assert plan is not None and run is not None
+        if run.attainment >= target:
             return ClosedLoop(data.configurations, target, tuple(rounds), True)
         worst = max(
-            (name for name in found.pool_requests if found.pool_requests[name]),
+            (name for name in run.pool_requests if run.pool_requests[name]),
             key=lambda name: (
-                found.pool_missed[name] / found.pool_requests[name],
-                found.pool_missed[name],
+                run.pool_missed[name] / run.pool_requests[name],
+                run.pool_missed[name],
                 -data.configurations.index(name),
             ),
         )
         c = data.configurations.index(worst)
-        bound[c] = max(bound[c], result.plan.replicas[c] + 1)
+        bound[c] = max(bound[c], plan.replicas[c] + 1)
     return ClosedLoop(data.configurations, target, tuple(rounds), False)
 
 
@@ -896,6 +943,7 @@ class DeploymentReport:
                     {
                         "lower": list(r.lower),
                         "status": r.result.status.value,
+                        "how": r.how,
                         "cost_per_hour": r.result.cost if r.result.plan is not None else None,
                         "replicas": None if r.result.plan is None else list(r.result.plan.replicas),
                         "attainment": None if r.run is None else r.run.attainment,
@@ -1187,11 +1235,14 @@ def _print_report(
         print(f"{label}: {loop.fleet_text()} {cost}, simulated: {loop.summary()}")
         for number, found in enumerate(loop.rounds[:-1], start=1):
             if found.run is not None:
+                how = "re-solved" if found.how == "solved" else "last plan + 1 server"
                 print(
-                    f"  round {number}: {found.result.cost:.2f} $/h, attainment "
+                    f"  round {number} ({how}): {found.result.cost:.2f} $/h, attainment "
                     f"{found.run.attainment:.3f} ({loop.target - found.run.attainment:.3f} "
                     "short): one more server where the misses concentrate"
                 )
+        if len(loop.rounds) > 1 and last.how == "added":
+            print(f"  round {len(loop.rounds)}: the last plan + 1 server, its fractions kept")
     if math.isnan(report.saving):
         print("saving over the best single configuration: not measured (a fleet missed the target)")
     else:
