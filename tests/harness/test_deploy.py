@@ -207,3 +207,50 @@ def test_prices_file_sets_server_prices(tmp_path: object) -> None:
     assert deploy.configuration_price(A100_TP2, prices) == pytest.approx(3.0)
     # a GPU not in the file keeps the table's dated price
     assert deploy.configuration_price(H100, prices) == generated_preset(H100).price_usd_per_hour
+
+
+def test_class_targets_spend_the_spare_misses() -> None:
+    """Two classes of 4: one all meetable, one with 2 requests no server meets (TTFT 1 us)."""
+    instance = _workload([100] * 8, [0] * 8)
+    ttft = np.array([10.0] * 4 + [10.0, 10.0, 1e-6, 1e-6])
+    workload = instance.workload.derived(
+        {
+            **{c: np.asarray(instance.workload[c]) for c in instance.workload.columns},
+            "ttft_slo_s": ttft,
+        }
+    )
+    instance = Instance("hand", workload, timing=deploy._timing(H100))
+    classes = deploy.RequestClasses(("a", "b"), np.array([0] * 4 + [1] * 4), (0.5, 0.5))
+    targets = deploy.class_targets(instance, classes, [H100], 0.7)
+    # ceilings 1 and 0.5, A = (1 + 0.5) / 2 = 0.75: each class may miss 0.75 - 0.7 = 0.05 more
+    # than its unavoidable misses: targets 0.95 and 0.45, which average to 0.7
+    assert targets == pytest.approx((0.95, 0.45))
+    with pytest.raises(ValueError, match="the target 0.9 is out of reach: .* 0.750 of the"):
+        deploy.class_targets(instance, classes, [H100], 0.9)
+
+
+def test_closed_loop_falls_back_to_the_last_plan_plus_a_server(
+    monkeypatch: pytest.MonkeyPatch, azure: Instance
+) -> None:
+    """A re-solve that simulates worse than the last round yields to the last plan + 1."""
+    data = DeploymentData(
+        ("cheap", "dear"), (1.0, 3.0), ("short", "long"), (10.0, 4.0), ((4.0, 1.0), (20.0, 5.0))
+    )
+    # stand-in simulations: attainment by fleet; the misses of (2, 1) sit in the dear pool
+    attained = {(2, 1): 0.8, (0, 2): 0.6, (2, 2): 0.95}
+
+    def fake(instance, classes, data, plan, **options):  # type: ignore[no-untyped-def]
+        missed = {"cheap": 0, "dear": 10} if plan.replicas == (2, 1) else {"cheap": 1, "dear": 1}
+        return deploy.FleetRun(attained[plan.replicas], {"cheap": 50, "dear": 50}, missed, 0, 0.0)
+
+    monkeypatch.setattr(deploy, "simulate_plan", fake)
+    classes = deploy.RequestClasses(("short", "long"), np.arange(40) % 2, (10.0, 4.0))
+    loop = deploy.close_loop(azure, classes, data, target=0.9, seed=0)
+    # round 1: the optimum (2, 1) at 5 $/h, 0.8; dear held to 2 -> re-solve (0, 2) at 6 $/h
+    # simulates 0.6 < 0.8, so (2, 1) + 1 dear = (2, 2) at 2 + 6 = 8 $/h, 0.95, is adopted
+    assert [(r.result.plan.replicas, r.how) for r in loop.rounds] == [  # type: ignore[union-attr]
+        ((2, 1), "solved"),
+        ((2, 2), "added"),
+    ]
+    assert loop.met and loop.final.result.cost == pytest.approx(8.0)
+    assert loop.rounds[1].lower == (0, 2)
