@@ -8,7 +8,9 @@ two heuristics on them, then the mixed fleet and the best single configuration e
 and tightened until they meet the target (at most 8 rounds). Each row: the fleets and their
 costs ($/h), the saving of the mixed fleet over the best single one (both simulated), their
 simulated attainments, the heuristics' gaps to the MILP optimum on the measured capacities, the
-simulations run and the planner's wall time.
+simulations run and the planner's wall time. The fleets compared are the loops' last fleets
+trimmed (servers removed while the simulation still meets the target,
+:func:`slolab.harness.deploy.trim_fleet`); the loops' own fleets are in ``*_loop_fleet``.
 
 Asserts only what is stable: the MILP optimum is at most every heuristic's cost. Prints a table
 and writes ``benchmarks/out/deployment.csv`` (a row as soon as it is measured).
@@ -58,6 +60,16 @@ def one_case(trace: str, model: str, requests: int, target: float, traffic: floa
         return cost / optimum - 1.0 if math.isfinite(cost) else math.nan
 
     single = report.best_single
+
+    def trimmed(
+        loop: deploy.ClosedLoop | None, found: tuple[tuple[int, ...], deploy.FleetRun] | None
+    ) -> tuple[str, float]:
+        if loop is None or found is None:
+            return "none", math.nan
+        return deploy.fleet_text(loop.configurations, found[0]), found[1].attainment
+
+    single_fleet, single_attainment = trimmed(single, report.single_trimmed)
+    mixed_fleet, mixed_attainment = trimmed(report.mixed, report.mixed_trimmed)
     return {
         "trace": trace,
         "model": model,
@@ -65,19 +77,18 @@ def one_case(trace: str, model: str, requests: int, target: float, traffic: floa
         "traffic": traffic,
         "configurations": len(report.data.configurations),
         "classes": len(report.data.classes),
-        "single_fleet": "none" if single is None else single.fleet_text(),
-        "single_cost": report.single_cost,
-        "single_attainment": math.nan
-        if single is None or single.final.run is None
-        else single.final.run.attainment,
+        "single_loop_fleet": "none" if single is None else single.fleet_text(),
+        "single_met": single is not None and single.met,
         "single_rounds": 0 if single is None else len(single.rounds),
-        "mixed_fleet": report.mixed.fleet_text(),
-        "mixed_cost": report.mixed_cost,
-        "mixed_attainment": math.nan
-        if report.mixed.final.run is None
-        else report.mixed.final.run.attainment,
-        "mixed_rounds": len(report.mixed.rounds),
+        "single_fleet": single_fleet,
+        "single_cost": report.single_cost,
+        "single_attainment": single_attainment,
+        "mixed_loop_fleet": report.mixed.fleet_text(),
         "mixed_met": report.mixed.met,
+        "mixed_rounds": len(report.mixed.rounds),
+        "mixed_fleet": mixed_fleet,
+        "mixed_cost": report.mixed_cost,
+        "mixed_attainment": mixed_attainment,
         "saving": report.saving,
         "optimum_on_capacities": optimum,
         "optimum_status": report.optimum_status,

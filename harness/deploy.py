@@ -56,6 +56,7 @@ __all__ = [
     "CapacityTable",
     "ClosedLoop",
     "DeploymentReport",
+    "FleetRun",
     "LoopRound",
     "RequestClasses",
     "close_loop",
@@ -65,6 +66,9 @@ __all__ = [
     "plan_deployment",
     "read_prices",
     "request_classes",
+    "fleet_text",
+    "trim_fleet",
+    "simulate_fleet",
     "simulate_plan",
 ]
 
@@ -677,21 +681,41 @@ def simulate_plan(
     policy: str = "sarathi",
     seed: int = 0,
 ) -> FleetRun:
-    """The plan's fleet (:func:`fleet_instance`) simulated on ``instance`` under
-    :class:`PlanRouter` and one ``policy`` per pool (:func:`pool_policy`)."""
+    """The plan's fleet simulated on ``instance`` (:func:`simulate_fleet`)."""
+    present = [c for c, n in enumerate(plan.replicas) if n > 0]
+    return simulate_fleet(
+        instance,
+        classes,
+        [data.configurations[c] for c in present],
+        [plan.replicas[c] for c in present],
+        [[row[c] for c in present] for row in plan.fractions],
+        definition=definition,
+        policy=policy,
+        seed=seed,
+    )
+
+
+def simulate_fleet(
+    instance: Instance,
+    classes: RequestClasses,
+    names: Sequence[str],
+    replicas: Sequence[int],
+    fractions: Sequence[Sequence[float]],
+    *,
+    definition: str = "deadline",
+    policy: str = "sarathi",
+    seed: int = 0,
+) -> FleetRun:
+    """``replicas[i]`` servers of configuration ``names[i]`` (:func:`fleet_instance`)
+    simulated on ``instance`` under :class:`PlanRouter` (``fractions[k][i]``, each row
+    rescaled to sum to 1) and one ``policy`` per pool (:func:`pool_policy`)."""
     from slolab.sim import metrics, run
 
     start = time.perf_counter()
-    present = [c for c, n in enumerate(plan.replicas) if n > 0]
-    names = [data.configurations[c] for c in present]
-    fleet = fleet_instance(instance, names, [plan.replicas[c] for c in present])
-    fractions = np.array([[row[c] for c in present] for row in plan.fractions])
-    fractions = fractions / fractions.sum(axis=1, keepdims=True)
-    router = PlanRouter(classes.class_of, names, fractions)
-    policies = PoolPolicies.build(
-        names,
-        lambda name: pool_policy(instance, name, policy),
-    )
+    fleet = fleet_instance(instance, names, replicas)
+    shares = np.asarray(fractions, dtype=float)
+    router = PlanRouter(classes.class_of, names, shares / shares.sum(axis=1, keepdims=True))
+    policies = PoolPolicies.build(names, lambda name: pool_policy(instance, name, policy))
     outcome = run(fleet, policies, router, seed=seed, record_iterations=False)
     table = metrics.request_table(fleet, outcome)
     met = table[f"met_{definition}"].to_numpy(dtype=bool)
@@ -741,6 +765,8 @@ class ClosedLoop:
     ----------
     configurations : tuple of str
         The configurations the plans' replica counts refer to.
+    prices : tuple of float
+        Their prices per server-hour.
     target : float
     rounds : tuple of LoopRound
     met : bool
@@ -748,6 +774,7 @@ class ClosedLoop:
     """
 
     configurations: tuple[str, ...]
+    prices: tuple[float, ...]
     target: float
     rounds: tuple[LoopRound, ...]
     met: bool
@@ -755,13 +782,7 @@ class ClosedLoop:
     def fleet_text(self) -> str:
         """``2 x llama2-7b/a100/tp1 + 1 x ...`` of the last round's plan."""
         plan = self.final.result.plan
-        if plan is None:
-            return "none"
-        return " + ".join(
-            f"{n} x {name}"
-            for name, n in zip(self.configurations, plan.replicas, strict=True)
-            if n > 0
-        )
+        return "none" if plan is None else fleet_text(self.configurations, plan.replicas)
 
     @property
     def final(self) -> LoopRound:
@@ -825,7 +846,7 @@ def close_loop(
         result = solve_milp(data, lower=bound)
         if result.plan is None or result.status not in (Status.OPTIMAL, Status.FEASIBLE):
             rounds.append(LoopRound(tuple(bound), result, None))
-            return ClosedLoop(data.configurations, target, tuple(rounds), False)
+            return ClosedLoop(data.configurations, data.prices, target, tuple(rounds), False)
         found = simulate(result.plan)
         adopted = LoopRound(tuple(bound), result, found)
         last = rounds[-1] if rounds else None
@@ -853,7 +874,7 @@ def close_loop(
         plan, run = adopted.result.plan, adopted.run
         assert plan is not None and run is not None
         if run.attainment >= target:
-            return ClosedLoop(data.configurations, target, tuple(rounds), True)
+            return ClosedLoop(data.configurations, data.prices, target, tuple(rounds), True)
         worst = max(
             (name for name in run.pool_requests if run.pool_requests[name]),
             key=lambda name: (
@@ -864,7 +885,78 @@ def close_loop(
         )
         c = data.configurations.index(worst)
         bound[c] = max(bound[c], plan.replicas[c] + 1)
-    return ClosedLoop(data.configurations, target, tuple(rounds), False)
+    return ClosedLoop(data.configurations, data.prices, target, tuple(rounds), False)
+
+
+def trim_fleet(
+    instance: Instance,
+    classes: RequestClasses,
+    loop: ClosedLoop,
+    *,
+    definition: str = "deadline",
+    policy: str = "sarathi",
+    seed: int = 0,
+) -> tuple[tuple[int, ...], FleetRun]:
+    """The met loop's last fleet with servers removed while the simulation still meets the
+    target: one server at a time, from the dearest configuration that has more than one
+    (the plan's fractions kept), the first removal that still meets is made and the search
+    starts again; it ends when no single removal meets the target. For one configuration
+    this is the fewest servers meeting the target (attainment assumed non-increasing as
+    servers go).
+
+    The loop only adds servers to what the capacities asked for, and the capacities'
+    rounding can ask for more than the trace needs; both fleets the saving compares are
+    trimmed the same way, so neither side is a fleet the capacities over-provisioned.
+    """
+    last = loop.final
+    if not loop.met or last.run is None or last.result.plan is None:
+        raise ValueError("trim_fleet needs a loop that met its target")
+    plan = last.result.plan
+    present = [c for c, n in enumerate(plan.replicas) if n > 0]
+    names = [loop.configurations[c] for c in present]
+    fractions = [[row[c] for c in present] for row in plan.fractions]
+    prices = {name: price for name, price in zip(loop.configurations, loop.prices, strict=True)}
+    replicas = [plan.replicas[c] for c in present]
+    best = last.run
+    while True:
+        for i in sorted(range(len(names)), key=lambda i: (-prices[names[i]], i)):
+            if replicas[i] <= 1:  # a pool the plan sends traffic to keeps a server
+                continue
+            fewer = [n - 1 if j == i else n for j, n in enumerate(replicas)]
+            found = simulate_fleet(
+                instance,
+                classes,
+                names,
+                fewer,
+                fractions,
+                definition=definition,
+                policy=policy,
+                seed=seed,
+            )
+            if found.attainment >= loop.target:
+                replicas, best = fewer, found
+                break
+        else:
+            break
+    full = [0] * len(loop.configurations)
+    for c, n in zip(present, replicas, strict=True):
+        full[c] = n
+    return tuple(full), best
+
+
+def _trimmed_cost(
+    loop: ClosedLoop | None, trimmed: tuple[tuple[int, ...], FleetRun] | None
+) -> float:
+    if loop is None or not loop.met or trimmed is None:
+        return math.inf
+    return float(sum(n * p for n, p in zip(trimmed[0], loop.prices, strict=True)))
+
+
+def fleet_text(configurations: Sequence[str], replicas: Sequence[int]) -> str:
+    """``2 x llama2-7b/a100/tp1 + 1 x ...``."""
+    return " + ".join(
+        f"{n} x {name}" for name, n in zip(configurations, replicas, strict=True) if n > 0
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -884,6 +976,9 @@ class DeploymentReport:
         The mixed optimum, closed-loop.
     best_single : ClosedLoop or None
         The best single configuration, closed-loop on its own.
+    mixed_trimmed, single_trimmed : (tuple of int, FleetRun) or None
+        Each met loop's fleet trimmed (:func:`trim_fleet`): replicas per configuration of
+        the loop and the run that met the target (None when the loop did not meet it).
     greedy_cost : float
         Cost of :func:`greedy_cost_per_capacity` ($/h) on the measured capacities.
     best_single_cost : float
@@ -907,21 +1002,23 @@ class DeploymentReport:
     optimum_cost: float
     optimum_status: str
     wall_s: float
+    mixed_trimmed: tuple[tuple[int, ...], FleetRun] | None = None
+    single_trimmed: tuple[tuple[int, ...], FleetRun] | None = None
 
     @property
     def mixed_cost(self) -> float:
-        """The verified mixed fleet's cost ($/h; inf when not met)."""
-        return self.mixed.final.result.cost if self.mixed.met else math.inf
+        """The verified mixed fleet's cost ($/h), trimmed (inf when not met)."""
+        return _trimmed_cost(self.mixed, self.mixed_trimmed)
 
     @property
     def single_cost(self) -> float:
-        """The verified best single configuration's cost ($/h; inf when not met)."""
-        loop = self.best_single
-        return loop.final.result.cost if loop is not None and loop.met else math.inf
+        """The verified best single configuration's cost ($/h), trimmed (inf when not met)."""
+        return _trimmed_cost(self.best_single, self.single_trimmed)
 
     @property
     def saving(self) -> float:
-        """``1 - mixed / single`` of the verified fleets (NaN unless both met the target)."""
+        """``1 - mixed / single`` of the verified, trimmed fleets (NaN unless both met the
+        target)."""
         if math.isinf(self.mixed_cost) or math.isinf(self.single_cost):
             return math.nan
         return 1.0 - self.mixed_cost / self.single_cost
@@ -982,9 +1079,24 @@ class DeploymentReport:
             "greedy_cost_per_hour": self.greedy_cost,
             "mixed": loop_dict(self.mixed),
             "best_single": loop_dict(self.best_single),
+            "mixed_trimmed": _trimmed_dict(self.mixed, self.mixed_trimmed),
+            "best_single_trimmed": _trimmed_dict(self.best_single, self.single_trimmed),
             "saving": None if math.isnan(saving) else saving,
             "wall_s": self.wall_s,
         }
+
+
+def _trimmed_dict(
+    loop: ClosedLoop | None, trimmed: tuple[tuple[int, ...], FleetRun] | None
+) -> dict[str, Any] | None:
+    if loop is None or trimmed is None:
+        return None
+    return {
+        "fleet": fleet_text(loop.configurations, trimmed[0]),
+        "replicas": list(trimmed[0]),
+        "cost_per_hour": _trimmed_cost(loop, trimmed),
+        "attainment": trimmed[1].attainment,
+    }
 
 
 def plan_deployment(
@@ -1075,6 +1187,15 @@ def plan_deployment(
             seed=seed,
             max_rounds=max_rounds,
         )
+    mixed_trimmed = single_trimmed = None
+    if mixed.met:
+        mixed_trimmed = trim_fleet(
+            instance, classes, mixed, definition=definition, policy=policy, seed=seed
+        )
+    if single_loop is not None and single_loop.met:
+        single_trimmed = trim_fleet(
+            instance, classes, single_loop, definition=definition, policy=policy, seed=seed
+        )
     return DeploymentReport(
         data=data,
         capacities=table,
@@ -1087,4 +1208,6 @@ def plan_deployment(
         optimum_cost=optimum.cost,
         optimum_status=optimum.status.value,
         wall_s=time.perf_counter() - start,
+        mixed_trimmed=mixed_trimmed,
+        single_trimmed=single_trimmed,
     )

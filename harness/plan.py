@@ -746,7 +746,7 @@ def _print_report(args: argparse.Namespace, instance: Any, classes: Any, report:
         print(f"{label}: {loop.fleet_text()} {cost}, simulated: {loop.summary()}")
         for number, found in enumerate(loop.rounds[:-1], start=1):
             if found.run is not None:
-                how = "re-solved" if found.how == "solved" else "last plan + 1 server"
+                how = "solved" if found.how == "solved" else "last plan + 1 server"
                 print(
                     f"  round {number} ({how}): {found.result.cost:.2f} $/h, attainment "
                     f"{found.run.attainment:.3f} ({loop.target - found.run.attainment:.3f} "
@@ -754,8 +754,25 @@ def _print_report(args: argparse.Namespace, instance: Any, classes: Any, report:
                 )
         if len(loop.rounds) > 1 and last.how == "added":
             print(f"  round {len(loop.rounds)}: the last plan + 1 server, its fractions kept")
+    from slolab.harness.deploy import fleet_text
+
+    for label, loop, trimmed in (
+        ("mixed fleet", report.mixed, report.mixed_trimmed),
+        ("best single", report.best_single, report.single_trimmed),
+    ):
+        if loop is not None and trimmed is not None:
+            replicas, found = trimmed
+            cost = sum(n * p for n, p in zip(replicas, loop.prices, strict=True))
+            print(
+                f"{label} trimmed (servers removed while the simulation meets the target): "
+                f"{fleet_text(loop.configurations, replicas)} ${cost:.2f}/h, attainment "
+                f"{found.attainment:.3f}"
+            )
     if math.isnan(report.saving):
         print("saving over the best single configuration: not measured (a fleet missed the target)")
     else:
-        print(f"saving over the best single configuration (both simulated): {report.saving:.1%}")
+        print(
+            "saving of the trimmed mixed fleet over the trimmed best single configuration: "
+            f"{report.saving:.1%}"
+        )
     print(f"wall time {report.wall_s:.1f} s")
