@@ -256,3 +256,29 @@ def test_closed_loop_falls_back_to_the_last_plan_plus_a_server(
     ]
     assert loop.met and loop.final.result.cost == pytest.approx(8.0)
     assert loop.rounds[1].lower == (0, 2)
+
+
+def test_trim_removes_servers_while_the_simulation_meets_the_target(
+    monkeypatch: pytest.MonkeyPatch, azure: Instance
+) -> None:
+    """Dearest configuration first, one server at a time, until no removal meets the target."""
+    from slolab.models.deployment import DeploymentResult
+    from slolab.solvers.base import Status
+
+    def fake(instance, classes, names, replicas, fractions, **options):  # type: ignore[no-untyped-def]
+        meets = replicas[0] >= 2 and replicas[1] >= 1
+        return deploy.FleetRun(0.95 if meets else 0.5, {}, {}, 0, 0.0)
+
+    monkeypatch.setattr(deploy, "simulate_fleet", fake)
+    plan = DeploymentPlan((3, 2), ((0.5, 0.5),))
+    result = DeploymentResult(Status.OPTIMAL, plan, 9.0, 9.0, 0.0, "highs")
+    met = deploy.FleetRun(0.97, {}, {}, 0, 0.0)
+    loop = deploy.ClosedLoop(
+        ("cheap", "dear"), (1.0, 3.0), 0.9, (deploy.LoopRound((0, 0), result, met),), True
+    )
+    classes = deploy.RequestClasses(("all",), np.zeros(40, dtype=np.int64), (1.0,))
+    replicas, run = deploy.trim_fleet(azure, classes, loop)
+    # (3, 2) -> dear 2 -> 1 meets: (3, 1); dear keeps its last server; cheap 3 -> 2 meets:
+    # (2, 1); cheap 2 -> 1 misses: stop at 2 x 1 + 1 x 3 = 5 $/h
+    assert replicas == (2, 1)
+    assert run.attainment == 0.95
