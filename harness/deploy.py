@@ -721,7 +721,7 @@ def simulate_fleet(
     met = table[f"met_{definition}"].to_numpy(dtype=bool)
     pool_requests = {name: 0 for name in names}
     pool_missed = {name: 0 for name in names}
-    for r, c in enumerate(router.chosen):
+    for r, c in enumerate(router.chosen.tolist()):
         pool_requests[names[c]] += 1
         pool_missed[names[c]] += int(not met[r])
     rejected_kv = 0 if outcome.rejected_kv is None else int(outcome.rejected_kv.sum())
