@@ -34,7 +34,7 @@ def _workload(prompts: list[int], tiers: list[int]) -> Instance:
             "tier": np.array(tiers),
         }
     )
-    return Instance("hand", workload, timing=deploy._timing(H100))
+    return Instance("hand", workload, timing=deploy.timing_of(H100))
 
 
 def test_classes_split_by_size_and_tier_group() -> None:
@@ -221,7 +221,7 @@ def test_class_targets_spend_the_spare_misses() -> None:
             "ttft_slo_s": ttft,
         }
     )
-    instance = Instance("hand", workload, timing=deploy._timing(H100))
+    instance = Instance("hand", workload, timing=deploy.timing_of(H100))
     classes = deploy.RequestClasses(("a", "b"), np.array([0] * 4 + [1] * 4), (0.5, 0.5))
     targets = deploy.class_targets(instance, classes, [H100], 0.7)
     # ceilings 1 and 0.5, A = (1 + 0.5) / 2 = 0.75: each class may miss 0.75 - 0.7 = 0.05 more
