@@ -240,6 +240,9 @@ def read_prices(path: str | Path) -> dict[str, float]:
     ValueError
         One line naming the file, line, field and value of the first bad entry.
     """
+    from slolab.timing.generated import _table
+
+    known = set(_table()["gpus"])
     path = Path(path)
     try:
         text = path.read_text()
@@ -268,6 +271,11 @@ def read_prices(path: str | Path) -> dict[str, float]:
             )
         if gpu in prices:
             raise ValueError(f"{path} line {line}: field gpu lists {gpu!r} twice")
+        if gpu not in known:
+            raise ValueError(
+                f"{path} line {line}: field gpu names an unknown GPU {gpu!r}; known: "
+                f"{', '.join(sorted(known))}"
+            )
         prices[gpu] = price
     return prices
 

@@ -195,6 +195,10 @@ def test_cli_bad_prices_file_names_line_field_value(
     assert code == 2
     assert f"{path} line 3: field usd_per_gpu_hour must be a number > 0, got 'free'" in err
     assert err.count("\n") == 1
+    path.write_text("gpu,usd_per_gpu_hour\nh100,3.1\ntpu,1.0\n")
+    code, _, err = _cli(capsys, "--model", "llama2-7b", "--prices", str(path))
+    assert code == 2
+    assert f"{path} line 3: field gpu names an unknown GPU 'tpu'; known: a100, a40, h100" in err
 
 
 def test_prices_file_sets_server_prices(tmp_path: object) -> None:
