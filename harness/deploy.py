@@ -535,7 +535,7 @@ class DeploymentReport:
                 {"name": name, "rate": rate, "requests": None}
                 for name, rate in zip(self.data.classes, self.data.rates, strict=True)
             ],
-            "capacity": [list(row) for row in self.data.capacity],
+            "data": self.data.to_dict(),
             "class_targets": list(self.capacities.class_targets),
             "capacity_probes": self.capacities.probes,
             "capacity_early": self.capacities.early,

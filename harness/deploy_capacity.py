@@ -64,9 +64,9 @@ def timing_of(name: str) -> Any:
     return preset(name)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class RequestClasses:
-    """The requests of an instance in classes.
+    """The requests of an instance in classes (compared by identity: it holds an array).
 
     Attributes
     ----------

@@ -130,12 +130,6 @@ class DeploymentData:
                     "can serve it (capacity 0 everywhere)"
                 )
 
-    @property
-    def shares(self) -> tuple[float, ...]:
-        """Each class's share of the arrivals."""
-        total = sum(self.rates)
-        return tuple(rate / total if total else 0.0 for rate in self.rates)
-
     def servers_needed(self, c: int, k: int) -> float:
         """Servers of configuration ``c`` that all of class ``k`` takes (inf when ``c``
         cannot serve it and it arrives)."""
@@ -152,16 +146,6 @@ class DeploymentData:
             "rates": list(self.rates),
             "capacity": [list(row) for row in self.capacity],
         }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DeploymentData:
-        return cls(
-            configurations=tuple(data["configurations"]),
-            prices=tuple(float(v) for v in data["prices"]),
-            classes=tuple(data["classes"]),
-            rates=tuple(float(v) for v in data["rates"]),
-            capacity=tuple(tuple(float(v) for v in row) for row in data["capacity"]),
-        )
 
 
 @dataclass(frozen=True, slots=True)
