@@ -449,8 +449,35 @@ def add_parser(
         "--policies",
         "--policy",
         dest="policies",
-        default="sarathi,slos-serve",
-        help="comma-separated schedulers (default: sarathi,slos-serve)",
+        default=None,
+        help="comma-separated schedulers (default: sarathi,slos-serve; with --model one "
+        "scheduler, default sarathi)",
+    )
+    deploy = p.add_argument_group(
+        "deployment (with --model)",
+        "which (GPU, TP) configurations and how many servers of each, at the least cost per "
+        "hour: capacities per request class measured by simulation, the mixed fleet by a "
+        "MILP, every fleet printed simulated on the trace (docs/deployment.md)",
+    )
+    deploy.add_argument(
+        "--model", default=None, help="model of the generated presets, e.g. llama2-70b"
+    )
+    deploy.add_argument(
+        "--gpus", default="a100,h100,a40", help="comma-separated GPU types (default: a100,h100,a40)"
+    )
+    deploy.add_argument(
+        "--tp", default="1,2,4,8", help="comma-separated tensor-parallel degrees (default: 1,2,4,8)"
+    )
+    deploy.add_argument(
+        "--prices",
+        default=None,
+        help="CSV file with the columns gpu,usd_per_gpu_hour (default: the profiles' dated prices)",
+    )
+    deploy.add_argument(
+        "--max-rounds",
+        type=int,
+        default=8,
+        help="simulate-and-tighten rounds before giving up on a fleet (default: 8)",
     )
     p.add_argument(
         "--target", type=float, default=0.9, help="attainment target in (0, 1] (default: 0.9)"
@@ -502,9 +529,13 @@ def _json_value(value: Any) -> Any:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """``slolab plan``: print the plan of every policy."""
+    """``slolab plan``: print the plan of every policy (with ``--model``: the deployment)."""
     from slolab.harness.sweep_spec import parse_range
 
+    if getattr(args, "model", None) is not None:
+        return cmd_deploy(args)
+    if args.policies is None:
+        args.policies = "sarathi,slos-serve"
     try:
         counts = parse_range(args.servers, minimum=1)
     except ValueError as error:
@@ -577,3 +608,171 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "simulations; --full-probes runs them to their end"
         )
     return 0
+
+
+def _parse_list(flag: str, text: str) -> list[str]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise ValueError(f"{flag} names nothing (got {text!r}); give a comma-separated list")
+    for item in items:
+        if items.count(item) > 1:
+            raise ValueError(f"{flag} lists {item!r} twice")
+    return items
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    """``slolab plan TRACE --model MODEL``: print (or ``--json``) the deployment plan
+    (:mod:`slolab.harness.deploy`)."""
+    from slolab.harness.deploy import (
+        configuration_names,
+        plan_deployment,
+        read_prices,
+        request_classes,
+        trace_instance,
+    )
+    from slolab.heuristics.policies import policy_entry
+    from slolab.instances import mean_rate
+
+    gpus = _parse_list("--gpus", args.gpus)
+    tps = []
+    for item in _parse_list("--tp", args.tp):
+        if not item.isdigit() or int(item) < 1:
+            raise ValueError(f"--tp must list integers >= 1, got {item!r}")
+        tps.append(int(item))
+    policies = _parse_list("--policy", args.policies or "sarathi")
+    if len(policies) != 1:
+        raise ValueError(f"--policy with --model takes one scheduler, got {', '.join(policies)}")
+    policy_entry(policies[0])
+    if policy_entry(policies[0]).setup is not None:
+        raise ValueError(
+            f"--policy {policies[0]} lays out its own cluster; the deployment planner needs a "
+            "per-server scheduler (sarathi, vllm, edf, ...)"
+        )
+    if not 0 < args.target <= 1:
+        raise ValueError(f"--target must be an attainment in (0, 1], got {args.target}")
+    if args.max_rounds < 1:
+        raise ValueError(f"--max-rounds must be >= 1, got {args.max_rounds}")
+    configurations, refused = configuration_names(args.model, gpus, tps)
+    prices = read_prices(args.prices) if args.prices else None
+    setup = ServingSetup.from_namespace(
+        argparse.Namespace(**{**vars(args), "servers": 1, "policy": policies[0]})
+    )
+    slos = setup.slo_scheme() or "none"
+    instance = trace_instance(
+        setup.trace,
+        configurations,
+        seed=setup.seed,
+        limit=setup.limit,
+        slos=slos,
+        rate=args.rate,
+        max_batch_tokens=setup.max_batch_tokens,
+        **setup.reading(),
+    )
+    if args.rate is None and args.traffic != 1.0:
+        if not (math.isfinite(args.traffic) and args.traffic > 0):
+            raise ValueError(f"--traffic must be a number > 0, got {args.traffic!r}")
+        from slolab.instances import scale_rate
+
+        rate = args.traffic * mean_rate(instance.workload)
+        instance = dataclasses.replace(instance, workload=scale_rate(instance.workload, rate))
+    classes = request_classes(instance)
+    report = plan_deployment(
+        instance,
+        configurations,
+        target=args.target,
+        definition=args.definition,
+        policy=policies[0],
+        seed=setup.seed,
+        prices=prices,
+        refused=refused,
+        classes=classes,
+        max_rounds=args.max_rounds,
+        progress=not args.json and not args.quiet,
+    )
+    if args.json:
+        record = report.to_dict()
+        for entry, count in zip(record["classes"], classes.counts, strict=True):
+            entry["requests"] = count
+        print(json.dumps(_json_value(record)))
+        return 0
+    _print_report(args, instance, classes, report)
+    return 0
+
+
+def _print_report(args: argparse.Namespace, instance: Any, classes: Any, report: Any) -> None:
+    from slolab.instances import mean_rate
+
+    data = report.data
+    print(
+        f"deployment plan for {args.trace}: {instance.n_requests} requests at "
+        f"{mean_rate(instance.workload):.4g} req/s, model {args.model}, target "
+        f"{args.target:.0%} {args.definition} attainment"
+    )
+    targets = report.capacities.class_targets
+    for k, name in enumerate(classes.names):
+        print(
+            f"  class {name}: {classes.counts[k]} requests, {classes.rates[k]:.4g} req/s, "
+            f"held to {targets[k]:.3f}"
+        )
+    width = max(24, *(len(name) for name in data.configurations))
+    print(
+        f"{'configuration':<{width}} {'$/h each':>9} {'servers':>7} {'$/h':>9}  (all traffic, from capacities)"
+    )
+    for name, price in zip(data.configurations, data.prices, strict=True):
+        count = report.single.get(name)
+        if count is None:
+            print(f"{name:<{width}} {price:>9.2f} {'-':>7} {'-':>9}  (cannot serve every class)")
+        else:
+            print(f"{name:<{width}} {price:>9.2f} {count:>7} {count * price:>9.2f}")
+    for why in report.refused.values():
+        print(f"  refused: {why}")
+    table = report.capacities
+    print(
+        f"capacities: {len(data.configurations) * len(data.classes)} searches, {table.probes} "
+        f"simulations ({table.early} stopped early) in {table.wall_s:.1f} s"
+    )
+    single = report.best_single_cost
+    print(
+        f"on the measured capacities: mixed optimum ${report.optimum_cost:.2f}/h (MILP, "
+        f"{report.optimum_status}), greedy ${report.greedy_cost:.2f}/h, best single "
+        + ("none" if math.isinf(single) else f"${single:.2f}/h")
+    )
+    for label, loop in (("mixed fleet", report.mixed), ("best single", report.best_single)):
+        if loop is None:
+            print(f"{label}: no single configuration serves every class")
+            continue
+        last = loop.final
+        cost = f"${last.result.cost:.2f}/h" if last.result.plan is not None else "-"
+        print(f"{label}: {loop.fleet_text()} {cost}, simulated: {loop.summary()}")
+        for number, found in enumerate(loop.rounds[:-1], start=1):
+            if found.run is not None:
+                how = "solved" if found.how == "solved" else "last plan + 1 server"
+                print(
+                    f"  round {number} ({how}): {found.result.cost:.2f} $/h, attainment "
+                    f"{found.run.attainment:.3f} ({loop.target - found.run.attainment:.3f} "
+                    "short): one more server where the misses concentrate"
+                )
+        if len(loop.rounds) > 1 and last.how == "added":
+            print(f"  round {len(loop.rounds)}: the last plan + 1 server, its fractions kept")
+    from slolab.harness.deploy import fleet_text
+
+    for label, loop, trimmed in (
+        ("mixed fleet", report.mixed, report.mixed_trimmed),
+        ("best single", report.best_single, report.single_trimmed),
+    ):
+        if loop is not None and trimmed is not None:
+            replicas, found = trimmed
+            cost = sum(n * p for n, p in zip(replicas, loop.prices, strict=True))
+            print(
+                f"{label} trimmed (servers removed while the simulation meets the target): "
+                f"{fleet_text(loop.configurations, replicas)} ${cost:.2f}/h, attainment "
+                f"{found.attainment:.3f}"
+            )
+    if math.isnan(report.saving):
+        print("saving over the best single configuration: not measured (a fleet missed the target)")
+    else:
+        print(
+            "saving of the trimmed mixed fleet over the trimmed best single configuration: "
+            f"{report.saving:.1%}"
+        )
+    print(f"wall time {report.wall_s:.1f} s")

@@ -1,0 +1,681 @@
+"""Deployment planning: which (GPU, TP) configurations, how many servers, for a trace and its SLOs.
+
+The inputs (classes, configurations, prices, class targets, measured capacities) come from
+:mod:`slolab.harness.deploy_capacity`; here they are solved, simulated and tightened:
+
+1. :func:`slolab.models.deployment.solve_milp`: the cheapest fleet and class assignment.
+2. :func:`close_loop`: the chosen fleet simulated on the trace as a mixed cluster
+   (:func:`fleet_instance`: one pool per configuration, each with its own timing and KV
+   capacity) under :class:`slolab.heuristics.deployment.PlanRouter`; a miss adds one server
+   where the misses concentrate and solves again, for at most ``max_rounds`` rounds.
+3. :func:`trim_fleet`: a fleet that met the target loses servers while its simulation still
+   meets it, so that the saving compares two fleets neither of which the capacities
+   over-provisioned.
+
+:func:`plan_deployment` runs them all; ``slolab plan TRACE --model ...`` prints it.
+docs/deployment.md gives the formulation and what each step guarantees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from slolab.harness.deploy_capacity import (
+    DEFAULT_TIER_GROUPS,
+    CapacityTable,
+    RequestClasses,
+    class_targets,
+    configuration_names,
+    configuration_price,
+    measure_capacities,
+    pool_policy,
+    read_prices,
+    reference_configuration,
+    request_classes,
+    timing_of,
+    trace_instance,
+)
+from slolab.heuristics.deployment import (
+    PlanRouter,
+    PoolPolicies,
+    best_single,
+    greedy_cost_per_capacity,
+    single_configuration_plans,
+)
+from slolab.instances.records import Cluster, Instance, Pool
+from slolab.models.deployment import (
+    DeploymentData,
+    DeploymentPlan,
+    DeploymentResult,
+    plan_cost,
+    plan_violations,
+    solve_milp,
+)
+from slolab.solvers.base import Status
+
+__all__ = [
+    "DEFAULT_TIER_GROUPS",
+    "CapacityTable",
+    "ClosedLoop",
+    "DeploymentReport",
+    "FleetRun",
+    "LoopRound",
+    "RequestClasses",
+    "class_targets",
+    "close_loop",
+    "configuration_names",
+    "configuration_price",
+    "fleet_instance",
+    "fleet_text",
+    "measure_capacities",
+    "plan_deployment",
+    "pool_policy",
+    "read_prices",
+    "reference_configuration",
+    "request_classes",
+    "simulate_fleet",
+    "simulate_plan",
+    "timing_of",
+    "trace_instance",
+    "trim_fleet",
+]
+
+
+def fleet_instance(
+    instance: Instance, configurations: Sequence[str], replicas: Sequence[int]
+) -> Instance:
+    """``instance`` on a mixed cluster: one pool per configuration with servers, named after
+    it, running at its timing with its KV capacity."""
+    from slolab.timing.generated import generated_preset
+
+    pools = [
+        Pool(
+            name,
+            "mixed",
+            int(n),
+            kv_capacity_tokens=generated_preset(name).kv_capacity_tokens,
+            timing=name,
+        )
+        for name, n in zip(configurations, replicas, strict=True)
+        if n > 0
+    ]
+    if not pools:
+        raise ValueError("the fleet has no server")
+    cluster = Cluster.from_pools(
+        pools,
+        kv_capacity_tokens=instance.cluster.kv_capacity_tokens,
+        max_batch_size=instance.cluster.max_batch_size,
+        max_batch_tokens=instance.cluster.max_batch_tokens,
+    )
+    return dataclasses.replace(instance, cluster=cluster)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRun:
+    """One simulation of a plan's fleet.
+
+    Attributes
+    ----------
+    attainment : float
+        Attainment of the whole trace.
+    pool_requests, pool_missed : dict of str to int
+        Requests the router sent to each pool, and how many of them missed their SLO.
+    rejected_kv : int
+        Requests rejected because they never fit a server's KV cache.
+    wall_s : float
+        Wall time of the simulation.
+    """
+
+    attainment: float
+    pool_requests: dict[str, int]
+    pool_missed: dict[str, int]
+    rejected_kv: int
+    wall_s: float
+
+
+def simulate_plan(
+    instance: Instance,
+    classes: RequestClasses,
+    data: DeploymentData,
+    plan: DeploymentPlan,
+    *,
+    definition: str = "deadline",
+    policy: str = "sarathi",
+    seed: int = 0,
+) -> FleetRun:
+    """The plan's fleet simulated on ``instance`` (:func:`simulate_fleet`)."""
+    present = [c for c, n in enumerate(plan.replicas) if n > 0]
+    return simulate_fleet(
+        instance,
+        classes,
+        [data.configurations[c] for c in present],
+        [plan.replicas[c] for c in present],
+        [[row[c] for c in present] for row in plan.fractions],
+        definition=definition,
+        policy=policy,
+        seed=seed,
+    )
+
+
+def simulate_fleet(
+    instance: Instance,
+    classes: RequestClasses,
+    names: Sequence[str],
+    replicas: Sequence[int],
+    fractions: Sequence[Sequence[float]],
+    *,
+    definition: str = "deadline",
+    policy: str = "sarathi",
+    seed: int = 0,
+) -> FleetRun:
+    """``replicas[i]`` servers of configuration ``names[i]`` (:func:`fleet_instance`)
+    simulated on ``instance`` under :class:`PlanRouter` (``fractions[k][i]``, each row
+    rescaled to sum to 1) and one ``policy`` per pool (:func:`pool_policy`)."""
+    from slolab.sim import metrics, run
+
+    start = time.perf_counter()
+    fleet = fleet_instance(instance, names, replicas)
+    shares = np.asarray(fractions, dtype=float)
+    router = PlanRouter(classes.class_of, names, shares / shares.sum(axis=1, keepdims=True))
+    policies = PoolPolicies.build(names, lambda name: pool_policy(instance, name, policy))
+    outcome = run(fleet, policies, router, seed=seed, record_iterations=False)
+    table = metrics.request_table(fleet, outcome)
+    met = table[f"met_{definition}"].to_numpy(dtype=bool)
+    pool_requests = {name: 0 for name in names}
+    pool_missed = {name: 0 for name in names}
+    for r, c in enumerate(router.chosen.tolist()):
+        pool_requests[names[c]] += 1
+        pool_missed[names[c]] += int(not met[r])
+    rejected_kv = 0 if outcome.rejected_kv is None else int(outcome.rejected_kv.sum())
+    return FleetRun(
+        metrics.attainment_from_table(table, definition),
+        pool_requests,
+        pool_missed,
+        rejected_kv,
+        time.perf_counter() - start,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LoopRound:
+    """One round of the closed loop: the plan solved, and its simulation.
+
+    Attributes
+    ----------
+    lower : tuple of int
+        Least servers per configuration the round's solve was held to.
+    result : DeploymentResult
+        The plan adopted: the solve's, or with ``how == "added"`` the previous round's plan
+        with one server more (its cost recomputed, its status FEASIBLE: not re-optimised).
+    run : FleetRun or None
+        Its simulation (None when the solve found no plan).
+    how : str
+        ``"solved"`` or ``"added"`` (see :func:`close_loop`).
+    """
+
+    lower: tuple[int, ...]
+    result: DeploymentResult
+    run: FleetRun | None
+    how: str = "solved"
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedLoop:
+    """What the closed loop found.
+
+    Attributes
+    ----------
+    configurations : tuple of str
+        The configurations the plans' replica counts refer to.
+    prices : tuple of float
+        Their prices per server-hour.
+    target : float
+    rounds : tuple of LoopRound
+    met : bool
+        The last round's simulated attainment meets the target.
+    """
+
+    configurations: tuple[str, ...]
+    prices: tuple[float, ...]
+    target: float
+    rounds: tuple[LoopRound, ...]
+    met: bool
+
+    def fleet_text(self) -> str:
+        """``2 x llama2-7b/a100/tp1 + 1 x ...`` of the last round's plan."""
+        plan = self.final.result.plan
+        return "none" if plan is None else fleet_text(self.configurations, plan.replicas)
+
+    @property
+    def final(self) -> LoopRound:
+        return self.rounds[-1]
+
+    def summary(self) -> str:
+        """One line: the verified answer, or how far the last round missed."""
+        last = self.final
+        if last.run is None:
+            return f"no plan within the bounds after {len(self.rounds)} rounds"
+        if self.met:
+            return (
+                f"met: attainment {last.run.attainment:.3f} >= {self.target} after "
+                f"{len(self.rounds)} round(s)"
+            )
+        return (
+            f"not met after {len(self.rounds)} rounds: attainment {last.run.attainment:.3f}, "
+            f"{self.target - last.run.attainment:.3f} short of {self.target}"
+        )
+
+
+def close_loop(
+    instance: Instance,
+    classes: RequestClasses,
+    data: DeploymentData,
+    *,
+    target: float = 0.9,
+    definition: str = "deadline",
+    policy: str = "sarathi",
+    seed: int = 0,
+    max_rounds: int = 8,
+    lower: Sequence[int] | None = None,
+) -> ClosedLoop:
+    """Solve, simulate, tighten, until the simulated fleet meets ``target``.
+
+    The first round solves :func:`slolab.models.deployment.solve_milp` (with ``lower`` bounds
+    on the servers per configuration, if given) and simulates the plan
+    (:func:`simulate_plan`). While the simulated attainment misses the target, the
+    configuration whose pool missed the largest share of the requests sent to it (ties: more
+    misses, then the earlier configuration) gets a lower bound of one server more than the
+    plan gave it, and the MILP is solved again. The re-solved plan may move traffic between
+    configurations (the bound changes the optimum's fractions, not only one count); when its
+    simulation falls below the last round's, the last plan with that one server added and its
+    fractions kept (feasible for the model, at most as dear as the bound allows more) is
+    simulated too, and the round adopts whichever of the two attains more (``how``). It stops
+    when the target is met, when the solve finds no plan, or after ``max_rounds`` rounds.
+    """
+    if max_rounds < 1:
+        raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
+    bound = list(lower) if lower is not None else [0] * len(data.configurations)
+    rounds: list[LoopRound] = []
+
+    def simulate(plan: DeploymentPlan) -> FleetRun:
+        if plan_violations(data, plan):
+            raise RuntimeError(f"the plan breaks the model: {plan_violations(data, plan)}")
+        return simulate_plan(
+            instance, classes, data, plan, definition=definition, policy=policy, seed=seed
+        )
+
+    for _ in range(max_rounds):
+        result = solve_milp(data, lower=bound)
+        if result.plan is None or result.status not in (Status.OPTIMAL, Status.FEASIBLE):
+            rounds.append(LoopRound(tuple(bound), result, None))
+            return ClosedLoop(data.configurations, data.prices, target, tuple(rounds), False)
+        found = simulate(result.plan)
+        adopted = LoopRound(tuple(bound), result, found)
+        last = rounds[-1] if rounds else None
+        if (
+            found.attainment < target
+            and last is not None
+            and last.run is not None
+            and last.result.plan is not None
+            and found.attainment < last.run.attainment
+        ):
+            replicas = [max(n, b) for n, b in zip(last.result.plan.replicas, bound, strict=True)]
+            added = DeploymentPlan(tuple(replicas), last.result.plan.fractions)
+            added_run = simulate(added)
+            if added_run.attainment > found.attainment:
+                cost = plan_cost(data, added)
+                adopted = LoopRound(
+                    tuple(bound),
+                    DeploymentResult(
+                        Status.FEASIBLE, added, cost, result.bound, 0.0, "closed-loop"
+                    ),
+                    added_run,
+                    "added",
+                )
+        rounds.append(adopted)
+        plan, run = adopted.result.plan, adopted.run
+        assert plan is not None and run is not None
+        if run.attainment >= target:
+            return ClosedLoop(data.configurations, data.prices, target, tuple(rounds), True)
+        worst = max(
+            (name for name in run.pool_requests if run.pool_requests[name]),
+            key=lambda name: (
+                run.pool_missed[name] / run.pool_requests[name],
+                run.pool_missed[name],
+                -data.configurations.index(name),
+            ),
+        )
+        c = data.configurations.index(worst)
+        bound[c] = max(bound[c], plan.replicas[c] + 1)
+    return ClosedLoop(data.configurations, data.prices, target, tuple(rounds), False)
+
+
+def trim_fleet(
+    instance: Instance,
+    classes: RequestClasses,
+    loop: ClosedLoop,
+    *,
+    definition: str = "deadline",
+    policy: str = "sarathi",
+    seed: int = 0,
+) -> tuple[tuple[int, ...], FleetRun]:
+    """The met loop's last fleet with servers removed while the simulation still meets the
+    target: one server at a time, from the dearest configuration that has more than one
+    (the plan's fractions kept), the first removal that still meets is made and the search
+    starts again; it ends when no single removal meets the target. For one configuration
+    this is the fewest servers meeting the target (attainment assumed non-increasing as
+    servers go).
+
+    The loop only adds servers to what the capacities asked for, and the capacities'
+    rounding can ask for more than the trace needs; both fleets the saving compares are
+    trimmed the same way, so neither side is a fleet the capacities over-provisioned.
+    """
+    last = loop.final
+    if not loop.met or last.run is None or last.result.plan is None:
+        raise ValueError("trim_fleet needs a loop that met its target")
+    plan = last.result.plan
+    present = [c for c, n in enumerate(plan.replicas) if n > 0]
+    names = [loop.configurations[c] for c in present]
+    fractions = [[row[c] for c in present] for row in plan.fractions]
+    prices = {name: price for name, price in zip(loop.configurations, loop.prices, strict=True)}
+    replicas = [plan.replicas[c] for c in present]
+    best = last.run
+    while True:
+        for i in sorted(range(len(names)), key=lambda i: (-prices[names[i]], i)):
+            if replicas[i] <= 1:  # a pool the plan sends traffic to keeps a server
+                continue
+            fewer = [n - 1 if j == i else n for j, n in enumerate(replicas)]
+            found = simulate_fleet(
+                instance,
+                classes,
+                names,
+                fewer,
+                fractions,
+                definition=definition,
+                policy=policy,
+                seed=seed,
+            )
+            if found.attainment >= loop.target:
+                replicas, best = fewer, found
+                break
+        else:
+            break
+    full = [0] * len(loop.configurations)
+    for c, n in zip(present, replicas, strict=True):
+        full[c] = n
+    return tuple(full), best
+
+
+def _trimmed_cost(
+    loop: ClosedLoop | None, trimmed: tuple[tuple[int, ...], FleetRun] | None
+) -> float:
+    if loop is None or not loop.met or trimmed is None:
+        return math.inf
+    return float(sum(n * p for n, p in zip(trimmed[0], loop.prices, strict=True)))
+
+
+def fleet_text(configurations: Sequence[str], replicas: Sequence[int]) -> str:
+    """``2 x llama2-7b/a100/tp1 + 1 x ...``."""
+    return " + ".join(
+        f"{n} x {name}" for name, n in zip(configurations, replicas, strict=True) if n > 0
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentReport:
+    """The planner's answer for one model and configuration grid.
+
+    Attributes
+    ----------
+    data : DeploymentData
+        Classes, prices and measured capacities.
+    capacities : CapacityTable
+    refused : dict of str to str
+        Configurations of the grid the data cannot support, and why.
+    single : dict of str to int
+        Per configuration that serves every class: the fewest servers carrying all the traffic.
+    mixed : ClosedLoop
+        The mixed optimum, closed-loop.
+    best_single : ClosedLoop or None
+        The best single configuration, closed-loop on its own.
+    mixed_trimmed, single_trimmed : (tuple of int, FleetRun) or None
+        Each met loop's fleet trimmed (:func:`trim_fleet`): replicas per configuration of
+        the loop and the run that met the target (None when the loop did not meet it).
+    greedy_cost : float
+        Cost of :func:`greedy_cost_per_capacity` ($/h) on the measured capacities.
+    best_single_cost : float
+        Cost of :func:`best_single` on the measured capacities (inf: none).
+    optimum_cost : float
+        The MILP's cost on the measured capacities (first round).
+    optimum_status : str
+        Its status (``OPTIMAL`` when HiGHS proved it).
+    wall_s : float
+        Wall time of the whole plan.
+    """
+
+    data: DeploymentData
+    capacities: CapacityTable
+    refused: dict[str, str]
+    single: dict[str, int]
+    mixed: ClosedLoop
+    best_single: ClosedLoop | None
+    greedy_cost: float
+    best_single_cost: float
+    optimum_cost: float
+    optimum_status: str
+    wall_s: float
+    mixed_trimmed: tuple[tuple[int, ...], FleetRun] | None = None
+    single_trimmed: tuple[tuple[int, ...], FleetRun] | None = None
+
+    @property
+    def mixed_cost(self) -> float:
+        """The verified mixed fleet's cost ($/h), trimmed (inf when not met)."""
+        return _trimmed_cost(self.mixed, self.mixed_trimmed)
+
+    @property
+    def single_cost(self) -> float:
+        """The verified best single configuration's cost ($/h), trimmed (inf when not met)."""
+        return _trimmed_cost(self.best_single, self.single_trimmed)
+
+    @property
+    def saving(self) -> float:
+        """``1 - mixed / single`` of the verified, trimmed fleets (NaN unless both met the
+        target)."""
+        if math.isinf(self.mixed_cost) or math.isinf(self.single_cost):
+            return math.nan
+        return 1.0 - self.mixed_cost / self.single_cost
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``slolab plan --model ... --json`` prints."""
+
+        def loop_dict(loop: ClosedLoop | None) -> dict[str, Any] | None:
+            if loop is None:
+                return None
+            last = loop.final
+            return {
+                "met": loop.met,
+                "summary": loop.summary(),
+                "fleet": loop.fleet_text(),
+                "cost_per_hour": last.result.cost if last.result.plan is not None else None,
+                "attainment": None if last.run is None else last.run.attainment,
+                "rounds": [
+                    {
+                        "lower": list(r.lower),
+                        "status": r.result.status.value,
+                        "how": r.how,
+                        "cost_per_hour": r.result.cost if r.result.plan is not None else None,
+                        "replicas": None if r.result.plan is None else list(r.result.plan.replicas),
+                        "attainment": None if r.run is None else r.run.attainment,
+                        "pool_requests": None if r.run is None else r.run.pool_requests,
+                        "pool_missed": None if r.run is None else r.run.pool_missed,
+                    }
+                    for r in loop.rounds
+                ],
+            }
+
+        saving = self.saving
+        return {
+            "configurations": [
+                {
+                    "name": name,
+                    "price_per_hour": price,
+                    "replicas": self.single.get(name),
+                    "cost_per_hour": None if name not in self.single else self.single[name] * price,
+                }
+                for name, price in zip(self.data.configurations, self.data.prices, strict=True)
+            ],
+            "refused": self.refused,
+            "classes": [
+                {"name": name, "rate": rate, "requests": None}
+                for name, rate in zip(self.data.classes, self.data.rates, strict=True)
+            ],
+            "data": self.data.to_dict(),
+            "class_targets": list(self.capacities.class_targets),
+            "capacity_probes": self.capacities.probes,
+            "capacity_early": self.capacities.early,
+            "optimum_cost_per_hour": self.optimum_cost,
+            "optimum_status": self.optimum_status,
+            "best_single_cost_per_hour": None
+            if math.isinf(self.best_single_cost)
+            else self.best_single_cost,
+            "greedy_cost_per_hour": self.greedy_cost,
+            "mixed": loop_dict(self.mixed),
+            "best_single": loop_dict(self.best_single),
+            "mixed_trimmed": _trimmed_dict(self.mixed, self.mixed_trimmed),
+            "best_single_trimmed": _trimmed_dict(self.best_single, self.single_trimmed),
+            "saving": None if math.isnan(saving) else saving,
+            "wall_s": self.wall_s,
+        }
+
+
+def _trimmed_dict(
+    loop: ClosedLoop | None, trimmed: tuple[tuple[int, ...], FleetRun] | None
+) -> dict[str, Any] | None:
+    if loop is None or trimmed is None:
+        return None
+    return {
+        "fleet": fleet_text(loop.configurations, trimmed[0]),
+        "replicas": list(trimmed[0]),
+        "cost_per_hour": _trimmed_cost(loop, trimmed),
+        "attainment": trimmed[1].attainment,
+    }
+
+
+def plan_deployment(
+    instance: Instance,
+    configurations: Sequence[str],
+    *,
+    target: float = 0.9,
+    definition: str = "deadline",
+    policy: str = "sarathi",
+    seed: int = 0,
+    prices: dict[str, float] | None = None,
+    refused: dict[str, str] | None = None,
+    classes: RequestClasses | None = None,
+    max_rounds: int = 8,
+    progress: bool = False,
+) -> DeploymentReport:
+    """Classes, capacities, the mixed optimum and the best single configuration, each fleet
+    simulated and tightened until it meets ``target`` (:func:`close_loop`)."""
+    start = time.perf_counter()
+    classes = classes or request_classes(instance)
+    table = measure_capacities(
+        instance,
+        classes,
+        configurations,
+        target=target,
+        definition=definition,
+        policy=policy,
+        seed=seed,
+        progress=progress,
+    )
+    # a configuration that serves no class at all carries nothing: left out of the model
+    usable = [c for c, row in enumerate(table.capacity) if any(v > 0 for v in row)]
+    refused = dict(refused or {})
+    for c, name in enumerate(configurations):
+        if c not in usable:
+            refused[name] = f"{name}: meets the class targets for no request class at any rate"
+    if not usable:
+        raise ValueError(
+            f"no configuration of {', '.join(configurations)} meets the target {target} for any "
+            "request class, even at 1/1024 of its rate"
+        )
+    # a class held to 0 (it may miss every request, class_targets) is carried at no load:
+    # rate 0, and any configuration may take it
+    hopeless = [t == 0 for t in table.class_targets]
+    data = DeploymentData(
+        tuple(configurations[c] for c in usable),
+        tuple(configuration_price(configurations[c], prices) for c in usable),
+        classes.names,
+        tuple(0.0 if h else rate for h, rate in zip(hopeless, classes.rates, strict=True)),
+        tuple(
+            tuple(1.0 if h else v for h, v in zip(hopeless, table.capacity[c], strict=True))
+            for c in usable
+        ),
+    )
+    single_plan = best_single(data)
+    single = {
+        data.configurations[c]: plan.replicas[c]
+        for c, plan in single_configuration_plans(data).items()
+    }
+    optimum = solve_milp(data)
+    mixed = close_loop(
+        instance,
+        classes,
+        data,
+        target=target,
+        definition=definition,
+        policy=policy,
+        seed=seed,
+        max_rounds=max_rounds,
+    )
+    single_loop = None
+    if single_plan is not None:
+        c = next(j for j, n in enumerate(single_plan.replicas) if n > 0)
+        alone = DeploymentData(
+            (data.configurations[c],),
+            (data.prices[c],),
+            data.classes,
+            data.rates,
+            (data.capacity[c],),
+        )
+        single_loop = close_loop(
+            instance,
+            classes,
+            alone,
+            target=target,
+            definition=definition,
+            policy=policy,
+            seed=seed,
+            max_rounds=max_rounds,
+        )
+    mixed_trimmed = single_trimmed = None
+    if mixed.met:
+        mixed_trimmed = trim_fleet(
+            instance, classes, mixed, definition=definition, policy=policy, seed=seed
+        )
+    if single_loop is not None and single_loop.met:
+        single_trimmed = trim_fleet(
+            instance, classes, single_loop, definition=definition, policy=policy, seed=seed
+        )
+    return DeploymentReport(
+        data=data,
+        capacities=table,
+        refused=refused,
+        single=single,
+        mixed=mixed,
+        best_single=single_loop,
+        greedy_cost=plan_cost(data, greedy_cost_per_capacity(data)),
+        best_single_cost=math.inf if single_plan is None else plan_cost(data, single_plan),
+        optimum_cost=optimum.cost,
+        optimum_status=optimum.status.value,
+        wall_s=time.perf_counter() - start,
+        mixed_trimmed=mixed_trimmed,
+        single_trimmed=single_trimmed,
+    )

@@ -1,0 +1,607 @@
+"""What the deployment MILP takes, measured: request classes, configurations and their prices,
+the attainment each class is held to, and per-(configuration, class) capacities.
+
+1. :func:`request_classes`: the trace's requests in classes, size buckets (prompt plus output
+   tokens) x groups of SLO tiers, with their arrival rates.
+2. :func:`configuration_names`, :func:`configuration_price`, :func:`read_prices`: the grid of
+   generated presets ``MODEL/GPU/tpN`` the data supports, and their prices per server-hour.
+3. :func:`class_targets`: the attainment each class is held to so that the classes together
+   meet the target (their solo ceilings less the trace's spare misses).
+4. :func:`measure_capacities`: for every (configuration, class), the largest arrival rate of
+   that class alone that one server of the configuration serves at the class's target, by the
+   capacity search of :func:`slolab.harness.capacity.capacity` (every probe a simulation on
+   Poisson arrivals, stopped early once its verdict is certain; each class's search on the
+   next configuration starts from the capacity found on the last one).
+
+:mod:`slolab.harness.deploy` solves, simulates and tightens on these; docs/deployment.md gives
+the formulation and what each step guarantees.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from slolab.harness.capacity import ProbeVerdict, capacity
+from slolab.instances.records import Cluster, Instance
+
+__all__ = [
+    "DEFAULT_TIER_GROUPS",
+    "SOLO_GAP_S",
+    "CapacityTable",
+    "RequestClasses",
+    "class_targets",
+    "configuration_names",
+    "configuration_price",
+    "measure_capacities",
+    "pool_policy",
+    "read_prices",
+    "reference_configuration",
+    "request_classes",
+    "timing_of",
+    "trace_instance",
+]
+
+
+#: SLO tiers grouped into classes: PolyServe's TPOT tiers 20 and 30 ms, then 50 and 100 ms
+#: with the best-effort requests (tier 4).
+DEFAULT_TIER_GROUPS: tuple[tuple[int, ...], ...] = ((0, 1), (2, 3, 4))
+
+
+@functools.cache
+def timing_of(name: str) -> Any:
+    """The timing model of preset ``name`` (one object per name, shared)."""
+    from slolab.timing.presets import preset
+
+    return preset(name)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RequestClasses:
+    """The requests of an instance in classes (compared by identity: it holds an array).
+
+    Attributes
+    ----------
+    names : tuple of str
+        Class names (``tokens<=1234/tiers0-1``).
+    class_of : numpy.ndarray
+        Class index of every request.
+    rates : tuple of float
+        Arrival rate of each class (req/s): its share of the requests times the instance's
+        mean rate.
+    """
+
+    names: tuple[str, ...]
+    class_of: np.ndarray
+    rates: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        counts = np.bincount(self.class_of, minlength=len(self.names))
+        if len(counts) != len(self.names) or (counts == 0).any():
+            raise ValueError(f"every class needs a request, got counts {counts.tolist()}")
+        if len(self.rates) != len(self.names):
+            raise ValueError(f"rates must have {len(self.names)} entries, got {len(self.rates)}")
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        """Requests in each class."""
+        return tuple(int(v) for v in np.bincount(self.class_of, minlength=len(self.names)))
+
+    def members(self, k: int) -> np.ndarray:
+        """Indices of the requests of class ``k``, ascending."""
+        return np.flatnonzero(self.class_of == k)
+
+
+def request_classes(
+    instance: Instance,
+    *,
+    buckets: int = 2,
+    size_edges: Sequence[int] | None = None,
+    tier_groups: Sequence[Sequence[int]] = DEFAULT_TIER_GROUPS,
+    min_requests: int = 4,
+) -> RequestClasses:
+    """Size buckets x SLO tier groups, from the instance's requests.
+
+    A request's size is its prompt plus output tokens (the KV it ends up holding). The bucket
+    edges are ``size_edges`` (ascending token counts; a request of size <= edge goes in that
+    edge's bucket, larger ones in the last) or the ``1/buckets`` quantiles of the sizes. The
+    tier is the ``tier`` column (0 without one), grouped by ``tier_groups`` (a tier in no group
+    forms its own). A class of fewer than ``min_requests`` requests is merged into the largest
+    class of its tier group, or, alone in its group, into the largest class overall (its
+    capacity is measured by time-scaling its own arrivals, which needs a few of them).
+    """
+    from slolab.instances import mean_rate
+
+    if buckets < 1:
+        raise ValueError(f"buckets must be >= 1, got {buckets}")
+    workload = instance.workload
+    size = np.asarray(workload.prompt_tokens, dtype=np.int64) + np.asarray(
+        workload.output_tokens, dtype=np.int64
+    )
+    if size_edges is None:
+        quantiles = np.quantile(size, [i / buckets for i in range(1, buckets)])
+        edges = sorted({int(q) for q in quantiles})
+    else:
+        edges = [int(e) for e in size_edges]
+        if edges != sorted(set(edges)):
+            raise ValueError(f"size_edges must be ascending and distinct, got {list(size_edges)}")
+    bucket = np.searchsorted(np.asarray(edges, dtype=np.int64), size, side="left")
+    tiers = (
+        np.asarray(workload["tier"], dtype=np.int64)
+        if "tier" in workload.columns
+        else np.zeros(len(size), dtype=np.int64)
+    )
+    group_of: dict[int, int] = {}
+    groups = [tuple(int(t) for t in g) for g in tier_groups]
+    for g, members in enumerate(groups):
+        for t in members:
+            group_of[t] = g
+    for t in sorted(set(tiers.tolist()) - set(group_of)):
+        group_of[t] = len(groups)
+        groups.append((t,))
+    group = np.array([group_of[int(t)] for t in tiers], dtype=np.int64)
+    keys = sorted({(int(g), int(b)) for g, b in zip(group, bucket, strict=True)})
+    label = {key: i for i, key in enumerate(keys)}
+    raw = np.array([label[(int(g), int(b))] for g, b in zip(group, bucket, strict=True)])
+    owner = list(range(len(keys)))  # raw class -> the raw class it is merged into
+
+    def root(i: int) -> int:
+        while owner[i] != i:
+            i = owner[i]
+        return i
+
+    while True:
+        counts: dict[int, int] = {}
+        for i in range(len(keys)):
+            counts[root(i)] = counts.get(root(i), 0) + int((raw == i).sum())
+        small = sorted((n, i) for i, n in counts.items() if n < min_requests)
+        if not small or len(counts) == 1:
+            break
+        _, i = small[0]
+        others = [j for j in counts if j != i]
+        same = [j for j in others if keys[j][0] == keys[i][0]]
+        owner[i] = max(same or others, key=lambda j: (counts[j], -j))
+    roots = sorted({root(i) for i in range(len(keys))})
+    index = {r: k for k, r in enumerate(roots)}
+    class_of = np.array([index[root(int(i))] for i in raw], dtype=np.int64)
+    names = []
+    for r in roots:
+        merged = [keys[i] for i in range(len(keys)) if root(i) == r]
+        tiers_in = sorted({t for g, _ in merged for t in groups[g]})
+        size_text = _size_text(edges, min(b for _, b in merged), max(b for _, b in merged))
+        names.append(f"{size_text}/tiers{'-'.join(str(t) for t in tiers_in)}")
+    rate = mean_rate(workload)
+    n = len(class_of)
+    counts_final = np.bincount(class_of, minlength=len(roots))
+    return RequestClasses(tuple(names), class_of, tuple(float(rate * c / n) for c in counts_final))
+
+
+def _size_text(edges: Sequence[int], low: int, high: int) -> str:
+    """The sizes of buckets ``low..high``: bucket ``b`` holds sizes in ``(edges[b - 1],
+    edges[b]]`` (open below for the first, above for the last)."""
+    above = f"{edges[low - 1] + 1}" if low > 0 else ""
+    below = f"{edges[high]}" if high < len(edges) else ""
+    if above and below:
+        return f"tokens{above}-{below}"
+    if below:
+        return f"tokens<={below}"
+    return f"tokens>={above}" if above else "tokens:all"
+
+
+def configuration_names(
+    model: str, gpus: Sequence[str], tps: Sequence[int]
+) -> tuple[list[str], dict[str, str]]:
+    """The generated presets ``MODEL/GPU/tpN`` of the grid the data supports, and why each
+    of the others is refused (name -> one line).
+
+    Raises
+    ------
+    ValueError
+        For a model or GPU the profiles do not have (naming the known ones), or when the data
+        supports no configuration of the grid.
+    """
+    from slolab.timing.generated import _table, preset_refusal
+
+    table = _table()
+    if model not in table["models"]:
+        raise ValueError(f"unknown model {model!r}; known: {', '.join(sorted(table['models']))}")
+    for gpu in gpus:
+        if gpu not in table["gpus"]:
+            raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(sorted(table['gpus']))}")
+    names, refused = [], {}
+    for gpu in gpus:
+        for tp in tps:
+            name = f"{model}/{gpu}/tp{tp}"
+            why = preset_refusal(name)
+            if why is None:
+                names.append(name)
+            else:
+                refused[name] = why
+    if not names:
+        raise ValueError(
+            "the data supports no configuration of the grid: " + "; ".join(refused.values())
+        )
+    return names, refused
+
+
+def read_prices(path: str | Path) -> dict[str, float]:
+    """GPU prices per GPU-hour from a CSV file with the columns ``gpu,usd_per_gpu_hour``.
+
+    Raises
+    ------
+    ValueError
+        One line naming the file, line, field and value of the first bad entry.
+    """
+    from slolab.timing.generated import _table
+
+    known = set(_table()["gpus"])
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read the prices file ({error.strerror})") from None
+    rows = csv.DictReader(text.splitlines())
+    fields = ("gpu", "usd_per_gpu_hour")
+    if rows.fieldnames is None or any(f not in rows.fieldnames for f in fields):
+        raise ValueError(
+            f"{path} line 1: the header must name the columns {','.join(fields)}, got "
+            f"{','.join(rows.fieldnames or [])!r}"
+        )
+    prices: dict[str, float] = {}
+    for line, row in enumerate(rows, start=2):
+        gpu = (row.get("gpu") or "").strip()
+        if not gpu:
+            raise ValueError(f"{path} line {line}: field gpu is empty")
+        value = (row.get("usd_per_gpu_hour") or "").strip()
+        try:
+            price = float(value)
+        except ValueError:
+            price = math.nan
+        if not (math.isfinite(price) and price > 0):
+            raise ValueError(
+                f"{path} line {line}: field usd_per_gpu_hour must be a number > 0, got {value!r}"
+            )
+        if gpu in prices:
+            raise ValueError(f"{path} line {line}: field gpu lists {gpu!r} twice")
+        if gpu not in known:
+            raise ValueError(
+                f"{path} line {line}: field gpu names an unknown GPU {gpu!r}; known: "
+                f"{', '.join(sorted(known))}"
+            )
+        prices[gpu] = price
+    return prices
+
+
+def configuration_price(name: str, prices: dict[str, float] | None = None) -> float:
+    """Price of one server of configuration ``name`` per hour: ``tp`` x the GPU's price
+    (``prices`` per GPU-hour, else the table's dated price)."""
+    from slolab.timing.generated import generated_preset
+
+    found = generated_preset(name)
+    if prices is not None and found.gpu in prices:
+        return found.tp * prices[found.gpu]
+    return found.price_usd_per_hour
+
+
+def reference_configuration(configurations: Sequence[str]) -> str:
+    """The configuration whose idle server decodes fastest (one 1,000-token context): the SLO
+    schemes that bump a tier an idle server cannot attain judge by it, so every request keeps
+    the tightest SLO some configuration of the grid can attain."""
+    from slolab.instances.slos import idle_decode_s
+
+    def decode_s(name: str) -> float:
+        return float(idle_decode_s(timing_of(name), np.array([1000.0]), np.array([2.0]))[0])
+
+    return min(configurations, key=lambda name: (decode_s(name), name))
+
+
+def trace_instance(
+    trace: str,
+    configurations: Sequence[str],
+    *,
+    seed: int = 0,
+    limit: int | None = None,
+    slos: str = "polyserve",
+    rate: float | None = None,
+    max_batch_tokens: int = 2048,
+    **reading: Any,
+) -> Instance:
+    """The trace with SLOs assigned under :func:`reference_configuration`'s timing (the same
+    SLOs whichever configuration serves a request), cut to ``limit`` requests."""
+    from slolab.problems.serving import serving_instance
+
+    return serving_instance(
+        trace,
+        seed=seed,
+        timing=reference_configuration(configurations),
+        slos=slos,
+        rate=rate,
+        limit=limit,
+        max_batch_tokens=max_batch_tokens,
+        **reading,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityTable:
+    """Measured capacities: ``capacity[c][k]`` req/s of class ``k`` on one server of ``c``.
+
+    Attributes
+    ----------
+    configurations : tuple of str
+    classes : tuple of str
+    capacity : tuple of tuple of float
+    class_targets : tuple of float
+        The attainment each class's searches held it to (:func:`class_targets`).
+    probes : int
+        Simulations run.
+    early : int
+        Of those, stopped as soon as their verdict was certain.
+    wall_s : float
+        Wall time of the measurement.
+    """
+
+    configurations: tuple[str, ...]
+    classes: tuple[str, ...]
+    capacity: tuple[tuple[float, ...], ...]
+    class_targets: tuple[float, ...]
+    probes: int
+    early: int
+    wall_s: float
+
+
+def _class_stream(workload: Any, members: np.ndarray, stream_requests: int) -> Any:
+    """The requests ``members`` of ``workload``, repeated until there are at least
+    ``stream_requests`` of them: copy ``j`` arrives ``j * (span + gap)`` later (``span`` the
+    class's arrival span, ``gap`` its mean inter-arrival gap), so the stream keeps the class's
+    own arrival pattern and lasts long enough that its capacity is a sustained rate, not the
+    rate at which its few requests fit in one burst."""
+    from slolab.instances import mean_rate
+
+    part = workload.take(members)
+    copies = max(1, math.ceil(stream_requests / len(part)))
+    if copies == 1:
+        return part
+    arrival = np.asarray(part.arrival_s, dtype=float)
+    gap = 1.0 / mean_rate(part)
+    period = float(arrival[-1] - arrival[0]) + gap
+    columns = {name: np.concatenate([np.asarray(part[name])] * copies) for name in part.columns}
+    columns["arrival_s"] = np.concatenate([arrival + j * period for j in range(copies)])
+    return part.derived(columns)
+
+
+def _class_instance(
+    instance: Instance, members: np.ndarray, configuration: str, stream_requests: int
+) -> Instance:
+    """The requests ``members`` of ``instance`` (:func:`_class_stream`) on one server of
+    ``configuration``."""
+    from slolab.timing.generated import generated_preset
+
+    cluster = Cluster(
+        servers=1,
+        kv_capacity_tokens=generated_preset(configuration).kv_capacity_tokens,
+        max_batch_size=instance.cluster.max_batch_size,
+        max_batch_tokens=instance.cluster.max_batch_tokens,
+    )
+    return Instance(
+        f"{instance.name}-{configuration}",
+        _class_stream(instance.workload, members, stream_requests),
+        cluster,
+        timing_of(configuration),
+        problem="serving",
+        settings=instance.settings,
+    )
+
+
+def pool_policy(instance: Instance, configuration: str, policy: str) -> Any:
+    """A fresh ``policy`` for a server of ``configuration`` serving ``instance``'s trace: a
+    budgeted policy's token budget is the largest batch within the tightest TPOT of the whole
+    trace on that configuration's timing (:func:`slolab.heuristics.policies.sarathi_token_budget`),
+    the same whether the server runs one class (a capacity probe) or a pool's mix (the fleet),
+    so the capacities are measured under the budget the fleet runs."""
+    from slolab.heuristics.policies import make_policy
+
+    return make_policy(policy, dataclasses.replace(instance, timing=timing_of(configuration)))
+
+
+def _class_probe(
+    base: Instance,
+    make: Any,
+    definition: str,
+    target: float,
+    seed: int,
+    early: bool,
+    poisson: bool = True,
+) -> Any:
+    """``probe(rate)``: ``base`` under the policy ``make()`` returns, with Poisson arrivals at
+    ``rate`` req/s (seeded by ``seed``),
+    simulated, stopped once its verdict is certain when ``early``. Poisson, not the trace's
+    own times scaled: a trace's simultaneous arrivals stay simultaneous at any rate, and a
+    burst that one server must take alone a pool of servers shares. Without ``poisson`` the
+    arrivals are ``base``'s own (``rate`` ignored)."""
+    from slolab.instances import retime_poisson
+    from slolab.sim import metrics, run
+    from slolab.sim.verdict import AttainmentWatch, RampedStop
+
+    def probe(rate: float) -> ProbeVerdict:
+        start = time.perf_counter()
+        instance = (
+            dataclasses.replace(base, workload=retime_poisson(base.workload, rate, seed))
+            if poisson
+            else base
+        )
+        watch = AttainmentWatch(instance, definition, target) if early else None
+        outcome = run(
+            instance,
+            make(),
+            None,
+            seed=seed,
+            record_iterations=False,
+            stop=None if watch is None else RampedStop(watch),
+        )
+        wall = time.perf_counter() - start
+        if watch is not None and watch.bound is not None:
+            return ProbeVerdict(watch.bound, early=True, wall_s=wall)
+        return ProbeVerdict(
+            metrics.attainment(instance, outcome, definition),
+            wall_s=wall,
+            stalled=int(outcome.info.get("stalled", 0)),
+        )
+
+    return probe
+
+
+#: Seconds between the requests of a class run one at a time (:func:`class_targets`): longer
+#: than any request takes alone.
+SOLO_GAP_S = 10_000.0
+
+
+def _columns(instance: Instance) -> dict[str, np.ndarray]:
+    workload = instance.workload
+    return {name: np.asarray(workload[name]) for name in workload.columns}
+
+
+def class_targets(
+    instance: Instance,
+    classes: RequestClasses,
+    configurations: Sequence[str],
+    target: float,
+    *,
+    definition: str = "deadline",
+    policy: str = "sarathi",
+    seed: int = 0,
+) -> tuple[float, ...]:
+    """The attainment each class is held to, so that the classes together meet ``target``.
+
+    A class's ceiling ``a_k`` is the best attainment any configuration reaches for it with
+    every request alone on an idle server (its requests :data:`SOLO_GAP_S` apart, under
+    ``policy``): the requests above it miss whatever the fleet. (Time-scaling the trace to a
+    trickle would not do: a trace's simultaneous arrivals stay simultaneous at any rate.) Of
+    ``n`` requests at most ``(1 - target) n`` may miss; ``(1 - A) n`` miss anyway, with ``A =
+    sum_k share_k a_k``; so each class may miss ``A - target`` of its requests beyond its own
+    unavoidable ones, and is held to ``a_k - (A - target)``: the classes at their targets make
+    ``sum_k share_k (a_k - A + target) = target`` exactly. When every ceiling is 1, every
+    class is held to ``target``. A class whose target comes out <= 0 may miss all its requests
+    (target 0: carried at no load).
+
+    Raises
+    ------
+    ValueError
+        When ``A < target``: no fleet of the grid can meet the target, however large.
+    """
+    ceilings = []
+    for k in range(len(classes.names)):
+        members = classes.members(k)
+        best = 0.0
+        for configuration in configurations:
+            alone = _class_instance(instance, members, configuration, 1)
+            spaced = np.arange(len(members), dtype=float) * SOLO_GAP_S
+            solo = dataclasses.replace(
+                alone, workload=alone.workload.derived({**_columns(alone), "arrival_s": spaced})
+            )
+            make = functools.partial(pool_policy, instance, configuration, policy)
+            probe = _class_probe(solo, make, definition, target, seed, False, poisson=False)
+            best = max(best, probe(1.0 / SOLO_GAP_S).attainment)
+        ceilings.append(best)
+    total = sum(classes.rates)
+    reach = sum(rate / total * a for rate, a in zip(classes.rates, ceilings, strict=True))
+    if reach < target:
+        raise ValueError(
+            f"the target {target} is out of reach: even with every request alone on an idle "
+            f"server of the best configuration of the grid for its class, {reach:.3f} of the "
+            "requests meet their SLO"
+        )
+    return tuple(max(0.0, a - (reach - target)) for a in ceilings)
+
+
+def measure_capacities(
+    instance: Instance,
+    classes: RequestClasses,
+    configurations: Sequence[str],
+    *,
+    target: float = 0.9,
+    definition: str = "deadline",
+    policy: str = "sarathi",
+    seed: int = 0,
+    early: bool = True,
+    rel_tol: float = 0.05,
+    stream_requests: int = 400,
+    progress: bool = False,
+) -> CapacityTable:
+    """The capacity of one server of each configuration for each class alone.
+
+    Each (configuration, class) is a capacity search (bracketing and bisection to ``rel_tol``,
+    :func:`slolab.harness.capacity.capacity`) at the class's target (:func:`class_targets`)
+    over the rate of the class's own requests,
+    repeated to at least ``stream_requests`` (:func:`_class_stream`) and time-scaled; every
+    probe a simulation on one server with the configuration's timing and KV
+    capacity, stopped once certain to meet or miss the target when ``early``. A class's search
+    on the next configuration starts at the capacity found on the last one (or at the class's
+    own rate), which saves most of the bracketing. A class no rate down to 1/1024 of its start
+    serves gets capacity 0 (the configuration cannot serve it).
+    """
+    from tqdm.auto import tqdm
+
+    start = time.perf_counter()
+    targets = class_targets(
+        instance,
+        classes,
+        configurations,
+        target,
+        definition=definition,
+        policy=policy,
+        seed=seed,
+    )
+    rows: list[list[float]] = [[0.0] * len(classes.names) for _ in configurations]
+    probes = early_count = 0
+    bar = tqdm(
+        total=len(configurations) * len(classes.names),
+        desc="capacities",
+        unit="search",
+        disable=None if progress else True,
+    )
+    try:
+        for k in range(len(classes.names)):
+            members = classes.members(k)
+            start_rate = classes.rates[k]
+            for c, configuration in enumerate(configurations):
+                if targets[k] == 0:  # the class may miss every request: nothing to measure
+                    bar.update(1)
+                    continue
+                base = _class_instance(instance, members, configuration, stream_requests)
+                make = functools.partial(pool_policy, instance, configuration, policy)
+                probe = _class_probe(base, make, definition, targets[k], seed, early)
+                found = capacity(
+                    probe,
+                    target=targets[k],
+                    start_rate=start_rate,
+                    rel_tol=rel_tol,
+                    progress=False,
+                    floor_first=True,
+                )
+                rows[c][k] = found.capacity
+                probes += len(found.probes)
+                early_count += found.n_early
+                if found.capacity > 0:
+                    start_rate = found.capacity
+                bar.update(1)
+                bar.set_postfix(configuration=configuration, cls=classes.names[k])
+    finally:
+        bar.close()
+    return CapacityTable(
+        tuple(configurations),
+        classes.names,
+        tuple(tuple(row) for row in rows),
+        targets,
+        probes,
+        early_count,
+        time.perf_counter() - start,
+    )
