@@ -25,9 +25,11 @@ import signal
 import sys
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from slolab.harness.output import add_output_flags, wants_progress
 
 _EPILOG = "Run 'slolab COMMAND --help' for the options of a command."
 
@@ -80,115 +82,66 @@ def _seed(text: str) -> int:
 
 
 def _add_serving_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "trace",
-        help="trace file, or the name of a vendored trace (azure_conv_2023, azure_code_2023, arxiv_summarization, mooncake_conversation)",
-    )
-    _add_trace_flags(p)
-    p.add_argument(
-        "--servers",
-        "--replicas",
-        dest="servers",
-        type=int,
-        default=1,
-        help="number of servers (model replicas) (default: 1)",
-    )
-    p.add_argument(
-        "--timing",
-        default="llama2-7b-h100",
-        help="timing preset (see 'slolab presets') (default: llama2-7b-h100)",
-    )
-    p.add_argument(
-        "--slos",
-        default=None,
-        help="SLO scheme: polyserve, proserve, slos-serve, sa, hyperflexis, none, or schemes "
-        "joined by + applied in order (polyserve+proserve: PolyServe SLOs, ProServe "
-        "priorities) (default: slos-serve with --scenario, else polyserve)",
-    )
-    p.add_argument(
-        "--token-budget",
-        default="auto",
-        help="sarathi/edf tokens per iteration: an integer, or auto = the largest batch that "
-        "fits the tightest TPOT SLO under the timing model, as Sarathi-Serve configures it "
-        "(default: auto)",
-    )
-    p.add_argument(
-        "--limit", type=int, default=None, help="use only the first N requests of the trace"
-    )
-    p.add_argument(
-        "--seed",
-        type=_seed,
-        default=0,
-        help="seed of every random choice (SLO draws, random routing) (default: 0)",
-    )
-    p.add_argument(
-        "--mode",
-        default="colocated",
-        choices=["colocated", "static", "disaggregated"],
-        help="serving mode (default: colocated)",
-    )
-    p.add_argument(
-        "--prefill-servers", type=int, default=0, help="disaggregated: servers in the prefill pool"
-    )
-    p.add_argument(
-        "--kv-capacity",
-        type=int,
-        default=200_000,
-        help="KV-cache capacity per server in tokens (default: 200000)",
-    )
-    p.add_argument(
-        "--max-batch-tokens",
-        type=int,
-        default=2048,
-        help="the servers' cap on tokens per iteration, 0 for no cap; budgeted policies "
-        "(sarathi, edf) run at --token-budget, whose auto value is the batch that fits the "
-        "tightest TPOT SLO, at most this cap (2048 with no cap); simulate prints the budget "
-        "used (default: 2048)",
-    )
-    p.add_argument(
-        "--max-batch-size",
-        type=int,
-        default=256,
-        help="most sequences per iteration (default: 256)",
-    )
-    p.add_argument(
-        "--router",
-        default=None,
-        help="router, a registered router: round-robin, random, least-loaded, go-routing, hold, "
-        "... (an unknown name lists them all; the router 'random' is not the policy 'random') "
-        "(default: the policy's own, hold for the hyperflexis dispatcher, else least-loaded; "
-        "policies that route themselves, such as polyserve, take none); or "
-        "package.module:Name of a Router class" + _plugin_help("slolab.routers"),
-    )
-    p.add_argument(
-        "--decode-router",
-        default=None,
-        help="disaggregated mode: router of the decode pool when a KV transfer completes "
-        "(default: the policy's own, hold for hyperflexis, else the decode server with the "
-        "fewest requests)",
-    )
-    p.add_argument(
-        "--policy",
-        default="sarathi",
-        help="scheduler, a registered policy: vllm, sarathi, edf, slos-serve, slide-batching, "
-        "polyserve (with its baselines random, minimal, chunk: they route themselves, on "
-        "--servers in --mode), ... (an unknown name lists them all); or "
-        "package.module:Name of a Policy class, e.g. my_policy:LeastSlack (default: sarathi)"
-        + _plugin_help("slolab.policies"),
-    )
-    p.add_argument(
-        "--scenario",
-        default=None,
-        help="with --slos slos-serve: chatbot, coder, summarizer or mixed (its Table 1)",
-    )
-    p.add_argument(
-        "--slack",
-        default=None,
-        choices=["tight", "loose"],
-        help="with --slos slos-serve: the TTFT level, tight (3x the zero-load prefill) or loose "
-        "(5x); without --scenario the TPOT follows it (tight 50 ms, loose 100 ms), with "
-        "--scenario the TPOT stays the scenario's (SLOs-Serve Tables 1 and 3)",
-    )
+    """The trace and the serving flags (:data:`slolab.problems.flags.SERVING_OPTIONS`)."""
+    from slolab.problems.flags import SERVING_OPTIONS, TRACE
+
+    p.add_argument("trace", help=TRACE.help)
+    add_options(p, SERVING_OPTIONS)
+
+
+def _help_suffix(name: str) -> str:
+    """What the help of a flag ends with that is read when the parser is built: the installed
+    plugins of ``--policy`` and ``--router``, the registered scalers of ``--autoscale``."""
+    if name == "policy":
+        return _plugin_help("slolab.policies")
+    if name == "router":
+        return _plugin_help("slolab.routers")
+    if name == "autoscale":
+        from slolab.heuristics.scalers import SCALERS, scaler_names
+
+        return (
+            " (scalers: "
+            + "; ".join(f"{n}: {SCALERS[n].description}" for n in scaler_names())
+            + ")"
+        )
+    return ""
+
+
+def _bounded(option) -> Callable[[str], Any]:
+    """argparse type of an int or float flag with a minimum or maximum: the value parsed and
+    checked, with the range in the message."""
+    kind = "an integer" if option.type is int else "a number"
+    lo, hi = option.minimum, option.maximum
+
+    def parse(text: str) -> Any:
+        try:
+            value = option.type(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {kind}, got {text!r}") from None
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            span = (
+                f"in [{lo}, {hi}]"
+                if lo is not None and hi is not None
+                else (f">= {lo}" if lo is not None else f"<= {hi}")
+            )
+            raise argparse.ArgumentTypeError(f"must be {kind} {span}, got {value}")
+        return value
+
+    parse.__name__ = option.type.__name__
+    return parse
+
+
+def add_options(p: argparse.ArgumentParser, options) -> None:
+    """One flag per declared option (:class:`slolab.problems.Option`): its flag and aliases,
+    type, range, choices, default and help, the default shown when there is one."""
+    for option in options:
+        text = option.help + _help_suffix(option.name)
+        if _shown(option.default) and "(default:" not in text:
+            text += f" (default: {option.default})"
+        kwargs = _flag_kwargs(option, text, option.default)
+        if option.type is not bool and (option.minimum is not None or option.maximum is not None):
+            kwargs["type"] = _bounded(option)
+        p.add_argument(option.cli_flag, *option.aliases, dest=option.name, **kwargs)
 
 
 def _plugin_help(group: str) -> str:
@@ -197,14 +150,6 @@ def _plugin_help(group: str) -> str:
 
     names = sorted(installed_plugins()[group])
     return f" (plugins: {', '.join(names)})" if names else ""
-
-
-def _add_trace_flags(p: argparse.ArgumentParser) -> None:
-    """The flags saying how a trace is read and timed (the problems' trace options)."""
-    from slolab.problems import TRACE_OPTIONS
-
-    for option in TRACE_OPTIONS:
-        p.add_argument(option.cli_flag, **_flag_kwargs(option, option.help, option.default))
 
 
 def _trace_options(a: argparse.Namespace) -> dict[str, Any]:
@@ -226,52 +171,10 @@ def _flag_kwargs(option, help_text: str, default: Any, with_choices: bool = True
 
 
 def _add_scaling_args(p: argparse.ArgumentParser) -> None:
-    """Flags of an elastic run (a scaler and where switched-on servers load their weights)."""
-    from slolab.heuristics.scalers import SCALERS, scaler_names
+    """Flags of an elastic run (:data:`slolab.problems.flags.SCALING_OPTIONS`)."""
+    from slolab.problems.flags import SCALING_OPTIONS
 
-    names = scaler_names()
-    p.add_argument(
-        "--autoscale",
-        default=None,
-        metavar="SCALER",
-        help="scale the cluster while it runs: "
-        + "; ".join(f"{n} ({SCALERS[n].description})" for n in names).replace("%", "%%")
-        + "; or package.module:Name of a Scaler class (default: no scaler)",
-    )
-    p.add_argument(
-        "--min-servers", type=int, default=1, help="with --autoscale: fewest servers (default: 1)"
-    )
-    p.add_argument(
-        "--max-servers", type=int, default=16, help="with --autoscale: most servers (default: 16)"
-    )
-    p.add_argument(
-        "--scale-metric",
-        default=None,
-        choices=["queue", "load", "utilization"],
-        help="with --autoscale threshold: requests waiting per server, requests queued or "
-        "running per server, or busy fraction (default: load; utilization stays near 1 under "
-        "continuous batching)",
-    )
-    p.add_argument(
-        "--scale-upper",
-        type=float,
-        default=None,
-        help="with --autoscale threshold: add a server above this (default: 8)",
-    )
-    p.add_argument(
-        "--scale-lower",
-        type=float,
-        default=None,
-        help="with --autoscale threshold: drain a server below this (default: 2)",
-    )
-    p.add_argument(
-        "--startup",
-        default=None,
-        choices=["instant", "disk", "host", "d2d"],
-        help="where a switched-on server loads its weights from; the delay is the --timing "
-        "preset's start-up preset, 0 for instant (default: disk with --autoscale; instant for a "
-        "policy that scales itself, such as polyserve, as the paper assumes)",
-    )
+    add_options(p, SCALING_OPTIONS)
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
@@ -281,7 +184,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     s = simulate_summary(
         ServingSetup.from_namespace(a),
         a.rate,
-        progress=not a.json and not a.quiet,
+        progress=wants_progress(a),
         token_budget=True,
         idle_oracle=a.idle_oracle,
     )
@@ -330,7 +233,10 @@ def cmd_instance_build(a: argparse.Namespace) -> int:
 
     problem = get_problem(a.problem)
     given = {dest: value for dest, value in vars(a).items() if dest.startswith("opt_")}
-    accepted = {_option_dest(o): o for o in problem.options}
+    # an option is given by its flag or by any of its aliases
+    accepted = {
+        _option_dest(o, flag): o for o in problem.options for flag in (o.cli_flag, *o.aliases)
+    }
     options = {}
     for dest, value in given.items():
         if dest not in accepted:
@@ -358,8 +264,10 @@ def cmd_instance_build(a: argparse.Namespace) -> int:
     return 0
 
 
-def _option_dest(option) -> str:
-    return "opt_" + option.cli_flag[2:].replace("-", "_")
+def _option_dest(option, flag: str | None = None) -> str:
+    """The argparse destination of ``flag`` (default: the option's own flag) in 'instance
+    build', where the problems share one parser."""
+    return "opt_" + (flag or option.cli_flag)[2:].replace("-", "_")
 
 
 def _shown(default: Any) -> bool:
@@ -374,7 +282,8 @@ def _add_problem_options(b: argparse.ArgumentParser) -> None:
     flags: dict[str, list] = {}
     for p in problems():
         for o in p.options:
-            flags.setdefault(o.cli_flag, []).append((p, o))
+            for flag in (o.cli_flag, *o.aliases):
+                flags.setdefault(flag, []).append((p, o))
     for flag, uses in sorted(flags.items()):
         types = {o.type for _, o in uses}
         if len(types) != 1:
@@ -398,7 +307,7 @@ def _add_problem_options(b: argparse.ArgumentParser) -> None:
             help_parts.append(f"{', '.join(p.name for p, _ in group)}: {text}{default}")
         # each problem checks its own choices (a shared flag may have different ones)
         kwargs = _flag_kwargs(first, "; ".join(help_parts), argparse.SUPPRESS, with_choices=False)
-        b.add_argument(flag, dest=_option_dest(first), **kwargs)
+        b.add_argument(flag, dest=_option_dest(first, flag), **kwargs)
 
 
 def cmd_problems(a: argparse.Namespace) -> int:
@@ -581,7 +490,7 @@ def cmd_solve(a: argparse.Namespace) -> int:
             f"{', '.join(problem.models)}"
         )
     model = build_model(model_name, inst)
-    model.quiet = a.json or a.quiet
+    model.quiet = not wants_progress(a)
     # a model whose search draws its own bar gets no second one around it
     show = not model.quiet and not type(model).draws_progress
     with elapsed_bar(f"solve {a.solver}", a.time_limit, enabled=show):
@@ -625,7 +534,7 @@ def cmd_compare(a: argparse.Namespace) -> int:
         seed=a.seed,
         time_limit=a.time_limit,
         threads=a.threads,
-        progress=not a.json and not a.quiet,
+        progress=wants_progress(a),
         details=a.json,
     )
     if a.json:
@@ -689,7 +598,7 @@ def cmd_pareto(a: argparse.Namespace) -> int:
 def cmd_capacity(a: argparse.Namespace) -> int:
     from slolab.harness.serving import ServingSetup, capacity_notes, capacity_search
 
-    show = not a.json and not a.quiet
+    show = wants_progress(a)
     setup = ServingSetup.from_namespace(a)
     res, trace_rate = capacity_search(
         setup,
@@ -837,8 +746,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also count the requests an idle server could meet: each alone on an empty "
         "server in its fastest chunking (co-located mode)",
     )
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_output_flags(p)
     p.add_argument(
         "--allow-stall",
         action="store_true",
@@ -866,7 +774,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_problem_options(b)
     b.add_argument("-o", "--output", required=True, help="instance file to write (.json)")
-    b.add_argument("--json", action="store_true", help="print one JSON object")
+    add_output_flags(b, quiet=False)
     b.set_defaults(func=cmd_instance_build)
 
     p = sub.add_parser(
@@ -874,7 +782,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="list the shipped instances",
         description="List the instances shipped with slolab and what is known about them.",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_output_flags(p, "print JSON", quiet=False)
     p.set_defaults(func=cmd_instances)
 
     p = sub.add_parser(
@@ -882,7 +790,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="list the decision problems",
         description="List the decision problems: objective, exact models, heuristics, baselines, how to build an instance, docs page.",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_output_flags(p, "print JSON", quiet=False)
     p.set_defaults(func=cmd_problems)
 
     p = sub.add_parser(
@@ -892,7 +800,7 @@ def build_parser() -> argparse.ArgumentParser:
         "from the GPU profiles (MODEL/GPU/tpN) also the server's price ($/h), its KV capacity "
         "(tokens) and the median/max relative error of the fit against the profile.",
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_output_flags(p, "print JSON", quiet=False)
     p.set_defaults(func=cmd_presets)
 
     p = sub.add_parser(
@@ -916,8 +824,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=float, default=60.0, help="seconds (default: 60)")
     p.add_argument("--threads", type=int, default=1, help="solver threads (default: 1)")
     p.add_argument("--seed", type=_seed, default=0, help="solver seed (default: 0)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_output_flags(p)
     p.set_defaults(func=cmd_solve)
 
     p = sub.add_parser(
@@ -943,12 +850,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--seed", type=_seed, default=0, help="seed of stochastic methods and solvers (default: 0)"
     )
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help="print a JSON list of rows, each with the method's details (a bound's families, a search's steps)",
+    add_output_flags(
+        p,
+        "print a JSON list of rows, each with the method's details (a bound's families, a search's steps)",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser(
@@ -965,12 +870,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=float, default=60.0, help="seconds per level (default: 60)")
     p.add_argument("--threads", type=int, default=1, help="solver threads (default: 1)")
     p.add_argument("--seed", type=_seed, default=0, help="solver seed (default: 0)")
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help="print a JSON list of {cost_server_s, attainment, status, cost_bound, gap, level, ...}",
+    add_output_flags(
+        p,
+        "print a JSON list of {cost_server_s, attainment, status, cost_bound, gap, level, ...}",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=cmd_pareto)
 
     p = sub.add_parser(
@@ -1019,8 +922,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run every probe to its end (default: a probe stops as soon as its verdict is "
         "certain, and its attainment is then the bound it proved)",
     )
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_output_flags(p)
     _add_scaling_args(p)
     p.set_defaults(func=cmd_capacity)
 
@@ -1045,7 +947,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="serving mode (disaggregated: one prefill server) (default: colocated)",
     )
     p.add_argument("--show", type=int, default=20, help="violations printed (default: 20)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_output_flags(p, quiet=False)
     p.set_defaults(func=cmd_check_policy)
 
     from slolab.harness import plan, sweep

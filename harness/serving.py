@@ -14,7 +14,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -22,15 +22,21 @@ import numpy as np
 from slolab.harness.capacity import SEARCH_SPAN, CapacityResult, ProbeVerdict, capacity
 from slolab.heuristics.policies import Scheduler
 from slolab.instances.records import Instance
+from slolab.problems.flags import SCALING_OPTIONS, SERVING_OPTIONS, slo_scheme_of
 from slolab.problems.registry import OptionValueError
+
+#: Each field's default, from the flags' one declaration (:mod:`slolab.problems.flags`).
+_DEFAULT: dict[str, Any] = {o.name: o.default for o in (*SERVING_OPTIONS, *SCALING_OPTIONS)}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ServingSetup:
     """How a trace is read, given SLOs, put on a cluster and scheduled (``slolab simulate``).
 
-    Field names and defaults are those of the ``simulate`` command's options (their argparse
-    destinations), so ``ServingSetup.from_namespace(args)`` is the command's set-up.
+    Each field but ``trace`` is a flag declared once in :mod:`slolab.problems.flags` (the
+    field's name is the flag's argparse destination, its default the declared one; the suite
+    checks that every field has its declaration), so ``ServingSetup.from_namespace(args)`` is
+    the command's set-up.
 
     Attributes
     ----------
@@ -81,36 +87,36 @@ class ServingSetup:
     """
 
     trace: str
-    seed: int = 0
-    servers: int = 1
-    policy: str = "sarathi"
-    router: str | None = None
-    decode_router: str | None = None
-    timing: str = "llama2-7b-h100"
-    slos: str | None = None
-    scenario: str | None = None
-    slack: str | None = None
-    token_budget: str | int = "auto"
-    limit: int | None = None
-    format: str | None = None
-    columns: str | None = None
-    time_unit: str | None = None
-    zero_output: str = "error"
-    max_request_tokens: int | None = None
-    arrivals: str | None = None
-    cv: float | None = None
-    mode: str = "colocated"
-    prefill_servers: int = 0
-    kv_capacity: int = 200_000
-    max_batch_tokens: int = 2048
-    max_batch_size: int = 256
-    autoscale: str | None = None
-    min_servers: int = 1
-    max_servers: int = 16
-    scale_metric: str | None = None
-    scale_upper: float | None = None
-    scale_lower: float | None = None
-    startup: str | None = None
+    seed: int = _DEFAULT["seed"]
+    servers: int = _DEFAULT["servers"]
+    policy: str = _DEFAULT["policy"]
+    router: str | None = _DEFAULT["router"]
+    decode_router: str | None = _DEFAULT["decode_router"]
+    timing: str = _DEFAULT["timing"]
+    slos: str | None = _DEFAULT["slos"]
+    scenario: str | None = _DEFAULT["scenario"]
+    slack: str | None = _DEFAULT["slack"]
+    token_budget: str | int = _DEFAULT["token_budget"]
+    limit: int | None = _DEFAULT["limit"]
+    format: str | None = _DEFAULT["format"]
+    columns: str | None = _DEFAULT["columns"]
+    time_unit: str | None = _DEFAULT["time_unit"]
+    zero_output: str = _DEFAULT["zero_output"]
+    max_request_tokens: int | None = _DEFAULT["max_request_tokens"]
+    arrivals: str | None = _DEFAULT["arrivals"]
+    cv: float | None = _DEFAULT["cv"]
+    mode: str = _DEFAULT["mode"]
+    prefill_servers: int = _DEFAULT["prefill_servers"]
+    kv_capacity: int = _DEFAULT["kv_capacity"]
+    max_batch_tokens: int = _DEFAULT["max_batch_tokens"]
+    max_batch_size: int = _DEFAULT["max_batch_size"]
+    autoscale: str | None = _DEFAULT["autoscale"]
+    min_servers: int = _DEFAULT["min_servers"]
+    max_servers: int = _DEFAULT["max_servers"]
+    scale_metric: str | None = _DEFAULT["scale_metric"]
+    scale_upper: float | None = _DEFAULT["scale_upper"]
+    scale_lower: float | None = _DEFAULT["scale_lower"]
+    startup: str | None = _DEFAULT["startup"]
 
     def __post_init__(self) -> None:
         for name in ("seed", "servers", "prefill_servers", "kv_capacity"):
@@ -136,15 +142,28 @@ class ServingSetup:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
 
     @classmethod
-    def from_namespace(cls, args: argparse.Namespace) -> ServingSetup:
-        """The set-up from parsed command-line options (the fields' names are their dests)."""
+    def from_namespace(
+        cls, args: argparse.Namespace, *, absent: Iterable[str] = ()
+    ) -> ServingSetup:
+        """The set-up from parsed command-line options (the fields' names are their dests).
+
+        A command that does not take some of the fields' flags names them in ``absent`` (they
+        keep their declared defaults); any other field missing from ``args`` is an error, so a
+        renamed flag cannot fall back to its default unnoticed.
+        """
+        skipped = set(absent)
         names = [field.name for field in dataclasses.fields(cls)]
+        missing = [n for n in names if not hasattr(args, n) and n not in skipped]
+        if missing:
+            raise TypeError(
+                f"the command's options lack {', '.join(missing)}: declare their flags "
+                "(slolab.problems.flags) or name them absent"
+            )
         return cls(**{name: getattr(args, name) for name in names if hasattr(args, name)})
 
     def slo_scheme(self) -> str | None:
         """The SLO scheme applied (None for ``"none"``)."""
-        scheme = self.slos or ("slos-serve" if self.scenario else "polyserve")
-        return None if scheme == "none" else scheme
+        return slo_scheme_of(self.slos, self.scenario)
 
     def reading(self) -> dict[str, Any]:
         """The trace options (:data:`slolab.problems.TRACE_OPTIONS`) of this set-up."""

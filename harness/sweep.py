@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from slolab.harness.output import add_output_flags, wants_progress
 from slolab.harness.serving import ServingSetup
 from slolab.harness.store import ResultsStore, StoreLockedError, StoreReadError
 from slolab.harness.sweep_spec import (
@@ -894,8 +895,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--memory", default=None, help="--jobqueue: memory per job, e.g. 32GB")
     p.add_argument("--walltime", default=None, help="--jobqueue: job time limit, e.g. 02:00:00")
     p.add_argument("--jobs", type=int, default=None, help="--jobqueue: jobs to start")
-    p.add_argument("--json", action="store_true", help="print the tally as one JSON object")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_output_flags(p, "print the tally as one JSON object")
     p.set_defaults(func=cmd_sweep)
     return p
 
@@ -947,7 +947,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
         logging.getLogger("distributed").setLevel(logging.ERROR)
     try:
-        tally = run_sweep(spec, directory, backend, progress=not args.quiet and not args.json)
+        tally = run_sweep(spec, directory, backend, progress=wants_progress(args))
     except (StoreLockedError, StoreReadError) as error:
         raise ValueError(str(error)) from None
     except SweepInterrupted as stop:

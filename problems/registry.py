@@ -81,6 +81,10 @@ class Option:
     minimum : int or float, optional
         Smallest value accepted (a count of requests 1, a seed 0); a smaller one is an error
         naming the flag.
+    maximum : int or float, optional
+        Largest value accepted (a seed every solver takes).
+    aliases : tuple of str
+        Further command-line spellings of the flag (``--replicas`` for ``--servers``).
     """
 
     name: str
@@ -90,6 +94,8 @@ class Option:
     choices: tuple[Any, ...] | None = None
     flag: str | None = None
     minimum: int | float | None = None
+    maximum: int | float | None = None
+    aliases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
@@ -98,8 +104,9 @@ class Option:
             raise ValueError(
                 f"option {self.name!r}: type must be one of int, float, str, bool, got {self.type!r}"
             )
-        if self.flag is not None and not self.flag.startswith("--"):
-            raise ValueError(f"option {self.name!r}: flag must start with '--', got {self.flag!r}")
+        for flag in (self.flag, *self.aliases):
+            if flag is not None and not flag.startswith("--"):
+                raise ValueError(f"option {self.name!r}: flag must start with '--', got {flag!r}")
         if self.choices is not None and self.default is not None:
             if self.default not in self.choices:
                 raise ValueError(
@@ -368,6 +375,12 @@ class Problem:
                 raise OptionValueError(
                     f"option {name!r} of problem {self.name!r} must be >= {least}, got {value!r}",
                     f"{known[name].cli_flag} must be >= {least}, got {value!r}",
+                )
+            most = known[name].maximum
+            if most is not None and value is not None and not value <= most:
+                raise OptionValueError(
+                    f"option {name!r} of problem {self.name!r} must be <= {most}, got {value!r}",
+                    f"{known[name].cli_flag} must be <= {most}, got {value!r}",
                 )
         builder = resolve(self.builder)
         accepted = inspect.signature(builder).parameters

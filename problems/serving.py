@@ -10,12 +10,11 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slolab.problems.flags import LIMIT, RATE, SEED, SERVERS, SLOS, TIMING, TRACE, slo_scheme_of
 from slolab.problems.registry import (
-    RATE_HELP,
     TRACE_OPTIONS,
     Heuristic,
     Objective,
-    Option,
     Problem,
     register_problem,
 )
@@ -111,6 +110,12 @@ def serving_instance(
     return Instance(label, wl, cluster, model, problem="serving", settings=settings)
 
 
+def serving_problem_instance(trace: str | Path | None, *, slos: str | None = None, **options: Any):
+    """The serving problem's builder: :func:`serving_instance` with ``--slos`` read as
+    ``slolab simulate`` reads it (PolyServe's scheme when not given, none for ``"none"``)."""
+    return serving_instance(trace, slos=slo_scheme_of(slos), **options)
+
+
 def assign_schemes(
     workload: Any, slos: str, *, seed: int, timing: Any, params: dict[str, Any] | None = None
 ) -> Any:
@@ -159,24 +164,9 @@ PROBLEM = register_problem(
             "slolab.sim.metrics:attainment_objective",
             "fraction of requests meeting their SLO (the instance's definition, default deadline)",
         ),
-        builder=serving_instance,
-        options=(
-            Option("trace", str, None, "trace file or vendored trace name (required)"),
-            *TRACE_OPTIONS,
-            Option("servers", int, 1, "servers (model replicas)"),
-            Option("timing", str, "llama2-7b-h100", "timing preset (see 'slolab presets')"),
-            Option(
-                "slos",
-                str,
-                "polyserve",
-                "SLO scheme, or schemes joined by + applied in order (see docs/instances.md)",
-            ),
-            Option(
-                "limit", int, None, "use the first N requests of the trace", flag="--n", minimum=1
-            ),
-            Option("rate", float, None, RATE_HELP),
-            Option("seed", int, 0, "seed of the SLO draws and of the arrival process", minimum=0),
-        ),
+        builder=serving_problem_instance,
+        # the flags of 'slolab simulate', declared once (slolab.problems.flags)
+        options=(TRACE, *TRACE_OPTIONS, SERVERS, TIMING, SLOS, LIMIT, RATE, SEED),
         heuristics=(
             Heuristic(
                 "vllm",
