@@ -26,8 +26,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from slolab.harness.capacity import CountSearchResult, ProbeVerdict, smallest_count
+from slolab.harness.output import add_output_flags, wants_progress
 from slolab.harness.serving import ServingSetup, warn_large_fleet
+from slolab.problems.flags import SCALING_OPTIONS
 from slolab.sim.verdict import RampedStop
+
+#: The flags plan does not take: a plan counts a fixed fleet, no scaler runs.
+FIXED_FLEET = tuple(o.name for o in SCALING_OPTIONS)
 
 if TYPE_CHECKING:
     from slolab.sim.verdict import AttainmentWatch
@@ -512,8 +517,7 @@ def add_parser(
         default=None,
         help="also report cost in this currency per server-hour",
     )
-    p.add_argument("--json", action="store_true", help="print one JSON object per policy")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_output_flags(p, "print one JSON object per policy")
     p.set_defaults(func=cmd_plan)
     return p
 
@@ -549,7 +553,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if policies.count(name) > 1:
             raise ValueError(f"--policies lists {name!r} twice")
     setup = ServingSetup.from_namespace(
-        argparse.Namespace(**{**vars(args), "servers": counts.start, "policy": policies[0]})
+        argparse.Namespace(**{**vars(args), "servers": counts.start, "policy": policies[0]}),
+        absent=FIXED_FLEET,
     )
     plans = plan(
         setup,
@@ -561,7 +566,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         traffic=args.traffic,
         scan=args.scan,
         price_per_server_hour=args.price_per_server_hour,
-        progress=not args.json and not args.quiet,
+        progress=wants_progress(args),
         early=not args.full_probes,
     )
     if args.json:
@@ -655,7 +660,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     configurations, refused = configuration_names(args.model, gpus, tps)
     prices = read_prices(args.prices) if args.prices else None
     setup = ServingSetup.from_namespace(
-        argparse.Namespace(**{**vars(args), "servers": 1, "policy": policies[0]})
+        argparse.Namespace(**{**vars(args), "servers": 1, "policy": policies[0]}),
+        absent=FIXED_FLEET,
     )
     slos = setup.slo_scheme() or "none"
     instance = trace_instance(
@@ -687,7 +693,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         refused=refused,
         classes=classes,
         max_rounds=args.max_rounds,
-        progress=not args.json and not args.quiet,
+        progress=wants_progress(args),
     )
     if args.json:
         record = report.to_dict()

@@ -110,10 +110,29 @@ def serving_instance(
     return Instance(label, wl, cluster, model, problem="serving", settings=settings)
 
 
-def serving_problem_instance(trace: str | Path | None, *, slos: str | None = None, **options: Any):
+def serving_problem_instance(
+    trace: str | Path | None,
+    *,
+    seed: int,
+    servers: int,
+    timing: str,
+    slos: str | None,
+    limit: int | None,
+    rate: float | None,
+    **reading: Any,
+) -> Instance:
     """The serving problem's builder: :func:`serving_instance` with ``--slos`` read as
     ``slolab simulate`` reads it (PolyServe's scheme when not given, none for ``"none"``)."""
-    return serving_instance(trace, slos=slo_scheme_of(slos), **options)
+    return serving_instance(
+        trace,
+        seed=seed,
+        servers=servers,
+        timing=timing,
+        slos=slo_scheme_of(slos),
+        limit=limit,
+        rate=rate,
+        **reading,
+    )
 
 
 def assign_schemes(
