@@ -130,6 +130,9 @@ class FleetRun:
         Requests rejected because they never fit a server's KV cache.
     wall_s : float
         Wall time of the simulation.
+    violations : tuple of str or None
+        With ``checked=True``: what the independent checker (:func:`slolab.sim.check`) finds
+        wrong with the run (empty: nothing); None when it was not asked.
     """
 
     attainment: float
@@ -137,6 +140,7 @@ class FleetRun:
     pool_missed: dict[str, int]
     rejected_kv: int
     wall_s: float
+    violations: tuple[str, ...] | None = None
 
 
 def simulate_plan(
@@ -148,6 +152,7 @@ def simulate_plan(
     definition: str = "deadline",
     policy: str = "sarathi",
     seed: int = 0,
+    checked: bool = False,
 ) -> FleetRun:
     """The plan's fleet simulated on ``instance`` (:func:`simulate_fleet`)."""
     present = [c for c, n in enumerate(plan.replicas) if n > 0]
@@ -160,6 +165,7 @@ def simulate_plan(
         definition=definition,
         policy=policy,
         seed=seed,
+        checked=checked,
     )
 
 
@@ -173,18 +179,21 @@ def simulate_fleet(
     definition: str = "deadline",
     policy: str = "sarathi",
     seed: int = 0,
+    checked: bool = False,
 ) -> FleetRun:
     """``replicas[i]`` servers of configuration ``names[i]`` (:func:`fleet_instance`)
     simulated on ``instance`` under :class:`PlanRouter` (``fractions[k][i]``, each row
-    rescaled to sum to 1) and one ``policy`` per pool (:func:`pool_policy`)."""
-    from slolab.sim import metrics, run
+    rescaled to sum to 1) and one ``policy`` per pool (:func:`pool_policy`); with ``checked``
+    the run is also given to the independent checker (:attr:`FleetRun.violations`)."""
+    from slolab.sim import check, metrics, run
 
     start = time.perf_counter()
     fleet = fleet_instance(instance, names, replicas)
     shares = np.asarray(fractions, dtype=float)
     router = PlanRouter(classes.class_of, names, shares / shares.sum(axis=1, keepdims=True))
     policies = PoolPolicies.build(names, lambda name: pool_policy(instance, name, policy))
-    outcome = run(fleet, policies, router, seed=seed, record_iterations=False)
+    outcome = run(fleet, policies, router, seed=seed, record_iterations=checked)
+    violations = tuple(check(fleet, outcome)) if checked else None
     table = metrics.request_table(fleet, outcome)
     met = table[f"met_{definition}"].to_numpy(dtype=bool)
     pool_requests = {name: 0 for name in names}
@@ -199,6 +208,7 @@ def simulate_fleet(
         pool_missed,
         rejected_kv,
         time.perf_counter() - start,
+        violations,
     )
 
 

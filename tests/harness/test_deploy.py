@@ -86,6 +86,18 @@ def test_plan_router_sends_each_class_to_its_pool(azure: Instance) -> None:
     # 40 requests alternate between the classes: 20 each
     assert run.pool_requests == {H100: 20, A100_TP2: 20}
     assert 0.0 <= run.attainment <= 1.0
+    assert run.violations is None  # not asked
+
+
+def test_a_mixed_fleet_run_passes_the_checker(azure: Instance) -> None:
+    """Both pools serve (split fractions), and the independent checker finds nothing wrong."""
+    classes = deploy.RequestClasses(("a", "b"), np.arange(azure.n_requests) % 2, (1.0, 1.0))
+    data = DeploymentData((H100, A100_TP2), (1.0, 1.0), ("a", "b"), (1.0, 1.0), ((1, 1), (1, 1)))
+    plan = DeploymentPlan((2, 1), ((0.5, 0.5), (0.25, 0.75)))
+    run = deploy.simulate_plan(azure, classes, data, plan, seed=1, checked=True)
+    assert sum(run.pool_requests.values()) == azure.n_requests
+    assert min(run.pool_requests.values()) > 0
+    assert run.violations == ()
 
 
 def test_plan_router_draws_are_seeded() -> None:
