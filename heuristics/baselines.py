@@ -344,6 +344,7 @@ class StaticFCFS:
     """Static batching: the next batch is the first ``batch_size`` waiting requests."""
 
     name = "static-fcfs"
+    modes = ("static",)
 
     def __init__(self, batch_size: int = 0) -> None:
         if batch_size < 0:

@@ -270,7 +270,7 @@ EXPECTED: dict[str, str] = {
     "slide-batching/disaggregated/mooncake": "d63bf58dfd6ab447b544d18d",
     "slos-serve/colocated/azure": "3e17783e7e915d995c062994",
     "slos-serve/colocated/mooncake": "d97810853312a0bca654436d",
-    "slos-serve/disaggregated/mooncake": "error ValueError: SLOsServePolicy runs on colocated clusters, got mode 'disaggregated'",
+    "slos-serve/disaggregated/mooncake": "error ValueError: policy 'slos-serve' does not run on a disaggregated cluster (it runs colocated)",
     "static-fcfs/static/azure": "1143a79b84bd1549e4ee67e4",
     "static-fcfs/static/mooncake": "af3239cbf1c5d7b2c315148b",
     "vllm-fcfs/colocated/azure": "748a5d7dcfa5c84aa6576a89",
