@@ -37,3 +37,18 @@ def test_the_engine_refuses_a_mode_the_policy_does_not_declare():
         run(random_instance(0, n=4, mode="static"), SarathiFCFS(), seed=0)
     with pytest.raises(ValueError, match=r"^policy 'static-fcfs' does not run on a colocated"):
         run(random_instance(0, n=4), StaticFCFS(), seed=0)
+
+
+@pytest.mark.parametrize("name", ["scorpio", "sa-online"])
+def test_a_co_located_design_refuses_a_disaggregated_cluster_before_the_run(name):
+    """SCORPIO and SA-online schedule whole requests on one worker: on a disaggregated
+    cluster they used to fail mid-run ("decode server cannot prefill request N")."""
+    inst = random_instance(0, n=12, servers=3, mode="disaggregated", prefill_servers=1)
+    with pytest.raises(ValueError) as err:
+        make_scheduler(name, inst)
+    assert (
+        str(err.value)
+        == f"policy {name!r} does not run on a disaggregated cluster (it runs colocated)"
+    )
+    with pytest.raises(ValueError, match=f"^policy {name!r} does not run on a disaggregated"):
+        run(inst, policy_entry(name).make(), seed=0)
