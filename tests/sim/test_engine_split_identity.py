@@ -282,7 +282,7 @@ EXPECTED: dict[str, str] = {
     "vllm/colocated/azure": "748a5d7dcfa5c84aa6576a89",
     "vllm/colocated/mooncake": "7c3080565f2591c0ce772ea5",
     "vllm/disaggregated/mooncake": "3089bb9d2722f9d1475fd876",
-    "vllm/small-kv-disaggregated/mooncake": "error PolicyError: server 2 t=5.523234148021932: batch needs 2 KV tokens but only 0 of 3000 are free",
+    "vllm/small-kv-disaggregated/mooncake": "dddb09a7717856f81f12dbf6",
     "vllm/small-kv/azure": "f8d13c32d2f48540b78ff9e4",
     "weighted-vtc/colocated/azure": "6281a91de2f9282866f53b39",
     "weighted-vtc/colocated/mooncake": "c42de7bcce1f482e1615cf71",
