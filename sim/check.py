@@ -10,7 +10,10 @@ Rules checked (each violation is one line naming the rule, server, iteration and
 - iterations on a server do not overlap, and last a positive time;
 - an iteration's duration equals the timing model at the shape re-derived from its entries,
   and the logged shape equals that re-derived shape;
-- no request is served before its arrival; rejected requests are never served;
+- no request is served before its arrival; a rejected request is never served after its
+  rejection (``rejected_s``; without it, never): it may have received service before (a
+  stalled run rejects requests partly prefilled, a run's end rejects held decode requests
+  whose prefill ran), and it never meets its SLO (:mod:`slolab.sim.metrics`);
 - a prefill chunk never exceeds what is left of the prompt (or of a recompute after
   preemption); decode only after the prefill is complete, at most one token per request per
   iteration, never more tokens than ``output_tokens``;
@@ -225,8 +228,8 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
             served_on.setdefault(r, set()).add(s)
             if start < arrival[r] - 1e-12:
                 bad(f"{where}: request {r} served before its arrival {arrival[r]:.9g}s")
-            if outcome.rejected[r]:
-                bad(f"{where}: rejected request {r} is served")
+            if _served_after_rejection(outcome, r, end):
+                bad(f"{where}: rejected request {r} is served after its rejection")
             if ph == PHASE_PREFILL:
                 if role == "decode" and r not in recompute[s]:
                     bad(f"{where}: decode server runs a prefill of request {r}")
@@ -304,8 +307,6 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
         _check_tokens(outcome, expect, offs, arrival, output, generated, bad)
         for r in range(n):
             servers = served_on.get(r, set())
-            if outcome.rejected[r] and servers:
-                bad(f"request {r}: rejected but served")
             if not servers:
                 continue
             expected = {int(outcome.server[r]), int(outcome.prefill_server[r])}
@@ -435,6 +436,16 @@ def _check_lives(
                 )
 
 
+def _served_after_rejection(outcome: Outcome, r: int, end: float) -> bool:
+    """True when request ``r`` is rejected and an iteration serving it ends (at ``end``) after
+    its rejection (any iteration, when the outcome records no rejection times)."""
+    if not outcome.rejected[r]:
+        return False
+    if outcome.rejected_s is None:
+        return True
+    return end > float(outcome.rejected_s[r]) + 1e-12 * max(1.0, abs(end))
+
+
 def _check_tokens(outcome, expect, offs, arrival, output, generated, bad) -> None:
     times = outcome.token_times
     same = (
@@ -488,8 +499,8 @@ def _check_static(
     for r in reqs.tolist():
         if start < wl.arrival_s[r] - 1e-12:
             bad(f"{where}: request {r} served before its arrival {wl.arrival_s[r]:.9g}s")
-        if outcome.rejected[r]:
-            bad(f"{where}: rejected request {r} is served")
+        if _served_after_rejection(outcome, r, end):
+            bad(f"{where}: rejected request {r} is served after its rejection")
         if generated[r] > 0:
             bad(f"{where}: request {r} is served twice")
             continue
