@@ -57,8 +57,8 @@ FIELDS = (
 #: (trace, requests, arrival rate (req/s)): the first requests, time-compressed to the rate
 CUTS = {"azure": ("azure_conv_2023", 100, 200.0), "mooncake": ("mooncake_conversation", 100, 1.5)}
 MODES = ("colocated", "disaggregated", "static")
-#: The policies that form static batches: the only ones run on a static cluster (the others'
-#: iterations there are not static batches, which the checker refuses)
+#: The policies that form static batches: the only ones run on a static cluster (the others
+#: refuse the mode before the run, tests/sim/test_policy_modes.py)
 STATIC = ("static-fcfs",)
 SERVERS = 2
 
