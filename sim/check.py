@@ -30,7 +30,8 @@ Rules checked (each violation is one line naming the rule, server, iteration and
   departed; a server is ready its pool's start-up delay after it was switched on (a moved one:
   the cluster's ``move_s`` after its previous life departed, which is when it is switched on);
   a drained server departs exactly when its last request finishes (its last iteration, forward
-  or rejection, or the drain itself when it was empty) and leaves no request unfinished; a
+  or rejection of a request it still holds: a prefill server lets a request go when its prefill
+  ends; or the drain itself when it was empty) and leaves no request unfinished; a
   server never drained stays on until the run's end; no request is routed, forwarded or
   transferred to a server before it is switched on or once it is drained; the cost
   (``cost_server_s`` and ``cost_by_pool``) equals the sum of the servers' on-intervals.
@@ -342,7 +343,12 @@ def _check_lives(
                 released[src] = max(released[src], t)
     if outcome.rejected_s is not None:
         for r in np.flatnonzero(np.isfinite(outcome.rejected_s)).tolist():
-            for s in {int(outcome.server[r]), int(outcome.prefill_server[r])}:
+            # its prefill server let it go when its prefill ended (a held decode request
+            # rejected at the run's end had left it long before)
+            holders = {int(outcome.server[r])}
+            if not np.isfinite(outcome.prefill_done_s[r]):
+                holders.add(int(outcome.prefill_server[r]))
+            for s in holders:
                 if 0 <= s < n_servers:
                     released[s] = max(released[s], float(outcome.rejected_s[r]))
     for s in range(n_servers):

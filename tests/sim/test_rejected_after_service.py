@@ -7,7 +7,7 @@ served")."""
 import dataclasses
 
 import numpy as np
-from sim_cases import random_instance
+from sim_cases import mooncake_setup, random_instance
 from slolab.heuristics.policies import make_scheduler
 from slolab.sim import Batch, check, metrics, run
 
@@ -65,3 +65,19 @@ def test_held_decode_requests_rejected_at_the_end_after_their_prefill_pass_the_c
     assert np.isfinite(out.prefill_done_s).all()
     assert check(inst, out) == []
     assert not metrics.met(inst, out)[held].any()
+
+
+def test_a_request_rejected_on_its_decode_server_left_its_prefill_server_at_its_prefill_end():
+    """PolyServe disaggregated, 60 Mooncake requests at 12 req/s: the run stalls with 8
+    requests on a decode server, rejected at the stall; their prefill servers had drained and
+    departed long before. The checker used to date those servers' last request at the
+    rejection ("drained, departs at 8.29s but its last request left at 29.1s")."""
+    setup = mooncake_setup("polyserve", "disaggregated")
+    inst, scheduler = setup.prepare(setup.instance(12.0))
+    out = scheduler.run(inst, seed=0)
+    rejected = np.flatnonzero(out.rejected)
+    assert out.info["stalled"] == len(rejected) == 8
+    assert (out.prefill_done_s[rejected] < out.rejected_s[rejected]).all()
+    prefill = np.unique(out.prefill_server[rejected])
+    assert (out.server_off_s[prefill] < out.rejected_s[rejected].min()).all()
+    assert check(scheduler.on(inst), out) == []
