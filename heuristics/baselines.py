@@ -63,20 +63,79 @@ def _make_room_for_decode(
     return preempt
 
 
+def decode_server_room(server: Server, decode: list[int]) -> tuple[list[int], int]:
+    """On a disaggregated decode server whose decoding requests outgrow its free memory:
+    preempt the latest of ``decode`` (taken out of it) until one decode step fits. Returns
+    the preempted requests (recomputed on this server later, :func:`decode_server_recompute`)
+    and the KV tokens left free after the step."""
+    free = server.kv_free_tokens
+    preempt: list[int] = []
+    while len(decode) > free:
+        victim = decode.pop()
+        preempt.append(victim)
+        free += server.kv_held(victim)
+    return preempt, free - len(decode)
+
+
+def decode_server_recompute(
+    server: Server, free: int, budget: int, slots: int
+) -> tuple[list[tuple[int, int]], int]:
+    """The recompute chunks of the requests preempted on decode server ``server``: those
+    prefilling, then the waiting ones whose whole recompute fits in ``free`` KV tokens (FCFS),
+    within ``budget`` tokens and ``slots`` requests. Returns the chunks and the KV tokens left
+    free. While a preempted request waits unstarted, the server admits no transferred one
+    (:func:`recompute_waits`), so that it is not starved."""
+    prefill: list[tuple[int, int]] = []
+    recomputing = [*server.prefilling, *(r for r in server.waiting if server.remaining_prefill(r))]
+    for r in recomputing:
+        rem = server.remaining_prefill(r)
+        c = min(rem, budget)
+        if c < 1 or len(prefill) >= slots:
+            break
+        if r not in server.prefilling and rem + 1 > free:
+            break  # a request starts its recompute only when all of it fits
+        extra = 1 if c == rem else 0
+        if c + extra > free:
+            break
+        prefill.append((r, c))
+        free -= c + extra
+        budget -= c
+    return prefill, free
+
+
+def recompute_waits(server: Server, prefill: list[tuple[int, int]]) -> bool:
+    """True when a request preempted on decode server ``server`` waits and ``prefill`` does not
+    start its recompute."""
+    started = {r for r, _ in prefill}
+    return any(server.remaining_prefill(r) and r not in started for r in server.waiting)
+
+
 def _decode_server_batch(server: Server) -> Batch:
-    """Disaggregated decode server: decode the running requests and admit transferred ones FCFS."""
+    """Disaggregated decode server: decode the running requests, recompute those preempted here
+    (:func:`decode_server_room` preempts when memory runs out), then admit transferred ones
+    FCFS."""
     decode = list(server.decoding[: server.max_batch_size])
-    free = server.kv_free_tokens - len(decode)
+    preempt, free = decode_server_room(server, decode)
+    budget = (server.max_batch_tokens or 1 << 62) - len(decode)
+    prefill, free = decode_server_recompute(
+        server, free, budget, server.max_batch_size - len(decode)
+    )
+    budget -= sum(c for _, c in prefill)
     admitted = False
-    for r in server.waiting:
-        if len(decode) >= server.max_batch_size:
+    for r in () if recompute_waits(server, prefill) else server.waiting:
+        if server.remaining_prefill(r):
+            continue  # its recompute starts in this batch
+        if len(decode) + len(prefill) >= server.max_batch_size:
             break
         need = server.kv_held(r) + 1
-        if need > free:
+        if need > free or budget < 1:
             break
         decode.append(r)
         free -= need
+        budget -= 1
         admitted = True
+    if prefill or preempt:
+        return Batch(prefill=prefill, decode=decode, preempt=preempt)
     if not decode:
         return Batch()
     full = not admitted and len(decode) == len(server.decoding)
@@ -344,6 +403,7 @@ class StaticFCFS:
     """Static batching: the next batch is the first ``batch_size`` waiting requests."""
 
     name = "static-fcfs"
+    modes = ("static",)
 
     def __init__(self, batch_size: int = 0) -> None:
         if batch_size < 0:

@@ -49,6 +49,9 @@ from slolab.heuristics.baselines import (
     REPEAT_LOOKAHEAD,
     _AdmissionOrder,
     _make_room_for_decode,
+    decode_server_recompute,
+    decode_server_room,
+    recompute_waits,
 )
 from slolab.heuristics.policies import register_policy, register_router
 from slolab.heuristics.scalers import _drain_order, register_scaler
@@ -741,14 +744,22 @@ class HyperFlexisDispatcher:
         return batch
 
     def _migrate(self, server: Server) -> Batch:
-        """The Migrator: decode the running requests and admit transferred ones by (TPOT
-        target, arrival) while the step stays within the tightest TPOT."""
+        """The Migrator: decode the running requests, recompute those preempted here (when
+        memory runs out the latest to start decoding are preempted,
+        :func:`~slolab.heuristics.baselines.decode_server_room`), and admit transferred ones by
+        (TPOT target, arrival) while the step stays within the tightest TPOT."""
         candidates = sorted(
             (list(server.held) if server.accepting else []) + list(server.waiting),
             key=lambda r: (self.tpot[r], server.arrival(r), r),
         )
         decode = list(server.decoding[: server.max_batch_size])
-        free = server.kv_free_tokens - len(decode)
+        preempt, free = decode_server_room(server, decode)
+        budget = (server.max_batch_tokens or 1 << 62) - len(decode)
+        prefill, free = decode_server_recompute(
+            server, free, budget, server.max_batch_size - len(decode)
+        )
+        if prefill or preempt or recompute_waits(server, prefill):
+            return Batch(prefill=prefill, decode=decode, preempt=preempt)
         kv = sum(server.kv_held(r) for r in decode)
         tpot = min((self.tpot[r] for r in decode), default=math.inf)
         waiting = set(server.waiting)

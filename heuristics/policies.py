@@ -280,14 +280,21 @@ def make_scheduler(
 ) -> Scheduler:
     """Policy ``name`` ready to run on ``instance``, with its routers and scaler.
 
-    A policy with a ``setup`` builds everything (a router given by name is then an error, since
+    A policy that does not run in ``mode`` (default: the instance's cluster's; see
+    :func:`slolab.sim.policy.refuse_mode`) is refused first. A policy with a ``setup`` builds
+    everything (a router given by name is then an error, since
     the policy routes itself; ``mode`` and ``servers`` default to the instance's cluster). Any
     other runs on ``instance`` as it is, with ``router`` (default: the policy's own, else
     ``least-loaded``) and ``decode_router`` (default: the policy's own in disaggregated mode,
     else the engine's).
     """
+    from slolab.sim.policy import refuse_mode
+
     entry = policy_entry(name)
+    if mode is None:
+        mode = instance.cluster.mode
     if entry.setup is not None:
+        refuse_mode(entry.make, mode, name)
         for flag, given in (("--router", router), ("--decode-router", decode_router)):
             if given is not None:
                 raise ValueError(f"policy {name!r} routes requests itself: drop {flag}")
@@ -301,8 +308,7 @@ def make_scheduler(
             prefill_servers=prefill_servers,
         )
     policy = make_policy(name, instance, token_budget=token_budget)
-    if mode is None:
-        mode = instance.cluster.mode
+    refuse_mode(policy, mode, name)
     own = entry.decode_router if mode == "disaggregated" else None
     chosen = decode_router or own
     return Scheduler(

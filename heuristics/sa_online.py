@@ -43,6 +43,9 @@ class SAOrderingPolicy:
     """
 
     name = "sa-online"
+    #: a co-located design: one worker orders and runs whole requests (the SA paper describes
+    #: no disaggregation)
+    modes = ("colocated",)
 
     def __init__(self, batch_size: int = 8, queue_limit: int = 10, params: Any = None) -> None:
         if batch_size < 1 or queue_limit < 1:

@@ -79,6 +79,9 @@ class ScorpioPolicy:
     """
 
     name = "scorpio"
+    #: a co-located design: one worker runs prefill and decode (HyperFlexis, Sec. 7.4, runs
+    #: it in the collocated system)
+    modes = ("colocated",)
 
     def __init__(self, reject_unattainable: bool = False) -> None:
         self.reject_unattainable = reject_unattainable

@@ -143,6 +143,7 @@ class SLOsServePolicy:
     """
 
     name = "slos-serve"
+    modes = ("colocated",)
 
     def __init__(self, params: SLOsServeParams | None = None, capture_calls: bool = False) -> None:
         self.params = params if params is not None else SLOsServeParams()
@@ -167,10 +168,6 @@ class SLOsServePolicy:
 
     def start(self, instance: Instance, seed: int) -> None:
         """Reset the state for a run (the policy makes no random choice; ``seed`` is unused)."""
-        if instance.cluster.mode != "colocated":
-            raise ValueError(
-                f"SLOsServePolicy runs on colocated clusters, got mode {instance.cluster.mode!r}"
-            )
         self._reset()
         one = np.zeros((1, N_FEATURES))
         one[0, F_PREFILL_TOKENS] = 1

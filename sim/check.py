@@ -10,7 +10,10 @@ Rules checked (each violation is one line naming the rule, server, iteration and
 - iterations on a server do not overlap, and last a positive time;
 - an iteration's duration equals the timing model at the shape re-derived from its entries,
   and the logged shape equals that re-derived shape;
-- no request is served before its arrival; rejected requests are never served;
+- no request is served before its arrival; a rejected request is never served after its
+  rejection (``rejected_s``; without it, never): it may have received service before (a
+  stalled run rejects requests partly prefilled, a run's end rejects held decode requests
+  whose prefill ran), and it never meets its SLO (:mod:`slolab.sim.metrics`);
 - a prefill chunk never exceeds what is left of the prompt (or of a recompute after
   preemption); decode only after the prefill is complete, at most one token per request per
   iteration, never more tokens than ``output_tokens``;
@@ -27,7 +30,8 @@ Rules checked (each violation is one line naming the rule, server, iteration and
   departed; a server is ready its pool's start-up delay after it was switched on (a moved one:
   the cluster's ``move_s`` after its previous life departed, which is when it is switched on);
   a drained server departs exactly when its last request finishes (its last iteration, forward
-  or rejection, or the drain itself when it was empty) and leaves no request unfinished; a
+  or rejection of a request it still holds: a prefill server lets a request go when its prefill
+  ends; or the drain itself when it was empty) and leaves no request unfinished; a
   server never drained stays on until the run's end; no request is routed, forwarded or
   transferred to a server before it is switched on or once it is drained; the cost
   (``cost_server_s`` and ``cost_by_pool``) equals the sum of the servers' on-intervals.
@@ -225,8 +229,8 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
             served_on.setdefault(r, set()).add(s)
             if start < arrival[r] - 1e-12:
                 bad(f"{where}: request {r} served before its arrival {arrival[r]:.9g}s")
-            if outcome.rejected[r]:
-                bad(f"{where}: rejected request {r} is served")
+            if _served_after_rejection(outcome, r, end):
+                bad(f"{where}: rejected request {r} is served after its rejection")
             if ph == PHASE_PREFILL:
                 if role == "decode" and r not in recompute[s]:
                     bad(f"{where}: decode server runs a prefill of request {r}")
@@ -304,8 +308,6 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
         _check_tokens(outcome, expect, offs, arrival, output, generated, bad)
         for r in range(n):
             servers = served_on.get(r, set())
-            if outcome.rejected[r] and servers:
-                bad(f"request {r}: rejected but served")
             if not servers:
                 continue
             expected = {int(outcome.server[r]), int(outcome.prefill_server[r])}
@@ -341,7 +343,12 @@ def _check_lives(
                 released[src] = max(released[src], t)
     if outcome.rejected_s is not None:
         for r in np.flatnonzero(np.isfinite(outcome.rejected_s)).tolist():
-            for s in {int(outcome.server[r]), int(outcome.prefill_server[r])}:
+            # its prefill server let it go when its prefill ended (a held decode request
+            # rejected at the run's end had left it long before)
+            holders = {int(outcome.server[r])}
+            if not np.isfinite(outcome.prefill_done_s[r]):
+                holders.add(int(outcome.prefill_server[r]))
+            for s in holders:
                 if 0 <= s < n_servers:
                     released[s] = max(released[s], float(outcome.rejected_s[r]))
     for s in range(n_servers):
@@ -435,6 +442,16 @@ def _check_lives(
                 )
 
 
+def _served_after_rejection(outcome: Outcome, r: int, end: float) -> bool:
+    """True when request ``r`` is rejected and an iteration serving it ends (at ``end``) after
+    its rejection (any iteration, when the outcome records no rejection times)."""
+    if not outcome.rejected[r]:
+        return False
+    if outcome.rejected_s is None:
+        return True
+    return end > float(outcome.rejected_s[r]) + 1e-12 * max(1.0, abs(end))
+
+
 def _check_tokens(outcome, expect, offs, arrival, output, generated, bad) -> None:
     times = outcome.token_times
     same = (
@@ -488,8 +505,8 @@ def _check_static(
     for r in reqs.tolist():
         if start < wl.arrival_s[r] - 1e-12:
             bad(f"{where}: request {r} served before its arrival {wl.arrival_s[r]:.9g}s")
-        if outcome.rejected[r]:
-            bad(f"{where}: rejected request {r} is served")
+        if _served_after_rejection(outcome, r, end):
+            bad(f"{where}: rejected request {r} is served after its rejection")
         if generated[r] > 0:
             bad(f"{where}: request {r} is served twice")
             continue

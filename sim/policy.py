@@ -88,7 +88,13 @@ class Batch:
 
 @runtime_checkable
 class Policy(Protocol):
-    """Chooses a server's next batch."""
+    """Chooses a server's next batch.
+
+    A policy may declare the cluster modes it runs in as a ``modes`` attribute (a tuple of
+    ``"colocated"``, ``"disaggregated"``, ``"static"``); without it, the continuous modes
+    (:data:`CONTINUOUS_MODES`). A run in another mode is refused before it starts
+    (:func:`refuse_mode`).
+    """
 
     def start(self, instance: Instance, seed: int) -> None:
         """Called once before the run (reset internal state)."""
@@ -134,3 +140,28 @@ class Router(Protocol):
 
 class PolicyError(RuntimeError):
     """A policy returned a batch that breaks a rule of the engine."""
+
+
+#: The cluster modes a policy runs in when it declares none: it forms continuous
+#: (iteration-level) batches, which a static cluster does not run.
+CONTINUOUS_MODES = ("colocated", "disaggregated")
+
+
+def policy_modes(policy: Any) -> tuple[str, ...]:
+    """The cluster modes ``policy`` (a Policy, or its class) runs in: its ``modes`` attribute,
+    else :data:`CONTINUOUS_MODES`."""
+    return tuple(getattr(policy, "modes", CONTINUOUS_MODES))
+
+
+def refuse_mode(policy: Any, mode: str, name: str | None = None) -> None:
+    """ValueError, in one line naming the policy (``name``, else its ``name`` attribute, else
+    its class) and ``mode``, when ``policy`` does not run on a ``mode`` cluster."""
+    modes = policy_modes(policy)
+    if mode in modes:
+        return
+    if name is None:
+        cls = policy if isinstance(policy, type) else type(policy)
+        name = str(getattr(policy, "name", cls.__name__))
+    raise ValueError(
+        f"policy {name!r} does not run on a {mode} cluster (it runs {' or '.join(modes)})"
+    )

@@ -60,6 +60,7 @@ class SchedulePolicy:
     """
 
     settles = False
+    modes = ("colocated", "static")
 
     def __init__(self, schedule: Schedule, plan: ScalePlan | None = None) -> None:
         self.schedule = schedule

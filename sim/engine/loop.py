@@ -22,7 +22,7 @@ from slolab.sim.engine.servers import DRAINING, READY, _Srv
 from slolab.sim.engine.state import EV_READY
 from slolab.sim.engine.ticks import Ticks
 from slolab.sim.outcome import Outcome, ServerLives, pool_seconds
-from slolab.sim.policy import Policy, Router
+from slolab.sim.policy import Policy, Router, refuse_mode
 from slolab.sim.scaling import ScalePlan, Scaler
 from slolab.timing.base import N_FEATURES
 
@@ -352,6 +352,7 @@ def run(
         raise TypeError(f"seed must be an int, got {seed!r}")
     t0 = time.perf_counter()
     engine: Engine | None = None
+    refuse_mode(policy, instance.cluster.mode)
     try:
         policy.start(instance, int(seed))
         for part in (router, decode_router, scaler):

@@ -414,3 +414,16 @@ def test_trace_that_is_a_directory_is_one_line(tmp_path, capsys):
     """A directory given as the trace is named as such."""
     assert main(["simulate", str(tmp_path)]) == 2
     assert one_error_line(capsys) == f"{tmp_path} is a directory, not a trace file"
+
+
+def test_simulate_a_continuous_policy_on_a_static_cluster_is_one_line(capsys):
+    """Sarathi forms continuous batches: a static cluster is refused before the run (it used
+    to run, and the checker rejected every batch)."""
+    code = main(
+        ["simulate", "azure_conv_2023", "--limit", "20", "--policy", "sarathi"]
+        + ["--mode", "static", "--quiet"]
+    )
+    assert code == 2
+    assert one_error_line(capsys) == (
+        "policy 'sarathi' does not run on a static cluster (it runs colocated or disaggregated)"
+    )

@@ -57,8 +57,8 @@ FIELDS = (
 #: (trace, requests, arrival rate (req/s)): the first requests, time-compressed to the rate
 CUTS = {"azure": ("azure_conv_2023", 100, 200.0), "mooncake": ("mooncake_conversation", 100, 1.5)}
 MODES = ("colocated", "disaggregated", "static")
-#: The policies that form static batches: the only ones run on a static cluster (the others'
-#: iterations there are not static batches, which the checker refuses)
+#: The policies that form static batches: the only ones run on a static cluster (the others
+#: refuse the mode before the run, tests/sim/test_policy_modes.py)
 STATIC = ("static-fcfs",)
 SERVERS = 2
 
@@ -184,11 +184,11 @@ POLICIES: dict[tuple[str, str], dict[str, str]] = {
         "polyserve": "5bfaf164a42b075c",
         "polyserve-always-tpot": "5bfaf164a42b075c",
         "random": "0558b215ef78becf",
-        "sa-online": "raises PolicyError",
+        "sa-online": "raises ValueError",
         "sarathi": "0558b215ef78becf",
         "sarathi-fcfs": "0558b215ef78becf",
         "sarathi-priority": "7fd740de8a079fb7",
-        "scorpio": "raises PolicyError",
+        "scorpio": "raises ValueError",
         "slide-batching": "9c9b37d718cba29d",
         "slos-serve": "raises ValueError",
         "vllm": "3bbaa8b5ebe9947c",
@@ -227,11 +227,11 @@ POLICIES: dict[tuple[str, str], dict[str, str]] = {
         "polyserve": "2a394ff2ea20ff60",
         "polyserve-always-tpot": "2a394ff2ea20ff60",
         "random": "63b96f2873a6b43d",
-        "sa-online": "raises PolicyError",
+        "sa-online": "raises ValueError",
         "sarathi": "63b96f2873a6b43d",
         "sarathi-fcfs": "63b96f2873a6b43d",
         "sarathi-priority": "6507b0048bdbf1dd",
-        "scorpio": "raises PolicyError",
+        "scorpio": "raises ValueError",
         "slide-batching": "0263cf4a9e85f535",
         "slos-serve": "raises ValueError",
         "vllm": "6ecc55695926751b",
