@@ -37,14 +37,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from slolab.heuristics.baselines import (
     REPEAT_LOOKAHEAD,
+    AdmissionOrder,
     EDFTokens,
     LeastLoaded,
     PrefillFirstFCFS,
     SarathiFCFS,
-    _AdmissionOrder,
-    _decode_server_batch,
-    _make_room_for_decode,
+    decode_server_batch,
     decode_steps_within_until_s,
+    make_room_for_decode,
 )
 from slolab.heuristics.policies import register_policy, register_router
 from slolab.sim.policy import Batch
@@ -610,7 +610,7 @@ class SlideBatching:
         self._data: RequestData | None = None
         self._est: LatencyEstimator | None = None
         self._eta_s = 0.0
-        self._order = _AdmissionOrder({})
+        self._order = AdmissionOrder({})
         self._chunk_floors: list[float] | None = None
         self._static = np.zeros((0, 4))
         self._static_lists: tuple[list[float], list[float], list[float], list[float]] = (
@@ -642,7 +642,7 @@ class SlideBatching:
             else None
         )
         self._eta_s = self.params.eta_s or default_eta_s(instance)
-        self._order = _AdmissionOrder({})
+        self._order = AdmissionOrder({})
         self.captured = []
         self._chunk_floors = (
             [
@@ -861,7 +861,7 @@ class SlideBatching:
 
     def next_batch(self, server: Server) -> Batch:
         if server.role == "decode":
-            return _decode_server_batch(server)
+            return decode_server_batch(server)
         q = self._queue(server)
         if q is None:
             return Batch()
@@ -1024,7 +1024,7 @@ class SlideBatching:
                 return Batch(prefill=[(r, 1)])
         if server.decoding:
             decode = list(server.decoding[:1])
-            preempt = _make_room_for_decode(server, decode, admitted)
+            preempt = make_room_for_decode(server, decode, admitted)
             return Batch(decode=decode, preempt=preempt) if decode else Batch(preempt=preempt)
         return Batch()
 

@@ -292,6 +292,12 @@ class LinearTiming(TimingModel):
 
     @classmethod
     def _from_dict(cls, data: Mapping[str, Any]) -> LinearTiming:
+        return cls.from_fields(data)
+
+    @classmethod
+    def from_fields(cls, data: Mapping[str, Any]) -> LinearTiming:
+        """A line from the fields :meth:`to_dict` writes (``intercept_s``, ``coefficients``,
+        ``name``); a form made of lines reads each of its lines with it."""
         return cls(data["intercept_s"], data["coefficients"], name=data.get("name", "linear"))
 
     def __eq__(self, other: object) -> bool:

@@ -6,7 +6,7 @@ them; a server's policy forwards a waiting request to another server of its role
 from __future__ import annotations
 
 import numpy as np
-from slolab.sim.engine.servers import Server, _Srv
+from slolab.sim.engine.servers import Server, ServerState
 from slolab.sim.engine.state import EngineCore
 from slolab.sim.policy import HOLD, PolicyError, Router
 
@@ -33,7 +33,7 @@ class Routing(EngineCore):
                 return
         self._place(views[k]._s, r)
 
-    def _place(self, server: _Srv, r: int) -> None:
+    def _place(self, server: ServerState, r: int) -> None:
         """Request ``r`` joins ``server`` (its entry server) now."""
         if self.warm is not None and self.warm[0][r]:
             self._place_warm(server, r)
@@ -50,7 +50,7 @@ class Routing(EngineCore):
             self.prefill_server_of[r] = server.id
         self._wake(server)
 
-    def _too_large(self, server: _Srv, r: int) -> bool:
+    def _too_large(self, server: ServerState, r: int) -> bool:
         """Reject request ``r`` (True) when ``server`` could never hold it (nor, disaggregated,
         any decode pool)."""
         need = self.kv_needed(server.role, r)
@@ -146,7 +146,7 @@ class Routing(EngineCore):
             place(views[k]._s, r)
         return len(pairs)
 
-    def _place_warm(self, server: _Srv, r: int) -> None:
+    def _place_warm(self, server: ServerState, r: int) -> None:
         """Admit a warm-started request as it was when the run began (see warm_start_state)."""
         _, remaining, generated = self.warm  # type: ignore[misc]
         if server.role != "mixed":
@@ -192,7 +192,7 @@ class Routing(EngineCore):
                 return
         self._place_decode(views[k]._s, r)
 
-    def _place_decode(self, server: _Srv, r: int) -> None:
+    def _place_decode(self, server: ServerState, r: int) -> None:
         """Request ``r``, its prefill done, joins decode server ``server`` now."""
         need = self.kv_needed("decode", r)
         if need > server.kv_capacity:
@@ -220,7 +220,7 @@ class Routing(EngineCore):
             for view in self.decode_views if decode else self.entry_views:
                 self._wake(view._s)
 
-    def _pull(self, server: _Srv, r: int) -> None:
+    def _pull(self, server: ServerState, r: int) -> None:
         """Move request ``r`` from the central queue of ``server``'s side to the end of its
         queue (the request is routed, or for a decode server transferred, now)."""
         now = self.now
@@ -262,7 +262,7 @@ class Routing(EngineCore):
         if server.role != "prefill":
             self.server_of[r] = server.id
 
-    def _forward(self, server: _Srv, r: int, target: int) -> None:
+    def _forward(self, server: ServerState, r: int, target: int) -> None:
         now = self.now
         if not 0 <= target < len(self.servers) or target == server.id:
             raise PolicyError(
