@@ -58,6 +58,7 @@ from slolab.timing.base import (
     F_DECODE_KV,
     accumulate_from,
     decode_run_features,
+    prefill_chunk_attention,
 )
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ def prefill_s(timing: TimingModel, prompts: Sequence[int]) -> float:
     return float(
         timing.time_of(
             prefill_tokens=sum(p),
-            prefill_attention_work=sum(x * ((x + 1) / 2.0) for x in p),
+            prefill_attention_work=sum(prefill_chunk_attention(x, 0) for x in p),
             num_prefill_seqs=len(p),
         )
     )

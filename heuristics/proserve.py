@@ -57,6 +57,8 @@ from slolab.timing.base import (
     F_PREFILL_TOKENS,
     N_FEATURES,
     TimingModel,
+    prefill_attention_work,
+    prefill_chunk_attention,
 )
 
 if TYPE_CHECKING:
@@ -221,7 +223,7 @@ class LatencyEstimator:
         f = np.zeros((len(c), N_FEATURES))
         f[:, F_PREFILL_TOKENS] = c
         f[:, F_NUM_PREFILL] = (c > 0).astype(float)
-        f[:, F_PREFILL_ATTN] = c * (np.asarray(prefix_tokens, dtype=float) + (c + 1.0) / 2.0)
+        f[:, F_PREFILL_ATTN] = prefill_attention_work(c, prefix_tokens)
         return f
 
     def exec_s(self, features: np.ndarray) -> np.ndarray:
@@ -302,7 +304,7 @@ class LatencyEstimator:
         return lo
 
     def _chunk_over(self, lines: list[float], c: int, prefix: int, budget_s: float) -> bool:
-        work = c * (prefix + (c + 1) / 2.0)
+        work = prefill_chunk_attention(c, prefix)
         limit = budget_s + BUDGET_TOL_S
         for v, (c_pt, c_np, c_attn, _) in zip(lines, self._chunk_terms, strict=True):
             if v + c_pt * c + c_np + c_attn * work > limit:
@@ -361,12 +363,13 @@ def queue_features(prefix: list[int], rem_prefill: list[int], n_dec: int) -> np.
 
 def chunk_row(chunk: int, prefix: int) -> list[float]:
     """:meth:`LatencyEstimator.chunk_features`' row of one chunk, as a list (the same floats:
-    ``c * (prefix + (c + 1) / 2)`` in the same order)."""
+    :func:`~slolab.timing.base.prefill_chunk_attention` is ``prefill_attention_work`` of one
+    chunk in the same order)."""
     c = float(chunk)
     row = [0.0] * N_FEATURES
     row[F_PREFILL_TOKENS] = c
     row[F_NUM_PREFILL] = float(chunk > 0)
-    row[F_PREFILL_ATTN] = c * (float(prefix) + (c + 1.0) / 2.0)
+    row[F_PREFILL_ATTN] = prefill_chunk_attention(chunk, prefix)
     return row
 
 
@@ -751,7 +754,7 @@ class SlideBatching:
         c = rem[n_dec:].astype(float)
         features[n_dec:, F_PREFILL_TOKENS] = c
         features[n_dec:, F_NUM_PREFILL] = c > 0
-        features[n_dec:, F_PREFILL_ATTN] = c * (prefix[n_dec:].astype(float) + (c + 1.0) / 2.0)
+        features[n_dec:, F_PREFILL_ATTN] = prefill_attention_work(c, prefix[n_dec:])
         inc: np.ndarray | None = None
         if est.lined:
             inc = features @ est.coef

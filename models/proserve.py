@@ -53,6 +53,7 @@ from slolab.timing.base import (
     N_FEATURES,
     LinearTiming,
     TimingModel,
+    prefill_chunk_attention,
 )
 
 __all__ = [
@@ -242,7 +243,7 @@ def _batch_features(items: BatchItems, decodes: Sequence[int], chunks: Sequence[
     for r, c in chunks:
         f[F_PREFILL_TOKENS] += c
         f[F_NUM_PREFILL] += 1
-        f[F_PREFILL_ATTN] += c * (int(items.prefix[r]) + (c + 1) / 2.0)
+        f[F_PREFILL_ATTN] += prefill_chunk_attention(c, int(items.prefix[r]))
     return f
 
 
@@ -579,7 +580,7 @@ class TdgHorizon(ExactModel):
         for r, c in chunks:
             f[F_PREFILL_TOKENS] += c
             f[F_NUM_PREFILL] += 1
-            f[F_PREFILL_ATTN] += c * (int(prefilled[r]) + (c + 1) / 2.0)
+            f[F_PREFILL_ATTN] += prefill_chunk_attention(c, int(prefilled[r]))
         for r in decodes:
             f[F_DECODE_TOKENS] += 1
             f[F_NUM_DECODE] += 1

@@ -65,6 +65,7 @@ from slolab.timing.base import (
     F_NUM_PREFILL,
     F_PREFILL_ATTN,
     F_PREFILL_TOKENS,
+    prefill_attention_work,
 )
 from slolab.timing.forms import timing_lines
 
@@ -204,7 +205,7 @@ def request_work(
     )
     prompt_work = (
         c[:, F_PREFILL_TOKENS][:, None] * p[None, :]
-        + c[:, F_PREFILL_ATTN][:, None] * (p * (p + 1.0) / 2.0)[None, :]
+        + c[:, F_PREFILL_ATTN][:, None] * prefill_attention_work(p, 0)[None, :]
         + c[:, F_NUM_PREFILL][:, None]
     )
     if mode == "colocated":
@@ -326,7 +327,7 @@ def request_optimum(instance: Instance, mode: str | None = None) -> pd.DataFrame
                 (c[:, F_DECODE_TOKENS] + c[:, F_NUM_DECODE])[:, None]
                 + c[:, F_DECODE_KV][:, None] * (p + d / 2.0)[None, :]
             )
-            + (p * (p + 1.0) / 2.0)[None, :] * c[:, F_PREFILL_ATTN][:, None]
+            + prefill_attention_work(p, 0)[None, :] * c[:, F_PREFILL_ATTN][:, None]
         ) / total[None, :]
         base = b[:, None] + c[:, F_NUM_PREFILL][:, None]
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -36,6 +36,7 @@ from slolab.timing.base import (
     FEATURES,
     LinearTiming,
     TimingModel,
+    prefill_chunk_attention,
 )
 
 __all__ = [
@@ -656,7 +657,7 @@ class PhaseAffine:
     def prefill_part_s(self, prompt: int) -> float:
         """Coefficient terms of one whole prompt of ``prompt`` tokens (no intercept)."""
         c = self.coef
-        work = prompt * ((prompt + 1) / 2.0)
+        work = prefill_chunk_attention(prompt, 0)
         return float(c[F_PREFILL_TOKENS] * prompt + c[F_PREFILL_ATTN] * work + c[F_NUM_PREFILL])
 
     @property

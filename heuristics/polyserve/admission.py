@@ -24,7 +24,13 @@ import numpy as np
 from slolab.heuristics.polyserve.profile import MEMO_ENTRIES, KvPeakBase, remember
 from slolab.heuristics.polyserve.tiers import ControllerBase
 from slolab.sim.engine.servers import state_key
-from slolab.timing.base import F_NUM_PREFILL, F_PREFILL_ATTN, F_PREFILL_TOKENS, N_FEATURES
+from slolab.timing.base import (
+    F_NUM_PREFILL,
+    F_PREFILL_ATTN,
+    F_PREFILL_TOKENS,
+    N_FEATURES,
+    prefill_chunk_attention,
+)
 from slolab.timing.forms import row_timer
 
 if TYPE_CHECKING:
@@ -88,7 +94,7 @@ class QueuedPrompts:
             work = 0.0
             for dq, left, done in self.in_order:
                 if dq <= deadline or dq < now:
-                    work += left * (done + (left + 1) / 2.0)
+                    work += prefill_chunk_attention(left, done)
         return i, self.ahead[i], max(prompt, self.longest[i]), work
 
 
@@ -302,7 +308,7 @@ class ControllerAdmission(ControllerBase):
         step = read(float(b + chunk), peak)
         tokens = queued + p
         if charged:
-            work += p * (p + 1) / 2.0
+            work += prefill_chunk_attention(p, 0)
         end = free_at + math.ceil(tokens / chunk) * step + self.attention_s * work
         if end > deadline:
             return TOO_LATE
@@ -315,7 +321,7 @@ class ControllerAdmission(ControllerBase):
                     if chunk < 1:
                         return TOO_LATE
                     step = read(float(b + chunk), peak)
-                work += left * (done + (left + 1) / 2.0)
+                work += prefill_chunk_attention(left, done)
             tokens += left
             if free_at + math.ceil(tokens / chunk) * step + self.attention_s * work > dq:
                 return TOO_LATE
@@ -408,7 +414,7 @@ class ControllerAdmission(ControllerBase):
             c = min(cap, prompt - done)
             row = [0.0] * N_FEATURES
             row[F_PREFILL_TOKENS] = float(c)
-            row[F_PREFILL_ATTN] = 0.0 + c * (done + (c + 1) / 2.0)
+            row[F_PREFILL_ATTN] = 0.0 + prefill_chunk_attention(c, done)
             row[F_NUM_PREFILL] = 1.0
             durations.append(float(self._row_time(row)))
             done += c
@@ -445,7 +451,7 @@ class ControllerAdmission(ControllerBase):
         if chunk < 1:
             return ADMIT, alone_s, FULL, 0.0, 0.0, deadline
         steps_s = math.ceil(p / chunk) * self.profile.time(1 + chunk, peak)
-        work = p * (p + 1) / 2.0 if self.attention_s > 0 else 0.0
+        work = prefill_chunk_attention(p, 0) if self.attention_s > 0 else 0.0
         return ADMIT, alone_s, ADMIT, steps_s, self.attention_s * work, deadline
 
     def _prefill_chunk(self, peak: float, tau_s: float, b: int, longest: int) -> int:

@@ -22,6 +22,7 @@ from slolab.timing.base import (
     F_NUM_PREFILL,
     F_PREFILL_ATTN,
     F_PREFILL_TOKENS,
+    prefill_chunk_attention,
 )
 from slolab.timing.forms import timing_lines
 from slolab.timing.inverse import time_to_tokens
@@ -276,7 +277,7 @@ class PolyServePolicy:
             prefill.append((r, take))
             free -= take + extra
             tokens += take
-            work += take * (prefix + (take + 1) / 2.0)
+            work += prefill_chunk_attention(take, prefix)
             slots -= 1
             if take < left or unbound:
                 break  # the budget is used up, or the prompt alone as the server allows

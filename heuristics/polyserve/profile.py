@@ -302,6 +302,9 @@ def chunk_attention_work(chunk: int, longest: int) -> float:
     if chunk <= 0:
         return 0.0
     chunk, longest = int(chunk), int(longest)
+    # integer products and one division each, not timing.base.prefill_chunk_attention(chunk,
+    # longest - chunk) (the same value, formed in another order): the admission's inlined
+    # cost in Profile.max_chunk repeats these operations to read the same floats
     if chunk < longest:  # no whole prompt: the sum below is 0.0 + this term, the same float
         return chunk * (2 * longest - chunk + 1) / 2.0
     whole, rest = divmod(chunk, longest)
