@@ -1,8 +1,9 @@
 """No module of the package uses another module's underscore name.
 
-A name another module needs is public: ``from slolab.x import _name`` and ``module._name`` (or
-``ImportedClass._name``) in package code fail here. Tests may reach into internals; package
-code may not, and no exception is listed.
+A name another module needs is public: ``from slolab.x import _name``, ``module._name`` (or
+``ImportedClass._name``) and ``obj._name`` of a member only other modules define, in package
+code, fail here. Tests may reach into internals; package code may not, and no exception is
+listed.
 """
 
 from __future__ import annotations
@@ -34,17 +35,23 @@ def _source_module(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _package_files(root: Path) -> list[tuple[Path, ast.Module]]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0] == "tests" or any(p.startswith(".") for p in rel.parts):
+            continue
+        out.append((rel, ast.parse(path.read_text(), filename=str(path))))
+    return out
+
+
 def cross_module_private_uses(root: Path) -> list[str]:
     """Every use in package code below ``root`` (tests left out) of an underscore name of
     another slolab module: imported by name, or read as an attribute of an imported module
     or of a name imported from one. One line per use, ``path:line what``."""
     found = []
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root)
-        if rel.parts[0] == "tests" or any(p.startswith(".") for p in rel.parts):
-            continue
-        module, is_package = _module_name(path, root)
-        tree = ast.parse(path.read_text(), filename=str(path))
+    for rel, tree in _package_files(root):
+        module, is_package = _module_name(root / rel, root)
         imported: dict[str, str] = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
@@ -71,10 +78,61 @@ def cross_module_private_uses(root: Path) -> list[str]:
     return sorted(found)
 
 
+def _defined_private_names(tree: ast.Module) -> set[str]:
+    """Underscore names a module defines: functions, classes, assigned names and attributes,
+    ``__slots__`` entries."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets
+        ):
+            names.update(
+                e.value
+                for e in ast.walk(node.value)
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            )
+    return {n for n in names if _private(n)}
+
+
+def foreign_private_attributes(root: Path) -> list[str]:
+    """Every read ``obj._name`` in package code below ``root`` (``obj`` not ``self`` or
+    ``cls``) of an underscore name that some package module defines and the reading module
+    does not: another module's member read through an object. One line per read."""
+    files = _package_files(root)
+    defined = {rel: _defined_private_names(tree) for rel, tree in files}
+    anywhere = set().union(*defined.values()) if defined else set()
+    found = []
+    for rel, tree in files:
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Load)
+                and _private(node.attr)
+                and node.attr in anywhere
+                and node.attr not in defined[rel]
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+            ):
+                found.append(f"{rel}:{node.lineno} {ast.unparse(node)}")
+    return sorted(found)
+
+
 def test_package_code_uses_no_other_modules_underscore_names():
     """No package module imports or reads another module's underscore name."""
     uses = cross_module_private_uses(ROOT)
     assert uses == [], "\n".join(uses)
+
+
+def test_package_code_reads_no_other_modules_private_members():
+    """No package module reads, through an object, an underscore member only other modules
+    define."""
+    reads = foreign_private_attributes(ROOT)
+    assert reads == [], "\n".join(reads)
 
 
 def test_the_scan_finds_each_kind_of_use(tmp_path):
@@ -105,3 +163,22 @@ def test_the_scan_finds_each_kind_of_use(tmp_path):
         "pkg/b.py:5 slolab.pkg.a._helper",
         "pkg/b.py:5 slolab.pkg.a._helper",
     ]
+
+
+def test_the_member_scan_finds_a_read_of_another_modules_member(tmp_path):
+    """A read ``obj._state`` of a slot another module defines is reported; the defining
+    module's own reads, ``self`` reads, names defined nowhere in the package (``os._exit``)
+    and tests are not."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "pkg" / "view.py").write_text(
+        "class View:\n    __slots__ = ('_state',)\n\ndef state_of(view):\n    return view._state\n"
+    )
+    (tmp_path / "pkg" / "user.py").write_text(
+        "import os\n\nclass User:\n    def __init__(self, view):\n"
+        "        self._mine = view._state\n        os._exit\n        self._mine\n"
+    )
+    (tmp_path / "tests" / "test_x.py").write_text("def f(view):\n    return view._state\n")
+    # user.py line 5 reads view._state, a slot of view.py's View; view.py's own read at line
+    # 5, the self read, os._exit (defined nowhere here) and the test do not count
+    assert foreign_private_attributes(tmp_path) == ["pkg/user.py:5 view._state"]

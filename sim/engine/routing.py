@@ -6,7 +6,7 @@ them; a server's policy forwards a waiting request to another server of its role
 from __future__ import annotations
 
 import numpy as np
-from slolab.sim.engine.servers import Server, ServerState
+from slolab.sim.engine.servers import Server, ServerState, state_of
 from slolab.sim.engine.state import EngineCore
 from slolab.sim.policy import HOLD, PolicyError, Router
 
@@ -31,7 +31,7 @@ class Routing(EngineCore):
             if k == HOLD:
                 self._hold(r, decode=False)
                 return
-        self._place(views[k]._s, r)
+        self._place(state_of(views[k]), r)
 
     def _place(self, server: ServerState, r: int) -> None:
         """Request ``r`` joins ``server`` (its entry server) now."""
@@ -122,7 +122,7 @@ class Routing(EngineCore):
                 if k != HOLD:
                     held.remove(r)
                     self._central_t[int(decode)] = None
-                    place(views[k]._s, r)
+                    place(state_of(views[k]), r)
                     placed += 1
             return placed
         pairs = [(int(r), int(k)) for r, k in dispatch(tuple(held), views, self.now)]
@@ -143,7 +143,7 @@ class Routing(EngineCore):
         held[:] = [r for r in held if r in waiting]
         self._central_t[int(decode)] = None
         for r, k in pairs:
-            place(views[k]._s, r)
+            place(state_of(views[k]), r)
         return len(pairs)
 
     def _place_warm(self, server: ServerState, r: int) -> None:
@@ -178,7 +178,7 @@ class Routing(EngineCore):
         views = self.decode_views
         need = self.kv_needed("decode", r)
         if self.decode_router is None:
-            fits = [j for j in range(len(views)) if views[j]._s.kv_capacity >= need]
+            fits = [j for j in range(len(views)) if state_of(views[j]).kv_capacity >= need]
             if not fits:
                 raise PolicyError(
                     f"t={self.now}: no decode server accepting new requests can hold request {r} "
@@ -190,7 +190,7 @@ class Routing(EngineCore):
             if k == HOLD:
                 self._hold(r, decode=True)
                 return
-        self._place_decode(views[k]._s, r)
+        self._place_decode(state_of(views[k]), r)
 
     def _place_decode(self, server: ServerState, r: int) -> None:
         """Request ``r``, its prefill done, joins decode server ``server`` now."""
@@ -218,7 +218,7 @@ class Routing(EngineCore):
         self._central_t[side] = None
         if getattr(self.decode_router if decode else self.router, "central", False):
             for view in self.decode_views if decode else self.entry_views:
-                self._wake(view._s)
+                self._wake(state_of(view))
 
     def _pull(self, server: ServerState, r: int) -> None:
         """Move request ``r`` from the central queue of ``server``'s side to the end of its
@@ -250,7 +250,7 @@ class Routing(EngineCore):
         # the other servers of this side see a shorter central queue from now: a window in
         # progress there is cut after its iteration in progress (its policy may read the queue)
         for view in self.decode_views if decode else self.entry_views:
-            other = view._s
+            other = state_of(view)
             if other.window is not None and other is not server:
                 self._truncate(other)
         if decode:

@@ -453,6 +453,11 @@ class Server:
         )
 
 
+def state_of(view: Server) -> ServerState:
+    """The engine's state of the server ``view`` shows (for the engine's own modules)."""
+    return view._s
+
+
 # The engine's bookkeeping a policy may read to skip repeated work: kept out of the plugin
 # API (a plugin sees :class:`Server`), so they are functions beside the view, not its members.
 def state_key(server: Server) -> tuple[object, ...]:
