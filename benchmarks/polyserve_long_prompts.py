@@ -33,6 +33,7 @@ import pandas as pd
 from slolab.harness.serving import ServingSetup
 from slolab.heuristics.polyserve import chunk_attention_work, kv_peak
 from slolab.sim import check, metrics
+from slolab.timing.base import prefill_chunk_attention
 from slolab.timing.inverse import time_to_tokens
 
 OUT = Path(__file__).parent / "out"
@@ -69,7 +70,7 @@ def idle_former_s(timing, tau: float, prompt: int, most: int) -> float:
     while done < prompt:
         left = min(prompt - done, most)
         c = time_to_tokens(timing, tau, 0, 0, done, max_tokens=left) or min(left, 32)
-        work = c * (done + (c + 1) / 2.0)
+        work = prefill_chunk_attention(c, done)
         spent += timing.time_of(prefill_tokens=c, num_prefill_seqs=1, prefill_attention_work=work)
         done += c
     return spent

@@ -208,9 +208,9 @@ def configuration_names(
         For a model or GPU the profiles do not have (naming the known ones), or when the data
         supports no configuration of the grid.
     """
-    from slolab.timing.generated import _table, preset_refusal
+    from slolab.timing.generated import preset_refusal, vidur_fits_table
 
-    table = _table()
+    table = vidur_fits_table()
     if model not in table["models"]:
         raise ValueError(f"unknown model {model!r}; known: {', '.join(sorted(table['models']))}")
     for gpu in gpus:
@@ -240,9 +240,9 @@ def read_prices(path: str | Path) -> dict[str, float]:
     ValueError
         One line naming the file, line, field and value of the first bad entry.
     """
-    from slolab.timing.generated import _table
+    from slolab.timing.generated import vidur_fits_table
 
-    known = set(_table()["gpus"])
+    known = set(vidur_fits_table()["gpus"])
     path = Path(path)
     try:
         text = path.read_text()

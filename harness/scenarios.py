@@ -21,7 +21,7 @@ from slolab.heuristics import policies
 from slolab.heuristics.baselines import LeastLoaded
 from slolab.instances import scale_rate
 from slolab.instances.records import Instance
-from slolab.instances.scenarios import SCENARIOS, TIMING_PRESET, _check_name, scenario_instance
+from slolab.instances.scenarios import SCENARIOS, TIMING_PRESET, check_name, scenario_instance
 from slolab.sim import metrics, run
 from slolab.timing import TimingModel
 
@@ -39,7 +39,7 @@ def make_policy(policy_name: str, instance: Instance) -> Any:
     Budgeted policies take :func:`slolab.heuristics.policies.sarathi_token_budget`, the rule
     ``simulate`` and ``compare`` use too.
     """
-    _check_name(policy_name, POLICIES, "policy")
+    check_name(policy_name, POLICIES, "policy")
     return policies.make_policy(policy_name, instance)
 
 
@@ -62,7 +62,7 @@ def attainment_at(
     timing: str | TimingModel = TIMING_PRESET,
 ) -> float:
     """Deadline attainment of a scheduler on a scenario rescaled to ``rate`` req/s."""
-    _check_name(policy_name, POLICIES, "policy")
+    check_name(policy_name, POLICIES, "policy")
     inst = scenario_instance(
         name, seed=seed, replicas=replicas, n=n, slack=slack, rate=rate, timing=timing
     )
@@ -92,8 +92,8 @@ def capacity_of(
     ----------
     SLOs-Serve, Sec. 6 ("Metric": the largest request load with less than 10% SLO violations).
     """
-    _check_name(name, SCENARIOS, "scenario")
-    _check_name(policy_name, POLICIES, "policy")
+    check_name(name, SCENARIOS, "scenario")
+    check_name(policy_name, POLICIES, "policy")
     base = scenario_instance(name, seed=seed, replicas=replicas, n=n, slack=slack, timing=timing)
 
     def probe(rate: float) -> float:

@@ -43,9 +43,7 @@ if TYPE_CHECKING:
     from slolab.timing.base import TimingModel
 
 
-def _make_room_for_decode(
-    server: Server, decode: list[int], admitted_order: list[int]
-) -> list[int]:
+def make_room_for_decode(server: Server, decode: list[int], admitted_order: list[int]) -> list[int]:
     """Preempt the latest-admitted running requests until one decode step fits in memory."""
     preempt: list[int] = []
     free = server.kv_free_tokens
@@ -110,7 +108,7 @@ def recompute_waits(server: Server, prefill: list[tuple[int, int]]) -> bool:
     return any(server.remaining_prefill(r) and r not in started for r in server.waiting)
 
 
-def _decode_server_batch(server: Server) -> Batch:
+def decode_server_batch(server: Server) -> Batch:
     """Disaggregated decode server: decode the running requests, recompute those preempted here
     (:func:`decode_server_room` preempts when memory runs out), then admit transferred ones
     FCFS."""
@@ -179,7 +177,7 @@ def decode_steps_within_until_s(
 
 
 @dataclass
-class _AdmissionOrder:
+class AdmissionOrder:
     """Admission order of running requests per server (for latest-first preemption)."""
 
     order: dict[int, list[int]]
@@ -210,14 +208,14 @@ class PrefillFirstFCFS:
         if max_prefill_tokens < 0:
             raise ValueError(f"max_prefill_tokens must be >= 0, got {max_prefill_tokens}")
         self.max_prefill_tokens = max_prefill_tokens
-        self._order = _AdmissionOrder({})
+        self._order = AdmissionOrder({})
 
     def start(self, instance: Instance, seed: int) -> None:
-        self._order = _AdmissionOrder({})
+        self._order = AdmissionOrder({})
 
     def next_batch(self, server: Server) -> Batch:
         if server.role == "decode":
-            return _decode_server_batch(server)
+            return decode_server_batch(server)
         cap = self.max_prefill_tokens or server.max_batch_tokens or 1 << 62
         order = self._order.of(server)
         free = server.kv_free_tokens - len(server.decoding)
@@ -253,7 +251,7 @@ class PrefillFirstFCFS:
         decode = list(server.decoding[: server.max_batch_size])
         if not decode:
             return Batch()
-        preempt = _make_room_for_decode(server, decode, order)
+        preempt = make_room_for_decode(server, decode, order)
         if preempt:
             return Batch(decode=decode, preempt=preempt)
         # nothing could be admitted: memory only shrinks while decoding, so the same choice
@@ -278,10 +276,10 @@ class SarathiFCFS:
         if token_budget < 0:
             raise ValueError(f"token_budget must be >= 0, got {token_budget}")
         self.token_budget = token_budget
-        self._order = _AdmissionOrder({})
+        self._order = AdmissionOrder({})
 
     def start(self, instance: Instance, seed: int) -> None:
-        self._order = _AdmissionOrder({})
+        self._order = AdmissionOrder({})
         if not (self.token_budget or instance.cluster.max_batch_tokens):
             raise ValueError("SarathiFCFS needs token_budget > 0 or cluster.max_batch_tokens > 0")
 
@@ -290,11 +288,11 @@ class SarathiFCFS:
 
     def next_batch(self, server: Server) -> Batch:
         if server.role == "decode":
-            return _decode_server_batch(server)
+            return decode_server_batch(server)
         budget = self._budget(server)
         order = self._order.of(server)
         decode = list(server.decoding[: min(server.max_batch_size, budget)])
-        preempt = _make_room_for_decode(server, decode, order)
+        preempt = make_room_for_decode(server, decode, order)
         budget -= len(decode)
         slots = server.max_batch_size - len(decode)
         free = server.kv_free_tokens - len(decode)
@@ -349,7 +347,7 @@ class EDFTokens(SarathiFCFS):
 
     def next_batch(self, server: Server) -> Batch:
         if server.role == "decode":
-            return _decode_server_batch(server)
+            return decode_server_batch(server)
         budget = self._budget(server)
         order = self._order.of(server)
         items = self._items(server)
@@ -384,7 +382,7 @@ class EDFTokens(SarathiFCFS):
         preempt: list[int] = []
         if not decode and not prefill and server.decoding:
             decode = list(server.decoding[: min(server.max_batch_size, budget)])
-            preempt = _make_room_for_decode(server, decode, order)
+            preempt = make_room_for_decode(server, decode, order)
         if not prefill and not decode:
             return Batch(preempt=preempt)
         # decode-only with budget and slots to spare: the prefill items were skipped for memory,

@@ -47,20 +47,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from slolab.heuristics.baselines import (
     REPEAT_LOOKAHEAD,
-    _AdmissionOrder,
-    _make_room_for_decode,
+    AdmissionOrder,
     decode_server_recompute,
     decode_server_room,
+    make_room_for_decode,
     recompute_waits,
 )
 from slolab.heuristics.policies import register_policy, register_router
-from slolab.heuristics.scalers import _drain_order, register_scaler
+from slolab.heuristics.scalers import drain_order, register_scaler
 from slolab.sim.policy import HOLD, Batch
 from slolab.sim.scaling import ClusterView, ScaleAction
 from slolab.timing.base import (
     F_DECODE_KV,
     accumulate_from,
     decode_run_features,
+    prefill_chunk_attention,
 )
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def prefill_s(timing: TimingModel, prompts: Sequence[int]) -> float:
     return float(
         timing.time_of(
             prefill_tokens=sum(p),
-            prefill_attention_work=sum(x * ((x + 1) / 2.0) for x in p),
+            prefill_attention_work=sum(prefill_chunk_attention(x, 0) for x in p),
             num_prefill_seqs=len(p),
         )
     )
@@ -412,7 +413,7 @@ class HyperFlexisDispatcher:
 
     def _reset(self, instance: Instance | None) -> None:
         self.instance = instance
-        self._order = _AdmissionOrder({})
+        self._order = AdmissionOrder({})
         self._dispatch: dict[int, tuple[float, float]] = {}
         self._busy: dict[int, tuple[float, float, float]] = {}
         self._coef: dict[int, tuple[float, float]] = {}
@@ -571,7 +572,7 @@ class HyperFlexisDispatcher:
         decode = list(server.decoding[: server.max_batch_size])
         if not decode:
             return Batch()
-        preempt = _make_room_for_decode(server, decode, order)
+        preempt = make_room_for_decode(server, decode, order)
         if preempt:
             return Batch(decode=decode, preempt=preempt)
         if len(decode) == len(server.decoding):
@@ -1001,7 +1002,7 @@ class HyperFlexisScaler:
             ]
             if p.role_change and donors:
                 donor = donors[0]
-                victim = min(cluster.active(donor), key=_drain_order)
+                victim = min(cluster.active(donor), key=drain_order)
                 actions.append(ScaleAction.move(victim.id, pool))
                 want[donor] = 0
                 self._state[donor].calm = 0
@@ -1012,7 +1013,7 @@ class HyperFlexisScaler:
         for pool in self._pools:
             active = cluster.active(pool)
             if want[pool] == -1 and len(active) > p.min_servers:
-                actions.append(ScaleAction.drain(min(active, key=_drain_order).id))
+                actions.append(ScaleAction.drain(min(active, key=drain_order).id))
                 self._state[pool].calm = 0
         return actions
 

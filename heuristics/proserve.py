@@ -37,14 +37,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from slolab.heuristics.baselines import (
     REPEAT_LOOKAHEAD,
+    AdmissionOrder,
     EDFTokens,
     LeastLoaded,
     PrefillFirstFCFS,
     SarathiFCFS,
-    _AdmissionOrder,
-    _decode_server_batch,
-    _make_room_for_decode,
+    decode_server_batch,
     decode_steps_within_until_s,
+    make_room_for_decode,
 )
 from slolab.heuristics.policies import register_policy, register_router
 from slolab.sim.policy import Batch
@@ -57,6 +57,8 @@ from slolab.timing.base import (
     F_PREFILL_TOKENS,
     N_FEATURES,
     TimingModel,
+    prefill_attention_work,
+    prefill_chunk_attention,
 )
 
 if TYPE_CHECKING:
@@ -221,7 +223,7 @@ class LatencyEstimator:
         f = np.zeros((len(c), N_FEATURES))
         f[:, F_PREFILL_TOKENS] = c
         f[:, F_NUM_PREFILL] = (c > 0).astype(float)
-        f[:, F_PREFILL_ATTN] = c * (np.asarray(prefix_tokens, dtype=float) + (c + 1.0) / 2.0)
+        f[:, F_PREFILL_ATTN] = prefill_attention_work(c, prefix_tokens)
         return f
 
     def exec_s(self, features: np.ndarray) -> np.ndarray:
@@ -302,7 +304,7 @@ class LatencyEstimator:
         return lo
 
     def _chunk_over(self, lines: list[float], c: int, prefix: int, budget_s: float) -> bool:
-        work = c * (prefix + (c + 1) / 2.0)
+        work = prefill_chunk_attention(c, prefix)
         limit = budget_s + BUDGET_TOL_S
         for v, (c_pt, c_np, c_attn, _) in zip(lines, self._chunk_terms, strict=True):
             if v + c_pt * c + c_np + c_attn * work > limit:
@@ -361,12 +363,13 @@ def queue_features(prefix: list[int], rem_prefill: list[int], n_dec: int) -> np.
 
 def chunk_row(chunk: int, prefix: int) -> list[float]:
     """:meth:`LatencyEstimator.chunk_features`' row of one chunk, as a list (the same floats:
-    ``c * (prefix + (c + 1) / 2)`` in the same order)."""
+    :func:`~slolab.timing.base.prefill_chunk_attention` is ``prefill_attention_work`` of one
+    chunk in the same order)."""
     c = float(chunk)
     row = [0.0] * N_FEATURES
     row[F_PREFILL_TOKENS] = c
     row[F_NUM_PREFILL] = float(chunk > 0)
-    row[F_PREFILL_ATTN] = c * (float(prefix) + (c + 1.0) / 2.0)
+    row[F_PREFILL_ATTN] = prefill_chunk_attention(chunk, prefix)
     return row
 
 
@@ -610,7 +613,7 @@ class SlideBatching:
         self._data: RequestData | None = None
         self._est: LatencyEstimator | None = None
         self._eta_s = 0.0
-        self._order = _AdmissionOrder({})
+        self._order = AdmissionOrder({})
         self._chunk_floors: list[float] | None = None
         self._static = np.zeros((0, 4))
         self._static_lists: tuple[list[float], list[float], list[float], list[float]] = (
@@ -642,7 +645,7 @@ class SlideBatching:
             else None
         )
         self._eta_s = self.params.eta_s or default_eta_s(instance)
-        self._order = _AdmissionOrder({})
+        self._order = AdmissionOrder({})
         self.captured = []
         self._chunk_floors = (
             [
@@ -751,7 +754,7 @@ class SlideBatching:
         c = rem[n_dec:].astype(float)
         features[n_dec:, F_PREFILL_TOKENS] = c
         features[n_dec:, F_NUM_PREFILL] = c > 0
-        features[n_dec:, F_PREFILL_ATTN] = c * (prefix[n_dec:].astype(float) + (c + 1.0) / 2.0)
+        features[n_dec:, F_PREFILL_ATTN] = prefill_attention_work(c, prefix[n_dec:])
         inc: np.ndarray | None = None
         if est.lined:
             inc = features @ est.coef
@@ -861,7 +864,7 @@ class SlideBatching:
 
     def next_batch(self, server: Server) -> Batch:
         if server.role == "decode":
-            return _decode_server_batch(server)
+            return decode_server_batch(server)
         q = self._queue(server)
         if q is None:
             return Batch()
@@ -1024,7 +1027,7 @@ class SlideBatching:
                 return Batch(prefill=[(r, 1)])
         if server.decoding:
             decode = list(server.decoding[:1])
-            preempt = _make_room_for_decode(server, decode, admitted)
+            preempt = make_room_for_decode(server, decode, admitted)
             return Batch(decode=decode, preempt=preempt) if decode else Batch(preempt=preempt)
         return Batch()
 

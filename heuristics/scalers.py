@@ -225,7 +225,7 @@ class ThresholdScaler:
             return [ScaleAction.on(self._pool)] * min(p.step, p.max_servers - len(present))
         if value < p.lower and len(active) > p.min_servers:
             self._last_action_s = cluster.now
-            victim = min(active, key=_drain_order)
+            victim = min(active, key=drain_order)
             return [ScaleAction.drain(victim.id)]
         return ()
 
@@ -246,7 +246,9 @@ class ThresholdScaler:
         return True
 
 
-def _drain_order(server: Server) -> tuple[bool, int, int]:
+def drain_order(server: Server) -> tuple[bool, int, int]:
+    """Sort key of the server to drain first (the minimum): one still starting, then the
+    least loaded, then the newest."""
     return (server.ready, server.load, -server.id)
 
 

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from slolab.heuristics.baselines import (
-    _AdmissionOrder,
-    _make_room_for_decode,
+    AdmissionOrder,
     decode_steps_within_until_s,
+    make_room_for_decode,
 )
 from slolab.heuristics.hyperflexis import kv_monotone, prefill_s, safely_before
 from slolab.heuristics.policies import register_policy
@@ -86,7 +86,7 @@ class ScorpioPolicy:
     def __init__(self, reject_unattainable: bool = False) -> None:
         self.reject_unattainable = reject_unattainable
         self._first: dict[int, float] = {}
-        self._order = _AdmissionOrder({})
+        self._order = AdmissionOrder({})
         self._servers: dict[int, _ScorpioServer] = {}
         self.ttft = np.zeros(0)
         self.tpot = np.zeros(0)
@@ -99,7 +99,7 @@ class ScorpioPolicy:
         self.ttft = np.asarray(ttft, dtype=float)
         self.tpot = np.asarray(tpot, dtype=float)
         self._first = {}
-        self._order = _AdmissionOrder({})
+        self._order = AdmissionOrder({})
         self._servers = {}
 
     def _virtual(self, ids: Sequence[int], t_min: float) -> float:
@@ -132,7 +132,7 @@ class ScorpioPolicy:
         return st
 
     def _admission_order(self, server: Server, st: _ScorpioServer) -> list[int]:
-        """:meth:`_AdmissionOrder.of`, skipped while the server's running requests and the
+        """:meth:`AdmissionOrder.of`, skipped while the server's running requests and the
         list are as the last call left them (it would change nothing)."""
         key = (server.prefilling, server.decoding)
         if st.order_key is None or key[0] is not st.order_key[0] or key[1] is not st.order_key[1]:
@@ -228,7 +228,7 @@ class ScorpioPolicy:
                 decode.append(r)
                 kv += held
         if len(decode) > server.kv_free_tokens:
-            preempt = _make_room_for_decode(server, decode, self._admission_order(server, st))
+            preempt = make_room_for_decode(server, decode, self._admission_order(server, st))
             st.order_key = None
         else:
             preempt = []  # one step fits: nothing to preempt

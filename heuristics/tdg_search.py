@@ -160,7 +160,7 @@ class DeadlineAdmission:
         self.pack = pack
 
     def start(self, instance: Instance, seed: int) -> None:
-        from slolab.models.proserve import _affine
+        from slolab.models.proserve import require_affine
         from slolab.sim import metrics
         from slolab.timing.base import (
             F_DECODE_KV,
@@ -170,7 +170,7 @@ class DeadlineAdmission:
             F_PREFILL_TOKENS,
         )
 
-        self.t_c, coef = _affine(instance.timing, self.name)
+        self.t_c, coef = require_affine(instance.timing, self.name)
         self.a_tok = float(coef[F_PREFILL_TOKENS])
         self.a_seq = float(coef[F_NUM_PREFILL])
         self.a_dec = float(coef[F_DECODE_TOKENS] + coef[F_NUM_DECODE])

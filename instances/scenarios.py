@@ -75,7 +75,8 @@ _CONV, _CODE, _ARXIV = "azure_conv_2023", "azure_code_2023", "arxiv_summarizatio
 _SOURCES = {"chatbot": (_CONV, _CONV), "coder": (_CODE, _CODE), "summarizer": (_CONV, _ARXIV)}
 
 
-def _check_name(name: str, known: tuple[str, ...], what: str) -> None:
+def check_name(name: str, known: tuple[str, ...], what: str) -> None:
+    """Refuse a ``name`` not in ``known``, listing the known ones (``what``: the kind)."""
     if name not in known:
         raise ValueError(f"unknown {what} {name!r}; known: {', '.join(known)}")
 
@@ -166,7 +167,7 @@ def scenario_workload(
     ----------
     SLOs-Serve, Tables 1-4 and Sec. 6 ("Workloads", "SLOs").
     """
-    _check_name(name, SCENARIOS, "scenario")
+    check_name(name, SCENARIOS, "scenario")
     rng = np.random.default_rng(_check_seed(seed))
     model = preset(timing) if isinstance(timing, str) else timing
     available = _available(name)

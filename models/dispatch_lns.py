@@ -56,9 +56,9 @@ from slolab.models.dispatch_scale import (
     DispatchScale,
     ScaleDecision,
     ScaleWindow,
-    _score,
-    _starts,
     decision_schedule,
+    iteration_starts,
+    worker_score,
 )
 from slolab.models.dispatch_subwindow import SubLife, solve_subwindow
 from slolab.sim.metrics import ON_TIME_TOLERANCE_S
@@ -470,7 +470,7 @@ class _State:
 
     def retimed(self, w: _Worker, slot: int) -> _Worker:
         out = _Worker(w.members, slot, w.comps, 0, 0.0)
-        out.met, out.end_s, out.late = _score(self.d, out.comps, self.ready_s(out))
+        out.met, out.end_s, out.late = worker_score(self.d, out.comps, self.ready_s(out))
         return out
 
     def decision(self) -> ScaleDecision:
@@ -573,7 +573,7 @@ def _state_of(data: ScaleWindow, decision: ScaleDecision, tables: _Tables) -> _S
 def _scored(data: ScaleWindow, worker: _Worker) -> _Worker:
     """``worker`` with its requests met, end and missed requests scored from its ready time."""
     ready = 0.0 if worker.slot is None else data.slot_time_s(worker.slot) + data.startup_s
-    worker.met, worker.end_s, worker.late = _score(data, worker.comps, ready)
+    worker.met, worker.end_s, worker.late = worker_score(data, worker.comps, ready)
     return worker
 
 
@@ -1136,7 +1136,7 @@ def _exact_move(
     else:
         r = int(rng.integers(0, d.n))
     src = next(i for i, w in enumerate(workers) if r in w.members)
-    starts = _starts(d, workers[src].comps, state.ready_s(workers[src]))
+    starts = iteration_starts(d, workers[src].comps, state.ready_s(workers[src]))
     ks = [k for k, (p, dec) in enumerate(workers[src].comps) if r in p or r in dec]
     first = max(ks[0] - int(rng.integers(0, 4)), 0)
     past = ks[-1] + 1 + int(rng.integers(0, 4))
@@ -1155,7 +1155,7 @@ def _exact_move(
     length = 0
     for i in idx:
         w = workers[i]
-        on = _starts(d, w.comps, state.ready_s(w))
+        on = iteration_starts(d, w.comps, state.ready_s(w))
         span = [k for k, s in enumerate(on) if start_s <= s < end_s]
         length = max(length, len(span))
         entries: dict[int, list[int]] = {}

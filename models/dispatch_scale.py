@@ -304,7 +304,7 @@ class ScaleDecision:
     iterations: tuple[tuple[Composition, ...], ...]
 
 
-def _timeline(data: ScaleWindow, comps: Sequence[Composition], ready_s: float) -> list[float]:
+def iteration_ends(data: ScaleWindow, comps: Sequence[Composition], ready_s: float) -> list[float]:
     """End of each iteration, every one started as early as the engine starts it."""
     generated: dict[int, int] = {}
     end = ready_s
@@ -321,14 +321,14 @@ def _timeline(data: ScaleWindow, comps: Sequence[Composition], ready_s: float) -
     return ends
 
 
-def _score(
+def worker_score(
     data: ScaleWindow, comps: Sequence[Composition], ready_s: float
 ) -> tuple[int, float, frozenset[int]]:
     """``(requests met, end of the last iteration, requests served and not met)`` of a
     worker's iterations from ``ready_s``."""
     if not comps:
         return 0, ready_s, frozenset()
-    ends = _timeline(data, comps, ready_s)
+    ends = iteration_ends(data, comps, ready_s)
     emitted: dict[int, int] = {}
     late: set[int] = set()
     for (prefill, decode), end in zip(comps, ends, strict=True):
@@ -341,17 +341,17 @@ def _score(
     return len(emitted) - len(missed), ends[-1], missed
 
 
-def _starts(
+def iteration_starts(
     data: ScaleWindow,
     comps: Sequence[Composition],
     ready_s: float,
     ends: Sequence[float] | None = None,
 ) -> list[float]:
     """Start of each iteration, every one as early as the engine starts it (the latest of the
-    previous end and its prompts' arrivals); ``ends``: :func:`_timeline` of the same, when the
+    previous end and its prompts' arrivals); ``ends``: :func:`iteration_ends` of the same, when the
     caller has it."""
     if ends is None:
-        ends = _timeline(data, comps, ready_s)
+        ends = iteration_ends(data, comps, ready_s)
     return [
         max([ends[k - 1] if k else ready_s] + [float(data.arrival_s[r]) for r in prefill])
         for k, (prefill, _) in enumerate(comps)
@@ -386,7 +386,7 @@ def decision_schedule(data: ScaleWindow, decision: ScaleDecision) -> Schedule:
             actions.append((on, ScaleAction.drain(eid)))
             continue
         ready = on if w < n0 else on + data.startup_s
-        ends = _timeline(data, comps, ready)
+        ends = iteration_ends(data, comps, ready)
         last_start = max(
             [ends[-2] if len(ends) > 1 else ready]
             + [float(data.arrival_s[r]) for r in comps[-1][0]]

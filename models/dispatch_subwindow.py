@@ -31,7 +31,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from slolab.models.dispatch_scale import Composition, ScaleWindow, _score, _starts, _timeline
+from slolab.models.dispatch_scale import (
+    Composition,
+    ScaleWindow,
+    iteration_ends,
+    iteration_starts,
+    worker_score,
+)
 from slolab.sim.metrics import ON_TIME_TOLERANCE_S
 from slolab.solvers.base import Status
 
@@ -80,7 +86,7 @@ def life_value(data: ScaleWindow, life: SubLife) -> tuple[float, float]:
     no iterations is worth 0 and ends at its switch-on."""
     if not life.comps:
         return 0.0, life.on_s
-    met, end, _ = _score(data, life.comps, life.ready_s)
+    met, end, _ = worker_score(data, life.comps, life.ready_s)
     return met / data.n - data.cost_weight * (end - life.on_s), end
 
 
@@ -88,8 +94,8 @@ def _span(data: ScaleWindow, life: SubLife, start_s: float, end_s: float) -> tup
     """``(first, past-last index, clock)`` of the life's iterations starting in
     ``[start_s, end_s)``; the clock is the end of the iteration before (its ready time when
     none)."""
-    ends = _timeline(data, life.comps, life.ready_s)
-    starts = _starts(data, life.comps, life.ready_s, ends)
+    ends = iteration_ends(data, life.comps, life.ready_s)
+    starts = iteration_starts(data, life.comps, life.ready_s, ends)
     n = len(starts)
     first = next((k for k in range(n) if starts[k] >= start_s), n)
     past = next((k for k in range(first, n) if starts[k] >= end_s), n)
@@ -126,7 +132,9 @@ def _finals(
     # the kept requests of the span still on time after the prefix
     generated: dict[int, int] = {}
     late_before: set[int] = set()
-    for (prefill, decode), end in zip(prefix, _timeline(data, prefix, life.ready_s), strict=True):
+    for (prefill, decode), end in zip(
+        prefix, iteration_ends(data, prefix, life.ready_s), strict=True
+    ):
         for r in (*prefill, *decode):
             generated[r] = generated.get(r, 0) + 1
             if end > data.deadline_s(r, generated[r]) + tol:

@@ -53,6 +53,7 @@ from slolab.timing.base import (
     N_FEATURES,
     LinearTiming,
     TimingModel,
+    prefill_chunk_attention,
 )
 
 __all__ = [
@@ -99,7 +100,9 @@ def proserve_timing() -> LinearTiming:
     return LinearTiming(roofline.lines[-1].intercept_s, coefficients, name="proserve-affine")
 
 
-def _affine(timing: TimingModel, what: str) -> tuple[float, np.ndarray]:
+def require_affine(timing: TimingModel, what: str) -> tuple[float, np.ndarray]:
+    """``(intercept, coefficients)`` of a timing model affine in the batch shape and linear in
+    chunk sizes; ``what`` (the model's name) is named when ``timing`` is not."""
     view = timing.affine()
     if view is None:
         raise ValueError(
@@ -120,7 +123,7 @@ def _iteration_s(timing: TimingModel, features: np.ndarray) -> float:
     return float(timing.times(features[None, :])[0])
 
 
-def _certified(model: Any, raw: RawSolve, evaluate: Any) -> Result:
+def certified_result(model: Any, raw: RawSolve, evaluate: Any) -> Result:
     """The Result of a relaxed solve: objective = the incumbent's exact value; OPTIMAL only when
     it reaches the relaxation's bound."""
     if raw.schedule is None:
@@ -240,7 +243,7 @@ def _batch_features(items: BatchItems, decodes: Sequence[int], chunks: Sequence[
     for r, c in chunks:
         f[F_PREFILL_TOKENS] += c
         f[F_NUM_PREFILL] += 1
-        f[F_PREFILL_ATTN] += c * (int(items.prefix[r]) + (c + 1) / 2.0)
+        f[F_PREFILL_ATTN] += prefill_chunk_attention(c, int(items.prefix[r]))
     return f
 
 
@@ -271,7 +274,7 @@ class TdgBatch(ExactModel):
     def __init__(self, instance: Instance) -> None:
         super().__init__(instance)
         self.items = BatchItems.of(instance)
-        self.t_c, self.coef = _affine(instance.timing, BATCH_PROBLEM)
+        self.t_c, self.coef = require_affine(instance.timing, BATCH_PROBLEM)
 
     # -- exact evaluation -----------------------------------------------------------------
     def evaluate(self, schedule: Schedule) -> float:
@@ -324,7 +327,7 @@ class TdgBatch(ExactModel):
         )
 
     def solve_with(self, backend: Backend, time_limit: float, **params: Any) -> Result | None:
-        return _certified(self, backend.solve_model(self, time_limit), self.evaluate)
+        return certified_result(self, backend.solve_model(self, time_limit), self.evaluate)
 
     # -- MILP ---------------------------------------------------------------------------------
     def milp(self) -> MilpFormulation:
@@ -557,7 +560,7 @@ class TdgHorizon(ExactModel):
     def __init__(self, instance: Instance, max_iterations: int | None = None) -> None:
         super().__init__(instance)
         self.data = HorizonData.of(instance, max_iterations)
-        self.t_c, self.coef = _affine(instance.timing, HORIZON_PROBLEM)
+        self.t_c, self.coef = require_affine(instance.timing, HORIZON_PROBLEM)
 
     # -- exact evaluation (the engine's arithmetic) --------------------------------------------
     def evaluate(self, schedule: Schedule) -> float:
@@ -577,14 +580,14 @@ class TdgHorizon(ExactModel):
         for r, c in chunks:
             f[F_PREFILL_TOKENS] += c
             f[F_NUM_PREFILL] += 1
-            f[F_PREFILL_ATTN] += c * (int(prefilled[r]) + (c + 1) / 2.0)
+            f[F_PREFILL_ATTN] += prefill_chunk_attention(c, int(prefilled[r]))
         for r in decodes:
             f[F_DECODE_TOKENS] += 1
             f[F_NUM_DECODE] += 1
             f[F_DECODE_KV] += int(prefilled[r] + generated[r])
         return f
 
-    def _step(
+    def step(
         self, comp: Composition, end: float, prefilled: np.ndarray, generated: np.ndarray
     ) -> tuple[float, float]:
         """Run one composition (updates the state arrays); ``(new end, TDG earned)``."""
@@ -618,15 +621,16 @@ class TdgHorizon(ExactModel):
         generated = np.zeros(d.n, dtype=np.int64)
         end, total = 0.0, 0.0
         for comp in comps:
-            end, gain = self._step(comp, end, prefilled, generated)
+            end, gain = self.step(comp, end, prefilled, generated)
             total += gain
         return total, end
 
     def solve_with(self, backend: Backend, time_limit: float, **params: Any) -> Result | None:
-        return _certified(self, backend.solve_model(self, time_limit), self.evaluate)
+        return certified_result(self, backend.solve_model(self, time_limit), self.evaluate)
 
     @staticmethod
-    def _schedule(comps: Sequence[Composition]) -> Schedule:
+    def schedule_of(comps: Sequence[Composition]) -> Schedule:
+        """The replayable :class:`Schedule` of compositions (chunks, decodes) run in order."""
         its = []
         for chunks, decodes in comps:
             entries = tuple((int(r), "prefill", int(c)) for r, c in chunks) + tuple(
@@ -745,7 +749,7 @@ class TdgHorizon(ExactModel):
                 decodes = tuple(r for r in R if (x[r, k].value() or 0) > 0.5)
                 if chunks or decodes:
                     comps.append((chunks, decodes))
-            return self._schedule(comps)
+            return self.schedule_of(comps)
 
         return MilpFormulation(prob, to_schedule=to_schedule)
 
@@ -837,7 +841,7 @@ class TdgHorizon(ExactModel):
                 decodes = tuple(r for r in R if solver.value(x[r, k]))
                 if chunks or decodes:
                     comps.append((chunks, decodes))
-            return self._schedule(comps)
+            return self.schedule_of(comps)
 
         return CpFormulation(m, to_schedule=to_schedule, objective_of=lambda val: val / GAIN_SCALE)
 
@@ -895,11 +899,11 @@ class TdgHorizon(ExactModel):
                     sum(d.first_gain[r] for r, c in comp[0] if prefilled[r] + c == d.prompt[r])
                     + sum(d.decode_gain[r] for r in comp[1])
                 )
-                new_end, gain = self._step(comp, end, p2, g2)
+                new_end, gain = self.step(comp, end, p2, g2)
                 path.append(comp)
                 search(depth + 1, new_end, value + gain, p2, g2, lost + before - gain, path)
                 path.pop()
 
         zeros = np.zeros(d.n, dtype=np.int64)
         search(0, 0.0, 0.0, zeros.copy(), zeros.copy(), 0.0, [])
-        return float(best[0]), self._schedule(best[1])
+        return float(best[0]), self.schedule_of(best[1])

@@ -243,9 +243,9 @@ class _Master:
         out.append((m.row_flow + col.start, 1.0))
         if col.end < m.n:
             out.append((m.row_flow + col.end, -1.0))
-        idx, val = m._time_entries(col)
+        idx, val = m.time_entries(col)
         out += list(zip(idx, val, strict=True))
-        idx, val = m._cut_entries(col)
+        idx, val = m.cut_entries(col)
         out += list(zip(idx, val, strict=True))
         return out
 
@@ -302,7 +302,7 @@ class _Master:
         for r, _ in decisions.fixed:
             generic[m.row_assign + r] = -math.inf
         special = decisions.special_arcs()
-        for table in m._pricing_tables(generic, unclaimed=missed, bonus=bonus):
+        for table in m.pricing_tables(generic, unclaimed=missed, bonus=bonus):
             s = table["s"]
             for p in range(s, m.n + 1):
                 arc = (p, s)
@@ -326,7 +326,7 @@ class _Master:
                 if a == arc:
                     local_bonus[r] += REQUIRED_SHIFT
             never = missed + [r for r, a in decisions.unclaimed if a == arc]
-            (table,) = m._pricing_tables(local, sizes=[s], unclaimed=never, bonus=local_bonus)
+            (table,) = m.pricing_tables(local, sizes=[s], unclaimed=never, bonus=local_bonus)
             col, _ = m.price_arc(table, local, p)
             candidates.append(col)
         added = 0

@@ -358,7 +358,7 @@ class ColumnMaster:
         self.n_rows = self.highs.getNumRow()
         return True
 
-    def _cut_entries(self, col: Column) -> tuple[list[int], list[float]]:
+    def cut_entries(self, col: Column) -> tuple[list[int], list[float]]:
         """Entries of ``col`` in the cut rows: how many of each cut's requests it claims."""
         idx: list[int] = []
         val: list[float] = []
@@ -449,8 +449,8 @@ class ColumnMaster:
         if col.end < n:
             idx.append(self.row_flow + col.end)
             val.append(-1.0)
-        idx_t, val_t = self._time_entries(col)
-        idx_c, val_c = self._cut_entries(col)
+        idx_t, val_t = self.time_entries(col)
+        idx_c, val_c = self.cut_entries(col)
         idx_t += idx_c
         val_t += val_c
         self.highs.addCol(
@@ -465,7 +465,7 @@ class ColumnMaster:
         self.columns.append(col)
         return True
 
-    def _time_entries(self, col: Column) -> tuple[list[int], list[float]]:
+    def time_entries(self, col: Column) -> tuple[list[int], list[float]]:
         """Entries of ``col`` in the time rows: ``-d_c`` in ``time_p``, ``-min(L_c, UB_q)`` in
         its arc's claim row and ``-LB_q`` in its floor row (none without a ratio)."""
         if self.ratio is None:
@@ -510,7 +510,7 @@ class ColumnMaster:
             raise RuntimeError(f"column master LP ended {h.modelStatusToString(status)}")
         return np.array(h.getSolution().row_dual), float(h.getInfo().objective_function_value)
 
-    def _pricing_tables(
+    def pricing_tables(
         self,
         duals: np.ndarray,
         sizes: Iterable[int] | None = None,
@@ -622,7 +622,7 @@ class ColumnMaster:
         reduced cost over all columns (exact: every column is dominated by one examined)."""
         found = []
         rc_min = math.inf
-        for table in self._pricing_tables(duals):
+        for table in self.pricing_tables(duals):
             for p in range(table["s"], self.n + 1):
                 col, best = self.price_arc(table, duals, p)
                 rc_min = min(rc_min, best)
@@ -696,8 +696,8 @@ class ColumnMaster:
         rc -= float(duals[self.row_flow + col.start])
         if col.end < self.n:
             rc += float(duals[self.row_flow + col.end])
-        idx, val = self._time_entries(col)
-        idx_c, val_c = self._cut_entries(col)
+        idx, val = self.time_entries(col)
+        idx_c, val_c = self.cut_entries(col)
         rc -= float(sum(v * duals[i] for i, v in zip(idx + idx_c, val + val_c, strict=True)))
         return rc
 
@@ -709,7 +709,7 @@ class ColumnMaster:
         or maximal for its deadline setter). None when more than :data:`MAX_ENUMERATED` are
         found or ``deadline`` passes."""
         out: set[Column] = set()
-        for table in self._pricing_tables(duals):
+        for table in self.pricing_tables(duals):
             s = table["s"]
             for p in range(s, self.n + 1):
                 none, claims = self._arc_matrix(table, duals, p)

@@ -82,7 +82,7 @@ from slolab.instances.records import Instance
 from slolab.models.proserve import (
     ON_TIME_TOL_S,
     HorizonData,
-    _affine,
+    require_affine,
 )
 from slolab.solvers.base import ExactModel, Result, Status
 from slolab.solvers.highs import highs_lp, run_highs_for
@@ -219,7 +219,7 @@ class TdgHorizonBound(ExactModel):
         self.integral = integral
         self.start_rows = start_rows
         self.data = HorizonData.of(instance, max_iterations=1)
-        self.t_c, coef = _affine(instance.timing, BOUND_MODEL)
+        self.t_c, coef = require_affine(instance.timing, BOUND_MODEL)
         if (coef < 0).any() or self.t_c < 0:
             raise ValueError(
                 f"{BOUND_MODEL} needs non-negative timing coefficients (a longer batch never "

@@ -24,8 +24,8 @@ from slolab.models.proserve import (
     MILP_DEADLINE_SLACK_S,
     Composition,
     TdgHorizon,
-    _affine,
-    _certified,
+    certified_result,
+    require_affine,
 )
 from slolab.sim.schedule import Schedule
 from slolab.solvers.base import ExactModel, MilpFormulation
@@ -100,7 +100,7 @@ class TdgSlice(ExactModel):
         super().__init__(instance)
         self.horizon = TdgHorizon(instance, max_iterations=1)
         self.data = self.horizon.data
-        self.t_c, self.coef = _affine(instance.timing, "the slice model")
+        self.t_c, self.coef = require_affine(instance.timing, "the slice model")
         self.run = Schedule.from_outcome(outcome)
         its = self.run.iterations[0]
         if not 0 <= first < stop <= len(its):
@@ -156,7 +156,7 @@ class TdgSlice(ExactModel):
         for it in its[self.first : len(its) - tail]:
             chunks = tuple((r, t) for r, ph, t in it.entries if ph == "prefill")
             decodes = tuple(r for r, ph, _ in it.entries if ph == "decode")
-            end, earned = self.horizon._step((chunks, decodes), end, prefilled, generated)
+            end, earned = self.horizon.step((chunks, decodes), end, prefilled, generated)
             gain += earned
         if end <= self.end_by_s:
             return gain
@@ -166,11 +166,11 @@ class TdgSlice(ExactModel):
         """The run with the slice replaced by the compositions ``comps`` (chunks, decodes),
         each started as early as the engine starts it."""
         its = self.run.iterations[0]
-        new = TdgHorizon._schedule(comps).iterations[0]
+        new = TdgHorizon.schedule_of(comps).iterations[0]
         return Schedule((its[: self.first] + new + its[self.stop :],))
 
     def solve_with(self, backend: Backend, time_limit: float, **params: Any) -> Result | None:
-        return _certified(self, backend.solve_model(self, time_limit), self.evaluate)
+        return certified_result(self, backend.solve_model(self, time_limit), self.evaluate)
 
     def horizon_s(self) -> float:
         """An upper bound on every slot's end (s after ``t_0``): the slice's work back to back

@@ -65,6 +65,7 @@ from slolab.timing.base import (
     F_NUM_PREFILL,
     F_PREFILL_ATTN,
     F_PREFILL_TOKENS,
+    prefill_attention_work,
 )
 from slolab.timing.forms import timing_lines
 
@@ -204,7 +205,7 @@ def request_work(
     )
     prompt_work = (
         c[:, F_PREFILL_TOKENS][:, None] * p[None, :]
-        + c[:, F_PREFILL_ATTN][:, None] * (p * (p + 1.0) / 2.0)[None, :]
+        + c[:, F_PREFILL_ATTN][:, None] * prefill_attention_work(p, 0)[None, :]
         + c[:, F_NUM_PREFILL][:, None]
     )
     if mode == "colocated":
@@ -326,7 +327,7 @@ def request_optimum(instance: Instance, mode: str | None = None) -> pd.DataFrame
                 (c[:, F_DECODE_TOKENS] + c[:, F_NUM_DECODE])[:, None]
                 + c[:, F_DECODE_KV][:, None] * (p + d / 2.0)[None, :]
             )
-            + (p * (p + 1.0) / 2.0)[None, :] * c[:, F_PREFILL_ATTN][:, None]
+            + prefill_attention_work(p, 0)[None, :] * c[:, F_PREFILL_ATTN][:, None]
         ) / total[None, :]
         base = b[:, None] + c[:, F_NUM_PREFILL][:, None]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -574,7 +575,7 @@ class PartitionData:
 # -- the partition MILP -------------------------------------------------------------------------
 
 
-def _partition_pulp(
+def partition_pulp(
     data: PartitionData, rate: float | None, integral: bool
 ) -> tuple[Any, dict[str, Any]]:
     """PuLP model: maximize the served rate on ``N`` servers (``rate`` None) or minimize the
@@ -662,7 +663,7 @@ def _partition_solution(
     return {"servers_per_tier": per_tier, "flows_req_s": flows}
 
 
-def _pulp_value(var: Any) -> float:
+def pulp_value(var: Any) -> float:
     """A solved PuLP variable's value; an integer variable's rounded off the solver's
     tolerance."""
     value = var.varValue
@@ -848,7 +849,7 @@ class TierPartition(_BoundModel):
         return servable_rate / self.data.servable_fraction
 
     def milp(self) -> MilpFormulation:
-        prob, v = _partition_pulp(self.data, None, self.integral)
+        prob, v = partition_pulp(self.data, None, self.integral)
         self._vars = v
         return MilpFormulation(prob, to_schedule=lambda: None, objective_of=self._to_arrivals)
 
@@ -861,7 +862,7 @@ class TierPartition(_BoundModel):
 
     def _summary(self, form: Any, solver: Any) -> dict[str, Any]:
         if isinstance(form, MilpFormulation):
-            return _partition_solution(self.data, _pulp_value, self._vars)
+            return _partition_solution(self.data, pulp_value, self._vars)
         per_tier = {
             self.data.label(j): float(solver.value(var)) for j, var in self._vars["n"].items()
         }
@@ -933,14 +934,14 @@ def min_servers(
     rate = float(rate if rate is not None else data.rate)
     if not rate > 0:
         raise ValueError(f"rate must be > 0 req/s, got {rate}")
-    prob, v = _partition_pulp(data, rate * data.servable_fraction, integral)
+    prob, v = partition_pulp(data, rate * data.servable_fraction, integral)
     backend = get_backend("highs")()
     form = MilpFormulation(prob, to_schedule=lambda: None)
     raw = backend.solve_formulation(form, time_limit)
     out: dict[str, Any] = {"status": raw.status.value, "runtime_s": raw.runtime_s}
     if raw.objective is not None:
         out["servers"] = float(raw.objective)
-        out.update(_partition_solution(data, _pulp_value, v))
+        out.update(_partition_solution(data, pulp_value, v))
     return out
 
 
@@ -1219,7 +1220,7 @@ class TierAutoscale(_BoundModel):
     def _summary(self, form: Any, solver: Any) -> dict[str, Any]:
         d = self.data
         if isinstance(form, MilpFormulation):
-            value: Callable[[Any], float] = _pulp_value
+            value: Callable[[Any], float] = pulp_value
         else:
             value = lambda var: float(solver.value(var))  # noqa: E731
         plan = {
@@ -1257,7 +1258,7 @@ def plan_cpsat(data: PlanData, relax: bool) -> CpFormulation:
 
 def partition_milp(data: PartitionData, integral: bool = True) -> MilpFormulation:
     """The partition MILP (objective in servable req/s)."""
-    prob, _ = _partition_pulp(data, None, integral)
+    prob, _ = partition_pulp(data, None, integral)
     return MilpFormulation(prob, to_schedule=lambda: None)
 
 

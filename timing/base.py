@@ -22,7 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 import numpy as np
 
@@ -47,6 +47,10 @@ N_FEATURES = len(FEATURES)
 ) = range(N_FEATURES)
 
 
+@overload
+def prefill_attention_work(chunk: np.ndarray, prefix: np.ndarray | int) -> np.ndarray: ...
+@overload
+def prefill_attention_work(chunk: int, prefix: np.ndarray | int) -> np.ndarray | float: ...
 def prefill_attention_work(chunk: np.ndarray | int, prefix: np.ndarray | int) -> np.ndarray | float:
     """Attention work of prefill chunks: ``c * (prefix + (c + 1) / 2)`` per chunk.
 
@@ -57,10 +61,11 @@ def prefill_attention_work(chunk: np.ndarray | int, prefix: np.ndarray | int) ->
     return c * (np.asarray(prefix, dtype=float) + (c + 1.0) / 2.0)
 
 
-def prefill_chunk_attention(chunk: int, prefix: int) -> float:
+def prefill_chunk_attention(chunk: float, prefix: float) -> float:
     """:func:`prefill_attention_work` of one chunk as a Python float, for code that builds one
     feature row at a time: ``chunk * (prefix + (chunk + 1) / 2)``, the same float operations in
-    the same order (integers below 2**53 convert to floats exactly), so the same bits."""
+    the same order (whole numbers, as ints or floats: integers below 2**53 convert to floats
+    exactly), so the same bits."""
     return chunk * (prefix + (chunk + 1) / 2.0)
 
 
@@ -292,6 +297,12 @@ class LinearTiming(TimingModel):
 
     @classmethod
     def _from_dict(cls, data: Mapping[str, Any]) -> LinearTiming:
+        return cls.from_fields(data)
+
+    @classmethod
+    def from_fields(cls, data: Mapping[str, Any]) -> LinearTiming:
+        """A line from the fields :meth:`to_dict` writes (``intercept_s``, ``coefficients``,
+        ``name``); a form made of lines reads each of its lines with it."""
         return cls(data["intercept_s"], data["coefficients"], name=data.get("name", "linear"))
 
     def __eq__(self, other: object) -> bool:

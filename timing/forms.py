@@ -36,6 +36,7 @@ from slolab.timing.base import (
     FEATURES,
     LinearTiming,
     TimingModel,
+    prefill_chunk_attention,
 )
 
 __all__ = [
@@ -141,7 +142,7 @@ class RooflineTiming(TimingModel):
 
     @classmethod
     def _from_dict(cls, data: Mapping[str, Any]) -> RooflineTiming:
-        lines = [LinearTiming._from_dict(line) for line in data["lines"]]
+        lines = [LinearTiming.from_fields(line) for line in data["lines"]]
         return cls(lines, name=data.get("name", "roofline"))
 
     def __eq__(self, other: object) -> bool:
@@ -280,7 +281,7 @@ class ProfiledTiming(TimingModel):
         if f.shape[0] == 1:
             row = f[0].tolist()
             x = row[self._batch_columns[0]] + row[self._batch_columns[1]]
-            return np.array([self._scalar_time(x, row[F_DECODE_KV])])
+            return np.array([self.scalar_time(x, row[F_DECODE_KV])])
         x = f[:, self._batch_columns[0]] + f[:, self._batch_columns[1]]
         y = f[:, F_DECODE_KV]
         xs, ys, table = self.batch_sizes, self.kv_tokens, self.times_s
@@ -292,7 +293,9 @@ class ProfiledTiming(TimingModel):
         high = table[i, j + 1] + tx * (table[i + 1, j + 1] - table[i, j + 1])
         return np.maximum(low + ty * (high - low), 0.0)
 
-    def _scalar_time(self, x: float, y: float) -> float:
+    def scalar_time(self, x: float, y: float) -> float:
+        """The table's reading (s) at batch size ``x`` and decode KV ``y``, on plain floats:
+        :meth:`times` of one row without building a feature array."""
         xs, ys, table = self._xs, self._ys, self._table
         i = min(max(bisect_right(xs, x) - 1, 0), len(xs) - 2)
         j = min(max(bisect_right(ys, y) - 1, 0), len(ys) - 2)
@@ -654,7 +657,7 @@ class PhaseAffine:
     def prefill_part_s(self, prompt: int) -> float:
         """Coefficient terms of one whole prompt of ``prompt`` tokens (no intercept)."""
         c = self.coef
-        work = prompt * ((prompt + 1) / 2.0)
+        work = prefill_chunk_attention(prompt, 0)
         return float(c[F_PREFILL_TOKENS] * prompt + c[F_PREFILL_ATTN] * work + c[F_NUM_PREFILL])
 
     @property

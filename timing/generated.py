@@ -41,6 +41,7 @@ __all__ = [
     "model_shape",
     "preset_refusal",
     "refused_presets",
+    "vidur_fits_table",
     "weight_bytes",
 ]
 
@@ -60,7 +61,8 @@ _NAME = re.compile(r"^(?P<model>[^/]+)/(?P<gpu>[^/]+)/tp(?P<tp>\d+)$")
 
 
 @functools.cache
-def _table(path: Path = VIDUR_FITS_JSON) -> dict[str, Any]:
+def vidur_fits_table(path: Path = VIDUR_FITS_JSON) -> dict[str, Any]:
+    """The vendored Vidur fits (models, GPUs, token-parallel profiles), read once."""
     document: dict[str, Any] = json.loads(path.read_text())
     return document
 
@@ -71,7 +73,7 @@ def model_shape(model: str, table: dict[str, Any] | None = None) -> TransformerS
     Layer parameters: ``layers * (2 h^2 + 2 h kv_heads head_dim + m h mlp)`` with ``m = 3``
     for a gated MLP and 2 otherwise (biases and norm weights left out).
     """
-    spec = (table or _table())["models"][model]
+    spec = (table or vidur_fits_table())["models"][model]
     hidden = spec["embedding_dim"]
     head_dim = hidden // spec["num_q_heads"]
     kv_width = spec["num_kv_heads"] * head_dim
@@ -92,7 +94,7 @@ def model_shape(model: str, table: dict[str, Any] | None = None) -> TransformerS
 def weight_bytes(model: str, table: dict[str, Any] | None = None) -> float:
     """FP16 bytes of a model's weights: layer parameters plus input and output embeddings
     (``2 * vocab * hidden``, untied)."""
-    spec = (table or _table())["models"][model]
+    spec = (table or vidur_fits_table())["models"][model]
     shape = model_shape(model, table)
     embeddings = 2 * spec["vocab_size"] * spec["embedding_dim"]
     return WEIGHT_BYTES * (shape.non_embedding_params + embeddings)
@@ -151,7 +153,7 @@ class GeneratedPreset:
 
     def timing_model(self) -> RooflineTiming:
         """The iteration-time model (see the module docstring)."""
-        table = _table()
+        table = vidur_fits_table()
         fits = table["token_parallel"][f"{self.model}/{self.gpu}"][str(self.tp)]
         parts = [_token_lines(fits["floor_s"], fits["intercept_s"], fits["slope_s"])]
         if self.tp > 1:
@@ -178,7 +180,7 @@ class GeneratedPreset:
 
     def source(self) -> str:
         """Where the preset's numbers come from, in one line."""
-        spec = _table()["gpus"][self.gpu]
+        spec = vidur_fits_table()["gpus"][self.gpu]
         return (
             f"Generated: Vidur {self.model} on {self.gpu} at TP {self.tp} (MIT), token-parallel "
             f"fit{' + 2 fitted all-reduces per layer' if self.tp > 1 else ''} + attention from "
@@ -212,7 +214,7 @@ def preset_refusal(name: str) -> str | None:
     can. Names that do not read as ``MODEL/GPU/tpN`` of a known model and GPU are not
     generated presets: None as well."""
     match = _NAME.match(name)
-    table = _table()
+    table = vidur_fits_table()
     if match is None or match["model"] not in table["models"] or match["gpu"] not in table["gpus"]:
         return None
     model, gpu, tp = match["model"], match["gpu"], int(match["tp"])
@@ -240,7 +242,7 @@ def preset_refusal(name: str) -> str | None:
 
 
 def _candidates() -> list[str]:
-    table = _table()
+    table = vidur_fits_table()
     return [
         f"{key}/tp{tp}" for key in sorted(table["token_parallel"]) for tp in TENSOR_PARALLEL_DEGREES
     ]
@@ -275,7 +277,7 @@ def generated_preset(name: str) -> GeneratedPreset:
     if why is not None:
         raise ValueError(why)
     match = _NAME.match(name)
-    table = _table()
+    table = vidur_fits_table()
     if match is None or f"{match['model']}/{match['gpu']}" not in table["token_parallel"]:
         raise ValueError(
             f"unknown generated preset {name!r}; known: {', '.join(generated_preset_names())}"
@@ -305,7 +307,7 @@ def fit_error_table() -> str:
     """The Markdown table of ``docs/timing.md``: per (model, GPU) and TP degree, the median /
     largest relative error (%) of the fitted iteration time against the profile."""
     lines = ["| model / GPU | TP 1 | TP 2 | TP 4 | TP 8 |", "|---|---|---|---|---|"]
-    for key, per_tp in sorted(_table()["token_parallel"].items()):
+    for key, per_tp in sorted(vidur_fits_table()["token_parallel"].items()):
         cells = [
             f"{100 * fits['iteration_median_rel_error']:.1f} / "
             f"{100 * fits['iteration_max_rel_error']:.1f}"

@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from slolab.heuristics.polyserve.profile import MEMO_ENTRIES, KvPeakBase, remember
 from slolab.heuristics.polyserve.tiers import ControllerBase
-from slolab.timing.base import F_NUM_PREFILL, F_PREFILL_ATTN, F_PREFILL_TOKENS, N_FEATURES
+from slolab.sim.engine.servers import state_key
+from slolab.timing.base import (
+    F_NUM_PREFILL,
+    F_PREFILL_ATTN,
+    F_PREFILL_TOKENS,
+    N_FEATURES,
+    prefill_chunk_attention,
+)
 from slolab.timing.forms import row_timer
 
 if TYPE_CHECKING:
@@ -87,7 +94,7 @@ class QueuedPrompts:
             work = 0.0
             for dq, left, done in self.in_order:
                 if dq <= deadline or dq < now:
-                    work += left * (done + (left + 1) / 2.0)
+                    work += prefill_chunk_attention(left, done)
         return i, self.ahead[i], max(prompt, self.longest[i]), work
 
 
@@ -110,7 +117,7 @@ class ControllerAdmission(ControllerBase):
         # co-located prefill chunks by (KV peak, TPOT, decode batch, longest prompt)
         self._chunks: dict[tuple[float, float, int, int], int] = {}
         # per server id, what the admission reads of it, with the server state read at
-        # (Server._state_key): its KV-peak base and (co-located) its queued prompts
+        # (state_key(server)): its KV-peak base and (co-located) its queued prompts
         self._bases: dict[int, tuple[tuple[object, ...], KvPeakBase]] = {}
         self._queues: dict[int, tuple[tuple[object, ...], QueuedPrompts]] = {}
         # the admission's parts on a server with no request, by (request, TPOT, late, KV used)
@@ -130,7 +137,7 @@ class ControllerAdmission(ControllerBase):
 
         Decoding requests count at their KV, queued and prefilling ones at their prompt plus
         what they emitted (their whole prompt will be resident). The server's part is read
-        once per server state (:meth:`_peak_base`; ``key``: the server's ``_state_key`` when
+        once per server state (:meth:`_peak_base`; ``key``: the server's ``state_key`` when
         the caller has read it)."""
         return self._peak_base(s, key).with_one(context, max(self.d_hat - generated, 1.0))
 
@@ -138,9 +145,9 @@ class ControllerAdmission(ControllerBase):
         """The server's requests as :func:`kv_peak` reads them (contexts, and remaining steps
         ``max(d_hat - emitted, 1)``), kept while the server's state is unchanged, and carried
         across queue moves that only add requests (:meth:`_carried_base`). ``key``: the
-        server's ``_state_key`` when the caller has read it."""
+        server's ``state_key`` when the caller has read it."""
         if key is None:
-            key = s._state_key
+            key = state_key(s)
         got = self._bases.get(s.id)
         if got is not None:
             if got[0] == key:
@@ -167,7 +174,7 @@ class ControllerAdmission(ControllerBase):
         then has the same contexts and emitted tokens; a queue move that only adds requests
         (placements) adds theirs, each with at least every other's remaining steps
         (:meth:`KvPeakBase.plus`)."""
-        # Server._state_key: (event version, iteration, window, waiting, prefilling, decoding)
+        # state_key(server): (event version, iteration, window, waiting, prefilling, decoding)
         version, iteration, window, waiting, prefilling, decoding = key
         if (
             was[0] != version
@@ -193,7 +200,7 @@ class ControllerAdmission(ControllerBase):
     def _queued_prompts(self, s: Server, key: tuple[Any, ...]) -> QueuedPrompts:
         """The server's queued prompts as the co-located admission reads them (tokens done
         only when prefill attention is charged), kept while the server's state (``key``, its
-        ``_state_key``) is unchanged."""
+        ``state_key``) is unchanged."""
         got = self._queues.get(s.id)
         if got is not None and got[0] == key:
             return got[1]
@@ -284,7 +291,7 @@ class ControllerAdmission(ControllerBase):
         # and their attention work (c (prefix + (c + 1) / 2) summed over chunks: the same
         # however they are chunked, slolab.timing.base.prefill_attention_work)
         # (read once per server state, QueuedPrompts)
-        key = s._state_key  # read once for the queue and the KV peak
+        key = state_key(s)  # read once for the queue and the KV peak
         queue = self._queued_prompts(s, key)
         charged = self.attention_s > 0
         i, queued, longest, work = queue.ahead_of(deadline, s.now, int(p), charged)
@@ -301,7 +308,7 @@ class ControllerAdmission(ControllerBase):
         step = read(float(b + chunk), peak)
         tokens = queued + p
         if charged:
-            work += p * (p + 1) / 2.0
+            work += prefill_chunk_attention(p, 0)
         end = free_at + math.ceil(tokens / chunk) * step + self.attention_s * work
         if end > deadline:
             return TOO_LATE
@@ -314,7 +321,7 @@ class ControllerAdmission(ControllerBase):
                     if chunk < 1:
                         return TOO_LATE
                     step = read(float(b + chunk), peak)
-                work += left * (done + (left + 1) / 2.0)
+                work += prefill_chunk_attention(left, done)
             tokens += left
             if free_at + math.ceil(tokens / chunk) * step + self.attention_s * work > dq:
                 return TOO_LATE
@@ -407,7 +414,7 @@ class ControllerAdmission(ControllerBase):
             c = min(cap, prompt - done)
             row = [0.0] * N_FEATURES
             row[F_PREFILL_TOKENS] = float(c)
-            row[F_PREFILL_ATTN] = 0.0 + c * (done + (c + 1) / 2.0)
+            row[F_PREFILL_ATTN] = 0.0 + prefill_chunk_attention(c, done)
             row[F_NUM_PREFILL] = 1.0
             durations.append(float(self._row_time(row)))
             done += c
@@ -444,7 +451,7 @@ class ControllerAdmission(ControllerBase):
         if chunk < 1:
             return ADMIT, alone_s, FULL, 0.0, 0.0, deadline
         steps_s = math.ceil(p / chunk) * self.profile.time(1 + chunk, peak)
-        work = p * (p + 1) / 2.0 if self.attention_s > 0 else 0.0
+        work = prefill_chunk_attention(p, 0) if self.attention_s > 0 else 0.0
         return ADMIT, alone_s, ADMIT, steps_s, self.attention_s * work, deadline
 
     def _prefill_chunk(self, peak: float, tau_s: float, b: int, longest: int) -> int:

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from slolab.heuristics.baselines import _AdmissionOrder, _make_room_for_decode
+from slolab.heuristics.baselines import AdmissionOrder, make_room_for_decode
+from slolab.sim.engine.servers import decoding_kv
 from slolab.sim.policy import Batch
 from slolab.timing.base import (
     F_DECODE_KV,
@@ -21,6 +22,7 @@ from slolab.timing.base import (
     F_NUM_PREFILL,
     F_PREFILL_ATTN,
     F_PREFILL_TOKENS,
+    prefill_chunk_attention,
 )
 from slolab.timing.forms import timing_lines
 from slolab.timing.inverse import time_to_tokens
@@ -52,11 +54,11 @@ class PolyServePolicy:
 
     def __init__(self, controller: PolyServeController) -> None:
         self.c = controller
-        self._order = _AdmissionOrder({})
+        self._order = AdmissionOrder({})
         self._lines: dict[int, Any] = {}
 
     def start(self, instance: Instance, seed: int) -> None:
-        self._order = _AdmissionOrder({})
+        self._order = AdmissionOrder({})
 
     def next_batch(self, server: Server) -> Batch:
         if server.role == "decode":
@@ -160,7 +162,7 @@ class PolyServePolicy:
         recomputes their KV (a prefill of prompt and generated tokens, then they decode on)."""
         decode = list(server.decoding[: server.max_batch_size])
         if len(decode) > server.kv_free_tokens:
-            preempt = _make_room_for_decode(server, decode, self._order.of(server))
+            preempt = make_room_for_decode(server, decode, self._order.of(server))
             return Batch(decode=decode, preempt=preempt)
         free = server.kv_free_tokens - len(decode)
         prefill: list[tuple[int, int]] = []
@@ -222,14 +224,14 @@ class PolyServePolicy:
         kv_free = server.kv_free_tokens
         preempt: list[int] = []
         if n_decode > kv_free:
-            preempt = _make_room_for_decode(server, decode, self._order.of(server))
+            preempt = make_room_for_decode(server, decode, self._order.of(server))
             n_decode = len(decode)
         decode_kv = 0
         if decode:
             if n_decode == len(running):
                 # every decoding request: the server's cached array of them (the same ids in
                 # order) and the KV they hold, kept by the engine
-                decode_kv = server._decoding_kv
+                decode_kv = decoding_kv(server)
             else:
                 decode_kv = int(server.kv_held_of(np.array(decode, dtype=np.int64)).sum())
         budget = server.max_batch_tokens - n_decode if server.max_batch_tokens else 1 << 30
@@ -275,7 +277,7 @@ class PolyServePolicy:
             prefill.append((r, take))
             free -= take + extra
             tokens += take
-            work += take * (prefix + (take + 1) / 2.0)
+            work += prefill_chunk_attention(take, prefix)
             slots -= 1
             if take < left or unbound:
                 break  # the budget is used up, or the prompt alone as the server allows

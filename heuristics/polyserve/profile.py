@@ -64,7 +64,7 @@ class Profile:
 
     def time(self, tokens: float, kv_tokens: float) -> float:
         """Predicted iteration time (s) of ``tokens`` tokens reading ``kv_tokens`` KV tokens."""
-        return self.table._scalar_time(float(tokens), float(kv_tokens))
+        return self.table.scalar_time(float(tokens), float(kv_tokens))
 
     def _column_parts(self, kv_tokens: float) -> tuple[list[float], list[float], float]:
         """The two KV grid columns around ``kv_tokens`` and its place between them: the time
@@ -181,9 +181,9 @@ class Profile:
         def on_line(x: int) -> bool:
             return t0 + slope * (x - x_lo) + cost(x) <= budget_s
 
-        # the table's reading at this KV (ProfiledTiming._scalar_time): on the segment's own
+        # the table's reading at this KV (ProfiledTiming.scalar_time): on the segment's own
         # span the batch grid index is lo, else it is looked up
-        read = self.table._scalar_time
+        read = self.table.scalar_time
         kv = float(kv_tokens)
         x0, low0, low1, high0, high1 = (
             xs[lo],
@@ -302,6 +302,9 @@ def chunk_attention_work(chunk: int, longest: int) -> float:
     if chunk <= 0:
         return 0.0
     chunk, longest = int(chunk), int(longest)
+    # integer products and one division each, not timing.base.prefill_chunk_attention(chunk,
+    # longest - chunk) (the same value, formed in another order): the admission's inlined
+    # cost in Profile.max_chunk repeats these operations to read the same floats
     if chunk < longest:  # no whole prompt: the sum below is 0.0 + this term, the same float
         return chunk * (2 * longest - chunk + 1) / 2.0
     whole, rest = divmod(chunk, longest)

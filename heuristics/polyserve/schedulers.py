@@ -80,16 +80,16 @@ def _fixed_split(instance: Instance, mode: str, servers: int, prefill_servers: i
 def bound_prefill_split(instance: Instance, servers: int) -> int:
     """Prefill servers of the disaggregated tier-partition bound on ``servers`` servers (between
     1 and ``servers - 1``): the split the baselines run at."""
-    from slolab.models.tier_partition import PartitionData, _partition_pulp, _pulp_value
+    from slolab.models.tier_partition import PartitionData, partition_pulp, pulp_value
     from slolab.solvers import get_backend
     from slolab.solvers.base import MilpFormulation
 
     if servers < 2:
         raise ValueError(f"disaggregated serving needs at least 2 servers, got {servers}")
     data = PartitionData.of(instance, mode="disaggregated", servers=servers)
-    prob, v = _partition_pulp(data, None, True)
+    prob, v = partition_pulp(data, None, True)
     get_backend("highs")().solve_formulation(MilpFormulation(prob, to_schedule=lambda: None), 30.0)
-    value = _pulp_value(v["n_prefill"])
+    value = pulp_value(v["n_prefill"])
     split = int(round(value)) if math.isfinite(value) else servers // 2
     return min(max(split, 1), servers - 1)
 

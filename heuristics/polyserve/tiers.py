@@ -208,7 +208,7 @@ class ControllerBase:
         self.max_seqs = int(pool.max_batch_size)  # type: ignore[arg-type]
         self.max_tokens = int(pool.max_batch_tokens)  # type: ignore[arg-type]
         self.profile = Profile(instance.timing, self.kv_capacity)
-        self._read_time = self.profile.table._scalar_time  # Profile.time on floats
+        self._read_time = self.profile.table.scalar_time  # Profile.time on floats
         self.attention_s = (
             prefill_attention_s(instance.timing) if self.params.chunk_timing == "model" else 0.0
         )

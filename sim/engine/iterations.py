@@ -16,7 +16,7 @@ from slolab.sim.engine.servers import (
     STARTING,
     DecodeWindow,
     PendingIteration,
-    _Srv,
+    ServerState,
 )
 from slolab.sim.engine.state import EV_DECIDE, EV_END, EngineCore
 from slolab.sim.outcome import PHASE_DECODE, PHASE_PREFILL, PHASE_STATIC
@@ -45,7 +45,7 @@ class Iterations(EngineCore):
     """Decisions, iteration starts, decode windows and commits (a part of the engine)."""
 
     # -- decisions -------------------------------------------------------------------------
-    def _decide(self, server: _Srv) -> None:
+    def _decide(self, server: ServerState) -> None:
         if server.state == STARTING or server.state == DEPARTED:
             return
         batch = self.policy.next_batch(server.view)
@@ -86,7 +86,7 @@ class Iterations(EngineCore):
         else:
             self._start_iteration(server, batch)
 
-    def _preempt(self, server: _Srv, r: int) -> None:
+    def _preempt(self, server: ServerState, r: int) -> None:
         if r in server.decoding:
             server.decoding.remove(r)
             server.decoding_kv -= self.kv_held(r)
@@ -107,7 +107,7 @@ class Iterations(EngineCore):
         server.waiting_t = None
         self.preempt_log.append((r, server.id, self.now))
 
-    def _admit(self, server: _Srv, r: int) -> None:
+    def _admit(self, server: ServerState, r: int) -> None:
         try:
             server.waiting.remove(r)
         except ValueError:
@@ -118,7 +118,7 @@ class Iterations(EngineCore):
         if self.first_scheduled[r] == math.inf:
             self.first_scheduled[r] = self.now
 
-    def _start_iteration(self, server: _Srv, batch: Batch) -> None:
+    def _start_iteration(self, server: ServerState, batch: Batch) -> None:
         now = self.now
         sid = server.id
         prefilled = self.prefilled
@@ -218,7 +218,7 @@ class Iterations(EngineCore):
         self._push(p.end, server, EV_END)
 
     def _checked_decode(
-        self, server: _Srv, dec: Sequence[int] | np.ndarray
+        self, server: ServerState, dec: Sequence[int] | np.ndarray
     ) -> tuple[np.ndarray, int]:
         """The decode entries ``dec`` of a batch on ``server`` as an array, and the KV tokens
         they hold; PolicyError unless each decodes there (a decode server admits a waiting
@@ -247,7 +247,7 @@ class Iterations(EngineCore):
                     )
         return dids, self.kv_held_sum(dids)
 
-    def _start_window(self, server: _Srv, batch: Batch) -> None:
+    def _start_window(self, server: ServerState, batch: Batch) -> None:
         now = self.now
         ids = batch.decode
         if ids is not server.decoding_arr:
@@ -276,7 +276,7 @@ class Iterations(EngineCore):
             )
         self._open_window(server, ids, batch.wake_at_s)
 
-    def _open_window(self, server: _Srv, ids: np.ndarray, wake_at_s: float) -> None:
+    def _open_window(self, server: ServerState, ids: np.ndarray, wake_at_s: float) -> None:
         """Fast-forward the decode-only batch ``ids`` from now (see the module docstring),
         until the end of the first iteration ending at or after ``wake_at_s`` at the latest."""
         now = self.now
@@ -313,7 +313,7 @@ class Iterations(EngineCore):
         )
         self._push(float(times[-1]), server, EV_END)
 
-    def _start_static(self, server: _Srv, batch: Batch) -> None:
+    def _start_static(self, server: ServerState, batch: Batch) -> None:
         now = self.now
         sid = server.id
         if server.role != "static":
@@ -356,12 +356,12 @@ class Iterations(EngineCore):
         self._push(p.end, server, EV_END)
 
     # -- commits -------------------------------------------------------------------------
-    def _finish(self, server: _Srv, r: int) -> None:
+    def _finish(self, server: ServerState, r: int) -> None:
         server.kv -= self.kv_held(r)
         self._retry_due = True
 
     def _finish_decoding(
-        self, server: _Srv, done: list[int], positions: list[int] | None = None
+        self, server: ServerState, done: list[int], positions: list[int] | None = None
     ) -> None:
         """The decoding requests ``done`` (distinct) of ``server`` emitted their last token;
         ``positions``: their places in ``server.decoding``, rising, when known (the entries of
@@ -381,7 +381,7 @@ class Iterations(EngineCore):
         self._retry_due = True
         server.decoding_changed()
 
-    def _commit(self, server: _Srv) -> None:
+    def _commit(self, server: ServerState) -> None:
         p = server.pending
         assert p is not None
         server.pending = None
@@ -488,7 +488,7 @@ class Iterations(EngineCore):
                 ),
             )
 
-    def _commit_window(self, server: _Srv) -> None:
+    def _commit_window(self, server: ServerState) -> None:
         w = server.window
         assert w is not None
         server.window = None

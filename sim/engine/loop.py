@@ -18,7 +18,7 @@ import numpy as np
 from slolab.plugin_loading import plugin_failure
 from slolab.sim.engine.iterations import Iterations
 from slolab.sim.engine.routing import Routing
-from slolab.sim.engine.servers import DRAINING, READY, _Srv
+from slolab.sim.engine.servers import DRAINING, READY, ServerState
 from slolab.sim.engine.state import EV_READY
 from slolab.sim.engine.ticks import Ticks
 from slolab.sim.outcome import Outcome, ServerLives, pool_seconds
@@ -412,7 +412,7 @@ def _failure_place(engine: Engine | None, exc: BaseException) -> str:
         caller = tb.tb_frame.f_locals
         tb = tb.tb_next
     place = ""
-    if isinstance(caller.get("server"), _Srv):
+    if isinstance(caller.get("server"), ServerState):
         place = f" on server {caller['server'].id}"
     elif isinstance(caller.get("r"), int) and "router" in caller:
         place = f" routing request {caller['r']}"

@@ -6,7 +6,7 @@ them; a server's policy forwards a waiting request to another server of its role
 from __future__ import annotations
 
 import numpy as np
-from slolab.sim.engine.servers import Server, _Srv
+from slolab.sim.engine.servers import Server, ServerState, state_of
 from slolab.sim.engine.state import EngineCore
 from slolab.sim.policy import HOLD, PolicyError, Router
 
@@ -31,9 +31,9 @@ class Routing(EngineCore):
             if k == HOLD:
                 self._hold(r, decode=False)
                 return
-        self._place(views[k]._s, r)
+        self._place(state_of(views[k]), r)
 
-    def _place(self, server: _Srv, r: int) -> None:
+    def _place(self, server: ServerState, r: int) -> None:
         """Request ``r`` joins ``server`` (its entry server) now."""
         if self.warm is not None and self.warm[0][r]:
             self._place_warm(server, r)
@@ -50,7 +50,7 @@ class Routing(EngineCore):
             self.prefill_server_of[r] = server.id
         self._wake(server)
 
-    def _too_large(self, server: _Srv, r: int) -> bool:
+    def _too_large(self, server: ServerState, r: int) -> bool:
         """Reject request ``r`` (True) when ``server`` could never hold it (nor, disaggregated,
         any decode pool)."""
         need = self.kv_needed(server.role, r)
@@ -122,7 +122,7 @@ class Routing(EngineCore):
                 if k != HOLD:
                     held.remove(r)
                     self._central_t[int(decode)] = None
-                    place(views[k]._s, r)
+                    place(state_of(views[k]), r)
                     placed += 1
             return placed
         pairs = [(int(r), int(k)) for r, k in dispatch(tuple(held), views, self.now)]
@@ -143,10 +143,10 @@ class Routing(EngineCore):
         held[:] = [r for r in held if r in waiting]
         self._central_t[int(decode)] = None
         for r, k in pairs:
-            place(views[k]._s, r)
+            place(state_of(views[k]), r)
         return len(pairs)
 
-    def _place_warm(self, server: _Srv, r: int) -> None:
+    def _place_warm(self, server: ServerState, r: int) -> None:
         """Admit a warm-started request as it was when the run began (see warm_start_state)."""
         _, remaining, generated = self.warm  # type: ignore[misc]
         if server.role != "mixed":
@@ -178,7 +178,7 @@ class Routing(EngineCore):
         views = self.decode_views
         need = self.kv_needed("decode", r)
         if self.decode_router is None:
-            fits = [j for j in range(len(views)) if views[j]._s.kv_capacity >= need]
+            fits = [j for j in range(len(views)) if state_of(views[j]).kv_capacity >= need]
             if not fits:
                 raise PolicyError(
                     f"t={self.now}: no decode server accepting new requests can hold request {r} "
@@ -190,9 +190,9 @@ class Routing(EngineCore):
             if k == HOLD:
                 self._hold(r, decode=True)
                 return
-        self._place_decode(views[k]._s, r)
+        self._place_decode(state_of(views[k]), r)
 
-    def _place_decode(self, server: _Srv, r: int) -> None:
+    def _place_decode(self, server: ServerState, r: int) -> None:
         """Request ``r``, its prefill done, joins decode server ``server`` now."""
         need = self.kv_needed("decode", r)
         if need > server.kv_capacity:
@@ -218,9 +218,9 @@ class Routing(EngineCore):
         self._central_t[side] = None
         if getattr(self.decode_router if decode else self.router, "central", False):
             for view in self.decode_views if decode else self.entry_views:
-                self._wake(view._s)
+                self._wake(state_of(view))
 
-    def _pull(self, server: _Srv, r: int) -> None:
+    def _pull(self, server: ServerState, r: int) -> None:
         """Move request ``r`` from the central queue of ``server``'s side to the end of its
         queue (the request is routed, or for a decode server transferred, now)."""
         now = self.now
@@ -250,7 +250,7 @@ class Routing(EngineCore):
         # the other servers of this side see a shorter central queue from now: a window in
         # progress there is cut after its iteration in progress (its policy may read the queue)
         for view in self.decode_views if decode else self.entry_views:
-            other = view._s
+            other = state_of(view)
             if other.window is not None and other is not server:
                 self._truncate(other)
         if decode:
@@ -262,7 +262,7 @@ class Routing(EngineCore):
         if server.role != "prefill":
             self.server_of[r] = server.id
 
-    def _forward(self, server: _Srv, r: int, target: int) -> None:
+    def _forward(self, server: ServerState, r: int, target: int) -> None:
         now = self.now
         if not 0 <= target < len(self.servers) or target == server.id:
             raise PolicyError(

@@ -1,6 +1,6 @@
 """The engine's state of each server and the read-only view policies, routers and scalers get.
 
-A server is one life of a device in one pool: :class:`_Srv` holds its queues (waiting,
+A server is one life of a device in one pool: :class:`ServerState` holds its queues (waiting,
 prefilling, decoding), its KV tokens, its iteration or fast-forwarded decode window in progress
 (:class:`PendingIteration`, :class:`DecodeWindow`) and its life (off, starting, ready, draining, departed);
 :class:`Server` is what the plugins see of it.
@@ -99,16 +99,14 @@ OFF, STARTING, READY, DRAINING, DEPARTED = range(5)
 STATE_NAMES = ("off", "starting", "ready", "draining", "departed")
 
 
-def server_id(srv: _Srv) -> int:
+def server_id(srv: ServerState) -> int:
     """A server's id (the key that keeps the live servers in id order)."""
     return srv.id
 
 
-class _Srv:
-    """The engine's state of one server (policies see it through :class:`Server`).
-
-    Its name stays private: the plugin API records :class:`Server`'s constructor, which
-    names it; the engine's modules share it."""
+class ServerState:
+    """The engine's state of one server (policies see it through :class:`Server`); the
+    engine's modules share it."""
 
     __slots__ = (
         "id",
@@ -202,6 +200,11 @@ class _Srv:
             and not self.prefilling
             and not self.decoding
         )
+
+
+#: The name :class:`Server`'s constructor gives the state it views: the plugin API records
+#: that signature, so the name stays as it was recorded.
+_Srv = ServerState
 
 
 class Server:
@@ -322,24 +325,6 @@ class Server:
             t = s.decoding_t = tuple(s.decoding)
         return t
 
-    @property
-    def _state_key(self) -> tuple[object, ...]:
-        """A value that compares equal to one read earlier only while this server's queues
-        (:attr:`waiting`, :attr:`prefilling`, :attr:`decoding`) and its requests' progress
-        (:meth:`remaining_prefill`, :meth:`generated`, :meth:`kv_held`) are unchanged since.
-
-        Those counts change only when an iteration (or a fast-forwarded window) commits, when a
-        request is preempted, or when one starts warm; the queues change by the policy's and
-        the routers' moves. Each commit ends the iteration or window in progress (recorded
-        here as that object itself, which the key keeps alive) and every iteration or window
-        that starts pushes its end event, which renews the server's event version; the queues
-        are compared by content. What depends on the time within an iteration
-        (:attr:`kv_used_tokens`, :attr:`free_at_s`) is not covered. It exposes the engine's own
-        bookkeeping, so it stays out of the plugin API; PolyServe's admission keys what it
-        reads of a server on it."""
-        s = self._s
-        return (s.version, s.pending, s.window, self.waiting, self.prefilling, self.decoding)
-
     def decoding_ids(self) -> np.ndarray:
         """The decoding requests as a read-only int array (cached until the set changes)."""
         s = self._s
@@ -348,13 +333,6 @@ class Server:
             arr.setflags(write=False)
             s.decoding_arr = arr
         return s.decoding_arr
-
-    @property
-    def _decoding_kv(self) -> int:
-        """KV tokens the decoding requests hold (``int(kv_held_of(decoding_ids()).sum())``),
-        kept by the engine as they change. It exposes the engine's own bookkeeping, so it
-        stays out of the plugin API, as :attr:`_state_key` does."""
-        return self._s.decoding_kv
 
     @property
     def load(self) -> int:
@@ -473,3 +451,35 @@ class Server:
             f"waiting={len(s.waiting)}, prefilling={len(s.prefilling)}, "
             f"decoding={len(s.decoding)}, kv={s.kv})"
         )
+
+
+def state_of(view: Server) -> ServerState:
+    """The engine's state of the server ``view`` shows (for the engine's own modules)."""
+    return view._s
+
+
+# The engine's bookkeeping a policy may read to skip repeated work: kept out of the plugin
+# API (a plugin sees :class:`Server`), so they are functions beside the view, not its members.
+def state_key(server: Server) -> tuple[object, ...]:
+    """A value that compares equal to one read earlier only while the server's queues
+    (:attr:`Server.waiting`, :attr:`Server.prefilling`, :attr:`Server.decoding`) and its
+    requests' progress (:meth:`Server.remaining_prefill`, :meth:`Server.generated`,
+    :meth:`Server.kv_held`) are unchanged since.
+
+    Those counts change only when an iteration (or a fast-forwarded window) commits, when a
+    request is preempted, or when one starts warm; the queues change by the policy's and the
+    routers' moves. Each commit ends the iteration or window in progress (recorded here as that
+    object itself, which the key keeps alive) and every iteration or window that starts pushes
+    its end event, which renews the server's event version; the queues are compared by
+    content. What depends on the time within an iteration (:attr:`Server.kv_used_tokens`,
+    :attr:`Server.free_at_s`) is not covered. PolyServe's admission keys what it reads of a
+    server on it."""
+    s = server._s
+    return (s.version, s.pending, s.window, server.waiting, server.prefilling, server.decoding)
+
+
+def decoding_kv(server: Server) -> int:
+    """KV tokens the server's decoding requests hold
+    (``int(server.kv_held_of(server.decoding_ids()).sum())``), kept by the engine as they
+    change."""
+    return server._s.decoding_kv

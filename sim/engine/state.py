@@ -12,7 +12,7 @@ import heapq
 from typing import TYPE_CHECKING
 
 import numpy as np
-from slolab.sim.engine.servers import READY, STARTING, Server, _Srv
+from slolab.sim.engine.servers import READY, STARTING, Server, ServerState
 from slolab.sim.metrics import deadline_slos
 from slolab.sim.policy import Policy, Router
 from slolab.sim.scaling import ScaleAction, ScaleEvent, ScalePlan, Scaler
@@ -98,14 +98,14 @@ class EngineCore:
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.warm = warm_start_state(instance)
         self.now = 0.0
-        self.servers: list[_Srv] = []
+        self.servers: list[ServerState] = []
         for k, p in enumerate(self.pools):
             for _ in range(p.servers):
-                srv = _Srv(self, len(self.servers), k, READY)
+                srv = ServerState(self, len(self.servers), k, READY)
                 srv.on_s = srv.ready_s = 0.0
                 self.servers.append(srv)
         # servers switched on and not departed, by id
-        self.live: list[_Srv] = list(self.servers)
+        self.live: list[ServerState] = list(self.servers)
         self.entry_views: tuple[Server, ...] = ()
         self.decode_views: tuple[Server, ...] = ()
         # central queues (entry side, decode side): requests a router held (HOLD), in the order
@@ -193,7 +193,7 @@ class EngineCore:
         return self.prompt_list[r] + self.output_list[r]
 
     # -- events --------------------------------------------------------------------------
-    def _push(self, t: float, server: _Srv, kind: int) -> None:
+    def _push(self, t: float, server: ServerState, kind: int) -> None:
         server.version += 1
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, server.id, server.version, kind))
@@ -202,7 +202,7 @@ class EngineCore:
         self._seq += 1
         heapq.heappush(self._scale_heap, (t, self._seq, kind, action))
 
-    def _wake(self, server: _Srv) -> None:
+    def _wake(self, server: ServerState) -> None:
         """A request reached ``server``: decide now if idle, else cut a window short.
 
         An idle server's pending wake-up (if any) is replaced by a decision now; a starting
@@ -213,7 +213,7 @@ class EngineCore:
         elif server.pending is None and server.state != STARTING:
             self._push(self.now, server, EV_DECIDE)
 
-    def _truncate(self, server: _Srv) -> None:
+    def _truncate(self, server: ServerState) -> None:
         w = server.window
         assert w is not None
         keep = int(w.starts[: w.keep].searchsorted(self.now, side="left"))
@@ -244,9 +244,9 @@ class EngineCore:
 
         def _retry(self) -> None: ...
 
-        def _forward(self, server: _Srv, r: int, target: int) -> None: ...
+        def _forward(self, server: ServerState, r: int, target: int) -> None: ...
 
-        def _pull(self, server: _Srv, r: int) -> None: ...
+        def _pull(self, server: ServerState, r: int) -> None: ...
 
         def _apply(self, action: ScaleAction, by: str) -> None: ...
 

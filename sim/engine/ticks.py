@@ -18,7 +18,7 @@ from slolab.sim.engine.servers import (
     READY,
     STARTING,
     STATE_NAMES,
-    _Srv,
+    ServerState,
     server_id,
 )
 from slolab.sim.engine.state import EV_READY, SC_PLAN, SC_TICK, EngineCore
@@ -284,7 +284,7 @@ class Ticks(EngineCore):
         now = self.now
         if action.kind == "on":
             k = self._pool_of(action, by)
-            srv = _Srv(self, len(self.servers), k, OFF)
+            srv = ServerState(self, len(self.servers), k, OFF)
             self.servers.append(srv)
             self._switch_on(srv, float(self.pools[k].startup_s))  # type: ignore[arg-type]
             self.scale_events.append(ScaleEvent(now, "on", srv.id, srv.pool_name, srv.id))
@@ -313,7 +313,7 @@ class Ticks(EngineCore):
                     )
                 if self.pools[k].role == "decode" and self.mode != "disaggregated":
                     raise PolicyError(f"t={now}: pool {action.pool!r} cannot take server {sid}")
-                nxt = _Srv(self, len(self.servers), k, OFF, origin=sid)
+                nxt = ServerState(self, len(self.servers), k, OFF, origin=sid)
                 self.servers.append(nxt)
                 srv.move_to = nxt.id
                 self.scale_events.append(ScaleEvent(now, "move", sid, nxt.pool_name, nxt.id))
@@ -327,7 +327,7 @@ class Ticks(EngineCore):
         self.max_end = max(self.max_end, now)
         self._retry_due = True
 
-    def _assign(self, srv: _Srv, k: int, by: str) -> None:
+    def _assign(self, srv: ServerState, k: int, by: str) -> None:
         """``srv`` becomes a member of pool ``k`` now, with the requests it holds."""
         now = self.now
         here, there = self.pools[srv.pool], self.pools[k]
@@ -358,7 +358,7 @@ class Ticks(EngineCore):
             )
         return k
 
-    def _switch_on(self, srv: _Srv, delay_s: float) -> None:
+    def _switch_on(self, srv: ServerState, delay_s: float) -> None:
         now = self.now
         srv.on_s = now
         srv.ready_s = now + delay_s
@@ -370,7 +370,7 @@ class Ticks(EngineCore):
             srv.state = READY
         self._refresh_routing()
 
-    def _maybe_depart(self, srv: _Srv) -> None:
+    def _maybe_depart(self, srv: ServerState) -> None:
         """A drained server with nothing left departs now (a moved one starts its next life)."""
         if srv.state == DEPARTED or srv.state == OFF or not srv.empty:
             return

@@ -26,6 +26,7 @@ from slolab.heuristics.polyserve import (
 from slolab.models import tier_partition as tp
 from slolab.problems.tier_partition import stream_instance
 from slolab.sim import check
+from slolab.sim.engine.servers import state_key
 from test_polyserve_dispatch_view import former_ranked
 from test_polyserve_held_index import digest
 from test_polyserve_held_retries import FORMER as MOONCAKE
@@ -90,7 +91,7 @@ def former_max_chunk(profile, kv_tokens, budget_s, batch, attention_s, longest):
         x_hi = x_lo + (int((budget_s - t0) / slope) + 1 if slope > 0 else 1)
 
     def within(x):
-        return profile.table._scalar_time(float(x), float(kv_tokens)) + cost(x) <= budget_s
+        return profile.table.scalar_time(float(x), float(kv_tokens)) + cost(x) <= budget_s
 
     x = last_fitting(x_lo, x_hi, lambda x: t0 + slope * (x - x_lo) + cost(x) <= budget_s)
     if within(x) and not within(x + 1):
@@ -342,7 +343,7 @@ def test_azure_colocated_run_keeps_the_former_outcome(monkeypatch):
         if entry is not None and entry[1] is got:
             reused["queues"] += 1
             del self._queues[s.id]
-            assert queued(self, s, s._state_key).in_order == got.in_order
+            assert queued(self, s, state_key(s)).in_order == got.in_order
         return got
 
     monkeypatch.setattr(ps.PolyServeController, "_peak_base", checked_base)

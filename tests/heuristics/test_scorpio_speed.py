@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 from slolab.harness.serving import ServingSetup
-from slolab.heuristics.baselines import _make_room_for_decode
+from slolab.heuristics.baselines import make_room_for_decode
 from slolab.heuristics.hyperflexis import decode_step_s, prefill_s
 from slolab.heuristics.scorpio import ScorpioPolicy
 from slolab.sim import check
@@ -102,7 +102,7 @@ class PlainScorpio(ScorpioPolicy):
                     break
                 decode.append(r)
                 kv += held
-        preempt = _make_room_for_decode(server, decode, order)
+        preempt = make_room_for_decode(server, decode, order)
         return Batch(decode=decode, preempt=preempt, reject=rejected)
 
 

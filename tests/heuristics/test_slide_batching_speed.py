@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from slolab.harness.serving import ServingSetup
 from slolab.heuristics import proserve
-from slolab.heuristics.baselines import _decode_server_batch, _make_room_for_decode
+from slolab.heuristics.baselines import decode_server_batch, make_room_for_decode
 from slolab.heuristics.policies import make_router
 from slolab.heuristics.proserve import (
     BUDGET_TOL_S,
@@ -110,7 +110,7 @@ class ReferenceSlideBatching(SlideBatching):
 
     def next_batch(self, server: Any) -> Batch:
         if server.role == "decode":
-            return _decode_server_batch(server)
+            return decode_server_batch(server)
         q = self._queue(server)
         if q is None:
             return Batch()
@@ -240,7 +240,7 @@ class ReferenceSlideBatching(SlideBatching):
                 return Batch(prefill=[(r, 1)])
         if server.decoding:
             decode = list(server.decoding[:1])
-            preempt = _make_room_for_decode(server, decode, admitted)
+            preempt = make_room_for_decode(server, decode, admitted)
             return Batch(decode=decode, preempt=preempt) if decode else Batch(preempt=preempt)
         return Batch()
 

@@ -15,6 +15,7 @@ from sim_cases import mooncake_setup, random_instance
 from slolab.heuristics.baselines import LeastLoaded, PrefillFirstFCFS, SarathiFCFS
 from slolab.sim import Batch, PolicyError, check, run
 from slolab.sim.engine import Engine
+from slolab.sim.engine.servers import decoding_kv
 
 #: Preemptions of Sarathi-FCFS in test_preempted_runs_keep_the_running_kv_sum (the code before
 #: the running sum gives the same 10).
@@ -38,7 +39,7 @@ class Handed:
         self.inner.start(instance, seed)
 
     def next_batch(self, server):
-        assert server._decoding_kv == sum(server.kv_held(r) for r in server.decoding)
+        assert decoding_kv(server) == sum(server.kv_held(r) for r in server.decoding)
         self.checked += 1
         batch = self.inner.next_batch(server)
         decode = [int(r) for r in batch.decode]

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 from sim_cases import random_instance
-from slolab.heuristics.baselines import SarathiFCFS, _decode_server_batch
+from slolab.heuristics.baselines import SarathiFCFS, decode_server_batch
 from slolab.instances.records import Cluster, Instance, Pool, Workload
 from slolab.sim import (
     HOLD,
@@ -282,7 +282,7 @@ def test_a_decode_router_may_hold_a_transferred_request():
 
         def next_batch(self, server):
             if server.role == "decode":
-                return _decode_server_batch(server)
+                return decode_server_batch(server)
             return SarathiFCFS(64).next_batch(server)
 
     wl = Workload({"arrival_s": [0.0, 0.0], "prompt_tokens": [10, 10], "output_tokens": [3, 3]})
