@@ -22,7 +22,6 @@ Usage: ``python benchmarks/deployment.py [--requests 200] [--traffic 1] [--trace
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import os
 import time
@@ -40,62 +39,25 @@ TPS = (1, 2, 4, 8)
 
 def one_case(trace: str, model: str, requests: int, target: float, traffic: float) -> dict:
     """The planner on one trace and model at ``traffic`` times the cut trace's rate; one row."""
-    from slolab.instances import mean_rate, scale_rate
-
     load = os.getloadavg()[0]
     start = time.perf_counter()
     configurations, _ = deploy.configuration_names(model, GPUS, TPS)
-    instance = deploy.trace_instance(trace, configurations, limit=requests, seed=0)
-    if traffic != 1.0:
-        rate = traffic * mean_rate(instance.workload)
-        instance = dataclasses.replace(instance, workload=scale_rate(instance.workload, rate))
+    instance = deploy.trace_instance(trace, configurations, limit=requests, seed=0, traffic=traffic)
     report = deploy.plan_deployment(instance, configurations, target=target, seed=0)
     wall = time.perf_counter() - start
     optimum = report.optimum_cost
     assert optimum <= report.greedy_cost + 1e-9, (trace, model, optimum, report.greedy_cost)
     if math.isfinite(report.best_single_cost):
         assert optimum <= report.best_single_cost + 1e-9
-
-    def gap(cost: float) -> float:
-        return cost / optimum - 1.0 if math.isfinite(cost) else math.nan
-
-    single = report.best_single
-
-    def trimmed(
-        loop: deploy.ClosedLoop | None, found: tuple[tuple[int, ...], deploy.FleetRun] | None
-    ) -> tuple[str, float]:
-        if loop is None or found is None:
-            return "none", math.nan
-        return deploy.fleet_text(loop.configurations, found[0]), found[1].attainment
-
-    single_fleet, single_attainment = trimmed(single, report.single_trimmed)
-    mixed_fleet, mixed_attainment = trimmed(report.mixed, report.mixed_trimmed)
+    record = report.to_record()
+    del record["refused"]
     return {
         "trace": trace,
         "model": model,
         "requests": instance.n_requests,
         "traffic": traffic,
-        "configurations": len(report.data.configurations),
-        "classes": len(report.data.classes),
-        "single_loop_fleet": "none" if single is None else single.fleet_text(),
-        "single_met": single is not None and single.met,
-        "single_rounds": 0 if single is None else len(single.rounds),
-        "single_fleet": single_fleet,
-        "single_cost": report.single_cost,
-        "single_attainment": single_attainment,
-        "mixed_loop_fleet": report.mixed.fleet_text(),
-        "mixed_met": report.mixed.met,
-        "mixed_rounds": len(report.mixed.rounds),
-        "mixed_fleet": mixed_fleet,
-        "mixed_cost": report.mixed_cost,
-        "mixed_attainment": mixed_attainment,
-        "saving": report.saving,
-        "optimum_on_capacities": optimum,
-        "optimum_status": report.optimum_status,
-        "greedy_gap": gap(report.greedy_cost),
-        "best_single_gap": gap(report.best_single_cost),
-        "simulations": report.capacities.probes,
-        "stopped_early": report.capacities.early,
+        **record,
+        "capacity_s": report.capacities.wall_s,
         "wall_s": wall,
         "load_1min": load,
     }
