@@ -504,7 +504,8 @@ class DeploymentReport:
     def to_record(self) -> dict[str, Any]:
         """The plan's figures as one flat row (a sweep's ``deploy`` row, a benchmark's row).
 
-        Keys: ``configurations``, ``classes`` (counts), ``refused`` (name -> why);
+        Keys: ``configurations`` (how many the model holds: those serving some class),
+        ``classes`` (how many), ``refused`` (name -> why, for the grid's others);
         per side (``single_``: the best single configuration, ``mixed_``: the mixed optimum)
         ``*_loop_fleet`` (the closed loop's last fleet), ``*_met``, ``*_rounds``, ``*_fleet``
         (trimmed; ``"none"`` when the loop did not meet the target), ``*_cost`` ($/h, inf when
