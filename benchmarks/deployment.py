@@ -8,7 +8,8 @@ two heuristics on them, then the mixed fleet and the best single configuration e
 and tightened until they meet the target (at most 8 rounds). Each row: the fleets and their
 costs ($/h), the saving of the mixed fleet over the best single one (both simulated), their
 simulated attainments, the heuristics' gaps to the MILP optimum on the measured capacities, the
-simulations run and the planner's wall time. The fleets compared are the loops' last fleets
+capacity probes (simulations) run and how many stopped early, the capacity searches' and the
+planner's wall time. The fleets compared are the loops' last fleets
 trimmed (servers removed while the simulation still meets the target,
 :func:`slolab.harness.deploy.trim_fleet`); the loops' own fleets are in ``*_loop_fleet``.
 
@@ -16,13 +17,12 @@ Asserts only what is stable: the MILP optimum is at most every heuristic's cost.
 and writes ``benchmarks/out/deployment.csv`` (a row as soon as it is measured).
 
 Usage: ``python benchmarks/deployment.py [--requests 200] [--traffic 1] [--traces ...]
-[--models ...] [--out deployment.csv]``
+[--models ...] [--gpus a100 h100 a40] [--tps 1 2 4 8] [--out deployment.csv]``
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import os
 import time
@@ -38,64 +38,37 @@ GPUS = ("a100", "h100", "a40")
 TPS = (1, 2, 4, 8)
 
 
-def one_case(trace: str, model: str, requests: int, target: float, traffic: float) -> dict:
-    """The planner on one trace and model at ``traffic`` times the cut trace's rate; one row."""
-    from slolab.instances import mean_rate, scale_rate
-
+def one_case(
+    trace: str,
+    model: str,
+    requests: int,
+    target: float,
+    traffic: float,
+    gpus: tuple[str, ...] = GPUS,
+    tps: tuple[int, ...] = TPS,
+) -> dict:
+    """The planner on one trace and model at ``traffic`` times the cut trace's rate, over the
+    grid ``gpus`` x ``tps``; one row."""
     load = os.getloadavg()[0]
     start = time.perf_counter()
-    configurations, _ = deploy.configuration_names(model, GPUS, TPS)
-    instance = deploy.trace_instance(trace, configurations, limit=requests, seed=0)
-    if traffic != 1.0:
-        rate = traffic * mean_rate(instance.workload)
-        instance = dataclasses.replace(instance, workload=scale_rate(instance.workload, rate))
+    configurations, _ = deploy.configuration_names(model, gpus, tps)
+    instance = deploy.trace_instance(trace, configurations, limit=requests, seed=0, traffic=traffic)
     report = deploy.plan_deployment(instance, configurations, target=target, seed=0)
     wall = time.perf_counter() - start
     optimum = report.optimum_cost
     assert optimum <= report.greedy_cost + 1e-9, (trace, model, optimum, report.greedy_cost)
     if math.isfinite(report.best_single_cost):
         assert optimum <= report.best_single_cost + 1e-9
-
-    def gap(cost: float) -> float:
-        return cost / optimum - 1.0 if math.isfinite(cost) else math.nan
-
-    single = report.best_single
-
-    def trimmed(
-        loop: deploy.ClosedLoop | None, found: tuple[tuple[int, ...], deploy.FleetRun] | None
-    ) -> tuple[str, float]:
-        if loop is None or found is None:
-            return "none", math.nan
-        return deploy.fleet_text(loop.configurations, found[0]), found[1].attainment
-
-    single_fleet, single_attainment = trimmed(single, report.single_trimmed)
-    mixed_fleet, mixed_attainment = trimmed(report.mixed, report.mixed_trimmed)
+    record = report.to_record()
+    del record["refused"]
     return {
         "trace": trace,
         "model": model,
         "requests": instance.n_requests,
         "traffic": traffic,
-        "configurations": len(report.data.configurations),
-        "classes": len(report.data.classes),
-        "single_loop_fleet": "none" if single is None else single.fleet_text(),
-        "single_met": single is not None and single.met,
-        "single_rounds": 0 if single is None else len(single.rounds),
-        "single_fleet": single_fleet,
-        "single_cost": report.single_cost,
-        "single_attainment": single_attainment,
-        "mixed_loop_fleet": report.mixed.fleet_text(),
-        "mixed_met": report.mixed.met,
-        "mixed_rounds": len(report.mixed.rounds),
-        "mixed_fleet": mixed_fleet,
-        "mixed_cost": report.mixed_cost,
-        "mixed_attainment": mixed_attainment,
-        "saving": report.saving,
-        "optimum_on_capacities": optimum,
-        "optimum_status": report.optimum_status,
-        "greedy_gap": gap(report.greedy_cost),
-        "best_single_gap": gap(report.best_single_cost),
-        "simulations": report.capacities.probes,
-        "stopped_early": report.capacities.early,
+        "grid": len(configurations),
+        **record,
+        "capacity_s": report.capacities.wall_s,
         "wall_s": wall,
         "load_1min": load,
     }
@@ -111,6 +84,10 @@ def main() -> None:
     parser.add_argument("--out", default="deployment.csv", help="CSV file name in benchmarks/out")
     parser.add_argument("--traces", nargs="+", default=list(TRACES), choices=list(TRACES))
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--gpus", nargs="+", default=list(GPUS), help="GPU types of the grid")
+    parser.add_argument(
+        "--tps", nargs="+", type=int, default=list(TPS), help="tensor-parallel degrees of the grid"
+    )
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     path = OUT / args.out
@@ -118,7 +95,15 @@ def main() -> None:
     for trace in args.traces:
         for model in args.models:
             try:
-                row = one_case(trace, model, args.requests, args.target, args.traffic)
+                row = one_case(
+                    trace,
+                    model,
+                    args.requests,
+                    args.target,
+                    args.traffic,
+                    tuple(args.gpus),
+                    tuple(args.tps),
+                )
             except ValueError as error:  # a target out of reach of the grid, said in one line
                 rows.append({"trace": trace, "model": model, "note": str(error)})
                 pd.DataFrame(rows).to_csv(path, index=False)
@@ -130,7 +115,9 @@ def main() -> None:
                 f"{trace:22s} {model:10s} single {row['single_fleet']} ${row['single_cost']:.2f}/h "
                 f"({row['single_attainment']:.3f}); mixed {row['mixed_fleet']} "
                 f"${row['mixed_cost']:.2f}/h ({row['mixed_attainment']:.3f}); saving "
-                f"{row['saving']:.1%}; {row['wall_s']:.0f} s",
+                f"{row['saving']:.1%}; {row['capacity_probes']} capacity probes "
+                f"({row['capacity_early']} early) in {row['capacity_s']:.0f} s; "
+                f"{row['wall_s']:.0f} s",
                 flush=True,
             )
     table = pd.DataFrame(rows)

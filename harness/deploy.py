@@ -501,6 +501,52 @@ class DeploymentReport:
             return math.nan
         return 1.0 - self.mixed_cost / self.single_cost
 
+    def to_record(self) -> dict[str, Any]:
+        """The plan's figures as one flat row (a sweep's ``deploy`` row, a benchmark's row).
+
+        Keys: ``configurations`` (how many the model holds: those serving some class),
+        ``classes`` (how many), ``refused`` (name -> why, for the grid's others);
+        per side (``single_``: the best single configuration, ``mixed_``: the mixed optimum)
+        ``*_loop_fleet`` (the closed loop's last fleet), ``*_met``, ``*_rounds``, ``*_fleet``
+        (trimmed; ``"none"`` when the loop did not meet the target), ``*_cost`` ($/h, inf when
+        not met) and ``*_attainment`` (of the trimmed fleet, NaN when not met); ``saving``;
+        on the measured capacities ``optimum_cost`` ($/h), ``optimum_status``,
+        ``greedy_gap`` and ``best_single_gap`` (relative to the optimum); ``capacity_probes``
+        and ``capacity_early`` (the capacity simulations, and those stopped early).
+        """
+        optimum = self.optimum_cost
+
+        def gap(cost: float) -> float:
+            return cost / optimum - 1.0 if math.isfinite(cost) else math.nan
+
+        record: dict[str, Any] = {
+            "configurations": len(self.data.configurations),
+            "classes": len(self.data.classes),
+            "refused": dict(self.refused),
+        }
+        sides = (
+            ("single", self.best_single, self.single_trimmed, self.single_cost),
+            ("mixed", self.mixed, self.mixed_trimmed, self.mixed_cost),
+        )
+        for side, loop, trimmed, cost in sides:
+            record[f"{side}_loop_fleet"] = "none" if loop is None else loop.fleet_text()
+            record[f"{side}_met"] = loop is not None and loop.met
+            record[f"{side}_rounds"] = 0 if loop is None else len(loop.rounds)
+            found = None if loop is None else _trimmed_dict(loop, trimmed)
+            record[f"{side}_fleet"] = "none" if found is None else found["fleet"]
+            record[f"{side}_cost"] = cost
+            record[f"{side}_attainment"] = math.nan if found is None else found["attainment"]
+        record.update(
+            saving=self.saving,
+            optimum_cost=optimum,
+            optimum_status=self.optimum_status,
+            greedy_gap=gap(self.greedy_cost),
+            best_single_gap=gap(self.best_single_cost),
+            capacity_probes=self.capacities.probes,
+            capacity_early=self.capacities.early,
+        )
+        return record
+
     def to_dict(self) -> dict[str, Any]:
         """What ``slolab plan --model ... --json`` prints."""
 

@@ -196,6 +196,18 @@ def _size_text(edges: Sequence[int], low: int, high: int) -> str:
     return f"tokens>={above}" if above else "tokens:all"
 
 
+def check_grid_names(model: str, gpus: Sequence[str]) -> None:
+    """Raise ValueError (naming the known ones) for a model or GPU the profiles do not have."""
+    from slolab.timing.generated import vidur_fits_table
+
+    table = vidur_fits_table()
+    if model not in table["models"]:
+        raise ValueError(f"unknown model {model!r}; known: {', '.join(sorted(table['models']))}")
+    for gpu in gpus:
+        if gpu not in table["gpus"]:
+            raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(sorted(table['gpus']))}")
+
+
 def configuration_names(
     model: str, gpus: Sequence[str], tps: Sequence[int]
 ) -> tuple[list[str], dict[str, str]]:
@@ -208,14 +220,9 @@ def configuration_names(
         For a model or GPU the profiles do not have (naming the known ones), or when the data
         supports no configuration of the grid.
     """
-    from slolab.timing.generated import preset_refusal, vidur_fits_table
+    from slolab.timing.generated import preset_refusal
 
-    table = vidur_fits_table()
-    if model not in table["models"]:
-        raise ValueError(f"unknown model {model!r}; known: {', '.join(sorted(table['models']))}")
-    for gpu in gpus:
-        if gpu not in table["gpus"]:
-            raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(sorted(table['gpus']))}")
+    check_grid_names(model, gpus)
     names, refused = [], {}
     for gpu in gpus:
         for tp in tps:
@@ -311,14 +318,20 @@ def trace_instance(
     limit: int | None = None,
     slos: str = "polyserve",
     rate: float | None = None,
+    traffic: float = 1.0,
     max_batch_tokens: int = 2048,
     **reading: Any,
 ) -> Instance:
     """The trace with SLOs assigned under :func:`reference_configuration`'s timing (the same
-    SLOs whichever configuration serves a request), cut to ``limit`` requests."""
+    SLOs whichever configuration serves a request), cut to ``limit`` requests; with
+    ``traffic`` its arrivals time-scaled to that multiple of the cut's own mean rate (or of
+    ``rate``)."""
+    from slolab.instances import mean_rate, scale_rate
     from slolab.problems.serving import serving_instance
 
-    return serving_instance(
+    if not (math.isfinite(traffic) and traffic > 0):
+        raise ValueError(f"traffic must be a number > 0, got {traffic!r}")
+    instance = serving_instance(
         trace,
         seed=seed,
         timing=reference_configuration(configurations),
@@ -328,6 +341,10 @@ def trace_instance(
         max_batch_tokens=max_batch_tokens,
         **reading,
     )
+    if traffic == 1.0:
+        return instance
+    scaled = scale_rate(instance.workload, traffic * mean_rate(instance.workload))
+    return dataclasses.replace(instance, workload=scaled)
 
 
 @dataclass(frozen=True, slots=True)

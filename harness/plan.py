@@ -636,7 +636,6 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         trace_instance,
     )
     from slolab.heuristics.policies import policy_entry
-    from slolab.instances import mean_rate
 
     gpus = _parse_list("--gpus", args.gpus)
     tps = []
@@ -671,16 +670,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         limit=setup.limit,
         slos=slos,
         rate=args.rate,
+        traffic=1.0 if args.rate is not None else args.traffic,
         max_batch_tokens=setup.max_batch_tokens,
         **setup.reading(),
     )
-    if args.rate is None and args.traffic != 1.0:
-        if not (math.isfinite(args.traffic) and args.traffic > 0):
-            raise ValueError(f"--traffic must be a number > 0, got {args.traffic!r}")
-        from slolab.instances import scale_rate
-
-        rate = args.traffic * mean_rate(instance.workload)
-        instance = dataclasses.replace(instance, workload=scale_rate(instance.workload, rate))
     classes = request_classes(instance)
     report = plan_deployment(
         instance,

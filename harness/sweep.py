@@ -1,4 +1,4 @@
-"""Sweeps: a grid of compare, simulate and capacity tasks run on Dask, rows to a results store.
+"""Sweeps: a grid of compare, simulate, capacity and deploy tasks run on Dask, rows to a store.
 
 A sweep is a TOML file (see ``docs/sweeps.md``): the grid of tasks and where the rows go.
 :func:`slolab.harness.sweep_spec.load_spec` validates it whole before anything runs and
@@ -18,7 +18,10 @@ Task kinds:
 - ``simulate``: a trace x policy x servers x seed (x rate), what ``slolab simulate --json``
   reports, one row;
 - ``capacity``: a trace x policy x servers x seed, the largest rate meeting an attainment
-  target (:func:`slolab.harness.serving.capacity_search`), one row.
+  target (:func:`slolab.harness.serving.capacity_search`), one row;
+- ``deploy``: a trace x model x GPU set x TP set x traffic x target x seed, the deployment
+  plan (:func:`slolab.harness.deploy.plan_deployment`: cheapest single configuration, mixed
+  fleet, saving, simulated attainments), one row.
 
 A task's key is the SHA-256 of its canonical description (:func:`slolab.harness.store.task_key`);
 the store holds a task's rows whole or not at all, so a rerun computes only the tasks whose
@@ -166,6 +169,36 @@ _CAPACITY_COLUMNS = {
     "probes": "string",
     "n_stalled": "int64",
 }
+#: A deploy row: the grid point, then :meth:`slolab.harness.deploy.DeploymentReport.to_record`
+#: (``trace``, ``policy``, ``requests``, ``target``, ``definition`` are shared columns).
+_DEPLOY_COLUMNS = {
+    "model": "string",
+    "gpus": "string",
+    "tps": "string",
+    "traffic": "float64",
+    "configurations": "int64",
+    "classes": "int64",
+    "refused": "string",
+    "single_loop_fleet": "string",
+    "single_met": "bool",
+    "single_rounds": "int64",
+    "single_fleet": "string",
+    "single_cost": "float64",
+    "single_attainment": "float64",
+    "mixed_loop_fleet": "string",
+    "mixed_met": "bool",
+    "mixed_rounds": "int64",
+    "mixed_fleet": "string",
+    "mixed_cost": "float64",
+    "mixed_attainment": "float64",
+    "saving": "float64",
+    "optimum_cost": "float64",
+    "optimum_status": "string",
+    "greedy_gap": "float64",
+    "best_single_gap": "float64",
+    "capacity_probes": "int64",
+    "capacity_early": "int64",
+}
 #: The columns of a sweep's store: every task's columns plus those of each kind (a row
 #: leaves the other kinds' columns null).
 SWEEP_COLUMNS: dict[str, str] = {
@@ -173,6 +206,7 @@ SWEEP_COLUMNS: dict[str, str] = {
     **_COMPARE_COLUMNS,
     **_SERVING_COLUMNS,
     **_CAPACITY_COLUMNS,
+    **_DEPLOY_COLUMNS,
 }
 
 # -- running one task (on a worker) -----------------------------------------------------------
@@ -327,6 +361,56 @@ def _serving_rows(task: Task) -> list[dict[str, Any]]:
         return [{**fields, **_error_fields(error)}]
 
 
+def _deploy_rows(task: Task) -> list[dict[str, Any]]:
+    """The deployment plan of one grid point (:func:`slolab.harness.deploy.plan_deployment`)
+    as one row; a grid the data cannot support, or a target out of its reach, an error row."""
+    from slolab.harness.deploy import (
+        configuration_names,
+        plan_deployment,
+        read_prices,
+        trace_instance,
+    )
+
+    payload = task.payload
+    trace = json.loads(task.description)["trace"]
+    fields = {
+        "trace": trace if isinstance(trace, str) else trace["file"],
+        "model": payload["model"],
+        "gpus": ",".join(payload["gpus"]),
+        "tps": ",".join(map(str, payload["tps"])),
+        "traffic": payload["traffic"],
+        "target": payload["target"],
+        "definition": payload["definition"],
+        "policy": payload["policy"],
+    }
+    try:
+        configurations, refused = configuration_names(
+            payload["model"], payload["gpus"], payload["tps"]
+        )
+        instance = trace_instance(
+            payload["trace"],
+            configurations,
+            seed=payload["seed"],
+            limit=payload["limit"],
+            slos=payload["slos"],
+            traffic=payload["traffic"],
+        )
+        report = plan_deployment(
+            instance,
+            configurations,
+            target=payload["target"],
+            definition=payload["definition"],
+            policy=payload["policy"],
+            seed=payload["seed"],
+            prices=None if payload["prices"] is None else read_prices(payload["prices"]),
+            refused=refused,
+            max_rounds=payload["max_rounds"],
+        )
+        return [{**report.to_record(), **fields, "requests": instance.n_requests}]
+    except Exception as error:
+        return [{**fields, **_error_fields(error)}]
+
+
 #: ``error_type`` of a row whose run stalled (its ``error`` says why).
 STALLED_RUN = "StalledRun"
 
@@ -344,20 +428,20 @@ def run_task(task: Task) -> list[dict[str, Any]]:
     """The rows of one task, computed here (on a Dask worker); never raises for a task's fault.
 
     A compare task gives one row per method (a method that raises gets a row with ``error``
-    set; the others keep their results and gaps); a simulate or capacity task one row. Every
+    set; the others keep their results and gaps); a simulate, capacity or deploy task one row. Every
     row carries the task columns: ``task_key``, ``sweep``, ``task_kind``, ``task`` (the
     description), ``seed``, ``threads``, ``time_limit_s``, ``host``, ``versions`` (JSON),
     ``wall_s`` (the task's wall time), ``finished_utc``, and ``error`` / ``error_type`` /
     ``error_traceback`` (null unless it failed).
     """
     start = time.perf_counter()
-    rows = _compare_rows(task) if task.kind == "compare" else _serving_rows(task)
+    rows = {"compare": _compare_rows, "deploy": _deploy_rows}.get(task.kind, _serving_rows)(task)
     common = {
         "task_key": task.key,
         "sweep": task.sweep,
         "task_kind": task.kind,
         "task": task.description,
-        "seed": task.payload["seed"] if task.kind == "compare" else task.payload["setup"].seed,
+        "seed": task.payload["setup"].seed if "setup" in task.payload else task.payload["seed"],
         "threads": task.threads,
         "time_limit_s": task.payload.get("time_limit_s"),
         "host": socket.gethostname(),
@@ -855,7 +939,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Add the ``sweep`` command to the ``slolab`` subcommands."""
     p = sub.add_parser(
         "sweep",
-        help="run a grid of compare/simulate/capacity tasks from a TOML spec",
+        help="run a grid of compare/simulate/capacity/deploy tasks from a TOML spec",
         description="Run the tasks of a sweep spec (TOML) that are not yet in the store, on "
         "local worker processes, a Dask cluster or a SLURM/PBS batch system; rows are "
         "appended to a Parquet data set that pandas.read_parquet(STORE) reads. Rerunning the "

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from slolab.harness.serving import ServingSetup
 from slolab.harness.store import canonical_json, task_key
 from slolab.instances.records import Instance
 
-KINDS = ("compare", "simulate", "capacity")
+KINDS = ("compare", "simulate", "capacity", "deploy")
 #: Backends of :func:`run_sweep`.
 
 _TOP_KEYS = ("name", "store", "run", "jobqueue", *KINDS)
@@ -53,6 +54,17 @@ _SERVING_AXES = ("traces", "policies", "servers", "seeds")
 _SIMULATE_KEYS = (*_SERVING_AXES, "rates", *_SETUP_OPTIONS)
 _CAPACITY_OPTIONS = ("target", "definition", "start_rate", "rel_tol", "max_probes")
 _CAPACITY_KEYS = (*_SERVING_AXES, *_CAPACITY_OPTIONS, *_SETUP_OPTIONS)
+#: A deploy group: its grid axes, then options each of its tasks shares (with their defaults).
+_DEPLOY_AXES = ("traces", "models", "gpus", "tps", "traffic", "targets", "seeds")
+_DEPLOY_OPTIONS: dict[str, Any] = {
+    "limit": None,
+    "slos": "polyserve",
+    "policy": "sarathi",
+    "definition": "deadline",
+    "max_rounds": 8,
+    "prices": None,
+}
+_DEPLOY_KEYS = (*_DEPLOY_AXES, *_DEPLOY_OPTIONS)
 
 
 class SpecError(ValueError):
@@ -226,6 +238,17 @@ class _Reader:
                     f"unknown key; known keys: {', '.join(allowed)}",
                 )
         return data
+
+    def groups(
+        self, spec: Mapping[str, Any], kind: str, allowed: Sequence[str]
+    ) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        """``(where, table)`` of each ``[[kind]]`` table of the spec, its keys checked."""
+        groups = spec.get(kind, [])
+        if not isinstance(groups, list):
+            raise self.fail(kind, groups, f"must be an array of tables ([[{kind}]])")
+        for number, raw in enumerate(groups):
+            where = f"{kind}[{number}]"
+            yield where, self.table(raw, where, allowed)
 
     def value(self, data: Mapping[str, Any], where: str, name: str, kinds: Any) -> Any:
         """``data[name]`` checked against ``kinds`` (``float`` also takes ints; never bools)."""
@@ -416,13 +439,8 @@ def _build_sources(
 def _compare_tasks(
     reader: _Reader, spec: Mapping[str, Any], sweep: str, threads: int
 ) -> list[Task]:
-    groups = spec.get("compare", [])
-    if not isinstance(groups, list):
-        raise reader.fail("compare", groups, "must be an array of tables ([[compare]])")
     tasks = []
-    for number, raw in enumerate(groups):
-        where = f"compare[{number}]"
-        group = reader.table(raw, where, _COMPARE_KEYS)
+    for where, group in reader.groups(spec, "compare", _COMPARE_KEYS):
         methods = reader.strings(group, where, "methods", required=True)
         sources = _instance_sources(reader, group, where)
         for problem, _, _, _ in sources:
@@ -532,13 +550,9 @@ def _serving_tasks(
     from slolab.heuristics.policies import is_policy, policy_names
     from slolab.sim.metrics import DEFINITIONS
 
-    groups = spec.get(kind, [])
-    if not isinstance(groups, list):
-        raise reader.fail(kind, groups, f"must be an array of tables ([[{kind}]])")
     tasks = []
-    for number, raw in enumerate(groups):
-        where = f"{kind}[{number}]"
-        group = reader.table(raw, where, _SIMULATE_KEYS if kind == "simulate" else _CAPACITY_KEYS)
+    keys = _SIMULATE_KEYS if kind == "simulate" else _CAPACITY_KEYS
+    for where, group in reader.groups(spec, kind, keys):
         traces = _traces(reader, group, where)
         policies = reader.strings(group, where, "policies", required=True)
         for index, policy in enumerate(policies):
@@ -591,6 +605,119 @@ def _serving_tasks(
                                 description["rate"] = rate
                                 payload["rate"] = rate
                             tasks.append(_task(kind, sweep, description, payload, threads))
+    return tasks
+
+
+def _grid_sets(
+    reader: _Reader, group: Mapping[str, Any], where: str, name: str, kind: type, default: list[Any]
+) -> list[tuple[Any, ...]]:
+    """``group[name]``: a non-empty list of non-empty lists of ``kind`` (one set of the grid
+    each), or ``[default]``."""
+    if name not in group:
+        return [tuple(default)]
+    sets = group[name]
+    if not isinstance(sets, list) or not sets:
+        raise reader.fail(f"{where}.{name}", sets, "must be a non-empty list of lists")
+    for index, items in enumerate(sets):
+        if (
+            not isinstance(items, list)
+            or not items
+            or any(isinstance(item, bool) or not isinstance(item, kind) for item in items)
+        ):
+            raise reader.fail(
+                f"{where}.{name}[{index}]", items, f"must be a non-empty list of {kind.__name__}"
+            )
+    return [tuple(items) for items in sets]
+
+
+def _deploy_tasks(reader: _Reader, spec: Mapping[str, Any], sweep: str, threads: int) -> list[Task]:
+    """One task per trace x model x GPU set x TP set x traffic x target x seed: the deployment
+    plan of :func:`slolab.harness.deploy.plan_deployment`."""
+    from slolab.harness.deploy_capacity import check_grid_names, read_prices
+    from slolab.heuristics.policies import policy_entry
+    from slolab.instances import scheme_names
+    from slolab.sim.metrics import DEFINITIONS
+
+    tasks = []
+    for where, group in reader.groups(spec, "deploy", _DEPLOY_KEYS):
+        traces = _traces(reader, group, where)
+        models = reader.strings(group, where, "models", required=True)
+        gpu_sets = _grid_sets(reader, group, where, "gpus", str, ["a100", "h100", "a40"])
+        tp_sets = _grid_sets(reader, group, where, "tps", int, [1, 2, 4, 8])
+        for index, tps in enumerate(tp_sets):
+            if min(tps) < 1:
+                raise reader.fail(f"{where}.tps[{index}]", list(tps), "degrees must be >= 1")
+        for index, model in enumerate(models):
+            for gpus in gpu_sets:
+                try:
+                    check_grid_names(model, gpus)
+                except ValueError as error:
+                    raise reader.fail(f"{where}.models[{index}]", model, str(error)) from None
+        traffic = reader.floats(group, where, "traffic") or [1.0]
+        targets = reader.floats(group, where, "targets") or [0.9]
+        for index, target in enumerate(targets):
+            if target > 1:
+                raise reader.fail(f"{where}.targets[{index}]", target, "must be in (0, 1]")
+        seeds = reader.ints(group, where, "seeds", [0])
+        options = dict(_DEPLOY_OPTIONS)
+        for name in ("limit", "max_rounds"):
+            if name in group:
+                options[name] = reader.value(group, where, name, int)
+                if options[name] < 1:
+                    raise reader.fail(f"{where}.{name}", options[name], "must be >= 1")
+        for name in ("slos", "policy", "definition", "prices"):
+            if name in group:
+                options[name] = reader.value(group, where, name, str)
+        if options["definition"] not in DEFINITIONS:
+            raise reader.fail(
+                f"{where}.definition", options["definition"], f"known: {', '.join(DEFINITIONS)}"
+            )
+        try:
+            if policy_entry(options["policy"]).setup is not None:
+                raise ValueError("lays out its own cluster; the planner needs a per-server one")
+        except ValueError as error:
+            raise reader.fail(f"{where}.policy", options["policy"], str(error)) from None
+        if options["slos"] != "none":
+            unknown = [part for part in options["slos"].split("+") if part not in scheme_names()]
+            if unknown:
+                raise reader.fail(
+                    f"{where}.slos",
+                    options["slos"],
+                    f"known schemes (joined by +): {', '.join(scheme_names())}",
+                )
+        prices_reference = None
+        if options["prices"] is not None:
+            path = reader.file(options["prices"])
+            if path is None:
+                raise reader.fail(
+                    f"{where}.prices",
+                    options["prices"],
+                    f"no such file (relative to {reader.folder})",
+                )
+            try:
+                read_prices(path)
+            except ValueError as error:
+                raise reader.fail(f"{where}.prices", options["prices"], str(error)) from None
+            prices_reference, options["prices"] = _file_reference(path), str(path)
+        grid = itertools.product(traces, models, gpu_sets, tp_sets, traffic, targets, seeds)
+        for (reference, trace), model, gpus, tps, level, target, seed in grid:
+            chosen = {
+                "model": model,
+                "gpus": list(gpus),
+                "tps": list(tps),
+                "traffic": level,
+                "target": target,
+                "seed": seed,
+            }
+            description = {
+                "kind": "deploy",
+                "trace": reference,
+                **chosen,
+                **options,
+                "prices": prices_reference,
+            }
+            payload = {"trace": trace, **chosen, **options}
+            tasks.append(_task("deploy", sweep, description, payload, threads))
     return tasks
 
 
@@ -663,9 +790,12 @@ def load_spec(path: str | os.PathLike[str], *, threads: int | None = None) -> Sw
         *_compare_tasks(reader, data, name, threads),
         *_serving_tasks(reader, data, "simulate", name, threads),
         *_serving_tasks(reader, data, "capacity", name, threads),
+        *_deploy_tasks(reader, data, name, threads),
     ]
     if not tasks:
-        raise SpecError(f"{path}: no tasks: add [[compare]], [[simulate]] or [[capacity]] tables")
+        raise SpecError(
+            f"{path}: no tasks: add [[compare]], [[simulate]], [[capacity]] or [[deploy]] tables"
+        )
     unique = list({task.key: task for task in tasks}.values())
     return SweepSpec(
         name=name,
