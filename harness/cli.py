@@ -68,19 +68,6 @@ def _load_instance(ref: str):
     return load_shipped(ref)
 
 
-def _seed(text: str) -> int:
-    """A ``--seed`` value: an integer every solver backend and random generator accepts."""
-    from slolab.solvers.backend import MAX_SEED
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    if not 0 <= value <= MAX_SEED:
-        raise argparse.ArgumentTypeError(f"must be an integer in [0, {MAX_SEED}], got {value}")
-    return value
-
-
 def _add_serving_args(p: argparse.ArgumentParser) -> None:
     """The trace and the serving flags (:data:`slolab.problems.flags.SERVING_OPTIONS`)."""
     from slolab.problems.flags import SERVING_OPTIONS, TRACE
@@ -129,6 +116,14 @@ def _bounded(option) -> Callable[[str], Any]:
 
     parse.__name__ = option.type.__name__
     return parse
+
+
+def _seed_type() -> Callable[[str], Any]:
+    """The parser of every ``--seed``: the declared seed's range (:data:`slolab.problems.flags.SEED`,
+    an integer every solver backend and random generator accepts)."""
+    from slolab.problems.flags import SEED
+
+    return _bounded(SEED)
 
 
 def add_options(p: argparse.ArgumentParser, options) -> None:
@@ -823,7 +818,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--time-limit", type=float, default=60.0, help="seconds (default: 60)")
     p.add_argument("--threads", type=int, default=1, help="solver threads (default: 1)")
-    p.add_argument("--seed", type=_seed, default=0, help="solver seed (default: 0)")
+    p.add_argument("--seed", type=_seed_type(), default=0, help="solver seed (default: 0)")
     add_output_flags(p)
     p.set_defaults(func=cmd_solve)
 
@@ -848,7 +843,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--threads", type=int, default=1, help="solver threads (default: 1)")
     p.add_argument(
-        "--seed", type=_seed, default=0, help="seed of stochastic methods and solvers (default: 0)"
+        "--seed",
+        type=_seed_type(),
+        default=0,
+        help="seed of stochastic methods and solvers (default: 0)",
     )
     add_output_flags(
         p,
@@ -869,7 +867,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--time-limit", type=float, default=60.0, help="seconds per level (default: 60)")
     p.add_argument("--threads", type=int, default=1, help="solver threads (default: 1)")
-    p.add_argument("--seed", type=_seed, default=0, help="solver seed (default: 0)")
+    p.add_argument("--seed", type=_seed_type(), default=0, help="solver seed (default: 0)")
     add_output_flags(
         p,
         "print a JSON list of {cost_server_s, attainment, status, cost_bound, gap, level, ...}",
@@ -937,7 +935,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("policy", help="policy name, or package.module:Name of a Policy class")
     p.add_argument("--seeds", type=int, default=3, help="random instances (default: 3)")
-    p.add_argument("--seed", type=_seed, default=0, help="first seed (default: 0)")
+    p.add_argument("--seed", type=_seed_type(), default=0, help="first seed (default: 0)")
     p.add_argument("--requests", type=int, default=40, help="requests per instance (default: 40)")
     p.add_argument("--servers", type=int, default=2, help="servers (default: 2)")
     p.add_argument(
