@@ -159,21 +159,32 @@ class PolyServePolicy:
         """Decode every running request and admit the transferred ones (the router admitted
         them) while memory allows. When the next step does not fit (outputs longer than
         predicted), the latest admitted requests are preempted; once memory frees, the server
-        recomputes their KV (a prefill of prompt and generated tokens, then they decode on)."""
+        recomputes their KV (a prefill of prompt and generated tokens, then they decode on):
+        whole, or in chunks of the token cap when longer than the cap."""
         decode = list(server.decoding[: server.max_batch_size])
         if len(decode) > server.kv_free_tokens:
             preempt = make_room_for_decode(server, decode, self._order.of(server))
             return Batch(decode=decode, preempt=preempt)
         free = server.kv_free_tokens - len(decode)
-        prefill: list[tuple[int, int]] = []
-        admitted = False
+        prefill, free = self._recompute_chunks(server, decode, free)
+        admitted = bool(prefill)
+        cap = server.max_batch_tokens
         for r in server.waiting:
             if len(decode) + len(prefill) >= server.max_batch_size:
                 break
             left = server.remaining_prefill(r)
             need = left + 1 if left else server.kv_held(r) + 1
             tokens = len(decode) + sum(c for _, c in prefill) + max(left, 1)
-            if need > free or (server.max_batch_tokens and tokens > server.max_batch_tokens):
+            if need > free:
+                break
+            if cap and tokens > cap:
+                room = cap - (tokens - left)
+                if left > cap and room >= 1:
+                    # a recompute longer than any iteration can take whole: its first chunk
+                    # (all of its KV fits; the rest follows, _recompute_chunks)
+                    prefill.append((r, room))
+                    free -= room
+                    admitted = True
                 break
             if left:
                 prefill.append((r, left))  # a preempted request: recompute its KV
@@ -185,6 +196,26 @@ class PolyServePolicy:
             return Batch()
         full = not admitted and len(decode) == len(server.decoding)
         return Batch(prefill=prefill, decode=server.decoding_ids() if full else decode, repeat=full)
+
+    @staticmethod
+    def _recompute_chunks(
+        server: Server, decode: list[int], free: int
+    ) -> tuple[list[tuple[int, int]], int]:
+        """The next chunks of the recomputes begun in chunks on decode server ``server`` (a
+        preempted request longer than the token cap), within the cap, the batch size and
+        ``free`` KV tokens; returns them and the KV tokens left free."""
+        prefill: list[tuple[int, int]] = []
+        budget = (server.max_batch_tokens or 1 << 62) - len(decode)
+        for r in server.prefilling:
+            rem = server.remaining_prefill(r)
+            c = min(rem, budget)
+            extra = 1 if c == rem else 0
+            if c < 1 or len(decode) + len(prefill) >= server.max_batch_size or c + extra > free:
+                break
+            prefill.append((r, c))
+            free -= c + extra
+            budget -= c
+        return prefill, free
 
     def _prefill_batch(self, server: Server) -> Batch:
         budget = self.c.params.prefill_chunk_tokens
