@@ -84,6 +84,7 @@ __all__ = [
     "timing_of",
     "trace_instance",
     "trim_fleet",
+    "verified_mixed",
 ]
 
 
@@ -425,9 +426,47 @@ def trim_fleet(
 def _trimmed_cost(
     loop: ClosedLoop | None, trimmed: tuple[tuple[int, ...], FleetRun] | None
 ) -> float:
-    if loop is None or not loop.met or trimmed is None:
+    if loop is None or not loop.met:
         return math.inf
-    return float(sum(n * p for n, p in zip(trimmed[0], loop.prices, strict=True)))
+    return _fleet_cost(loop.prices, trimmed)
+
+
+def _fleet_cost(
+    prices: Sequence[float], trimmed: tuple[tuple[int, ...], FleetRun] | None
+) -> float:
+    """``sum_c p_c n_c`` of a verified fleet (inf: none)."""
+    if trimmed is None:
+        return math.inf
+    return float(sum(n * p for n, p in zip(trimmed[0], prices, strict=True)))
+
+
+def verified_mixed(
+    configurations: Sequence[str],
+    prices: Sequence[float],
+    mixed: tuple[tuple[int, ...], FleetRun] | None,
+    single: ClosedLoop | None,
+    single_trimmed: tuple[tuple[int, ...], FleetRun] | None,
+) -> tuple[tuple[tuple[int, ...], FleetRun] | None, str]:
+    """The mixed answer: the cheaper of the mixed loop's verified fleet ``mixed`` and the
+    best single configuration's (``single_trimmed``, of the loop ``single`` over one of
+    ``configurations``), with where it came from (``"mixed"``, ``"single"``).
+
+    A fleet of one configuration is a mixed fleet too; both were simulated and met the
+    target, so the saving of the answer over the single fleet is never negative. Equal
+    costs on the measured capacities can hide fleets that simulate apart (two H100s at TP 1
+    or one at TP 2); the MILP cannot tell them apart, the simulations can. A tie keeps the
+    mixed loop's fleet.
+    """
+    if single is None or not single.met or single_trimmed is None:
+        return mixed, "mixed"
+    alone = single_trimmed[0]
+    full = [0] * len(configurations)
+    for name, n in zip(single.configurations, alone, strict=True):
+        full[list(configurations).index(name)] = n
+    candidate = (tuple(full), single_trimmed[1])
+    if _fleet_cost(prices, candidate) < _fleet_cost(prices, mixed):
+        return candidate, "single"
+    return mixed, "mixed"
 
 
 def fleet_text(configurations: Sequence[str], replicas: Sequence[int]) -> str:
@@ -455,8 +494,16 @@ class DeploymentReport:
     best_single : ClosedLoop or None
         The best single configuration, closed-loop on its own.
     mixed_trimmed, single_trimmed : (tuple of int, FleetRun) or None
-        Each met loop's fleet trimmed (:func:`trim_fleet`): replicas per configuration of
-        the loop and the run that met the target (None when the loop did not meet it).
+        The verified fleets: replicas per configuration of the loop and the run that met the
+        target (None when none met it). ``single_trimmed`` is the best single loop's fleet
+        trimmed (:func:`trim_fleet`); ``mixed_trimmed`` is the cheaper of the mixed loop's
+        fleet trimmed and the best single one (a single configuration is a mixed fleet too),
+        the mixed loop's on a tie (:attr:`mixed_from` says which).
+    mixed_from : str
+        ``"mixed"`` (the mixed loop's fleet) or ``"single"`` (the verified best single fleet,
+        cheaper than the mixed loop's or the only one that met the target).
+    mixed_loop_trimmed : (tuple of int, FleetRun) or None
+        The mixed loop's own fleet trimmed (None when the loop did not meet the target).
     greedy_cost : float
         Cost of :func:`greedy_cost_per_capacity` ($/h) on the measured capacities.
     best_single_cost : float
@@ -482,11 +529,13 @@ class DeploymentReport:
     wall_s: float
     mixed_trimmed: tuple[tuple[int, ...], FleetRun] | None = None
     single_trimmed: tuple[tuple[int, ...], FleetRun] | None = None
+    mixed_from: str = "mixed"
+    mixed_loop_trimmed: tuple[tuple[int, ...], FleetRun] | None = None
 
     @property
     def mixed_cost(self) -> float:
-        """The verified mixed fleet's cost ($/h), trimmed (inf when not met)."""
-        return _trimmed_cost(self.mixed, self.mixed_trimmed)
+        """The verified mixed fleet's cost ($/h), trimmed (inf when none met the target)."""
+        return _fleet_cost(self.data.prices, self.mixed_trimmed)
 
     @property
     def single_cost(self) -> float:
@@ -509,7 +558,9 @@ class DeploymentReport:
         per side (``single_``: the best single configuration, ``mixed_``: the mixed optimum)
         ``*_loop_fleet`` (the closed loop's last fleet), ``*_met``, ``*_rounds``, ``*_fleet``
         (trimmed; ``"none"`` when the loop did not meet the target), ``*_cost`` ($/h, inf when
-        not met) and ``*_attainment`` (of the trimmed fleet, NaN when not met); ``saving``;
+        not met) and ``*_attainment`` (of the trimmed fleet, NaN when not met), the mixed
+        side's being the cheaper verified fleet (:func:`verified_mixed`); ``mixed_from``
+        (``"mixed"`` or ``"single"``: which loop that fleet came from); ``saving``;
         on the measured capacities ``optimum_cost`` ($/h), ``optimum_status``,
         ``greedy_gap`` and ``best_single_gap`` (relative to the optimum); ``capacity_probes``
         and ``capacity_early`` (the capacity simulations, and those stopped early).
@@ -537,6 +588,7 @@ class DeploymentReport:
             record[f"{side}_cost"] = cost
             record[f"{side}_attainment"] = math.nan if found is None else found["attainment"]
         record.update(
+            mixed_from=self.mixed_from,
             saving=self.saving,
             optimum_cost=optimum,
             optimum_status=self.optimum_status,
@@ -604,6 +656,8 @@ class DeploymentReport:
             "mixed": loop_dict(self.mixed),
             "best_single": loop_dict(self.best_single),
             "mixed_trimmed": _trimmed_dict(self.mixed, self.mixed_trimmed),
+            "mixed_from": self.mixed_from,
+            "mixed_loop_trimmed": _trimmed_dict(self.mixed, self.mixed_loop_trimmed),
             "best_single_trimmed": _trimmed_dict(self.best_single, self.single_trimmed),
             "saving": None if math.isnan(saving) else saving,
             "wall_s": self.wall_s,
@@ -618,7 +672,7 @@ def _trimmed_dict(
     return {
         "fleet": fleet_text(loop.configurations, trimmed[0]),
         "replicas": list(trimmed[0]),
-        "cost_per_hour": _trimmed_cost(loop, trimmed),
+        "cost_per_hour": _fleet_cost(loop.prices, trimmed),
         "attainment": trimmed[1].attainment,
     }
 
@@ -720,6 +774,9 @@ def plan_deployment(
         single_trimmed = trim_fleet(
             instance, classes, single_loop, definition=definition, policy=policy, seed=seed
         )
+    answer, mixed_from = verified_mixed(
+        data.configurations, data.prices, mixed_trimmed, single_loop, single_trimmed
+    )
     return DeploymentReport(
         data=data,
         capacities=table,
@@ -732,6 +789,8 @@ def plan_deployment(
         optimum_cost=optimum.cost,
         optimum_status=optimum.status.value,
         wall_s=time.perf_counter() - start,
-        mixed_trimmed=mixed_trimmed,
+        mixed_trimmed=answer,
         single_trimmed=single_trimmed,
+        mixed_from=mixed_from,
+        mixed_loop_trimmed=mixed_trimmed,
     )

@@ -756,7 +756,7 @@ def _print_report(args: argparse.Namespace, instance: Any, classes: Any, report:
     from slolab.harness.deploy import fleet_text
 
     for label, loop, trimmed in (
-        ("mixed fleet", report.mixed, report.mixed_trimmed),
+        ("mixed fleet", report.mixed, report.mixed_loop_trimmed),
         ("best single", report.best_single, report.single_trimmed),
     ):
         if loop is not None and trimmed is not None:
@@ -767,6 +767,12 @@ def _print_report(args: argparse.Namespace, instance: Any, classes: Any, report:
                 f"{fleet_text(loop.configurations, replicas)} ${cost:.2f}/h, attainment "
                 f"{found.attainment:.3f}"
             )
+    if report.mixed_from == "single" and report.mixed_trimmed is not None:
+        print(
+            "mixed answer: the best single fleet, "
+            f"{fleet_text(data.configurations, report.mixed_trimmed[0])} "
+            f"${report.mixed_cost:.2f}/h (verified, cheaper than the mixed loop's)"
+        )
     if math.isnan(report.saving):
         print("saving over the best single configuration: not measured (a fleet missed the target)")
     else:

@@ -191,6 +191,7 @@ _DEPLOY_COLUMNS = {
     "mixed_fleet": "string",
     "mixed_cost": "float64",
     "mixed_attainment": "float64",
+    "mixed_from": "string",
     "saving": "float64",
     "optimum_cost": "float64",
     "optimum_status": "string",

@@ -298,3 +298,52 @@ def test_trim_removes_servers_while_the_simulation_meets_the_target(
     # (2, 1); cheap 2 -> 1 misses: stop at 2 x 1 + 1 x 3 = 5 $/h
     assert replicas == (2, 1)
     assert run.attainment == 0.95
+
+
+def test_a_tie_on_the_capacities_takes_the_cheaper_verified_fleet(
+    monkeypatch: pytest.MonkeyPatch, azure: Instance
+) -> None:
+    """Two optima on the capacities: 1 x TP 2 and 2 x TP 1 cost 8.50 $/h each. The MILP takes
+    TP 2, whose simulation misses until a second TP 2 server (17 $/h); the best single
+    configuration, 2 x TP 1, meets at 8.50 $/h. The mixed answer is the cheaper verified fleet:
+    the TP 1 one, saving 0 (not -100 %)."""
+    tp1, tp2 = "llama2-7b/h100/tp1", "llama2-7b/h100/tp2"
+    classes = deploy.RequestClasses(("all",), np.zeros(azure.n_requests, dtype=np.int64), (1.0,))
+
+    def capacities(instance, classes, configurations, **options):  # type: ignore[no-untyped-def]
+        # one TP 1 server carries half the class, one TP 2 server all of it
+        return deploy.CapacityTable(
+            tuple(configurations), classes.names, ((0.5,), (1.0,)), (0.9,), 0, 0, 0.0
+        )
+
+    def fleet(names, replicas):  # type: ignore[no-untyped-def]
+        servers = {name: n for name, n in zip(names, replicas, strict=True) if n > 0}
+        meets = servers.get(tp1, 0) >= 2 or servers.get(tp2, 0) >= 2
+        return deploy.FleetRun(
+            0.95 if meets else 0.7, {n: 20 for n in servers}, {n: 6 for n in servers}, 0, 0.0
+        )
+
+    monkeypatch.setattr(deploy, "measure_capacities", capacities)
+    monkeypatch.setattr(
+        deploy,
+        "simulate_plan",
+        lambda instance, classes, data, plan, **o: fleet(data.configurations, plan.replicas),
+    )
+    monkeypatch.setattr(
+        deploy,
+        "simulate_fleet",
+        lambda instance, classes, names, replicas, fractions, **o: fleet(names, replicas),
+    )
+    report = deploy.plan_deployment(azure, [tp1, tp2], target=0.9, seed=0, classes=classes)
+    assert report.optimum_cost == pytest.approx(8.5) and report.best_single_cost == 8.5
+    # the mixed loop: 1 x TP 2 misses, 2 x TP 2 meets and trims to itself
+    assert report.mixed.fleet_text() == f"2 x {tp2}"
+    # the answer: the verified single fleet, cheaper
+    assert report.mixed_cost == pytest.approx(8.5) == report.single_cost
+    assert report.saving == 0.0
+    assert report.mixed_trimmed is not None and report.mixed_trimmed[0] == (2, 0)
+    assert report.mixed_from == "single"
+    assert report.mixed_loop_trimmed is not None and report.mixed_loop_trimmed[0] == (0, 2)
+    record = report.to_record()
+    assert record["mixed_fleet"] == f"2 x {tp1}" and record["mixed_from"] == "single"
+    assert record["mixed_cost"] <= record["single_cost"]
