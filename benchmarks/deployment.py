@@ -8,8 +8,10 @@ two heuristics on them, then the mixed fleet and the best single configuration e
 and tightened until they meet the target (at most 8 rounds). Each row: the fleets and their
 costs ($/h), the saving of the mixed fleet over the best single one (both simulated), their
 simulated attainments, the heuristics' gaps to the MILP optimum on the measured capacities, the
-capacity probes (simulations) run and how many stopped early, the capacity searches' and the
-planner's wall time. The fleets compared are the loops' last fleets
+capacity probes (simulations) run and how many stopped early, the capacity searches read from
+the run's capacity cache and the simulations that saved (cases sharing a trace cut, classes
+and configurations in the same order: ``--gpu-sets`` gives several grids per trace and model),
+the capacity searches' and the planner's wall time. The fleets compared are the loops' last fleets
 trimmed (servers removed while the simulation still meets the target,
 :func:`slolab.harness.deploy.trim_fleet`); the loops' own fleets are in ``*_loop_fleet``.
 
@@ -17,7 +19,8 @@ Asserts only what is stable: the MILP optimum is at most every heuristic's cost.
 and writes ``benchmarks/out/deployment.csv`` (a row as soon as it is measured).
 
 Usage: ``python benchmarks/deployment.py [--requests 200] [--traffic 1] [--traces ...]
-[--models ...] [--gpus a100 h100 a40] [--tps 1 2 4 8] [--out deployment.csv]``
+[--models ...] [--gpus a100 h100 a40 | --gpu-sets h100,a100,a40 h100 ...] [--tps 1 2 4 8]
+[--out deployment.csv]``
 """
 
 from __future__ import annotations
@@ -46,14 +49,15 @@ def one_case(
     traffic: float,
     gpus: tuple[str, ...] = GPUS,
     tps: tuple[int, ...] = TPS,
+    cache: deploy.CapacityCache | None = None,
 ) -> dict:
     """The planner on one trace and model at ``traffic`` times the cut trace's rate, over the
-    grid ``gpus`` x ``tps``; one row."""
+    grid ``gpus`` x ``tps`` (capacities already in ``cache`` read); one row."""
     load = os.getloadavg()[0]
     start = time.perf_counter()
     configurations, _ = deploy.configuration_names(model, gpus, tps)
     instance = deploy.trace_instance(trace, configurations, limit=requests, seed=0, traffic=traffic)
-    report = deploy.plan_deployment(instance, configurations, target=target, seed=0)
+    report = deploy.plan_deployment(instance, configurations, target=target, seed=0, cache=cache)
     wall = time.perf_counter() - start
     optimum = report.optimum_cost
     assert optimum <= report.greedy_cost + 1e-9, (trace, model, optimum, report.greedy_cost)
@@ -64,6 +68,7 @@ def one_case(
     return {
         "trace": trace,
         "model": model,
+        "gpus": ",".join(gpus),
         "requests": instance.n_requests,
         "traffic": traffic,
         "grid": len(configurations),
@@ -86,40 +91,57 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--gpus", nargs="+", default=list(GPUS), help="GPU types of the grid")
     parser.add_argument(
+        "--gpu-sets",
+        nargs="+",
+        default=None,
+        help="several grids per trace and model, each comma-separated GPU types (instead of "
+        "--gpus); their capacities shared through one cache",
+    )
+    parser.add_argument(
         "--tps", nargs="+", type=int, default=list(TPS), help="tensor-parallel degrees of the grid"
     )
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     path = OUT / args.out
     rows: list[dict] = []
+    grids = (
+        [tuple(args.gpus)]
+        if args.gpu_sets is None
+        else [tuple(g.split(",")) for g in args.gpu_sets]
+    )
+    cache = deploy.CapacityCache()
     for trace in args.traces:
         for model in args.models:
-            try:
-                row = one_case(
-                    trace,
-                    model,
-                    args.requests,
-                    args.target,
-                    args.traffic,
-                    tuple(args.gpus),
-                    tuple(args.tps),
-                )
-            except ValueError as error:  # a target out of reach of the grid, said in one line
-                rows.append({"trace": trace, "model": model, "note": str(error)})
+            for gpus in grids:
+                try:
+                    row = one_case(
+                        trace,
+                        model,
+                        args.requests,
+                        args.target,
+                        args.traffic,
+                        gpus,
+                        tuple(args.tps),
+                        cache,
+                    )
+                except ValueError as error:  # a target out of reach of the grid, in one line
+                    rows.append({"trace": trace, "model": model, "note": str(error)})
+                    pd.DataFrame(rows).to_csv(path, index=False)
+                    print(f"{trace:22s} {model:10s} {error}", flush=True)
+                    continue
+                rows.append(row)
                 pd.DataFrame(rows).to_csv(path, index=False)
-                print(f"{trace:22s} {model:10s} {error}", flush=True)
-                continue
-            rows.append(row)
-            pd.DataFrame(rows).to_csv(path, index=False)
-            print(
-                f"{trace:22s} {model:10s} single {row['single_fleet']} ${row['single_cost']:.2f}/h "
-                f"({row['single_attainment']:.3f}); mixed {row['mixed_fleet']} "
-                f"${row['mixed_cost']:.2f}/h ({row['mixed_attainment']:.3f}); saving "
-                f"{row['saving']:.1%}; {row['capacity_probes']} capacity probes "
-                f"({row['capacity_early']} early) in {row['capacity_s']:.0f} s; "
-                f"{row['wall_s']:.0f} s",
-                flush=True,
-            )
+                print(
+                    f"{trace:22s} {model:10s} {row['gpus']}: single {row['single_fleet']} "
+                    f"${row['single_cost']:.2f}/h ({row['single_attainment']:.3f}); mixed "
+                    f"{row['mixed_fleet']} ${row['mixed_cost']:.2f}/h "
+                    f"({row['mixed_attainment']:.3f}); saving {row['saving']:.1%}; "
+                    f"{row['capacity_probes']} capacity probes ({row['capacity_early']} early, "
+                    f"{row['capacity_reused']} searches read from the cache, "
+                    f"{row['capacity_saved']} simulations saved) in {row['capacity_s']:.0f} s; "
+                    f"{row['wall_s']:.0f} s",
+                    flush=True,
+                )
     table = pd.DataFrame(rows)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print(f"wrote {path}")

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from slolab.harness.deploy_capacity import (
     DEFAULT_TIER_GROUPS,
+    CapacityCache,
     CapacityTable,
     RequestClasses,
     class_targets,
@@ -61,6 +62,7 @@ from slolab.solvers.base import Status
 
 __all__ = [
     "DEFAULT_TIER_GROUPS",
+    "CapacityCache",
     "CapacityTable",
     "ClosedLoop",
     "DeploymentReport",
@@ -431,9 +433,7 @@ def _trimmed_cost(
     return _fleet_cost(loop.prices, trimmed)
 
 
-def _fleet_cost(
-    prices: Sequence[float], trimmed: tuple[tuple[int, ...], FleetRun] | None
-) -> float:
+def _fleet_cost(prices: Sequence[float], trimmed: tuple[tuple[int, ...], FleetRun] | None) -> float:
     """``sum_c p_c n_c`` of a verified fleet (inf: none)."""
     if trimmed is None:
         return math.inf
@@ -563,7 +563,9 @@ class DeploymentReport:
         (``"mixed"`` or ``"single"``: which loop that fleet came from); ``saving``;
         on the measured capacities ``optimum_cost`` ($/h), ``optimum_status``,
         ``greedy_gap`` and ``best_single_gap`` (relative to the optimum); ``capacity_probes``
-        and ``capacity_early`` (the capacity simulations, and those stopped early).
+        and ``capacity_early`` (the capacity simulations run, and those stopped early);
+        ``capacity_reused`` and ``capacity_saved`` (searches read from a
+        :class:`CapacityCache`, and the simulations that saved).
         """
         optimum = self.optimum_cost
 
@@ -596,6 +598,8 @@ class DeploymentReport:
             best_single_gap=gap(self.best_single_cost),
             capacity_probes=self.capacities.probes,
             capacity_early=self.capacities.early,
+            capacity_reused=self.capacities.reused,
+            capacity_saved=self.capacities.saved,
         )
         return record
 
@@ -690,9 +694,11 @@ def plan_deployment(
     classes: RequestClasses | None = None,
     max_rounds: int = 8,
     progress: bool = False,
+    cache: CapacityCache | None = None,
 ) -> DeploymentReport:
     """Classes, capacities, the mixed optimum and the best single configuration, each fleet
-    simulated and tightened until it meets ``target`` (:func:`close_loop`)."""
+    simulated and tightened until it meets ``target`` (:func:`close_loop`); capacities already
+    in ``cache`` are read, not measured again (:class:`CapacityCache`)."""
     start = time.perf_counter()
     classes = classes or request_classes(instance)
     table = measure_capacities(
@@ -704,6 +710,7 @@ def plan_deployment(
         policy=policy,
         seed=seed,
         progress=progress,
+        cache=cache,
     )
     # a configuration that serves no class at all carries nothing: left out of the model
     usable = [c for c, row in enumerate(table.capacity) if any(v > 0 for v in row)]

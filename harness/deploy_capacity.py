@@ -12,6 +12,8 @@ the attainment each class is held to, and per-(configuration, class) capacities.
    capacity search of :func:`slolab.harness.capacity.capacity` (every probe a simulation on
    Poisson arrivals, stopped early once its verdict is certain; each class's search on the
    next configuration starts from the capacity found on the last one).
+5. :class:`CapacityCache`: searches and solo ceilings already measured, keyed by everything
+   they depend on, so that plans sharing them (a sweep's grid points, a rerun) reuse them.
 
 :mod:`slolab.harness.deploy` solves, simulates and tightens on these; docs/deployment.md gives
 the formulation and what each step guarantees.
@@ -22,7 +24,10 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import hashlib
+import json
 import math
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,8 +39,10 @@ from slolab.harness.capacity import ProbeVerdict, capacity
 from slolab.instances.records import Cluster, Instance
 
 __all__ = [
+    "CAPACITY_CACHE_VERSION",
     "DEFAULT_TIER_GROUPS",
     "SOLO_GAP_S",
+    "CapacityCache",
     "CapacityTable",
     "RequestClasses",
     "class_targets",
@@ -364,6 +371,11 @@ class CapacityTable:
         Of those, stopped as soon as their verdict was certain.
     wall_s : float
         Wall time of the measurement.
+    reused : int
+        Capacity searches taken from a :class:`CapacityCache` instead of run.
+    saved : int
+        Simulations the cache saved: the probes of the reused searches and the solo runs of
+        the reused class ceilings (:func:`class_targets`).
     """
 
     configurations: tuple[str, ...]
@@ -373,6 +385,92 @@ class CapacityTable:
     probes: int
     early: int
     wall_s: float
+    reused: int = 0
+    saved: int = 0
+
+
+#: Part of every :class:`CapacityCache` key: raise it when what a search or a solo run measures
+#: changes (the search, the probes, the engine), so that older entries are not read.
+CAPACITY_CACHE_VERSION = 1
+
+
+class CapacityCache:
+    """Capacity searches and class ceilings already measured, by everything they depend on.
+
+    A key (:meth:`key`) is a hash of the whole instance the classes come from (its workload's
+    columns, cluster and settings: the trace cut, its SLOs, its arrival times), the class's
+    requests, the configuration and its timing model (the fitted preset, in full), the class's
+    target, the definition, the policy, the seed, the search's options and its start rate (the
+    capacity found on the previous configuration: a search from another start bisects to
+    another point), with :data:`CAPACITY_CACHE_VERSION` and the package version. The price of
+    a configuration and the closed loop's options are not part of it, nor the plan's target
+    beyond the class targets it gives: plans that differ only there share every search. An
+    entry holds what the search returned (the capacity, its probes and early verdicts), so a
+    plan reading it finds the capacity a fresh search would.
+
+    Entries live in memory, and in ``directory`` (one JSON file each, written atomically)
+    when given, so that processes sharing the directory (a sweep's workers, a rerun) share
+    them; a directory that cannot be written leaves the cache in memory. Counters:
+    ``searches_reused``, ``probes_saved`` (simulations the entries read did not rerun).
+    """
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+        self.directory = None if directory is None else Path(directory)
+        self._memory: dict[str, dict[str, Any]] = {}
+        self.searches_reused = 0
+        self.probes_saved = 0
+
+    @staticmethod
+    def key(*parts: Any) -> str:
+        """A hash of ``parts`` (JSON-ready values) with the cache and package versions."""
+        from slolab import __version__
+
+        text = json.dumps([CAPACITY_CACHE_VERSION, __version__, *parts], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The entry stored under ``key`` (None: none)."""
+        if key in self._memory:
+            return self._memory[key]
+        if self.directory is None:
+            return None
+        try:
+            entry = json.loads((self.directory / f"{key}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        self._memory[key] = entry
+        return entry
+
+    def put(self, key: str, entry: dict[str, Any]) -> None:
+        """Store ``entry`` under ``key`` (in the directory too, when it can be written)."""
+        self._memory[key] = entry
+        if self.directory is None:
+            return
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            temporary = self.directory / f".{key}.{os.getpid()}.tmp"
+            temporary.write_text(json.dumps(entry))
+            os.replace(temporary, self.directory / f"{key}.json")
+        except OSError:
+            pass
+
+
+def _instance_fingerprint(instance: Instance) -> str:
+    """A hash of what a capacity or solo run reads from ``instance``: every workload column
+    (values and dtype), the cluster and the settings."""
+    digest = hashlib.sha256()
+    workload = instance.workload
+    for name in sorted(workload.columns):
+        column = np.ascontiguousarray(workload[name])
+        digest.update(f"{name}:{column.dtype.str}:{column.shape}".encode())
+        digest.update(column.tobytes())
+    digest.update(repr(instance.cluster).encode())
+    digest.update(json.dumps(instance.settings, sort_keys=True, default=str).encode())
+    return digest.hexdigest()
+
+
+def _members_fingerprint(members: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(members, dtype=np.int64).tobytes()).hexdigest()
 
 
 def _class_stream(workload: Any, members: np.ndarray, stream_requests: int) -> Any:
@@ -495,6 +593,7 @@ def class_targets(
     definition: str = "deadline",
     policy: str = "sarathi",
     seed: int = 0,
+    cache: CapacityCache | None = None,
 ) -> tuple[float, ...]:
     """The attainment each class is held to, so that the classes together meet ``target``.
 
@@ -507,7 +606,8 @@ def class_targets(
     unavoidable ones, and is held to ``a_k - (A - target)``: the classes at their targets make
     ``sum_k share_k (a_k - A + target) = target`` exactly. When every ceiling is 1, every
     class is held to ``target``. A class whose target comes out <= 0 may miss all its requests
-    (target 0: carried at no load).
+    (target 0: carried at no load). A solo run already in ``cache`` (same instance, class,
+    configuration, timing, definition, policy and seed) is read, not run again.
 
     Raises
     ------
@@ -515,10 +615,28 @@ def class_targets(
         When ``A < target``: no fleet of the grid can meet the target, however large.
     """
     ceilings = []
+    whole = _instance_fingerprint(instance) if cache is not None else ""
     for k in range(len(classes.names)):
         members = classes.members(k)
         best = 0.0
         for configuration in configurations:
+            key = ""
+            if cache is not None:
+                key = cache.key(
+                    "solo",
+                    whole,
+                    _members_fingerprint(members),
+                    configuration,
+                    repr(timing_of(configuration)),
+                    definition,
+                    policy,
+                    seed,
+                )
+                entry = cache.get(key)
+                if entry is not None:
+                    cache.probes_saved += 1
+                    best = max(best, float(entry["attainment"]))
+                    continue
             alone = _class_instance(instance, members, configuration, 1)
             spaced = np.arange(len(members), dtype=float) * SOLO_GAP_S
             solo = dataclasses.replace(
@@ -526,7 +644,10 @@ def class_targets(
             )
             make = functools.partial(pool_policy, instance, configuration, policy)
             probe = _class_probe(solo, make, definition, target, seed, False, poisson=False)
-            best = max(best, probe(1.0 / SOLO_GAP_S).attainment)
+            attainment = probe(1.0 / SOLO_GAP_S).attainment
+            if cache is not None:
+                cache.put(key, {"attainment": attainment})
+            best = max(best, attainment)
         ceilings.append(best)
     total = sum(classes.rates)
     reach = sum(rate / total * a for rate, a in zip(classes.rates, ceilings, strict=True))
@@ -552,6 +673,7 @@ def measure_capacities(
     rel_tol: float = 0.05,
     stream_requests: int = 400,
     progress: bool = False,
+    cache: CapacityCache | None = None,
 ) -> CapacityTable:
     """The capacity of one server of each configuration for each class alone.
 
@@ -563,11 +685,15 @@ def measure_capacities(
     capacity, stopped once certain to meet or miss the target when ``early``. A class's search
     on the next configuration starts at the capacity found on the last one (or at the class's
     own rate), which saves most of the bracketing. A class no rate down to 1/1024 of its start
-    serves gets capacity 0 (the configuration cannot serve it).
+    serves gets capacity 0 (the configuration cannot serve it). A search (or a solo run of
+    :func:`class_targets`) already in ``cache`` is read, not run (:class:`CapacityCache`; the
+    table's ``reused`` and ``saved`` count them).
     """
     from tqdm.auto import tqdm
 
     start = time.perf_counter()
+    reused_before = 0 if cache is None else cache.searches_reused
+    saved_before = 0 if cache is None else cache.probes_saved
     targets = class_targets(
         instance,
         classes,
@@ -576,7 +702,9 @@ def measure_capacities(
         definition=definition,
         policy=policy,
         seed=seed,
+        cache=cache,
     )
+    whole = _instance_fingerprint(instance) if cache is not None else ""
     rows: list[list[float]] = [[0.0] * len(classes.names) for _ in configurations]
     probes = early_count = 0
     bar = tqdm(
@@ -593,22 +721,56 @@ def measure_capacities(
                 if targets[k] == 0:  # the class may miss every request: nothing to measure
                     bar.update(1)
                     continue
-                base = _class_instance(instance, members, configuration, stream_requests)
-                make = functools.partial(pool_policy, instance, configuration, policy)
-                probe = _class_probe(base, make, definition, targets[k], seed, early)
-                found = capacity(
-                    probe,
-                    target=targets[k],
-                    start_rate=start_rate,
-                    rel_tol=rel_tol,
-                    progress=False,
-                    floor_first=True,
-                )
-                rows[c][k] = found.capacity
-                probes += len(found.probes)
-                early_count += found.n_early
-                if found.capacity > 0:
-                    start_rate = found.capacity
+                key = ""
+                entry = None
+                if cache is not None:
+                    key = cache.key(
+                        "search",
+                        whole,
+                        _members_fingerprint(members),
+                        configuration,
+                        repr(timing_of(configuration)),
+                        targets[k],
+                        definition,
+                        policy,
+                        seed,
+                        early,
+                        rel_tol,
+                        stream_requests,
+                        start_rate,
+                    )
+                    entry = cache.get(key)
+                if cache is not None and entry is not None:
+                    cache.searches_reused += 1
+                    cache.probes_saved += int(entry["probes"])
+                    found_capacity = float(entry["capacity"])
+                else:
+                    base = _class_instance(instance, members, configuration, stream_requests)
+                    make = functools.partial(pool_policy, instance, configuration, policy)
+                    probe = _class_probe(base, make, definition, targets[k], seed, early)
+                    found = capacity(
+                        probe,
+                        target=targets[k],
+                        start_rate=start_rate,
+                        rel_tol=rel_tol,
+                        progress=False,
+                        floor_first=True,
+                    )
+                    found_capacity = found.capacity
+                    probes += len(found.probes)
+                    early_count += found.n_early
+                    if cache is not None:
+                        cache.put(
+                            key,
+                            {
+                                "capacity": found.capacity,
+                                "probes": len(found.probes),
+                                "early": found.n_early,
+                            },
+                        )
+                rows[c][k] = found_capacity
+                if found_capacity > 0:
+                    start_rate = found_capacity
                 bar.update(1)
                 bar.set_postfix(configuration=configuration, cls=classes.names[k])
     finally:
@@ -621,4 +783,6 @@ def measure_capacities(
         probes,
         early_count,
         time.perf_counter() - start,
+        0 if cache is None else cache.searches_reused - reused_before,
+        0 if cache is None else cache.probes_saved - saved_before,
     )

@@ -199,6 +199,8 @@ _DEPLOY_COLUMNS = {
     "best_single_gap": "float64",
     "capacity_probes": "int64",
     "capacity_early": "int64",
+    "capacity_reused": "int64",
+    "capacity_saved": "int64",
 }
 #: The columns of a sweep's store: every task's columns plus those of each kind (a row
 #: leaves the other kinds' columns null).
@@ -406,10 +408,27 @@ def _deploy_rows(task: Task) -> list[dict[str, Any]]:
             prices=None if payload["prices"] is None else read_prices(payload["prices"]),
             refused=refused,
             max_rounds=payload["max_rounds"],
+            cache=_capacity_cache(payload.get("capacity_cache")),
         )
         return [{**report.to_record(), **fields, "requests": instance.n_requests}]
     except Exception as error:
         return [{**fields, **_error_fields(error)}]
+
+
+#: The capacity caches of this process, by directory: a worker's tasks share one (in memory,
+#: and in the directory the other workers share).
+_CAPACITY_CACHES: dict[str, Any] = {}
+
+
+def _capacity_cache(directory: str | None) -> Any:
+    """The process's :class:`slolab.harness.deploy.CapacityCache` on ``directory`` (None: none)."""
+    from slolab.harness.deploy import CapacityCache
+
+    if directory is None:
+        return None
+    if directory not in _CAPACITY_CACHES:
+        _CAPACITY_CACHES[directory] = CapacityCache(directory)
+    return _CAPACITY_CACHES[directory]
 
 
 #: ``error_type`` of a row whose run stalled (its ``error`` says why).
@@ -800,6 +819,22 @@ def _deferred_sigint() -> Iterator[threading.Event]:
         signal.signal(signal.SIGINT, previous)
 
 
+#: Directory of a store where its deploy tasks keep the capacities they measured.
+CAPACITY_CACHE_DIRECTORY = "capacity-cache"
+
+
+def with_capacity_cache(task: Task, store_directory: str | os.PathLike[str]) -> Task:
+    """``task``, a deploy task of it reading and writing the capacities of the store's
+    :data:`CAPACITY_CACHE_DIRECTORY` (:class:`slolab.harness.deploy.CapacityCache`): grid points
+    that share capacity searches (the same trace cut, classes, configurations in the same
+    order, class targets, policy, seed) measure them once. The task's key, of its description,
+    does not change; other tasks are returned as they are."""
+    if task.kind != "deploy" or "capacity_cache" in task.payload:
+        return task
+    directory = str(Path(store_directory) / CAPACITY_CACHE_DIRECTORY)
+    return dataclasses.replace(task, payload={**task.payload, "capacity_cache": directory})
+
+
 def open_store(directory: str | os.PathLike[str]) -> ResultsStore:
     """The results store of a sweep (columns :data:`SWEEP_COLUMNS`, key ``task_key``)."""
     return ResultsStore(directory, SWEEP_COLUMNS, key="task_key")
@@ -836,7 +871,11 @@ def run_sweep(
     store = open_store(store_directory)
     stored_before = ran = failed = rows_added = 0
     with store.writer() as writer:
-        pending = [task for task in spec.tasks if task.key not in writer.keys]
+        pending = [
+            with_capacity_cache(task, store.directory)
+            for task in spec.tasks
+            if task.key not in writer.keys
+        ]
         stored_before = len(spec.tasks) - len(pending)
 
         def tally(interrupted: bool = False) -> SweepTally:

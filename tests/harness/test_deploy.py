@@ -347,3 +347,34 @@ def test_a_tie_on_the_capacities_takes_the_cheaper_verified_fleet(
     record = report.to_record()
     assert record["mixed_fleet"] == f"2 x {tp1}" and record["mixed_from"] == "single"
     assert record["mixed_cost"] <= record["single_cost"]
+
+
+def test_capacity_cache_reads_what_a_search_would_measure(azure: Instance, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Searches already measured are read, not run, and give the capacities a fresh
+    measurement gives: H100 alone first, then the grid H100 + A100 (H100 first: its searches
+    start at the class rates in both) by another process sharing the cache's directory, then
+    the grid again."""
+    classes = deploy.request_classes(azure)
+    grid = [H100, A100_TP2]
+    fresh = deploy.measure_capacities(azure, classes, grid, target=0.9, seed=0)
+    assert fresh.reused == 0 and fresh.saved == 0
+    alone = deploy.measure_capacities(
+        azure, classes, [H100], target=0.9, seed=0, cache=deploy.CapacityCache(tmp_path)
+    )
+    assert alone.reused == 0 and alone.saved == 0 and alone.probes > 0
+    n = len(classes.names)
+    shared = deploy.measure_capacities(
+        azure, classes, grid, target=0.9, seed=0, cache=deploy.CapacityCache(tmp_path)
+    )
+    assert shared.capacity == fresh.capacity and shared.class_targets == fresh.class_targets
+    # H100's searches and solo runs read: its probes saved, the A100's run
+    assert shared.reused == n and shared.saved == alone.probes + n
+    assert shared.probes == fresh.probes - alone.probes
+    cache = deploy.CapacityCache(tmp_path)
+    again = deploy.measure_capacities(azure, classes, grid, target=0.9, seed=0, cache=cache)
+    assert again.capacity == fresh.capacity and again.probes == 0 == again.early
+    assert again.reused == 2 * n and again.saved == fresh.probes + 2 * n
+    assert (cache.searches_reused, cache.probes_saved) == (again.reused, again.saved)
+    # another seed is another key: measured afresh
+    other = deploy.measure_capacities(azure, classes, [H100], target=0.9, seed=1, cache=cache)
+    assert other.reused == 0 and other.probes > 0

@@ -99,6 +99,10 @@ def test_deploy_sweep_rows_are_the_plans_and_a_rerun_adds_nothing(tmp_path: Path
         ).to_record()
         assert row["requests"] == 40 and row["configurations"] == len(gpus)
         assert json.loads(row["refused"]) == expected.pop("refused")
+        # the two grid points share no capacity search (the second one's H100 searches start
+        # from the A100's capacities); a solo run the other task measured first may be read
+        assert row["capacity_reused"] == 0 and row["capacity_saved"] <= row["classes"]
+        del expected["capacity_reused"], expected["capacity_saved"]
         for name, value in expected.items():
             assert row[name] == value or (math.isnan(row[name]) and math.isnan(value)), name
         # the verified fleets met the target in simulation
@@ -124,3 +128,28 @@ def test_unsupported_grid_point_is_an_error_row(tmp_path: Path, capsys) -> None:
     assert row["error_type"] == "ValueError"
     assert row["error"].startswith("the data supports no configuration of the grid")
     assert (row["model"], row["gpus"], row["tps"]) == ("llama2-70b", "a40", "1")
+
+
+def test_grid_points_differing_in_prices_share_their_capacities(tmp_path: Path) -> None:
+    """Two [[deploy]] tables that differ only in their prices file: the second task reads every
+    capacity search and solo run of the first from the store's capacity cache, runs no
+    capacity probe, and finds the same capacities (the same fleets; its costs in its prices)."""
+    for name, price in (("a.csv", 1.0), ("b.csv", 3.0)):
+        (tmp_path / name).write_text(f"gpu,usd_per_gpu_hour\nh100,{price}\n")
+    table = 'traces = ["azure_conv_2023"]\nmodels = ["llama2-7b"]\ngpus = [["h100"]]\n'
+    table += "tps = [[1]]\nlimit = 40\n"
+    body = f'[[deploy]]\n{table}prices = "a.csv"\n\n[[deploy]]\n{table}prices = "b.csv"\n'
+    spec = load_spec(write_spec(tmp_path, body))
+    store_dir = tmp_path / "store"
+    tally = run_sweep(spec, store_dir, Backend("local", workers=1), progress=False)
+    assert (tally.ran, tally.failed) == (2, 0)
+    frame = open_store(store_dir).frame().sort_values("single_cost")
+    first, second = frame.to_dict("records")
+    assert first["capacity_reused"] == 0 and first["capacity_saved"] == 0
+    assert first["capacity_probes"] > 0
+    # one configuration x the classes: every search read, with its probes and solo run saved
+    assert second["capacity_reused"] == second["classes"] and second["capacity_probes"] == 0
+    assert second["capacity_saved"] == first["capacity_probes"] + first["classes"]
+    assert second["optimum_cost"] == pytest.approx(3.0 * first["optimum_cost"])
+    assert second["mixed_fleet"] == first["mixed_fleet"]
+    assert any((store_dir / "capacity-cache").iterdir())
