@@ -469,8 +469,31 @@ def _instance_fingerprint(instance: Instance) -> str:
     return digest.hexdigest()
 
 
-def _members_fingerprint(members: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(members, dtype=np.int64).tobytes()).hexdigest()
+def _run_key(
+    cache: CapacityCache,
+    kind: str,
+    whole: str,
+    members: np.ndarray,
+    configuration: str,
+    definition: str,
+    policy: str,
+    seed: int,
+    *rest: Any,
+) -> str:
+    """The cache key of a ``kind`` run (``solo``, ``search``) of the class ``members`` of the
+    instance fingerprinted ``whole`` on ``configuration`` (its timing model in full), with the
+    run's further inputs ``rest``."""
+    return cache.key(
+        kind,
+        whole,
+        hashlib.sha256(np.ascontiguousarray(members, dtype=np.int64).tobytes()).hexdigest(),
+        configuration,
+        repr(timing_of(configuration)),
+        definition,
+        policy,
+        seed,
+        *rest,
+    )
 
 
 def _class_stream(workload: Any, members: np.ndarray, stream_requests: int) -> Any:
@@ -622,15 +645,8 @@ def class_targets(
         for configuration in configurations:
             key = ""
             if cache is not None:
-                key = cache.key(
-                    "solo",
-                    whole,
-                    _members_fingerprint(members),
-                    configuration,
-                    repr(timing_of(configuration)),
-                    definition,
-                    policy,
-                    seed,
+                key = _run_key(
+                    cache, "solo", whole, members, configuration, definition, policy, seed
                 )
                 entry = cache.get(key)
                 if entry is not None:
@@ -724,16 +740,16 @@ def measure_capacities(
                 key = ""
                 entry = None
                 if cache is not None:
-                    key = cache.key(
+                    key = _run_key(
+                        cache,
                         "search",
                         whole,
-                        _members_fingerprint(members),
+                        members,
                         configuration,
-                        repr(timing_of(configuration)),
-                        targets[k],
                         definition,
                         policy,
                         seed,
+                        targets[k],
                         early,
                         rel_tol,
                         stream_requests,
