@@ -538,6 +538,21 @@ class DeploymentReport:
         return _fleet_cost(self.data.prices, self.mixed_trimmed)
 
     @property
+    def mixed_plan(self) -> DeploymentPlan | None:
+        """The verified mixed fleet with the fractions it was simulated with (None: none met
+        the target): the mixed loop's last fractions, or, when the answer is the best single
+        fleet (:attr:`mixed_from`), all of every class on its configuration."""
+        if self.mixed_trimmed is None:
+            return None
+        replicas = self.mixed_trimmed[0]
+        if self.mixed_from == "single":
+            row = tuple(1.0 if n > 0 else 0.0 for n in replicas)
+            return DeploymentPlan(replicas, tuple(row for _ in self.data.classes))
+        plan = self.mixed.final.result.plan
+        assert plan is not None
+        return DeploymentPlan(replicas, plan.fractions)
+
+    @property
     def single_cost(self) -> float:
         """The verified best single configuration's cost ($/h), trimmed (inf when not met)."""
         return _trimmed_cost(self.best_single, self.single_trimmed)

@@ -344,6 +344,8 @@ def test_a_tie_on_the_capacities_takes_the_cheaper_verified_fleet(
     assert report.mixed_trimmed is not None and report.mixed_trimmed[0] == (2, 0)
     assert report.mixed_from == "single"
     assert report.mixed_loop_trimmed is not None and report.mixed_loop_trimmed[0] == (0, 2)
+    # the answer's plan sends all the traffic to its one configuration
+    assert report.mixed_plan == DeploymentPlan((2, 0), ((1.0, 0.0),))
     record = report.to_record()
     assert record["mixed_fleet"] == f"2 x {tp1}" and record["mixed_from"] == "single"
     assert record["mixed_cost"] <= record["single_cost"]
