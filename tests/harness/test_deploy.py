@@ -301,7 +301,7 @@ def test_trim_removes_servers_while_the_simulation_meets_the_target(
 
 
 def test_a_tie_on_the_capacities_takes_the_cheaper_verified_fleet(
-    monkeypatch: pytest.MonkeyPatch, azure: Instance
+    monkeypatch: pytest.MonkeyPatch, azure: Instance, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Two optima on the capacities: 1 x TP 2 and 2 x TP 1 cost 8.50 $/h each. The MILP takes
     TP 2, whose simulation misses until a second TP 2 server (17 $/h); the best single
@@ -349,6 +349,20 @@ def test_a_tie_on_the_capacities_takes_the_cheaper_verified_fleet(
     record = report.to_record()
     assert record["mixed_fleet"] == f"2 x {tp1}" and record["mixed_from"] == "single"
     assert record["mixed_cost"] <= record["single_cost"]
+    # slolab plan prints the mixed loop's own fleet, then the answer taken instead
+    import argparse
+
+    from slolab.harness import plan
+
+    args = argparse.Namespace(trace="hand", model="llama2-7b", target=0.9, definition="deadline")
+    plan._print_report(args, azure, classes, report)
+    out = capsys.readouterr().out
+    assert (
+        f"mixed fleet trimmed (servers removed while the simulation meets the target): 2 x {tp2} $17.00/h"
+        in out
+    )
+    assert f"mixed answer: the best single fleet, 2 x {tp1} $8.50/h (verified, cheaper" in out
+    assert out.rstrip().splitlines()[-2].endswith("configuration: 0.0%")
 
 
 def test_capacity_cache_reads_what_a_search_would_measure(azure: Instance, tmp_path) -> None:  # type: ignore[no-untyped-def]
