@@ -484,6 +484,13 @@ def add_parser(
         default=8,
         help="simulate-and-tighten rounds before giving up on a fleet (default: 8)",
     )
+    deploy.add_argument(
+        "--capacity-cache",
+        default=None,
+        metavar="DIR",
+        help="directory keeping the capacity searches measured: a search already there with "
+        "the same inputs is read, not run (default: none)",
+    )
     p.add_argument(
         "--target", type=float, default=0.9, help="attainment target in (0, 1] (default: 0.9)"
     )
@@ -629,6 +636,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     """``slolab plan TRACE --model MODEL``: print (or ``--json``) the deployment plan
     (:mod:`slolab.harness.deploy`)."""
     from slolab.harness.deploy import (
+        CapacityCache,
         configuration_names,
         plan_deployment,
         read_prices,
@@ -687,6 +695,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         classes=classes,
         max_rounds=args.max_rounds,
         progress=wants_progress(args),
+        cache=None if args.capacity_cache is None else CapacityCache(args.capacity_cache),
     )
     if args.json:
         record = report.to_dict()
@@ -726,9 +735,14 @@ def _print_report(args: argparse.Namespace, instance: Any, classes: Any, report:
     for why in report.refused.values():
         print(f"  refused: {why}")
     table = report.capacities
+    read = (
+        f", {table.reused} searches read from the cache ({table.saved} simulations saved)"
+        if table.reused or table.saved
+        else ""
+    )
     print(
         f"capacities: {len(data.configurations) * len(data.classes)} searches, {table.probes} "
-        f"simulations ({table.early} stopped early) in {table.wall_s:.1f} s"
+        f"simulations ({table.early} stopped early){read} in {table.wall_s:.1f} s"
     )
     single = report.best_single_cost
     print(

@@ -394,3 +394,32 @@ def test_capacity_cache_reads_what_a_search_would_measure(azure: Instance, tmp_p
     # another seed is another key: measured afresh
     other = deploy.measure_capacities(azure, classes, [H100], target=0.9, seed=1, cache=cache)
     assert other.reused == 0 and other.probes > 0
+
+
+def test_cli_capacity_cache_reads_the_searches_of_a_run_before(
+    capsys: pytest.CaptureFixture[str], tmp_path: object
+) -> None:
+    """--capacity-cache DIR: the second run reads every search and solo run of the first and
+    prints the same plan."""
+    argv = ["--model", "llama2-7b", "--gpus", "h100", "--tp", "1"]
+    argv += ["--capacity-cache", str(tmp_path)]
+    outputs = []
+    for _ in range(2):
+        code, out, _ = _cli(capsys, *argv)
+        assert code == 0
+        outputs.append(out.splitlines())
+    first = next(line for line in outputs[0] if line.startswith("capacities: "))
+    second = next(line for line in outputs[1] if line.startswith("capacities: "))
+    searches = int(first.split()[1])
+    probes = int(first.split()[3])
+    assert "read from the cache" not in first and probes > 0
+    # every search read: its probes and its class's solo run (one configuration) saved
+    assert second.startswith(f"capacities: {searches} searches, 0 simulations (0 stopped early), ")
+    assert (
+        f"{searches} searches read from the cache ({probes + searches} simulations saved)" in second
+    )
+
+    def plan_lines(lines: list[str]) -> list[str]:
+        return [line for line in lines if not line.startswith(("capacities: ", "wall time"))]
+
+    assert plan_lines(outputs[0]) == plan_lines(outputs[1])
