@@ -77,8 +77,30 @@ PRIORITY_FACTORS = (0.125, 0.5, 1.0, 2.0, 8.0)
 TTFT_FACTORS = (0.5, 1.0, 2.0, 8.0)
 
 
+class _TdgNames:
+    """The names the tdg-horizon reports read the driver's fields by: ``start_tdg`` (the
+    start's objective), ``tdg`` (the objective) and ``runtime_s`` (the wall time)."""
+
+    __slots__ = ()
+    start_objective: float
+    objective: float
+    wall_s: float
+
+    @property
+    def start_tdg(self) -> float:
+        return self.start_objective
+
+    @property
+    def tdg(self) -> float:
+        return self.objective
+
+    @property
+    def runtime_s(self) -> float:
+        return self.wall_s
+
+
 @dataclass(frozen=True, slots=True)
-class SearchReport(SearchResult["Schedule"]):
+class SearchReport(_TdgNames, SearchResult["Schedule"]):
     """What :func:`steered_search` did, as the driver's report (:class:`slolab.solvers.search.
     SearchResult`: the incumbent's Schedule, its TDG, steering steps and improvements, stop
     reason, start policy and value, starts tried), with the TDG the steering reached and the
@@ -94,42 +116,18 @@ class SearchReport(SearchResult["Schedule"]):
         return self.start
 
     @property
-    def start_tdg(self) -> float:
-        return self.start_objective
-
-    @property
-    def tdg(self) -> float:
-        return self.objective
-
-    @property
     def steps(self) -> int:
         return self.iterations
 
-    @property
-    def runtime_s(self) -> float:
-        return self.wall_s
-
 
 @dataclass(frozen=True, slots=True)
-class SliceReport(SearchResult["Outcome"]):
+class SliceReport(_TdgNames, SearchResult["Outcome"]):
     """What :func:`slice_search` did, as the driver's report (the incumbent run, its TDG,
     slices drawn as iterations and kept as improvements, the TDG before as the start's), with
     the slices solved and proved optimal."""
 
     slices: int = 0
     optimal: int = 0
-
-    @property
-    def start_tdg(self) -> float:
-        return self.start_objective
-
-    @property
-    def tdg(self) -> float:
-        return self.objective
-
-    @property
-    def runtime_s(self) -> float:
-        return self.wall_s
 
 
 class DeadlineAdmission:

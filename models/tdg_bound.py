@@ -197,7 +197,7 @@ class TdgHorizonBound(ExactModel):
 
     Notes
     -----
-    One class of about 760 lines, on purpose: the bucket LP (:meth:`build_lp`), the rows
+    One class of about 770 lines, on purpose: the bucket LP (:meth:`build_lp`), the rows
     each round adds (:meth:`_completion_rows`, :meth:`_leader_cuts`, :meth:`_start_cuts`,
     picked by :meth:`_violated_rows`) and the rounds themselves (:meth:`_solve_lp`,
     :meth:`_solve_integral`) all read one column layout (the ``lp`` mapping of index arrays

@@ -316,9 +316,10 @@ class SearchResult(Generic[S]):
     gave one), iterations made and improvements kept, why it stopped (a rule's ``reason``,
     ``"exhausted"`` or ``"interrupted"``), whether Ctrl-C ended it, its wall time in seconds,
     and the start it began from: its name, its objective and how many starts were tried
-    (set by the search through :meth:`extended`)."""
+    (set by the search through :meth:`extended`). Its repr leaves the incumbent out (a
+    search's state, a run or a schedule: large)."""
 
-    incumbent: S
+    incumbent: S = dataclasses.field(repr=False)
     objective: float
     iterations: int
     improvements: int
