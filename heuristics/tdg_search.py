@@ -8,7 +8,8 @@ value is the TDG of that run under the true deadlines and weights. Start: the be
 online policies of ProServe's evaluation, unsteered. Each step frees a sub-window of a few
 consecutive requests (drawn around a request that lost gain), draws new factors for them,
 simulates, and keeps the steering when the TDG rises. The result is the incumbent's iteration
-log as a Schedule (the harness replays it; the checker verifies it).
+log as a Schedule (the search driver replays it once and checks its TDG; the harness replays
+it; the checker verifies it).
 
 Because every candidate is a simulated run, the search can only return schedules the engine
 accepts, and its value is exactly the replay's. It is a heuristic with clairvoyance (it knows
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from slolab.solvers.search import (
+    TDG_HORIZON_STARTS,
     Exhausted,
     FirstOf,
     MaxIterations,
@@ -33,6 +35,7 @@ from slolab.solvers.search import (
     NoImprovement,
     Search,
     SearchResult,
+    best_of,
     improves,
     interruptible,
 )
@@ -44,28 +47,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("slolab")
 
-#: Policies tried as the starting point (steerable ones: they read priorities or deadlines);
-#: ``deadline-admission/N`` is :class:`DeadlineAdmission` with chunks of at most ``N`` tokens
-#: (0: whole prompts), ``deadline-lookahead/N`` the same with clairvoyant chunk sizes,
-#: ``deadline-packing/N`` and ``deadline-packing-lookahead/N`` the two packing several prompts
-#: per iteration, the others are registered policies.
-START_POLICIES = (
-    "deadline-admission/1024",
-    "deadline-admission/2048",
-    "deadline-admission/512",
-    "deadline-admission/0",
-    "deadline-lookahead/1024",
-    "deadline-lookahead/2048",
-    "deadline-packing/0",
-    "deadline-packing/1024",
-    "deadline-packing/2048",
-    "deadline-packing-lookahead/1024",
-    "deadline-packing-lookahead/2048",
-    "slide-batching",
-    "sarathi-priority",
-    "fairbatching",
-    "sarathi-fcfs",
-)
+#: Policies tried as the starting point, in order (:data:`slolab.solvers.search.
+#: TDG_HORIZON_STARTS`, declared with its rule beside dispatch-lns's).
+START_POLICIES = TDG_HORIZON_STARTS.names
 #: Name of :class:`DeadlineAdmission` with clairvoyant chunk sizes (``lookahead=True``).
 LOOKAHEAD = "deadline-lookahead"
 #: Names of :class:`DeadlineAdmission` packing several kept prompts per iteration
@@ -93,37 +77,57 @@ PRIORITY_FACTORS = (0.125, 0.5, 1.0, 2.0, 8.0)
 TTFT_FACTORS = (0.5, 1.0, 2.0, 8.0)
 
 
-@dataclass(frozen=True, slots=True)
-class SearchReport:
-    """What :func:`steered_search` did: start policy and value, final value, steps, time, and
-    the exact slice moves (:func:`slice_search`): slices solved, proved optimal, kept."""
+class _TdgNames:
+    """The names the tdg-horizon reports read the driver's fields by: ``start_tdg`` (the
+    start's objective), ``tdg`` (the objective) and ``runtime_s`` (the wall time)."""
 
-    start_policy: str
-    start_tdg: float
-    tdg: float
-    steps: int
-    improvements: int
-    runtime_s: float
-    interrupted: bool
+    __slots__ = ()
+    start_objective: float
+    objective: float
+    wall_s: float
+
+    @property
+    def start_tdg(self) -> float:
+        return self.start_objective
+
+    @property
+    def tdg(self) -> float:
+        return self.objective
+
+    @property
+    def runtime_s(self) -> float:
+        return self.wall_s
+
+
+@dataclass(frozen=True, slots=True)
+class SearchReport(_TdgNames, SearchResult["Schedule"]):
+    """What :func:`steered_search` did, as the driver's report (:class:`slolab.solvers.search.
+    SearchResult`: the incumbent's Schedule, its TDG, steering steps and improvements, stop
+    reason, start policy and value, starts tried), with the TDG the steering reached and the
+    exact slice moves (:func:`slice_search`): slices solved, proved optimal, kept."""
+
     slices: int = 0
     slices_optimal: int = 0
     slice_improvements: int = 0
     steered_tdg: float = math.nan
-    stop_reason: str = ""
+
+    @property
+    def start_policy(self) -> str:
+        return self.start
+
+    @property
+    def steps(self) -> int:
+        return self.iterations
 
 
 @dataclass(frozen=True, slots=True)
-class SliceReport:
-    """What :func:`slice_search` did: value before and after, slices solved, proved optimal
-    and kept."""
+class SliceReport(_TdgNames, SearchResult["Outcome"]):
+    """What :func:`slice_search` did, as the driver's report (the incumbent run, its TDG,
+    slices drawn as iterations and kept as improvements, the TDG before as the start's), with
+    the slices solved and proved optimal."""
 
-    start_tdg: float
-    tdg: float
-    slices: int
-    optimal: int
-    improvements: int
-    runtime_s: float
-    interrupted: bool = False
+    slices: int = 0
+    optimal: int = 0
 
 
 class DeadlineAdmission:
@@ -325,6 +329,14 @@ def _run(instance: Instance, policy: str, steer: Instance, seed: int) -> tuple[f
     return metrics.tdg(instance, out), out
 
 
+def _replayed_tdg(instance: Instance, outcome: Outcome) -> float:
+    """The TDG of ``outcome``'s iteration log replayed by the engine on ``instance``."""
+    from slolab.sim import metrics, replay
+    from slolab.sim.schedule import Schedule
+
+    return metrics.tdg(instance, replay(instance, Schedule.from_outcome(outcome)))
+
+
 def _lost_gain(instance: Instance, outcome: Outcome) -> np.ndarray:
     """Per request, the TDG weight of its tokens that missed their deadline."""
     from slolab.sim import metrics
@@ -373,7 +385,8 @@ def slice_search(
     slice whose MILP is not proved OPTIMAL within ``call_limit_s`` is not used. The incumbent
     is always a run of the engine (the replay of the spliced schedule), so its value is the
     replay's and it never falls. The loop is :class:`slolab.solvers.search.Search`: Ctrl-C,
-    in a slice's MILP too, ends it with the incumbent so far.
+    in a slice's MILP too, ends it with the incumbent so far, which the driver replays once
+    more to check its TDG.
 
     Parameters
     ----------
@@ -447,16 +460,16 @@ def slice_search(
         desc="slices",
         objective_name="TDG",
         quiet=quiet,
+        replay=lambda run: _replayed_tdg(instance, run),
     )
     found = slicing.run(outcome, start_value, step)
-    report = SliceReport(
-        start_tdg=float(start_value),
-        tdg=float(found.objective),
+    report = found.extended(
+        SliceReport,
+        objective=float(found.objective),
+        start_objective=float(start_value),
+        starts_tried=1,
         slices=solved,
         optimal=optimal,
-        improvements=found.improvements,
-        runtime_s=found.wall_s,
-        interrupted=found.interrupted,
     )
     return found.incumbent, report
 
@@ -509,16 +522,16 @@ def steered_search(
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     n = instance.n_requests
-    best_policy, best_value, best_out = START_POLICIES[0], -np.inf, None
+    runs: list[tuple[tuple[str, Outcome], float]] = []
     with interruptible("lns") as stopped:
-        for policy in START_POLICIES:
-            if best_out is not None and time.perf_counter() - start >= time_limit:
-                break
+        for policy in TDG_HORIZON_STARTS.tried(
+            START_POLICIES, lambda: time.perf_counter() - start >= time_limit
+        ):
             value, out = _run(instance, policy, instance, seed)
-            if improves(value, best_value):
-                best_policy, best_value, best_out = policy, value, out
-    if best_out is None:
+            runs.append(((policy, out), value))
+    if not runs:
         raise KeyboardInterrupt
+    (best_policy, best_out), best_value = best_of(runs)
     start_value = best_value
     lost = _lost_gain(instance, best_out)
 
@@ -550,10 +563,11 @@ def steered_search(
         objective_name="TDG",
         quiet=quiet,
         started=start,
+        replay=lambda steered: _replayed_tdg(instance, steered[0]),
     )
     steering.note = best_policy
     if stopped:
-        found = SearchResult((best_out, ones, ones), best_value, 0, 0, "interrupted", True, 0.0)
+        found = steering.interrupted_before((best_out, ones, ones), best_value)
     else:
         found = steering.run((best_out, ones.copy(), ones.copy()), best_value, step)
     best_out, best_value = found.incumbent[0], found.objective
@@ -571,13 +585,14 @@ def steered_search(
             quiet=quiet,
         )
         best_value = sliced.tdg
-    report = SearchReport(
-        start_policy=best_policy,
-        start_tdg=float(start_value),
-        tdg=float(best_value),
-        steps=found.iterations,
-        improvements=found.improvements,
-        runtime_s=time.perf_counter() - start,
+    report = found.extended(
+        SearchReport,
+        incumbent=Schedule.from_outcome(best_out),
+        objective=float(best_value),
+        start=best_policy,
+        start_objective=float(start_value),
+        starts_tried=len(runs),
+        wall_s=time.perf_counter() - start,
         interrupted=found.interrupted or (sliced is not None and sliced.interrupted),
         slices=sliced.slices if sliced else 0,
         slices_optimal=sliced.optimal if sliced else 0,
@@ -597,7 +612,7 @@ def steered_search(
         report.slices,
         report.slice_improvements,
     )
-    return Schedule.from_outcome(best_out), report
+    return report.incumbent, report
 
 
 def lns_schedule(

@@ -28,8 +28,9 @@ A changed worker's iterations are rebuilt by :func:`greedy_worker`. Given the ro
 worker's ready time the workers are independent, so a move re-times only the workers it
 changes, and each of those from its last saved state before the first request the move
 adds or takes away (the passes before it are the same). Moves are kept when they raise
-``J`` and keep at most ``max_servers`` workers on at once; the incumbent is replayed by the
-engine at the end and its objective is the replay's.
+``J`` and keep at most ``max_servers`` workers on at once; the search driver replays the
+incumbent by the engine at the end (its ``J`` must agree with the search's within the
+incumbent rule's tolerance) and its objective is the replay's.
 The model also carries the relaxation bound of :mod:`slolab.models.dispatch_bounds` (HiGHS, at
 most a quarter of the time limit), so its Result is an interval ``[incumbent, bound]``.
 
@@ -41,7 +42,6 @@ HyperFlexis, Sec. 3 (the joint decision) and Sec. 6 (scaling slots, start-up del
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -66,6 +66,7 @@ from slolab.solvers.backend import Backend
 from slolab.solvers.base import ExactModel, Result, Status
 from slolab.solvers.registry import register_model
 from slolab.solvers.search import (
+    DISPATCH_LNS_STARTS,
     Exhausted,
     FirstOf,
     MaxIterations,
@@ -82,11 +83,11 @@ if TYPE_CHECKING:
 
 __all__ = ["DispatchLns", "LnsResult", "StartRun", "greedy_worker", "lns", "online_decision"]
 
-logger = logging.getLogger("slolab")
 
 #: Online heuristics the search may start from (the best replayed one is the start); the
-#: problem's declaration hands in their runs (:data:`StartRun`).
-START_POLICIES = ("hyperflexis", "round-robin", "hyperflexis-scaling")
+#: problem's declaration hands in their runs (:data:`StartRun`). Declared with its rule beside
+#: tdg-horizon's (:data:`slolab.solvers.search.DISPATCH_LNS_STARTS`).
+START_POLICIES = DISPATCH_LNS_STARTS.names
 #: A start's run: ``run(instance, seed)`` simulates an online heuristic on the window and gives
 #: its Outcome, or None when the heuristic would run a changed instance.
 StartRun = Callable[[Instance, int], "Outcome | None"]
@@ -116,22 +117,31 @@ EXACT_STATES = 2_000
 
 
 @dataclass(frozen=True, slots=True)
-class LnsResult:
-    """What the search found: its decision, the replayed objective, where it started, the
-    moves tried and kept (exact ones included in ``moves_kept``), and why it stopped
-    (:attr:`slolab.solvers.search.SearchResult.stop_reason`)."""
+class LnsResult(SearchResult[ScaleDecision]):
+    """What the search found, as the driver's report (:class:`slolab.solvers.search.
+    SearchResult`: its decision, the replayed objective, the moves kept (exact ones included),
+    why it stopped, where it started and the starts tried), with the moves tried (exact ones
+    apart) and the exact moves tried and kept."""
 
-    decision: ScaleDecision
-    objective: float
-    start_policy: str
-    start_objective: float
-    moves_tried: int
-    moves_kept: int
-    exact_tried: int
-    exact_kept: int
-    interrupted: bool
-    runtime_s: float
-    stop_reason: str = ""
+    moves_tried: int = 0
+    exact_tried: int = 0
+    exact_kept: int = 0
+
+    @property
+    def decision(self) -> ScaleDecision:
+        return self.incumbent
+
+    @property
+    def start_policy(self) -> str:
+        return self.start
+
+    @property
+    def moves_kept(self) -> int:
+        return self.improvements
+
+    @property
+    def runtime_s(self) -> float:
+        return self.wall_s
 
 
 #: Passes of the greedy worker between two saved states (a rebuild resumes from the last one
@@ -652,9 +662,9 @@ def lns(
                 name = f"pooled{'-lazy' if lazy else ''}-lookahead-{lookahead:g}s"
                 candidates.append((name, found))
                 pooled.append(((lazy, lookahead), found.total()))
-        for name, run in starts.items():
-            if time.perf_counter() > stop:
-                break
+        for name, run in DISPATCH_LNS_STARTS.tried(
+            starts.items(), lambda: time.perf_counter() > stop
+        ):
             decision = online_decision(data, instance, run, seed=seed)
             if decision is not None:
                 candidates.append((name, _state_of(data, decision, tables)))
@@ -705,29 +715,23 @@ def lns(
         objective_name="J",
         quiet=quiet,
         started=t0,
+        replay=lambda found: _replayed(instance, data, found.decision()),
     )
     if interrupted:
-        moves_run = SearchResult(state, best, 0, 0, "interrupted", True, 0.0)
+        moves_run = moves.interrupted_before(state, best)
     else:
         moves_run = moves.run(state, best, step)
-    decision = state.decision()
-    value = _replayed(instance, data, decision)
-    if abs(value - moves_run.objective) > 1e-6:
-        logger.warning(
-            "lns: search value %.9g, replayed %.9g (the replay counts)", moves_run.objective, value
-        )
-    return LnsResult(
-        decision=decision,
-        objective=value,
-        start_policy=start_name,
+    return moves_run.extended(
+        LnsResult,
+        incumbent=state.decision(),
+        interrupted=interrupted or moves_run.interrupted,
+        wall_s=time.perf_counter() - t0,
+        start=start_name,
         start_objective=start_value,
+        starts_tried=len(candidates),
         moves_tried=counts["tried"],
-        moves_kept=moves_run.improvements,
         exact_tried=counts["exact_tried"],
         exact_kept=counts["exact_kept"],
-        interrupted=interrupted or moves_run.interrupted,
-        runtime_s=time.perf_counter() - t0,
-        stop_reason=moves_run.stop_reason,
     )
 
 

@@ -194,6 +194,17 @@ class TdgHorizonBound(ExactModel):
         Add the start rows (:meth:`_start_cuts`: an iteration starts after the arrivals of
         what it holds) in the integral phase's rounds (default); False gives the former
         integral phase. The LP rounds never use them (they moved no LP optimum measurably).
+
+    Notes
+    -----
+    One class of about 770 lines, on purpose: the bucket LP (:meth:`build_lp`), the rows
+    each round adds (:meth:`_completion_rows`, :meth:`_leader_cuts`, :meth:`_start_cuts`,
+    picked by :meth:`_violated_rows`) and the rounds themselves (:meth:`_solve_lp`,
+    :meth:`_solve_integral`) all read one column layout (the ``lp`` mapping of index arrays
+    :meth:`build_lp` returns, with the leader columns) and the window's derived times
+    (:meth:`prompt_work_s`, :meth:`decode_work_s`, ...). They are one formulation with its
+    separation routines; apart, every part would take that layout and those times as
+    arguments, and the rounds would read the rows' index arithmetic from another module.
     """
 
     sense = "max"

@@ -14,8 +14,16 @@ gives it a stopping rule and a step; the driver owns the loop:
   ``interrupted`` (:func:`interruptible` does the same for a search's start phase);
 - **one progress bar** on stderr (tqdm: elapsed seconds against the time box, the incumbent's
   objective), drawn on a terminal only and never when ``quiet``;
+- **one replay**: a search that gives a ``replay`` (the incumbent's objective recomputed by
+  the engine) has it called once at the end; a replay that differs from the search's own
+  objective by more than the incumbent rule's tolerance raises, and the result's objective is
+  the replay's;
 - **one report**, :class:`SearchResult`: incumbent, objective, iterations, improvements, why
-  it stopped, whether it was interrupted, wall time.
+  it stopped, whether it was interrupted, wall time, and the start it began from (name,
+  objective, starts tried); a search with fields of its own reports a small subclass of it
+  (:meth:`SearchResult.extended`);
+- **one start-policy declaration**, :class:`StartPolicies`: the online policies a search may
+  start from, in the order tried, with its rule (:data:`ALWAYS_A_START`, :data:`WITHIN_TIME`).
 
 The stopping rules and the result follow PyVRP's search loop (``StoppingCriterion``,
 ``MaxRuntime``, ``MaxIterations``, ``NoImprovement``, ``MultipleCriteria``, ``Result``).
@@ -23,16 +31,21 @@ The stopping rules and the result follow PyVRP's search loop (``StoppingCriterio
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 __all__ = [
+    "ALWAYS_A_START",
     "IMPROVEMENT_TOLERANCE",
+    "DISPATCH_LNS_STARTS",
+    "TDG_HORIZON_STARTS",
+    "WITHIN_TIME",
     "Exhausted",
     "FirstOf",
     "Interruption",
@@ -42,7 +55,9 @@ __all__ = [
     "Progress",
     "Search",
     "SearchResult",
+    "StartPolicies",
     "StopRule",
+    "agrees",
     "best_of",
     "improves",
     "interruptible",
@@ -52,12 +67,19 @@ logger = logging.getLogger("slolab")
 
 S = TypeVar("S")
 T = TypeVar("T")
+R = TypeVar("R", bound="SearchResult[Any]")
 
 #: Relative margin by which a candidate must beat the incumbent (of ``max(1, |incumbent|)``):
 #: equal values, and values one rounding apart, never replace it.
 IMPROVEMENT_TOLERANCE = 1e-12
 #: Seconds between two redraws of the progress bar.
 PROGRESS_EVERY_S = 0.5
+
+
+def agrees(replayed: float, claimed: float) -> bool:
+    """Whether a replayed objective equals the search's ``claimed`` one within the incumbent
+    rule's tolerance (:data:`IMPROVEMENT_TOLERANCE` x ``max(1, |claimed|)``)."""
+    return abs(replayed - claimed) <= IMPROVEMENT_TOLERANCE * max(1.0, abs(claimed))
 
 
 def improves(new: float, old: float, sense: str = "max") -> bool:
@@ -215,19 +237,104 @@ def interruptible(what: str = "search") -> Iterator[Interruption]:
         logger.warning("%s: interrupted; keeping the incumbent", what)
 
 
+#: Rule of a start table whose first policy runs whatever the time box says (the search
+#: always has a start from it); the later ones run while the time box lasts.
+ALWAYS_A_START = "always a start"
+#: Rule of a start table whose policies run only while the time box lasts (the search has
+#: starts of its own that are always candidates).
+WITHIN_TIME = "within time"
+
+
+@dataclass(frozen=True, slots=True)
+class StartPolicies:
+    """The online policies a search may start from, in the order tried, and its rule.
+
+    Every start tried is scored and the best one by the incumbent rule (:func:`best_of`: the
+    first among equals) is the search's start; ``rule`` says which starts run when the time
+    box runs out: :data:`ALWAYS_A_START` (the first always runs) or :data:`WITHIN_TIME`
+    (none past the time box)."""
+
+    search: str
+    names: tuple[str, ...]
+    rule: str
+
+    def __post_init__(self) -> None:
+        if self.rule not in (ALWAYS_A_START, WITHIN_TIME):
+            raise ValueError(
+                f"rule must be {ALWAYS_A_START!r} or {WITHIN_TIME!r}, got {self.rule!r}"
+            )
+        if self.rule == ALWAYS_A_START and not self.names:
+            raise ValueError(f"{self.search}: {ALWAYS_A_START!r} needs at least one policy")
+
+    def tried(self, starts: Iterable[T], out_of_time: Callable[[], bool]) -> Iterator[T]:
+        """``starts`` (this table's policies, or what a caller made of them, in order) as the
+        rule lets them run: each while ``out_of_time()`` is False, the first whatever it says
+        under :data:`ALWAYS_A_START`."""
+        for k, start in enumerate(starts):
+            if (k > 0 or self.rule == WITHIN_TIME) and out_of_time():
+                return
+            yield start
+
+
+#: The start table of tdg-horizon's ``lns`` (:func:`slolab.heuristics.tdg_search.
+#: steered_search`): steerable policies (they read priorities or deadlines);
+#: ``deadline-admission/N`` is its Moore-Hodgson admission with chunks of at most ``N`` tokens
+#: (0: whole prompts), ``deadline-lookahead/N`` the same with clairvoyant chunk sizes,
+#: ``deadline-packing/N`` and ``deadline-packing-lookahead/N`` the two packing several prompts
+#: per iteration, the others are registered policies.
+TDG_HORIZON_STARTS = StartPolicies(
+    "tdg-horizon lns",
+    (
+        "deadline-admission/1024",
+        "deadline-admission/2048",
+        "deadline-admission/512",
+        "deadline-admission/0",
+        "deadline-lookahead/1024",
+        "deadline-lookahead/2048",
+        "deadline-packing/0",
+        "deadline-packing/1024",
+        "deadline-packing/2048",
+        "deadline-packing-lookahead/1024",
+        "deadline-packing-lookahead/2048",
+        "slide-batching",
+        "sarathi-priority",
+        "fairbatching",
+        "sarathi-fcfs",
+    ),
+    ALWAYS_A_START,
+)
+#: The online heuristics ``dispatch-lns`` (:func:`slolab.models.dispatch_lns.lns`) may start
+#: from, beside its own greedy and pooled starts; the problem's declaration hands in their runs.
+DISPATCH_LNS_STARTS = StartPolicies(
+    "dispatch-lns", ("hyperflexis", "round-robin", "hyperflexis-scaling"), WITHIN_TIME
+)
+
+
 @dataclass(frozen=True, slots=True)
 class SearchResult(Generic[S]):
-    """What a search ended with: its incumbent and objective, iterations made and
-    improvements kept, why it stopped (a rule's ``reason``, ``"exhausted"`` or
-    ``"interrupted"``), whether Ctrl-C ended it, and its wall time in seconds."""
+    """What a search ended with: its incumbent and objective (the replay's when the search
+    gave one), iterations made and improvements kept, why it stopped (a rule's ``reason``,
+    ``"exhausted"`` or ``"interrupted"``), whether Ctrl-C ended it, its wall time in seconds,
+    and the start it began from: its name, its objective and how many starts were tried
+    (set by the search through :meth:`extended`). Its repr leaves the incumbent out (a
+    search's state, a run or a schedule: large)."""
 
-    incumbent: S
+    incumbent: S = dataclasses.field(repr=False)
     objective: float
     iterations: int
     improvements: int
     stop_reason: str
     interrupted: bool
     wall_s: float
+    start: str = ""
+    start_objective: float = math.nan
+    starts_tried: int = 0
+
+    def extended(self, kind: type[R], **fields: Any) -> R:
+        """This result as ``kind`` (a subclass holding a search's own fields), with ``fields``
+        set or replacing this result's."""
+        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(SearchResult)}
+        return kind(**{**own, **fields})
 
 
 class Search(Generic[S]):
@@ -248,6 +355,11 @@ class Search(Generic[S]):
     started : float, optional
         ``time.perf_counter()`` when the time box began (default: when :meth:`run` is called),
         for a search whose start phase spends the same time box.
+    replay : callable, optional
+        ``replay(incumbent)``: the incumbent's objective recomputed by the engine, called once
+        when the search ends; it must agree with the search's objective within the incumbent
+        rule's tolerance (:func:`agrees`; otherwise RuntimeError), and the result's objective
+        is the replay's.
     """
 
     def __init__(
@@ -258,8 +370,10 @@ class Search(Generic[S]):
         objective_name: str = "objective",
         quiet: bool = False,
         started: float | None = None,
+        replay: Callable[[S], float] | None = None,
     ) -> None:
         self.stop = stop
+        self.replay = replay
         self.desc = desc
         self.objective_name = objective_name
         self.quiet = quiet
@@ -287,11 +401,32 @@ class Search(Generic[S]):
         self.improvements += 1
         self.stalled = 0
 
+    def replayed(self, incumbent: S, objective: float) -> float:
+        """``objective`` checked against the replay of ``incumbent`` (the replay's value; the
+        same ``objective`` without a ``replay``)."""
+        if self.replay is None:
+            return objective
+        value = self.replay(incumbent)
+        if not agrees(value, objective):
+            raise RuntimeError(
+                f"{self.desc}: the incumbent's {self.objective_name} {objective!r} replays to "
+                f"{value!r} (tolerance {IMPROVEMENT_TOLERANCE:g} relative)"
+            )
+        return value
+
+    def interrupted_before(self, incumbent: S, objective: float) -> SearchResult[S]:
+        """The result of a search that Ctrl-C ended before its loop (in its start phase, see
+        :func:`interruptible`): ``incumbent`` replayed, no iteration, ``interrupted``."""
+        return SearchResult(
+            incumbent, self.replayed(incumbent, objective), 0, 0, "interrupted", True, 0.0
+        )
+
     def run(
         self, incumbent: S, objective: float, step: Callable[[Search[S]], None]
     ) -> SearchResult[S]:
         """Improve ``incumbent`` (objective ``objective``) by ``step`` until the stopping rule,
-        :class:`Exhausted` or Ctrl-C ends the search."""
+        :class:`Exhausted` or Ctrl-C ends the search; the incumbent is then replayed once
+        (:meth:`replayed`)."""
         from tqdm.auto import tqdm
 
         if self.started is None:
@@ -350,7 +485,7 @@ class Search(Generic[S]):
         assert self.incumbent is not None
         return SearchResult(
             incumbent=self.incumbent,
-            objective=self.objective,
+            objective=self.replayed(self.incumbent, self.objective),
             iterations=self.iterations,
             improvements=self.improvements,
             stop_reason=reason,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from slolab.heuristics.polyserve.admission import ADMIT, FULL, ControllerAdmission
@@ -251,50 +251,73 @@ class ControllerRouting(ControllerAdmission):
             if not len(queue):
                 self.unplaced[j] = False
                 continue
-            failures = 0
-            signature = self._signature(j, servers, usable)
-            taken = []
-            for i in queue.positions(now):  # on time by deadline, then lost
-                r = queue.entries[i][2]
-                self.decisions += 1
-                k = self._place(r, servers, now, signature, ranked)
-                if k == HOLD:
-                    failures += 1
-                    if failures >= self.params.dispatch_lookahead:
-                        break
-                    continue
-                failures = 0
-                placed.append((r, k))
-                taken.append(i)
-                self.held_count[j] -= 1
-                signature = self._signature(j, servers, usable)
-            queue.remove(taken)
+            placed += self._drain(queue, now, self._tier_placer(j, servers, now, usable, ranked))
             self.unplaced[j] = self.held_count[j] > 0
         self._dispatch_decisions = self.decisions - decisions
         self.decision_s += time.perf_counter() - t0
         return placed
 
-    def _dispatch_queue(self, held, servers, now, place) -> list[tuple[int, int]]:
+    def _tier_placer(
+        self,
+        j: int,
+        servers: Sequence[Server],
+        now: float,
+        usable: list[tuple[int, int, int, int]],
+        ranked: dict[int, list[int]],
+    ) -> Callable[[int], int]:
+        """Placement of tier ``j``'s held requests within one dispatch: :meth:`_place` at the
+        tier's :meth:`_signature`, which each placement refreshes (and counts off the held)."""
+        signature = self._signature(j, servers, usable)
+
+        def place(r: int) -> int:
+            nonlocal signature
+            k = self._place(r, servers, now, signature, ranked)
+            if k != HOLD:
+                self.held_count[j] -= 1
+                signature = self._signature(j, servers, usable)
+            return k
+
+        return place
+
+    def _dispatch_queue(
+        self,
+        held: Sequence[int],
+        servers: Sequence[Server],
+        now: float,
+        place: Callable[[int, Sequence[Server], float], int],
+    ) -> list[tuple[int, int]]:
         t0 = time.perf_counter()
         (queue,) = self._synced(held, [self._held_prefill])
         self._held_prefill = queue
-        placed = []
-        taken = []
+        placed = self._drain(queue, now, lambda r: place(r, servers, now))
+        self.decision_s += time.perf_counter() - t0
+        return placed
+
+    def _drain(
+        self, queue: _HeldQueue, now: float, place: Callable[[int], int]
+    ) -> list[tuple[int, int]]:
+        """The dispatch loop of one held queue (a tier's or the prefill queue): its requests
+        in dispatch order (on time by deadline, then late), each given to ``place`` (a server,
+        or HOLD), until the params' ``dispatch_lookahead`` HOLDs in a row; the placed
+        ones leave the queue. Returns the (request, server) pairs placed."""
+        lookahead = self.params.dispatch_lookahead
+        entries = queue.entries
+        placed: list[tuple[int, int]] = []
+        taken: list[int] = []
         failures = 0
-        for i in queue.positions(now):  # on time first, each by deadline
-            r = queue.entries[i][2]
+        for i in queue.positions(now):
+            r = entries[i][2]
             self.decisions += 1
-            k = place(r, servers, now)
+            k = place(r)
             if k == HOLD:
                 failures += 1
-                if failures >= self.params.dispatch_lookahead:
+                if failures >= lookahead:
                     break
                 continue
             failures = 0
             placed.append((r, k))
             taken.append(i)
         queue.remove(taken)
-        self.decision_s += time.perf_counter() - t0
         return placed
 
     def _candidate_tiers(self, j: int) -> list[int]:

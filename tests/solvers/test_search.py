@@ -1,5 +1,5 @@
 """The search driver: stopping rules, the incumbent rule, Ctrl-C keeping the incumbent, the
-progress bar and --quiet."""
+progress bar and --quiet, the replay of the result, the report and the start tables."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ import time
 import pytest
 from slolab.solvers import search as search_module
 from slolab.solvers.search import (
+    ALWAYS_A_START,
+    DISPATCH_LNS_STARTS,
+    TDG_HORIZON_STARTS,
+    WITHIN_TIME,
     Exhausted,
     FirstOf,
     MaxIterations,
@@ -18,6 +22,8 @@ from slolab.solvers.search import (
     NoImprovement,
     Progress,
     Search,
+    SearchResult,
+    StartPolicies,
     best_of,
     improves,
     interruptible,
@@ -152,6 +158,76 @@ def test_ctrl_c_in_an_inner_move_keeps_the_incumbent():
     assert found.interrupted and found.stop_reason == "interrupted"
     assert (found.incumbent, found.objective) == ("move 2", 20.0)
     assert (found.iterations, found.improvements) == (2, 2)
+
+
+def test_replay_is_called_once_and_its_value_is_the_objective():
+    """The replay runs once, at the end, on the final incumbent; a value within the incumbent
+    rule's tolerance (1e-12 x 30 here) is the result's objective."""
+    seen = []
+
+    def replay(incumbent: float) -> float:
+        seen.append(incumbent)
+        return incumbent + 2e-11
+
+    found = Search(MaxIterations(3), quiet=True, replay=replay).run(
+        0, 0.0, counting_step([10.0, 20.0, 30.0])
+    )
+    assert seen == [30.0]
+    assert found.objective == 30.0 + 2e-11 != 30.0
+
+
+def test_replay_that_disagrees_raises():
+    """A replay off by more than the incumbent rule's tolerance is an error, on a finished
+    search and on one Ctrl-C ended before its loop."""
+    search = Search(MaxIterations(2), quiet=True, replay=lambda inc: inc + 1e-9, desc="s")
+    with pytest.raises(RuntimeError, match="s: the incumbent's objective 2.0 replays to"):
+        search.run(0.0, 0.0, counting_step([1.0, 2.0]))
+    with pytest.raises(RuntimeError, match="replays to"):
+        search.interrupted_before(5.0, 5.0)
+    found = Search(MaxIterations(2), quiet=True, replay=float).interrupted_before(5, 5.0)
+    assert (found.interrupted, found.stop_reason, found.iterations) == (True, "interrupted", 0)
+
+
+def test_extended_keeps_the_drivers_fields_and_sets_the_searchs_own():
+    """A search's report subclass takes the driver's result, fields replaced or added."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Report(SearchResult[str]):
+        extra: int = 0
+
+    base = SearchResult("x", 1.0, 4, 2, "iterations", False, 0.5)
+    report = base.extended(Report, start="p", starts_tried=3, extra=7, wall_s=9.0)
+    assert isinstance(report, Report)
+    assert (report.incumbent, report.objective, report.iterations, report.improvements) == (
+        "x",
+        1.0,
+        4,
+        2,
+    )
+    assert (report.start, report.starts_tried, report.extra, report.wall_s) == ("p", 3, 7, 9.0)
+    assert math.isnan(base.start_objective) and base.starts_tried == 0
+
+
+def test_start_tables_follow_their_rule():
+    """Out of time at once: an always-a-start table still runs its first policy, a
+    within-time table none; with time, both run every policy in order."""
+    never = lambda: False  # noqa: E731
+    always = lambda: True  # noqa: E731
+    tdg, dispatch = TDG_HORIZON_STARTS, DISPATCH_LNS_STARTS
+    assert (tdg.rule, dispatch.rule) == (ALWAYS_A_START, WITHIN_TIME)
+    assert list(tdg.tried(tdg.names, always)) == [tdg.names[0]]
+    assert list(dispatch.tried(dispatch.names, always)) == []
+    assert list(tdg.tried(tdg.names, never)) == list(tdg.names)
+    assert list(dispatch.tried(dispatch.names, never)) == list(dispatch.names)
+    # out of time after two checks: the first two of the within-time table, three of the other
+    for table, ran in ((dispatch, 2), (tdg, 3)):
+        checks = iter([False, False, True, True])
+        assert len(list(table.tried(range(10), lambda it=checks: next(it)))) == ran
+    with pytest.raises(ValueError, match="rule must be"):
+        StartPolicies("s", ("a",), "sometimes")
+    with pytest.raises(ValueError, match="needs at least one policy"):
+        StartPolicies("s", (), ALWAYS_A_START)
 
 
 def test_interruptible_records_ctrl_c_and_lets_other_errors_through():

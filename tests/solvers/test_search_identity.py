@@ -1,6 +1,8 @@
 """The two searches decide as they did before they shared the search driver: for seeded small
 windows of dispatch-scale and tdg-horizon, under an iteration cap (never the clock), the
-incumbent's hash, objective and counters equal the ones recorded on the code before."""
+incumbent's hash, objective and counters equal the ones recorded on the code before; the rest
+of each report (stop reasons, the slice counts) equals the one recorded before the reports
+became the driver's."""
 
 from __future__ import annotations
 
@@ -71,7 +73,7 @@ SLICE_CASES = {
 }
 
 
-def dispatch_fingerprint(name: str) -> tuple:
+def dispatch_fingerprint(name: str) -> tuple[tuple, tuple]:
     options, moves, pooled = DISPATCH_CASES[name]
     inst = build_instance("dispatch-scale", **options)
     found = lns(
@@ -94,14 +96,14 @@ def dispatch_fingerprint(name: str) -> tuple:
         found.exact_tried,
         found.exact_kept,
         found.interrupted,
-    )
+    ), (found.stop_reason,)
 
 
 def _schedule_digest(schedule) -> str:
     return _digest(repr((schedule.iterations, sorted(schedule.rejected), schedule.plan)))
 
 
-def tdg_fingerprint(name: str) -> tuple:
+def tdg_fingerprint(name: str) -> tuple[tuple, tuple]:
     trace, n, load, seed, steps = TDG_CASES[name]
     inst = horizon_window(trace, n=n, seed=seed, load=load, max_output_tokens=0)
     schedule, report = tdg_search.steered_search(
@@ -115,10 +117,16 @@ def tdg_fingerprint(name: str) -> tuple:
         report.steps,
         report.improvements,
         report.interrupted,
+    ), (
+        repr(report.steered_tdg),
+        report.slices,
+        report.slices_optimal,
+        report.slice_improvements,
+        report.stop_reason,
     )
 
 
-def slice_fingerprint(name: str) -> tuple:
+def slice_fingerprint(name: str) -> tuple[tuple, tuple]:
     trace, n, load, seed, steps, slices = SLICE_CASES[name]
     inst = horizon_window(trace, n=n, seed=seed, load=load, max_output_tokens=0)
     schedule, _ = tdg_search.steered_search(
@@ -136,7 +144,7 @@ def slice_fingerprint(name: str) -> tuple:
         report.slices,
         report.optimal,
         report.improvements,
-    )
+    ), (report.interrupted,)
 
 
 #: Recorded on the code before the searches shared the driver.
@@ -349,20 +357,56 @@ SLICE_EXPECTED: dict[str, tuple] = {
     "code-medium-s0": ("afcb47e464afb371", "1809.4659937534566", "1810.4659937534566", 3, 3, 1),
 }
 
+#: The rest of each report, recorded before the reports became the driver's.
+DISPATCH_REPORT_EXPECTED: dict[str, tuple] = {
+    "code-n16-s0-medium": ("iterations",),
+    "code-n24-s1": ("iterations",),
+    "conv-n30-s3": ("iterations",),
+    "mix-n10-s5-disk": ("iterations",),
+    "mix-n12-s1": ("iterations",),
+    "mix-n12-s3-real": ("iterations",),
+    "mix-n16-s2": ("iterations",),
+    "mix-n16-s4-2task": ("iterations",),
+    "mix-n20-s2-real": ("iterations",),
+    "mix-n8-s0": ("iterations",),
+}
+TDG_REPORT_EXPECTED: dict[str, tuple] = {
+    "code-high-s0": ("1803.4659937534566", 0, 0, 0, "iterations"),
+    "code-high-s1": ("1599.5748365162506", 0, 0, 0, "iterations"),
+    "code-high-s2": ("2085.6938868464717", 0, 0, 0, "iterations"),
+    "code-high-s3": ("2012.8027296092655", 0, 0, 0, "iterations"),
+    "code-low-s1": ("1762.4659937534566", 0, 0, 0, "iterations"),
+    "code-medium-s0": ("1809.4659937534566", 0, 0, 0, "iterations"),
+    "code-medium-s1": ("1674.0204151348535", 0, 0, 0, "iterations"),
+    "code-medium-s3": ("2090.2483082278686", 0, 0, 0, "iterations"),
+    "code-medium-s4": ("3178.5850440836775", 0, 0, 0, "exhausted"),
+    "conv-high-s0": ("3888.323171499744", 0, 0, 0, "exhausted"),
+}
+SLICE_REPORT_EXPECTED: dict[str, tuple] = {
+    "code-high-s0": (False,),
+    "code-medium-s0": (False,),
+}
+
 
 @pytest.mark.parametrize("name", sorted(DISPATCH_CASES))
 def test_dispatch_lns_decides_as_before(name):
     """dispatch-lns under a move cap: the same decision, objective and move counts."""
-    assert dispatch_fingerprint(name) == DISPATCH_EXPECTED[name]
+    decided, report = dispatch_fingerprint(name)
+    assert decided == DISPATCH_EXPECTED[name]
+    assert report == DISPATCH_REPORT_EXPECTED[name]
 
 
 @pytest.mark.parametrize("name", sorted(TDG_CASES))
 def test_tdg_steered_search_decides_as_before(name):
     """tdg-horizon lns under a step cap: the same schedule, TDG and step counts."""
-    assert tdg_fingerprint(name) == TDG_EXPECTED[name]
+    decided, report = tdg_fingerprint(name)
+    assert decided == TDG_EXPECTED[name]
+    assert report == TDG_REPORT_EXPECTED[name]
 
 
 @pytest.mark.parametrize("name", sorted(SLICE_CASES))
 def test_tdg_slice_search_decides_as_before(name):
     """The exact slice moves under a slice cap: the same schedule, TDG and slice counts."""
-    assert slice_fingerprint(name) == SLICE_EXPECTED[name]
+    decided, report = slice_fingerprint(name)
+    assert decided == SLICE_EXPECTED[name]
+    assert report == SLICE_REPORT_EXPECTED[name]
