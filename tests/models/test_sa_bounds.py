@@ -22,6 +22,7 @@ from slolab.models.sa_columns import (
 from slolab.models.sa_ordering import OrderingProblem, SAOrderingModel, batches_of
 from slolab.solvers import Status, solve
 from test_sa_bp import every_plan
+from test_sa_columns import all_columns
 
 pytest.importorskip("pyscipopt")
 
@@ -131,3 +132,31 @@ def test_methods_with_and_without_bounds_equal_brute_force(seed: int, n: int, b:
             assert sim.metrics.g_ratio(instance, outcome) == pytest.approx(
                 brute.objective, rel=1e-9
             )
+
+
+@pytest.mark.parametrize(("seed", "b"), [(15, 2), (48, 2), (50, 3)])
+def test_pricing_with_bounds_finds_the_most_negative_column(seed: int, b: int) -> None:
+    """With the start-time bounds (and the cuts) in the master, pricing's smallest reduced cost
+    equals the minimum over every column, and each column's reduced cost equals HiGHS's."""
+    problem = OrderingProblem.from_instance(random_ordering_instance(seed, 6, b))
+    optimum = solve(SAOrderingModel(problem), "brute", time_limit=30).objective
+    cuts = claim_capacity_cuts(problem)
+    master = ColumnMaster(
+        problem, 0.9 * optimum, cuts=cuts, bounds=True, met_limit=met_limit(problem, cuts)
+    )
+    assert np.any(master.ub < problem.start_upper_bounds_s() - 1e-6)
+    master.add_plan(SAOrderingModel(problem).starting_plan()[0])
+    every = all_columns(master)
+    for _ in range(60):
+        duals, _ = master._duals()
+        found, rc_min = master.price(duals)
+        assert rc_min == pytest.approx(min(master.reduced_cost(c, duals) for c in every), abs=1e-9)
+        col_duals = master.highs.getSolution().col_dual[master.n_aux :]
+        for col, rc in zip(master.columns, col_duals, strict=True):
+            assert master.reduced_cost(col, duals) == pytest.approx(rc, abs=1e-9)
+        if not found:
+            break
+        for col in found:
+            master.add(col)
+    else:
+        pytest.fail("column generation did not converge in 60 rounds")
