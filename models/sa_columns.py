@@ -34,6 +34,10 @@ Exactness (docs/sa_ordering.md, Sec. 6):
    when their batch starts early, at most ``K(R)`` of them meet in any plan, so
    ``sum_c |T_c ∩ R| lambda_c <= K(R)``; the LP adds those it violates. Their duals change the
    reward of a claim per request, which the pricing of 1 absorbs exactly.
+5. Start-time bounds (:func:`start_bounds`): a grouped floor ``LB'_q`` on the start of a batch
+   after ``q`` requests (every plan) and a ceiling ``UB'_q`` from ``lambda`` (every plan with
+   ``F <= 0``, which is all a Dinkelbach step needs) replace ``LB_q`` and ``UB_q`` in the time
+   rows; the pricing reads the same arrays, so it stays exact.
 
 Every plan is represented with its exact met set (take ``k`` = the met member with the smallest
 latest start), and every feasible column combination is a plan that meets at least its claims,
