@@ -17,13 +17,14 @@
    branch-and-price's root gap (the bound after its root column LP over the final G, minus
    one), and the proved-within-limit rate per size and method. ``--bp-only`` runs this part
    alone. Methods ``bp-nocuts`` and ``columns-nocuts`` are the same without the
-   claim-capacity cuts.
+   claim-capacity cuts, ``bp-nobounds`` and ``columns-nobounds`` without the start-time bounds.
 6. With ``--cuts``: the root gap with and without the claim-capacity cuts
    (docs/sa_ordering.md Sec. 6, "Cuts") on the snapshots of ``--cuts-sizes`` (seeds 0, 1, 2;
    ``--cuts-seeds``) and the shipped ``sa-azure-n40-b4``. The incumbent G is the column
-   method's after ``--cuts-limit`` seconds; at ``lambda`` = G the plain column LP and the LP
-   with the violated cuts separated are solved to convergence from the incumbent's columns,
-   and each gives ``bound / G - 1``. Also the cuts found, added and the LP's claimed-met
+   method's after ``--cuts-limit`` seconds; at ``lambda`` = G the plain column LP, the LP
+   with the violated cuts separated, the LP with the start-time bounds (docs Sec. 6,
+   "Start-time bounds") and the LP with both are solved to convergence from the incumbent's
+   columns, and each gives ``bound / G - 1``. Also the cuts found, added and the LP's claimed-met
    count. ``--cuts-only`` runs this part alone and writes ``benchmarks/out/sa_ordering_cuts.csv``.
 
 Prints tables and writes ``benchmarks/out/sa_ordering.csv``. Asserts only stable facts: every
@@ -49,6 +50,7 @@ from slolab.models.sa_columns import (
     ColumnMaster,
     claim_capacity_cuts,
     latency_floor,
+    met_limit,
     ratio_bound,
 )
 from slolab.models.sa_ordering import batches_of
@@ -71,12 +73,16 @@ METHODS = {
     "bp": ("sa-ordering-bp", "highs"),
     "columns-nocuts": ("sa-ordering-columns", "highs"),
     "bp-nocuts": ("sa-ordering-bp", "highs"),
+    "columns-nobounds": ("sa-ordering-columns", "highs"),
+    "bp-nobounds": ("sa-ordering-bp", "highs"),
 }
 
 
 def prove(inst, method: str, time_limit: float) -> dict:
     model, solver = METHODS[method]
     options = {"cuts": False} if method.endswith("-nocuts") else {}
+    if method.endswith("-nobounds"):
+        options = {"bounds": False}
     res = solve(build_model(model, inst, **options), solver=solver, time_limit=time_limit)
     row = {
         "solver": method,
@@ -200,13 +206,15 @@ def root_gaps(inst, label: str, limit: float) -> dict:
         "incumbent_met": value.met_requests,
         "cuts_found": len(pool),
     }
-    for name, with_cuts in (("plain", False), ("cuts", True)):
-        master = ColumnMaster(data, lam)
+    families = (("plain", False, False), ("cuts", True, False), ("bounds", False, True))
+    for name, with_cuts, bounds in (*families, ("both", True, True)):
+        limit = met_limit(data, pool if with_cuts else ())
+        master = ColumnMaster(data, lam, bounds=bounds, met_limit=limit)
         master.add_plan(plan)
         t0 = time.perf_counter()
         if with_cuts:
             _, lower, _, converged = master.separate(pool, t0 + 600.0)
-            row["cuts_added"] = len(master.cuts)
+            row[f"{name}_added"] = len(master.cuts)
         else:
             _, lower, _, converged = master.solve_lp(t0 + 600.0)
         assert converged, (label, name)
@@ -215,9 +223,12 @@ def root_gaps(inst, label: str, limit: float) -> dict:
         row[f"{name}_root_gap"] = bound / lam - 1.0
         row[f"{name}_claimed"] = float(master.claimed().sum())
         row[f"{name}_lp_s"] = time.perf_counter() - t0
-    assert row["cuts_bound"] <= row["plain_bound"] * (1.0 + 1e-9), "a cut loosened the LP"
-    plain, cut = row["plain_root_gap"], row["cuts_root_gap"]
-    row["gap_closed"] = 1.0 - cut / plain if plain > 1e-12 else None
+    for name in ("cuts", "bounds", "both"):
+        assert row[f"{name}_bound"] <= row["plain_bound"] * (1.0 + 1e-9), f"{name} loosened"
+    plain = row["plain_root_gap"]
+    for name in ("cuts", "bounds", "both"):
+        closed = 1.0 - row[f"{name}_root_gap"] / plain if plain > 1e-12 else None
+        row["gap_closed" if name == "cuts" else f"{name}_gap_closed"] = closed
     return row
 
 
@@ -234,14 +245,19 @@ def part_cuts(sizes: list[int], seeds: int, limit: float) -> pd.DataFrame:
         rows.append(row)
         tqdm.write(
             f"  {label}: root gap {100 * row['plain_root_gap']:.2f}% without cuts, "
-            f"{100 * row['cuts_root_gap']:.2f}% with {row['cuts_added']} cuts"
+            f"{100 * row['cuts_root_gap']:.2f}% with {row['cuts_added']} cuts, "
+            f"{100 * row['bounds_root_gap']:.2f}% with the start-time bounds, "
+            f"{100 * row['both_root_gap']:.2f}% with both"
         )
     return pd.DataFrame(rows)
 
 
 def report_cuts(frame: pd.DataFrame) -> None:
     """Print the cuts part: one row per snapshot."""
-    print("\nRoot gap without and with the claim-capacity cuts (B = 4; lambda = incumbent):")
+    print(
+        "\nRoot gap without and with the claim-capacity cuts and the start-time bounds "
+        "(B = 4; lambda = incumbent):"
+    )
     cols = [
         "instance",
         "incumbent",
@@ -254,6 +270,11 @@ def report_cuts(frame: pd.DataFrame) -> None:
         "cuts_claimed",
         "gap_closed",
         "cuts_lp_s",
+        "bounds_root_gap",
+        "bounds_gap_closed",
+        "both_root_gap",
+        "both_claimed",
+        "both_gap_closed",
     ]
     print(frame[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 

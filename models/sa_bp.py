@@ -44,6 +44,7 @@ from slolab.models.sa_columns import (
     ColumnMaster,
     SAOrderingColumns,
     latency_floor,
+    met_limit,
     ratio_bound,
     seeded_master,
 )
@@ -569,7 +570,8 @@ class SAOrderingBranchPrice(SAOrderingColumns):
     step is a branch-and-price run on SCIP (PySCIPOpt), seeded with the columns of the root LP
     and of every earlier step; the result's backend is then ``"scip"``. The LP of each step
     separates the claim-capacity cuts (``cuts=False``: none), which become rows of SCIP's
-    master. With the warm start, :data:`FINAL_MILP_SHARE` of the limit is kept for a restricted
+    master. ``bounds=False`` leaves out the start-time bounds (:func:`~slolab.models.sa_columns.start_bounds`), which
+    every node's LP carries otherwise. With the warm start, :data:`FINAL_MILP_SHARE` of the limit is kept for a restricted
     MILP over every column known when SCIP stops at its time limit (it may improve the
     incumbent; the bound is SCIP's).
     ``warm_start=False`` starts SCIP from the deterministic plans alone (no annealing, no column
@@ -589,8 +591,9 @@ class SAOrderingBranchPrice(SAOrderingColumns):
         warm_start: bool = True,
         cuts: bool = True,
         anneal: Callable[..., tuple[Batches, Any]] | None = None,
+        bounds: bool = True,
     ) -> None:
-        super().__init__(instance, cuts=cuts)
+        super().__init__(instance, cuts=cuts, bounds=bounds)
         self.use_warm_start = bool(warm_start)
         self.anneal = anneal
 
@@ -664,7 +667,9 @@ class SAOrderingBranchPrice(SAOrderingColumns):
         while True:
             counters["iterations"] += 1
             lam = value.g
-            master = seeded_master(data, lam, plan, known, cuts)
+            master = seeded_master(
+                data, lam, plan, known, cuts, self.use_bounds, met_limit(data, pool)
+            )
             _, lb, _, converged = master.separate(pool, deadline)
             cuts = list(master.cuts)
             counters["cuts"] = len(cuts)

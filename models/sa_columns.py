@@ -34,6 +34,10 @@ Exactness (docs/sa_ordering.md, Sec. 6):
    when their batch starts early, at most ``K(R)`` of them meet in any plan, so
    ``sum_c |T_c ∩ R| lambda_c <= K(R)``; the LP adds those it violates. Their duals change the
    reward of a claim per request, which the pricing of 1 absorbs exactly.
+5. Start-time bounds (:func:`start_bounds`): a grouped floor ``LB'_q`` on the start of a batch
+   after ``q`` requests (every plan) and a ceiling ``UB'_q`` from ``lambda`` (every plan with
+   ``F <= 0``, which is all a Dinkelbach step needs) replace ``LB_q`` and ``UB_q`` in the time
+   rows; the pricing reads the same arrays, so it stays exact.
 
 Every plan is represented with its exact met set (take ``k`` = the met member with the smallest
 latest start), and every feasible column combination is a plan that meets at least its claims,
@@ -66,9 +70,11 @@ __all__ = [
     "SAOrderingColumns",
     "claim_capacity_cuts",
     "latency_floor",
+    "met_limit",
     "ratio_bound",
     "restricted_milp",
     "seeded_master",
+    "start_bounds",
 ]
 
 #: Reduced costs below ``-PRICING_TOLERANCE`` (s) enter the master.
@@ -227,6 +233,71 @@ def claim_capacity_cuts(problem: Any) -> list[ClaimCut]:
     return cuts
 
 
+#: Seconds added to each start ceiling of :func:`start_bounds` (rounding of ``M / lambda``).
+START_SLACK_S = 1e-6
+
+
+def _monotone_floor(problem: Any) -> np.ndarray:
+    """``LB'[q]``: a lower bound on the total duration of batches holding ``q`` or more
+    requests, the larger of ``problem.start_lower_bounds_s()`` and the batch-grouping bound of
+    :func:`_fill_costs` over every request (``f_c(r) = min_{s >= c} e_r(s)``)."""
+    n, b = problem.n_requests, problem.batch_size
+    execs = np.asarray(problem.exec_s, dtype=float)[:, 1:]
+    floor = np.full((n, b + 1), np.inf)
+    for c in range(b, 0, -1):
+        floor[:, c] = execs[:, c - 1] if c == b else np.minimum(execs[:, c - 1], floor[:, c + 1])
+    grouped = _fill_costs(floor, b)
+    # "q or more": the smallest cost over m >= q (the DP's costs need not be monotone)
+    grouped = np.minimum.accumulate(grouped[::-1])[::-1]
+    return np.maximum(np.asarray(problem.start_lower_bounds_s(), dtype=float), grouped)
+
+
+def start_bounds(
+    problem: Any, ratio: float | None, met_limit: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Start-time bounds ``(LB'_q, UB'_q)``, q = 0..N, of a snapshot (docs/sa_ordering.md
+    Sec. 6, "Start-time bounds").
+
+    ``LB'_q`` (every plan): the batches before a batch at node ``q`` hold ``q`` requests, so
+    they last at least the grouping bound of :func:`_monotone_floor`. ``UB'_q`` (every plan
+    with ``F = L - M / lambda <= 0`` at ``lambda`` = ``ratio``; plain ``UB_q`` without a
+    ratio): a batch starting at ``t`` at node ``q`` delays the ``N - q`` later requests by
+    ``t``, so ``(N - q) t + C_q <= L <= M / lambda <= met_limit / lambda`` with ``C_q`` the
+    executions and the waits the ``q`` earlier and ``N - q`` later requests cause among
+    themselves; ``met_limit`` (default: the meetable requests) bounds ``M``.
+    """
+    n, b = problem.n_requests, problem.batch_size
+    lower = _monotone_floor(problem)
+    upper = np.asarray(problem.start_upper_bounds_s(), dtype=float).copy()
+    if ratio is None:
+        return lower, upper
+    most = (
+        problem.meetable_requests
+        if met_limit is None
+        else min(met_limit, problem.meetable_requests)
+    )
+    own = float(np.min(np.asarray(problem.exec_s, dtype=float)[:, 1:], axis=1).sum())
+    # waits[k]: least total wait of k requests served from an empty server (the i-th to start
+    # has at least i - B + 1 requests in earlier batches)
+    waits = np.concatenate([[0.0], np.cumsum([lower[max(0, i - b + 1)] for i in range(n)])])
+    budget = most / ratio
+    for q in range(1, n):
+        ceiling = (budget - own - waits[q] - waits[n - q]) / (n - q) + START_SLACK_S
+        upper[q] = min(upper[q], max(ceiling, float(lower[q])))
+    return lower, upper
+
+
+def met_limit(problem: Any, cuts: Iterable[ClaimCut]) -> int:
+    """A bound on the met count of every plan: the meetable requests, or for a cut on ``R``,
+    ``K(R)`` plus the meetable requests outside ``R``."""
+    latest = np.max(np.asarray(problem.latest_start_s, dtype=float)[:, 1:], axis=1)
+    meetable = set(np.nonzero(latest >= np.asarray(problem.arrival_s))[0].tolist())
+    most = len(meetable)
+    for cut in cuts:
+        most = min(most, cut.limit + len(meetable - set(cut.requests)))
+    return int(most)
+
+
 class ColumnMaster:
     """The LP master of the column formulation at one ``lambda`` (``None``: latency only,
     no claims and no deadline rows), held in a ``highspy.Highs`` object.
@@ -240,6 +311,11 @@ class ColumnMaster:
     plans counted as if those requests missed their SLO (a diagnostic of where the LP's claims
     come from, docs/sa_ordering.md Sec. 10).
 
+    ``bounds=True`` replaces the start floors ``LB_q`` and ceilings ``UB_q`` by those of
+    :func:`start_bounds` (``met_limit`` bounds the met count; the ceilings hold for the plans
+    with ``F <= 0``, so the LP is then a relaxation of those plans only, which is all a
+    Dinkelbach step needs: the incumbent has ``F = 0``).
+
     ``cuts`` (claim-capacity cuts, :class:`ClaimCut`; with a ratio only) become rows
     ``sum_c |T_c ∩ R| lambda_c <= limit`` after the others; :meth:`add_cut` adds more and
     :meth:`separate` adds those the LP violates. Their duals lower the reward of a claim of each
@@ -252,6 +328,8 @@ class ColumnMaster:
         ratio: float | None,
         unclaimable: Iterable[int] = (),
         cuts: Iterable[ClaimCut] = (),
+        bounds: bool = False,
+        met_limit: int | None = None,
     ) -> None:
         import highspy
 
@@ -272,8 +350,11 @@ class ColumnMaster:
             if not 0 <= r < n:
                 raise ValueError(f"unclaimable request {r} is not in 0..{n - 1}")
         self.latest[list(self.unclaimable), :] = -np.inf
-        self.lb = problem.start_lower_bounds_s()
-        self.ub = problem.start_upper_bounds_s()
+        if bounds:
+            self.lb, self.ub = start_bounds(problem, ratio, met_limit)
+        else:
+            self.lb = problem.start_lower_bounds_s()
+            self.ub = problem.start_upper_bounds_s()
         self.reward = 0.0 if ratio is None else 1.0 / ratio
         #: 1 prices by reduced cost; 0 prices a Farkas ray (the columns' costs left out)
         self.cost_scale = 1.0
@@ -783,11 +864,14 @@ def seeded_master(
     plan: Any,
     known: Iterable[Column],
     cuts: Iterable[ClaimCut] = (),
+    bounds: bool = False,
+    met_limit: int | None = None,
 ) -> ColumnMaster:
     """The master at ``ratio`` holding the columns of ``plan`` and every valid column of
     ``known`` (columns from earlier Dinkelbach steps: their validity does not depend on the
-    ratio, only their cost), with the rows of ``cuts`` (valid at every ratio)."""
-    master = ColumnMaster(problem, ratio, cuts=cuts)
+    ratio, only their cost), with the rows of ``cuts`` (valid at every ratio) and, with
+    ``bounds``, the start-time bounds of :func:`start_bounds`."""
+    master = ColumnMaster(problem, ratio, cuts=cuts, bounds=bounds, met_limit=met_limit)
     master.add_plan(plan)
     for col in sorted(known, key=lambda c: (c.end, c.members, c.met)):
         if master.valid(col):
@@ -877,14 +961,17 @@ class SAOrderingColumns(SAOrderingModel):
     parent's.
 
     ``cuts=True`` (the default) separates the claim-capacity cuts (:func:`claim_capacity_cuts`)
-    in every Dinkelbach step's LP; ``cuts=False`` solves the plain column LP.
+    in every Dinkelbach step's LP; ``cuts=False`` solves the plain column LP. ``bounds=True``
+    (the default) uses the start-time bounds of :func:`start_bounds` in the time rows;
+    ``bounds=False`` the plain ``LB_q`` and ``UB_q``.
     """
 
     name = f"{PROBLEM}-columns"
 
-    def __init__(self, instance: Any, cuts: bool = True) -> None:
+    def __init__(self, instance: Any, cuts: bool = True, bounds: bool = True) -> None:
         super().__init__(instance)
         self.use_cuts = bool(cuts)
+        self.use_bounds = bool(bounds)
 
     def cut_pool(self) -> list[ClaimCut]:
         """The claim-capacity cuts separated in the LP (none with ``cuts=False``)."""
@@ -949,7 +1036,9 @@ class SAOrderingColumns(SAOrderingModel):
         while True:
             counters["iterations"] += 1
             lam = value.g
-            master = seeded_master(data, lam, plan, known, cuts)
+            master = seeded_master(
+                data, lam, plan, known, cuts, self.use_bounds, met_limit(data, pool)
+            )
             _, lb, duals, converged = master.separate(pool, deadline)
             cuts = list(master.cuts)
             counters["cuts"] = len(cuts)
