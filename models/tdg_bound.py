@@ -319,7 +319,9 @@ class TdgHorizonBound(ExactModel):
     # -- the LP -----------------------------------------------------------------------------------
     def build_lp(self, grid: BucketGrid | None = None) -> dict[str, Any]:
         """The LP on ``grid`` (default :attr:`grid`) as arrays: costs, column bounds, a CSC
-        matrix and row bounds (maximize)."""
+        matrix and row bounds (maximize), with where the linking rows are: each request's
+        iteration rows (``iteration_rows[r]``, one per bucket of its range) and the bucket
+        capacity rows (``capacity_rows``, the last ``B``)."""
         import scipy.sparse as sp
 
         d = self.data
@@ -374,6 +376,7 @@ class TdgHorizonBound(ExactModel):
         t_min = self.shortest_decode_iteration_s()
         fixed_gain = 0.0
         phi_of: dict[int, tuple[int, np.ndarray]] = {}  # r -> (first bucket, phi columns)
+        iteration_rows: dict[int, np.ndarray] = {}  # r -> its rows K_rj <= N_j (- N_(f-1))
         g1_of: dict[int, int] = {}
         for r in range(d.n):
             o = int(d.output[r])
@@ -405,6 +408,7 @@ class TdgHorizonBound(ExactModel):
             capacity_terms.append((j, Phi, np.ones(n)))
             capacity_terms.append((j[1:], Phi[:-1], -np.ones(n - 1)))
             # one token of r per iteration; none before the prompt
+            iteration_rows[r] = np.arange(next_row[0], next_row[0] + n)
             if self.release_cuts and j[0] >= 2:
                 # r's iterations start at or after its arrival, so lie inside (b_(first-1), b_j]
                 before = np.full(n, N[j[0] - 2])
@@ -471,6 +475,8 @@ class TdgHorizonBound(ExactModel):
             "bounds": grid.bounds,
             "leaders": leaders,
             "first_tokens": np.array(sorted(g1_of.values()), dtype=np.int64),
+            "iteration_rows": iteration_rows,
+            "capacity_rows": np.arange(nrow - B, nrow),
         }
 
     def _completion_rows(

@@ -290,30 +290,109 @@ class TdgHorizonColumns(ExactModel):
         """HiGHS only: the master goes to highspy directly."""
         return frozenset({"milp"})
 
+    def lagrangian(
+        self, pi: np.ndarray, mu: dict[int, np.ndarray], deadline: float = math.inf
+    ) -> tuple[float, dict[int, list[tuple[float, Column]]]] | None:
+        """The Lagrangian bound at multipliers ``pi >= 0`` (bucket time, per bucket) and ``mu
+        >= 0`` (iterations, per request and bucket of its range; both clipped at 0), and each
+        request's best columns there (at most :data:`COLUMNS_PER_ROUND`); None when the clock
+        passes ``deadline`` (``time.perf_counter``) first.
+
+        ``L = sum_j pi_j L_j + sum_r max(0, best_r) + N_max max(0, max_i sum_(j>=i) c_j)``,
+        ``best_r`` the best non-empty column of ``r`` (the empty one is worth 0), ``c_j`` the
+        coefficient of ``N_j`` in the Lagrangian (``sum_r mu_rj - t_c (pi_j - pi_(j+1))``, less
+        ``sum_j mu_rj`` at ``N_(f(r)-1)``): over ``N`` non-decreasing, non-negative and at most
+        ``N_max`` = the window's prompt and output tokens (every iteration holds one of them),
+        its term is the last one. Every engine schedule's master point has such an ``N``, so
+        ``L`` is at least the optimum for any multipliers."""
+        pi = np.maximum(np.asarray(pi, dtype=float), 0.0)
+        value = self.fixed_gain + float(pi @ np.diff(self.grid.bounds))
+        coef = -self.t_c * (pi - np.append(pi[1:], 0.0))
+        priced: dict[int, list[tuple[float, Column]]] = {}
+        for r in self.requests:
+            r = int(r)
+            buckets = self.bucket_range(r)
+            mu_r = np.maximum(np.asarray(mu[r], dtype=float), 0.0)
+            got = self.price(r, pi[buckets], mu_r, most=COLUMNS_PER_ROUND)
+            priced[r] = got
+            if got:
+                value += max(0.0, got[0][0])
+            coef[buckets] += mu_r
+            if self.tables[r]["first"] >= 2:
+                coef[self.tables[r]["first"] - 2] -= mu_r.sum()
+            if time.perf_counter() > deadline:
+                return None
+        n_max = float((self.data.prompt + self.data.output).sum())
+        value += n_max * max(0.0, float(np.cumsum(coef[::-1]).max()))
+        return value, priced
+
+    def _bucket_duals(
+        self, backend: Any, time_limit: float
+    ) -> tuple[np.ndarray, dict[int, np.ndarray]] | None:
+        """The bucket LP's optimal duals of its linking rows on :attr:`grid` (bucket time and
+        iterations), as multipliers; None when it is not solved within ``time_limit``."""
+        import highspy
+        from slolab.solvers.highs import highs_lp
+
+        lp = self.relaxation.build_lp(self.grid)
+        highs = highspy.Highs()
+        highs.setOptionValue("output_flag", bool(backend.log))
+        highs.setOptionValue("threads", int(backend.threads))
+        highs.setOptionValue("random_seed", int(backend.seed))
+        highs.passModel(
+            highs_lp(
+                lp["matrix"], -lp["cost"], lp["col_lo"], lp["col_hi"], lp["row_lo"], lp["row_hi"]
+            )
+        )
+        run_highs_for(highs, time_limit)
+        if highs.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            return None
+        dual = -np.asarray(highs.getSolution().row_dual)
+        mu = {int(r): dual[lp["iteration_rows"][int(r)]] for r in self.requests}
+        return dual[lp["capacity_rows"]], mu
+
     def solve_with(self, backend: Any, time_limit: float, **params: Any) -> Result | None:
-        """Column generation within ``time_limit``: the master (dual simplex, warm) and one
-        priced column per request with a positive reduced cost per round. The bound is the
-        least Lagrangian bound of the rounds plus the bucket LP's margin, at most the ideal.
-        Status: OPTIMAL when no column prices out (the master's optimum is the bound), FEASIBLE
-        when the time ran out first (the Lagrangian bound holds), TIME_LIMIT with the ideal
-        when no round finished."""
+        """Column generation within ``time_limit``. First the bucket LP on the same grid (at
+        most half the time): the Lagrangian bound at its duals (at most the bucket LP's value)
+        and the columns priced there start the master. Then rounds: the master (dual simplex,
+        warm), the Lagrangian bound at its duals, and up to :data:`COLUMNS_PER_ROUND` columns
+        per request with a positive reduced cost. The bound is the least Lagrangian bound plus
+        the bucket LP's margin, at most the ideal. Status: OPTIMAL when no column prices out
+        (the last bound is the master's optimum), FEASIBLE when the time ran out first (the
+        bound holds), TIME_LIMIT with the ideal when no bound was computed."""
         import highspy
 
         if backend.name != "highs":
             raise ValueError(f"{COLUMNS_MODEL} is solved by HiGHS's LP only, not {backend.name!r}")
         start = time.perf_counter()
+        deadline = start + time_limit
         ideal = ideal_gain(self.data)
+        bound, status = ideal, Status.TIME_LIMIT
+        rounds: list[dict[str, float]] = []
+
+        def settle(value: float) -> float:
+            return min(value + LP_MARGIN_REL * abs(value) + LP_MARGIN_ABS, ideal)
+
+        warm: list[Column] = []
+        duals = self._bucket_duals(backend, time_limit / 2)
+        start_bound = None
+        if duals is not None:
+            got = self.lagrangian(*duals, deadline=deadline)
+            if got is not None:
+                start_bound = got[0]
+                bound, status = settle(got[0]), Status.FEASIBLE
+                warm = [column for priced in got[1].values() for _, column in priced]
         highs = highspy.Highs()
         highs.setOptionValue("output_flag", bool(backend.log))
         highs.setOptionValue("threads", int(backend.threads))
         highs.setOptionValue("random_seed", int(backend.seed))
         highs.setOptionValue("solver", "simplex")
         master = self._master(highs)
-        bound, status = ideal, Status.TIME_LIMIT
-        rounds: list[dict[str, float]] = []
+        if warm:
+            self._add_columns(highs, master, warm)
         converged = False
         while True:
-            left = time_limit - (time.perf_counter() - start)
+            left = deadline - time.perf_counter()
             if left <= 1e-3:
                 break
             run_highs_for(highs, left)
@@ -326,39 +405,23 @@ class TdgHorizonColumns(ExactModel):
                 )
             z = -float(highs.getInfo().objective_function_value) + self.fixed_gain
             dual = -np.asarray(highs.getSolution().row_dual)
-            found: list[Column] = []
-            priced_any: set[int] = set()
-            excess = 0.0
-            for r in self.requests:
-                r = int(r)
-                rows = master["iteration_rows"][r]
-                sigma = float(dual[master["convexity_rows"][r]])
-                priced = self.price(
-                    r,
-                    dual[master["time_rows"][self.bucket_range(r)]],
-                    dual[rows],
-                    most=COLUMNS_PER_ROUND,
-                    floor=sigma + PRICE_TOL,
-                )
-                if priced:
-                    priced_any.add(r)
-                    excess += priced[0][0] - sigma
-                    found.extend(column for _, column in priced)
-                if time.perf_counter() - start > time_limit:
-                    break
-            else:
-                # a request priced at most PRICE_TOL above its convexity dual adds that much
-                lagrangian = z + excess + PRICE_TOL * (len(self.requests) - len(priced_any))
-                value = min(lagrangian + LP_MARGIN_REL * abs(lagrangian) + LP_MARGIN_ABS, ideal)
-                bound = min(bound, value)
-                status = Status.FEASIBLE
-                rounds.append({"master": z, "lagrangian": lagrangian, "columns": len(found)})
-                if not found:
-                    converged = True
-                    break
-                self._add_columns(highs, master, found)
-                continue
-            break
+            mu = {int(r): dual[master["iteration_rows"][int(r)]] for r in self.requests}
+            got = self.lagrangian(dual[master["time_rows"]], mu, deadline=deadline)
+            if got is None:
+                break
+            value, priced = got
+            bound, status = min(bound, settle(value)), Status.FEASIBLE
+            found = [
+                column
+                for r, columns in priced.items()
+                for reduced, column in columns
+                if reduced - dual[master["convexity_rows"][r]] > PRICE_TOL
+            ]
+            rounds.append({"master": z, "lagrangian": value, "columns": len(found)})
+            if not found:
+                converged = True
+                break
+            self._add_columns(highs, master, found)
         if converged:
             status = Status.OPTIMAL
         return Result(
@@ -375,6 +438,7 @@ class TdgHorizonColumns(ExactModel):
                 "pairs": self.grid.pairs,
                 "spacing_s": self.grid.spacing_s,
                 "rounds": len(rounds),
+                "start_bound": start_bound,
                 "columns": int(highs.getNumCol()) - self.grid.buckets,
                 "master": rounds[-1]["master"] if rounds else None,
                 "history": rounds,

@@ -35,14 +35,14 @@ def bucket_bound(inst: Instance) -> float:
     res = solve(
         TdgHorizonBound(inst, spacing_s=SPACING_S, family="bucket"), solver="highs", time_limit=60
     )
-    assert res.status == Status.OPTIMAL
-    return float(res.bound)
+    assert res.status == Status.OPTIMAL and res.bound is not None
+    return res.bound
 
 
 def proved_optimum(inst: Instance) -> float:
     exact = solve(TdgHorizon(inst), solver="highs", time_limit=60)
-    assert exact.status == Status.OPTIMAL
-    return float(exact.objective)
+    assert exact.status == Status.OPTIMAL and exact.objective is not None
+    return exact.objective
 
 
 def test_hand_case_equals_bucket_lp_where_the_iterations_are_fluid():
@@ -112,6 +112,34 @@ def test_priced_columns_are_points_of_the_bucket_lp_rows():
                 assert value == pytest.approx(col.gain - pi @ col.work - mu @ k, abs=1e-9)
                 checked += 1
     assert checked > 0
+
+
+def test_lagrangian_bound_holds_at_any_multipliers():
+    """The Lagrangian bound at random multipliers is never below the optimum (14), and at the
+    bucket LP's duals it is at most the bucket LP's value (17.58)."""
+    inst = horizon_instance(
+        [0.0, 0.004, 0.012],
+        [8, 3, 12],
+        [3, 2, 3],
+        [0.02, 0.03, 0.05],
+        [0.008, 0.012, 0.03],
+        [1.0, 2.0, 1.0],
+    )
+    model = TdgHorizonColumns(inst, spacing_s=SPACING_S)
+    optimum = proved_optimum(inst)
+    rng = np.random.default_rng(3)
+    for scale in (0.0, 1.0, 50.0, 1000.0):
+        pi = rng.exponential(scale, model.grid.buckets) if scale else np.zeros(model.grid.buckets)
+        mu = {
+            int(r): rng.exponential(scale or 1.0, len(model.bucket_range(int(r))))
+            for r in model.requests
+        }
+        got = model.lagrangian(pi, mu)
+        assert got is not None
+        assert got[0] >= optimum - 1e-9
+    res = columns_bound(inst)
+    assert res.details["start_bound"] is not None
+    assert optimum - 1e-9 <= res.details["start_bound"] <= bucket_bound(inst) + TOL
 
 
 def test_same_instance_same_result():
