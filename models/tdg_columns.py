@@ -28,9 +28,10 @@ Pricing is exact, by a dynamic programme per request over its buckets and token 
 (:meth:`TdgHorizonColumns.price`): the cheapest work profile places each increment of the
 needed work at the least ``pi`` of the buckets so far, so a column's reduced cost is a sum
 over buckets of terms in ``(K_(j-1), K_j)`` and its best is found in ``O(n_r^2 o_r)`` per
-request (every completion bucket at once). At every round the Lagrangian bound ``z_master +
-sum_r max(0, best reduced cost of r)`` holds; the least over the rounds is reported, OPTIMAL
-when no column prices out.
+request (every completion bucket at once). The Lagrangian bound
+(:meth:`TdgHorizonColumns.lagrangian`) holds at any multipliers; it is evaluated at the bucket
+LP's duals first (at most the bucket LP's value), then at the master's duals every round; the
+least is reported, OPTIMAL when no column prices out.
 
 Proof (docs/proserve.md, "Column generation per request"): every engine schedule maps to a
 master point with its TDG (each request's part of the bucket LP's point is one column), so the

@@ -20,8 +20,8 @@ from tdg_horizon_cases import horizon_instance
 #: Grid of every comparison: a fixed spacing, so that the bucket LP solves this one grid only
 #: (by default it also solves a coarser one and keeps the least, which the columns do not).
 SPACING_S = 0.005
-#: Both bounds carry the LP margin (1e-6 relative and absolute) and HiGHS's feasibility
-#: tolerance (1e-7 per row); the columns' Lagrangian bound adds 1e-7 per request priced out.
+#: Both bounds carry the LP margin (1e-6 relative and absolute) and HiGHS's feasibility and
+#: dual tolerances (1e-7 per row), which a comparison of two LPs may add up.
 TOL = 1e-5
 
 
