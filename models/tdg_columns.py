@@ -62,10 +62,11 @@ from slolab.models.tdg_bound import (
     LP_MARGIN_ABS,
     LP_MARGIN_REL,
     TdgHorizonBound,
+    bound_result,
     ideal_gain,
 )
 from slolab.solvers.base import ExactModel, Result, Status
-from slolab.solvers.highs import run_highs_for
+from slolab.solvers.highs import backend_highs, highs_lp, run_highs_for
 from slolab.solvers.registry import register_model
 
 __all__ = ["COLUMNS_MODEL", "Column", "TdgHorizonColumns"]
@@ -333,13 +334,9 @@ class TdgHorizonColumns(ExactModel):
         """The bucket LP's optimal duals of its linking rows on :attr:`grid` (bucket time and
         iterations), as multipliers; None when it is not solved within ``time_limit``."""
         import highspy
-        from slolab.solvers.highs import highs_lp
 
         lp = self.relaxation.build_lp(self.grid)
-        highs = highspy.Highs()
-        highs.setOptionValue("output_flag", bool(backend.log))
-        highs.setOptionValue("threads", int(backend.threads))
-        highs.setOptionValue("random_seed", int(backend.seed))
+        highs = backend_highs(backend)
         highs.passModel(
             highs_lp(
                 lp["matrix"], -lp["cost"], lp["col_lo"], lp["col_hi"], lp["row_lo"], lp["row_hi"]
@@ -383,10 +380,7 @@ class TdgHorizonColumns(ExactModel):
                 start_bound = got[0]
                 bound, status = settle(got[0]), Status.FEASIBLE
                 warm = [column for priced in got[1].values() for _, column in priced]
-        highs = highspy.Highs()
-        highs.setOptionValue("output_flag", bool(backend.log))
-        highs.setOptionValue("threads", int(backend.threads))
-        highs.setOptionValue("random_seed", int(backend.seed))
+        highs = backend_highs(backend)
         highs.setOptionValue("solver", "simplex")
         master = self._master(highs)
         if warm:
@@ -425,26 +419,19 @@ class TdgHorizonColumns(ExactModel):
             self._add_columns(highs, master, found)
         if converged:
             status = Status.OPTIMAL
-        return Result(
-            status=status,
-            objective=bound,
-            bound=bound,
-            runtime_s=time.perf_counter() - start,
-            backend="highs",
-            model=COLUMNS_MODEL,
-            sense="max",
-            details={
-                "ideal": ideal,
-                "buckets": self.grid.buckets,
-                "pairs": self.grid.pairs,
-                "spacing_s": self.grid.spacing_s,
-                "rounds": len(rounds),
-                "start_bound": start_bound,
-                "columns": int(highs.getNumCol()) - self.grid.buckets,
-                "master": rounds[-1]["master"] if rounds else None,
-                "history": rounds,
-                "converged": converged,
-            },
+        return bound_result(
+            COLUMNS_MODEL,
+            status,
+            bound,
+            start,
+            self.grid,
+            ideal,
+            rounds=len(rounds),
+            start_bound=start_bound,
+            columns=int(highs.getNumCol()) - self.grid.buckets,
+            master=rounds[-1]["master"] if rounds else None,
+            history=rounds,
+            converged=converged,
         )
 
     def bucket_range(self, r: int) -> np.ndarray:

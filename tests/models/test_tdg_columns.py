@@ -15,7 +15,7 @@ from slolab.models.tdg_bound import TdgHorizonBound
 from slolab.models.tdg_columns import TdgHorizonColumns
 from slolab.problems import get_problem
 from slolab.solvers import Status, solve
-from tdg_horizon_cases import horizon_instance
+from tdg_horizon_cases import drawn_rows, horizon_instance
 
 #: Grid of every comparison: a fixed spacing, so that the bucket LP solves this one grid only
 #: (by default it also solves a coarser one and keeps the least, which the columns do not).
@@ -45,6 +45,19 @@ def proved_optimum(inst: Instance) -> float:
     return exact.objective
 
 
+def three_requests() -> Instance:
+    """A (8 tokens, 3 out, TTFT 20 ms) at 0, B (3, 2, 30 ms, priority 2) at 4 ms, C (12, 3,
+    50 ms) at 12 ms; TPOTs 8, 12 and 30 ms."""
+    return horizon_instance(
+        [0.0, 0.004, 0.012],
+        [8, 3, 12],
+        [3, 2, 3],
+        [0.02, 0.03, 0.05],
+        [0.008, 0.012, 0.03],
+        [1.0, 2.0, 1.0],
+    )
+
+
 def test_hand_case_equals_bucket_lp_where_the_iterations_are_fluid():
     """Two 10-token prompts at 0, TTFT 25 ms: the columns bound is the bucket LP's 7.5."""
     inst = horizon_instance([0.0, 0.0], [10, 10], [1, 1], [0.025, 0.025], [0.01, 0.01], [1.0, 2.0])
@@ -60,14 +73,7 @@ def test_hand_case_equals_bucket_lp_where_the_iterations_are_fluid():
 def test_hand_case_strictly_below_bucket_lp():
     """A (8 tokens, 3 out) at 0, B (3, 2) at 4 ms, C (12, 3) at 12 ms: columns 17 < bucket
     17.58; the optimum is 14."""
-    inst = horizon_instance(
-        [0.0, 0.004, 0.012],
-        [8, 3, 12],
-        [3, 2, 3],
-        [0.02, 0.03, 0.05],
-        [0.008, 0.012, 0.03],
-        [1.0, 2.0, 1.0],
-    )
+    inst = three_requests()
     res = columns_bound(inst)
     bucket = bucket_bound(inst)
     # the bucket LP spends its tangents of the decode work and fractional token counts; the
@@ -81,9 +87,7 @@ def test_priced_columns_are_points_of_the_bucket_lp_rows():
     """Every column priced against random duals satisfies its request's rows of the bucket LP:
     whole prompt and token counts, work by each boundary at least the tokens' work, decode
     pace, and its gain recomputed token by token."""
-    inst = horizon_instance(
-        [0.0, 0.004, 0.012], [8, 3, 12], [3, 2, 3], [0.02, 0.03, 0.05], [0.008] * 3, [1.0] * 3
-    )
+    inst = three_requests()
     model = TdgHorizonColumns(inst, spacing_s=SPACING_S)
     rel = model.relaxation
     rng = np.random.default_rng(7)
@@ -117,14 +121,7 @@ def test_priced_columns_are_points_of_the_bucket_lp_rows():
 def test_lagrangian_bound_holds_at_any_multipliers():
     """The Lagrangian bound at random multipliers is never below the optimum (14), and at the
     bucket LP's duals it is at most the bucket LP's value (17.58)."""
-    inst = horizon_instance(
-        [0.0, 0.004, 0.012],
-        [8, 3, 12],
-        [3, 2, 3],
-        [0.02, 0.03, 0.05],
-        [0.008, 0.012, 0.03],
-        [1.0, 2.0, 1.0],
-    )
+    inst = three_requests()
     model = TdgHorizonColumns(inst, spacing_s=SPACING_S)
     optimum = proved_optimum(inst)
     rng = np.random.default_rng(3)
@@ -143,9 +140,7 @@ def test_lagrangian_bound_holds_at_any_multipliers():
 
 
 def test_same_instance_same_result():
-    inst = horizon_instance(
-        [0.0, 0.004, 0.012], [8, 3, 12], [3, 2, 3], [0.02, 0.03, 0.05], [0.008] * 3, [1.0] * 3
-    )
+    inst = three_requests()
     a = columns_bound(inst)
     b = columns_bound(inst)
     assert (a.bound, a.details["history"]) == (b.bound, b.details["history"])
@@ -161,19 +156,15 @@ def test_registered_as_the_columns_method():
 def small_window(draw) -> Instance:
     """Two to five requests, prompts of 1-12 tokens, outputs cut to 1-3 tokens, tight TTFTs."""
     n = draw(st.integers(2, 5))
-    rows = [
-        {
-            "arrival": draw(st.sampled_from([0.0, 0.004, 0.012, 0.02])),
-            "prompt": draw(st.integers(1, 12)),
-            "output": draw(st.integers(1, 3)),
-            "ttft": draw(st.sampled_from([0.012, 0.02, 0.03, 0.05])),
-            "tpot": draw(st.sampled_from([0.008, 0.012, 0.03])),
-            "priority": draw(st.sampled_from([1.0, 2.0])),
-        }
-        for _ in range(n)
-    ]
-    rows.sort(key=lambda r: r["arrival"])
-    return horizon_instance(*([r[k] for r in rows] for k in rows[0]))
+    return drawn_rows(
+        draw,
+        n,
+        [0.0, 0.004, 0.012, 0.02],
+        (1, 12),
+        (1, 3),
+        [0.012, 0.02, 0.03, 0.05],
+        [0.008, 0.012, 0.03],
+    )
 
 
 @settings(max_examples=25, deadline=None, derandomize=True)
