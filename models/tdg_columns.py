@@ -131,7 +131,7 @@ class TdgHorizonColumns(ExactModel):
         rel, d = self.relaxation, self.data
         finite = np.isfinite(d.first_deadline_s)
         #: requests in the master (a finite first-token deadline); the others are counted whole
-        self.requests = np.flatnonzero(finite)
+        self.requests: list[int] = np.flatnonzero(finite).tolist()
         self.fixed_gain = float((d.first_gain + d.decode_gain * (d.output - 1))[~finite].sum())
         self._prompt_work = rel.prompt_work_s()
         self._earliest = rel.earliest_first_token_s()
@@ -312,7 +312,6 @@ class TdgHorizonColumns(ExactModel):
         coef = -self.t_c * (pi - np.append(pi[1:], 0.0))
         priced: dict[int, list[tuple[float, Column]]] = {}
         for r in self.requests:
-            r = int(r)
             buckets = self.bucket_range(r)
             mu_r = np.maximum(np.asarray(mu[r], dtype=float), 0.0)
             got = self.price(r, pi[buckets], mu_r, most=COLUMNS_PER_ROUND)
@@ -471,7 +470,6 @@ class TdgHorizonColumns(ExactModel):
         iteration_rows: dict[int, np.ndarray] = {}
         convexity_rows: dict[int, int] = {}
         for r in self.requests:
-            r = int(r)
             f = self.tables[r]["first"]
             buckets = self.bucket_range(r)
             idx, val, starts = [], [], []

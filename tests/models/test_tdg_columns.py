@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from slolab.harness.compare import compare
 from slolab.instances.records import Instance
 from slolab.models.proserve import TdgHorizon
 from slolab.models.tdg_bound import TdgHorizonBound
@@ -147,9 +148,14 @@ def test_same_instance_same_result():
 
 
 def test_registered_as_the_columns_method():
+    """``columns`` is a bound method of tdg-horizon: compare runs it and reports its bound."""
     problem = get_problem("tdg-horizon")
     assert problem.aliases["columns"] == "tdg-horizon-columns:highs"
     assert "tdg-horizon-columns" in problem.models
+    inst = three_requests()
+    row = compare(inst, ["columns"], time_limit=60).iloc[0]
+    assert (row["method"], row["kind"], row["status"]) == ("columns", "bound", "OPTIMAL")
+    assert row["bound"] == pytest.approx(17.0, abs=1e-4)
 
 
 @st.composite
