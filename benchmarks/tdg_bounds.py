@@ -11,6 +11,8 @@ For each trace (Azure conversation and code 2023), load (low, medium, high) and 
   value and the tightest reported; with ``--plain`` also the plain bucket LP (no release
   cuts, same limits); with ``--without-start-rows`` also the bound without the ``chain``
   family's start rows (same limits), so each window has both against the same ``lns``;
+  with ``--bound-method columns`` the column-generation bound ``tdg-horizon-columns`` in its
+  place, with ``both`` both (``U`` the least);
 - ``lns``: the replay-scored steering search, within ``--lns-limit`` seconds;
 - SlideBatching and the five baselines of ProServe's evaluation, online;
 
@@ -40,6 +42,8 @@ OUT = Path(__file__).resolve().parent / "out"
 TRACES = ("azure_conv_2023", "azure_code_2023")
 LOADS = ("low", "medium", "high")
 SIZES = (25, 50, 100, 200, 500)
+#: What gives ``U``: the bucket/chain bound, the column-generation bound, or the least of both.
+BOUND_METHODS = ("bound", "columns", "both")
 
 
 def one_window(
@@ -52,12 +56,16 @@ def one_window(
     max_pairs: int,
     plain: bool = False,
     without_start_rows: bool = False,
+    bound_method: str = "bound",
 ) -> list[dict[str, Any]]:
     """Every method on one window; the rows of the compare table plus the window's interval.
 
     ``load`` is a named load (low, medium, high) or an arrival rate in req/s (``"16"``).
+    ``bound_method``: ``bound`` (``tdg-horizon-bound``), ``columns`` (``tdg-horizon-columns``
+    in its place) or ``both`` (``U`` the least of the two).
     """
     from slolab.models.tdg_bound import TdgHorizonBound
+    from slolab.models.tdg_columns import TdgHorizonColumns
     from slolab.solvers import solve
 
     rate = None if load in LOADS else float(load)
@@ -69,9 +77,30 @@ def one_window(
         rate=rate,
         max_output_tokens=KEEP_OUTPUTS,
     )
+    if bound_method not in BOUND_METHODS:
+        raise ValueError(f"bound_method must be one of {', '.join(BOUND_METHODS)}")
     cpu = time.process_time()
-    bound = solve(TdgHorizonBound(inst, max_pairs=max_pairs), "highs", time_limit=bound_limit)
+    model: Any = TdgHorizonBound(inst, max_pairs=max_pairs)
+    if bound_method == "columns":
+        model = TdgHorizonColumns(inst, max_pairs=max_pairs)
+    bound = solve(model, "highs", time_limit=bound_limit)
     bound_cpu_s = time.process_time() - cpu
+    columns: dict[str, Any] = {}
+    if bound_method != "bound":
+        cpu = time.process_time()
+        got = bound
+        if bound_method == "both":
+            got = solve(
+                TdgHorizonColumns(inst, max_pairs=max_pairs), "highs", time_limit=bound_limit
+            )
+        columns = {
+            "bound": float(got.bound),
+            "s": got.runtime_s,
+            "cpu_s": time.process_time() - cpu if bound_method == "both" else bound_cpu_s,
+            "status": got.status.value,
+            "rounds": got.details.get("rounds"),
+            "master": got.details.get("master"),
+        }
     plain_bound, plain_s = float("nan"), float("nan")
     if plain:
         other = solve(
@@ -113,6 +142,8 @@ def one_window(
     )
     best = float(frame["objective"].max())
     upper = float(bound.bound) if bound.bound is not None else float("inf")
+    if columns:
+        upper = min(upper, columns["bound"])
     rows = []
     for _, r in frame.iterrows():
         v = float(r["objective"])
@@ -154,6 +185,13 @@ def one_window(
                 "bound_without_start_rows_status": former.get("status"),
                 "bound_without_start_rows_integral": former.get("integral", float("nan")),
                 "width_without_start_rows": 1 - best / former.get("bound", float("nan")),
+                "bound_method": bound_method,
+                "bound_columns": columns.get("bound", float("nan")),
+                "bound_columns_s": columns.get("s", float("nan")),
+                "bound_columns_cpu_s": columns.get("cpu_s", float("nan")),
+                "bound_columns_status": columns.get("status"),
+                "bound_columns_rounds": columns.get("rounds"),
+                "bound_columns_master": columns.get("master"),
                 "width": 1 - best / upper,
                 "gap_lo": 1 - v / best,
                 "gap_hi": 1 - v / upper,
@@ -180,6 +218,13 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="also solve the bound without the chain family's start rows",
     )
+    parser.add_argument(
+        "--bound-method",
+        choices=BOUND_METHODS,
+        default="bound",
+        help="U from tdg-horizon-bound (bound), tdg-horizon-columns (columns) or the least of "
+        "both (both; each within --bound-limit)",
+    )
     parser.add_argument("--quick", action="store_true", help="25 requests, 10 s limits")
     parser.add_argument("--out", default=str(OUT / "tdg_bounds.csv"))
     a = parser.parse_args(argv)
@@ -201,6 +246,7 @@ def main(argv: list[str] | None = None) -> None:
                     max_pairs=a.max_pairs,
                     plain=a.plain,
                     without_start_rows=a.without_start_rows,
+                    bound_method=a.bound_method,
                 )
                 rows.extend(got)
                 pd.DataFrame(rows).to_csv(a.out, index=False)
@@ -215,6 +261,13 @@ def main(argv: list[str] | None = None) -> None:
                     f"{head['bound_chain']:.6g}, integral {head['bound_chain_integral']:.6g}, "
                     f"tightest {head['bound_tightest']}"
                     + (f"; plain LP {head['bound_plain']:.6g}" if a.plain else "")
+                    + (
+                        f"; columns {head['bound_columns']:.6g} ({head['bound_columns_s']:.0f} s, "
+                        f"{head['bound_columns_cpu_s']:.0f} s CPU, {head['bound_columns_status']}, "
+                        f"{head['bound_columns_rounds']} rounds)"
+                        if a.bound_method != "bound"
+                        else ""
+                    )
                     + (
                         f"; without start rows {head['bound_without_start_rows']:.6g} "
                         f"({head['bound_without_start_rows_s']:.0f} s), width "

@@ -10,6 +10,7 @@ from slolab.models import (
     sa_ordering,
     slos_admission,
     tdg_bound,
+    tdg_columns,
     tier_partition,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "sa_ordering",
     "slos_admission",
     "tdg_bound",
+    "tdg_columns",
     "tier_partition",
 ]

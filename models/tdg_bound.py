@@ -85,7 +85,7 @@ from slolab.models.proserve import (
     require_affine,
 )
 from slolab.solvers.base import ExactModel, Result, Status
-from slolab.solvers.highs import highs_lp, run_highs_for
+from slolab.solvers.highs import backend_highs, highs_lp, run_highs_for
 from slolab.solvers.registry import register_model
 from slolab.timing.base import (
     F_DECODE_KV,
@@ -95,7 +95,7 @@ from slolab.timing.base import (
     F_PREFILL_TOKENS,
 )
 
-__all__ = ["BOUND_MODEL", "BucketGrid", "TdgHorizonBound", "ideal_gain"]
+__all__ = ["BOUND_MODEL", "BucketGrid", "TdgHorizonBound", "bound_result", "ideal_gain"]
 
 logger = logging.getLogger("slolab")
 
@@ -162,6 +162,36 @@ class BucketGrid:
 def _round_up(bounds: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Index ``j`` of the first boundary ``b_j >= t``."""
     return np.searchsorted(bounds, t, side="left")
+
+
+def bound_result(
+    model: str,
+    status: Status,
+    bound: float,
+    start: float,
+    grid: BucketGrid,
+    ideal: float,
+    **details: Any,
+) -> Result:
+    """The result of a bound of a window solved on ``grid`` since ``start``
+    (``time.perf_counter``): no schedule, the bound as objective, the ideal gain and the
+    grid's size in ``details`` before ``details``."""
+    return Result(
+        status=status,
+        objective=bound,
+        bound=bound,
+        runtime_s=time.perf_counter() - start,
+        backend="highs",
+        model=model,
+        sense="max",
+        details={
+            "ideal": ideal,
+            "buckets": grid.buckets,
+            "pairs": grid.pairs,
+            "spacing_s": grid.spacing_s,
+            **details,
+        },
+    )
 
 
 class TdgHorizonBound(ExactModel):
@@ -330,7 +360,9 @@ class TdgHorizonBound(ExactModel):
     # -- the LP -----------------------------------------------------------------------------------
     def build_lp(self, grid: BucketGrid | None = None) -> dict[str, Any]:
         """The LP on ``grid`` (default :attr:`grid`) as arrays: costs, column bounds, a CSC
-        matrix and row bounds (maximize)."""
+        matrix and row bounds (maximize), with where the linking rows are: each request's
+        iteration rows (``iteration_rows[r]``, one per bucket of its range) and the bucket
+        capacity rows (``capacity_rows``, the last ``B``)."""
         import scipy.sparse as sp
 
         d = self.data
@@ -385,6 +417,7 @@ class TdgHorizonBound(ExactModel):
         t_min = self.shortest_decode_iteration_s()
         fixed_gain = 0.0
         phi_of: dict[int, tuple[int, np.ndarray]] = {}  # r -> (first bucket, phi columns)
+        iteration_rows: dict[int, np.ndarray] = {}  # r -> its rows K_rj <= N_j (- N_(f-1))
         g1_of: dict[int, int] = {}
         for r in range(d.n):
             o = int(d.output[r])
@@ -416,6 +449,7 @@ class TdgHorizonBound(ExactModel):
             capacity_terms.append((j, Phi, np.ones(n)))
             capacity_terms.append((j[1:], Phi[:-1], -np.ones(n - 1)))
             # one token of r per iteration; none before the prompt
+            iteration_rows[r] = np.arange(next_row[0], next_row[0] + n)
             if self.release_cuts and j[0] >= 2:
                 # r's iterations start at or after its arrival, so lie inside (b_(first-1), b_j]
                 before = np.full(n, N[j[0] - 2])
@@ -482,6 +516,8 @@ class TdgHorizonBound(ExactModel):
             "bounds": grid.bounds,
             "leaders": leaders,
             "first_tokens": np.array(sorted(g1_of.values()), dtype=np.int64),
+            "iteration_rows": iteration_rows,
+            "capacity_rows": np.arange(nrow - B, nrow),
         }
 
     def _completion_rows(
@@ -651,27 +687,20 @@ class TdgHorizonBound(ExactModel):
             status = Status.OPTIMAL
         finest = next((lv for lv in levels if lv["pairs"] == self.grid.pairs), {})
         tightest = min(families, key=lambda f: (families[f], f != "bucket")) if families else None
-        return Result(
-            status=status,
-            objective=bound,
-            bound=bound,
-            runtime_s=time.perf_counter() - start,
-            backend="highs",
-            model=BOUND_MODEL,
-            sense="max",
-            details={
-                "ideal": ideal,
-                "buckets": self.grid.buckets,
-                "pairs": self.grid.pairs,
-                "spacing_s": self.grid.spacing_s,
-                "release_cuts": self.release_cuts,
-                "family": self.family,
-                "families": families,
-                "tightest": tightest,
-                "columns": finest.get("columns"),
-                "rows": finest.get("rows"),
-                "levels": levels,
-            },
+        return bound_result(
+            BOUND_MODEL,
+            status,
+            bound,
+            start,
+            self.grid,
+            ideal,
+            release_cuts=self.release_cuts,
+            family=self.family,
+            families=families,
+            tightest=tightest,
+            columns=finest.get("columns"),
+            rows=finest.get("rows"),
+            levels=levels,
         )
 
     def _solve_lp(
@@ -694,10 +723,7 @@ class TdgHorizonBound(ExactModel):
             lp["row_hi"],
             maximize=True,
         )
-        highs = highspy.Highs()
-        highs.setOptionValue("output_flag", bool(backend.log))
-        highs.setOptionValue("threads", int(backend.threads))
-        highs.setOptionValue("random_seed", int(backend.seed))
+        highs = backend_highs(backend)
         highs.setOptionValue("solver", self.lp_method)
         highs.passModel(model)
         families: dict[str, float] = {}

@@ -295,8 +295,8 @@ PROBLEM = register_problem(
             Option("timing", str, "proserve-affine", "timing: proserve-affine or a preset"),
             Option("seed", int, 0, "seed of the cut, the SLO and the priority draws", minimum=0),
         ),
-        models=("tdg-horizon", "tdg-horizon-bound"),
-        aliases={"bound": "tdg-horizon-bound:highs"},
+        models=("tdg-horizon", "tdg-horizon-bound", "tdg-horizon-columns"),
+        aliases={"bound": "tdg-horizon-bound:highs", "columns": "tdg-horizon-columns:highs"},
         heuristics=(
             Heuristic(
                 "lns",

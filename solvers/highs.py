@@ -96,6 +96,17 @@ def run_highs_for(highs: Any, seconds: float) -> None:
         timer.cancel()
 
 
+def backend_highs(backend: Any) -> Any:
+    """A ``highspy.Highs`` with the backend's log flag, threads and seed."""
+    import highspy
+
+    highs = highspy.Highs()
+    highs.setOptionValue("output_flag", bool(backend.log))
+    highs.setOptionValue("threads", int(backend.threads))
+    highs.setOptionValue("random_seed", int(backend.seed))
+    return highs
+
+
 def highs_lp(
     matrix: Any,
     cost: Any,

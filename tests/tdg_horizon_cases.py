@@ -33,3 +33,24 @@ def horizon_instance(arrival, prompt, output, ttft, tpot, priority, k=None) -> I
         "tdg-horizon",
         settings_,
     )
+
+
+def drawn_rows(draw, n, arrivals, prompts, outputs, ttfts, tpots) -> Instance:
+    """A window of ``n`` requests drawn by hypothesis's ``draw``, sorted by arrival: each an
+    arrival, a prompt length in ``prompts``, an output length in ``outputs`` (inclusive
+    ranges), a TTFT and a TPOT from the lists, priority 1 or 2."""
+    from hypothesis import strategies as st
+
+    rows = [
+        {
+            "arrival": draw(st.sampled_from(arrivals)),
+            "prompt": draw(st.integers(*prompts)),
+            "output": draw(st.integers(*outputs)),
+            "ttft": draw(st.sampled_from(ttfts)),
+            "tpot": draw(st.sampled_from(tpots)),
+            "priority": draw(st.sampled_from([1.0, 2.0])),
+        }
+        for _ in range(n)
+    ]
+    rows.sort(key=lambda r: r["arrival"])
+    return horizon_instance(*([r[k] for r in rows] for k in rows[0]))

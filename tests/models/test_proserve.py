@@ -19,7 +19,7 @@ from slolab.models.tdg_bound import TdgHorizonBound
 from slolab.sim import check, metrics, replay
 from slolab.solvers import Status, build_model, solve
 from slolab.timing import LinearTiming
-from tdg_horizon_cases import TIMING, horizon_instance
+from tdg_horizon_cases import TIMING, drawn_rows, horizon_instance
 
 
 def batch_instance(
@@ -333,19 +333,15 @@ def proved_bound(inst: Instance, **options):
 def loaded_window(draw) -> Instance:
     """Two or three requests, prompts of 1-12 tokens, outputs of 1-3 tokens, tight TTFTs."""
     n = draw(st.integers(2, 3))
-    rows = [
-        {
-            "arrival": draw(st.sampled_from([0.0, 0.004, 0.012])),
-            "prompt": draw(st.integers(1, 12)),
-            "output": draw(st.integers(1, 3)),
-            "ttft": draw(st.sampled_from([0.012, 0.02, 0.03, 0.05])),
-            "tpot": draw(st.sampled_from([0.008, 0.012, 0.03])),
-            "priority": draw(st.sampled_from([1.0, 2.0])),
-        }
-        for _ in range(n)
-    ]
-    rows.sort(key=lambda r: r["arrival"])
-    return horizon_instance(*([r[k] for r in rows] for k in rows[0]))
+    return drawn_rows(
+        draw,
+        n,
+        [0.0, 0.004, 0.012],
+        (1, 12),
+        (1, 3),
+        [0.012, 0.02, 0.03, 0.05],
+        [0.008, 0.012, 0.03],
+    )
 
 
 @settings(max_examples=15, deadline=None, derandomize=True)
@@ -402,19 +398,7 @@ def drawn_window(draw, arrivals, prompts, ttfts) -> Instance:
     """Two to four requests drawn from the given arrivals, prompt range and TTFTs, one or two
     output tokens, TPOTs of 12 or 30 ms, priorities 1 or 2."""
     n = draw(st.integers(2, 4))
-    rows = [
-        {
-            "arrival": draw(st.sampled_from(arrivals)),
-            "prompt": draw(st.integers(*prompts)),
-            "output": draw(st.integers(1, 2)),
-            "ttft": draw(st.sampled_from(ttfts)),
-            "tpot": draw(st.sampled_from([0.012, 0.03])),
-            "priority": draw(st.sampled_from([1.0, 2.0])),
-        }
-        for _ in range(n)
-    ]
-    rows.sort(key=lambda r: r["arrival"])
-    return horizon_instance(*([r[k] for r in rows] for k in rows[0]))
+    return drawn_rows(draw, n, arrivals, prompts, (1, 2), ttfts, [0.012, 0.03])
 
 
 @st.composite

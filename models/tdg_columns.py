@@ -1,0 +1,552 @@
+"""An upper bound on the optimal TDG of a ``tdg-horizon`` window by column generation per request.
+
+:class:`TdgHorizonColumns` (model ``tdg-horizon-columns``) is the Dantzig-Wolfe reformulation
+of the bucket LP of :mod:`slolab.models.tdg_bound` (its ``bucket`` family, release cuts on) on
+the same grid, with each request's rows convexified over its *integral* schedules. A column
+``p`` of request ``r`` is one whole schedule of ``r`` over its buckets ``f(r) .. l(r)``:
+
+- the bucket ``c`` where its prompt completes (its first token), or none (the empty column);
+- ``K_j``: its tokens emitted by ``b_j``, integers, non-decreasing, ``1 <= K_j <= o_r`` from
+  ``c`` on, ``0`` before, and at most ``1 + (b_j - b_(c-1)) / t_min_r`` (one decode token per
+  iteration of at least ``t_min_r``);
+- ``e_j >= 0``: its work in bucket ``j``, with ``sum_(i<=j) e_i >= P_r + W_r(K_j - 1)`` from
+  ``c`` on (the prompt and the decode tokens emitted by ``b_j``, ``W_r`` exact, not its
+  tangents);
+- its gain ``w1_r [c <= j1(r)] + wd_r #{decode token i emitted in a bucket <= dl_i}`` (``dl_i``
+  the bucket its deadline plus tolerance rounds up to).
+
+The master (an LP, HiGHS through highspy) picks a convex combination of columns per request
+and the fluid iteration counts ``N_j`` of the bucket LP::
+
+    max  sum_p gain_p lam_p
+    sum_p e_pj lam_p + t_c (N_j - N_(j-1)) <= L_j                   (bucket time, dual pi_j)
+    sum_(p of r) K_pj lam_p <= N_j - N_(f(r)-1)                     (iterations, dual mu_rj)
+    sum_(p of r) lam_p = 1                                          (convexity, dual sigma_r)
+    N_j >= N_(j-1) >= 0,  lam >= 0
+
+Pricing is exact, by a dynamic programme per request over its buckets and token counts
+(:meth:`TdgHorizonColumns.price`): the cheapest work profile places each increment of the
+needed work at the least ``pi`` of the buckets so far, so a column's reduced cost is a sum
+over buckets of terms in ``(K_(j-1), K_j)`` and its best is found in ``O(n_r^2 o_r)`` per
+request (every completion bucket at once). The Lagrangian bound
+(:meth:`TdgHorizonColumns.lagrangian`) holds at any multipliers; it is evaluated at the bucket
+LP's duals first (at most the bucket LP's value), then at the master's duals every round; the
+least is reported, OPTIMAL when no column prices out.
+
+Proof (docs/proserve.md, "Column generation per request"): every engine schedule maps to a
+master point with its TDG (each request's part of the bucket LP's point is one column), so the
+optimum is at most the bound; every column is a point of its request's rows of the bucket LP,
+so every master point projects onto a bucket-LP point of the same value: the bound is at most
+the bucket LP's on the same grid. What it adds: integral prompts (no half prompt earning half
+its first-token gain), integral token counts, the exact decode work and the per-token on-time
+count. What it keeps: the iteration count ``N`` is fluid, as in the bucket LP.
+
+References
+----------
+ProServe, Sec. 2 (TDG, Eq. 3) and Sec. 4.1 (the affine iteration time). Dantzig and Wolfe
+(1960); the Lagrangian bound of column generation (Lasdon 1970; Vanderbeck 2000).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from slolab.instances.records import Instance
+from slolab.models.proserve import ON_TIME_TOL_S
+from slolab.models.tdg_bound import (
+    DEFAULT_MAX_PAIRS,
+    LP_MARGIN_ABS,
+    LP_MARGIN_REL,
+    TdgHorizonBound,
+    bound_result,
+    ideal_gain,
+)
+from slolab.solvers.base import ExactModel, Result, Status
+from slolab.solvers.highs import backend_highs, highs_lp, run_highs_for
+from slolab.solvers.registry import register_model
+
+__all__ = ["COLUMNS_MODEL", "Column", "TdgHorizonColumns"]
+
+#: Registry name of the column-generation bound.
+COLUMNS_MODEL = "tdg-horizon-columns"
+#: A column enters the master when its reduced cost exceeds this (gain units).
+PRICE_TOL = 1e-7
+#: Columns added per request and round at most (the best completion buckets).
+COLUMNS_PER_ROUND = 3
+#: Slack of the decode pace ``t_min (K - 1) <= T`` against the floor of ``T / t_min``.
+PACE_TOL = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One request's schedule over its buckets (local indices ``0 .. n_r - 1``).
+
+    ``tokens[j]``: tokens emitted by the end of local bucket ``j`` (``K_j``); ``work[j]``:
+    work placed in bucket ``j`` (s); ``gain``: its TDG; ``complete``: the local bucket of its
+    first token (-1: the empty column).
+    """
+
+    request: int
+    complete: int
+    tokens: np.ndarray
+    work: np.ndarray
+    gain: float
+
+
+class TdgHorizonColumns(ExactModel):
+    """Column-generation upper bound on the optimal TDG of a tdg-horizon window (see the module
+    docstring and docs/proserve.md, "Column generation per request").
+
+    Parameters
+    ----------
+    instance : Instance
+        A ``tdg-horizon`` instance (any output lengths; memory assumed not to bind).
+    spacing_s : float, optional
+        Grid spacing (s), as :class:`~slolab.models.tdg_bound.TdgHorizonBound`'s; default the
+        finest within ``max_pairs``. The grid is the bucket LP's fine grid.
+    max_pairs : int
+        Size budget of (request, bucket) pairs used to pick the spacing.
+    """
+
+    sense = "max"
+    bound_only = True
+
+    def __init__(
+        self,
+        instance: Instance,
+        spacing_s: float | None = None,
+        max_pairs: int = DEFAULT_MAX_PAIRS,
+    ) -> None:
+        super().__init__(instance)
+        self.relaxation = TdgHorizonBound(
+            instance, spacing_s=spacing_s, max_pairs=max_pairs, family="bucket"
+        )
+        self.data = self.relaxation.data
+        self.grid = self.relaxation.grid
+        self.t_c = self.relaxation.t_c
+        rel, d = self.relaxation, self.data
+        finite = np.isfinite(d.first_deadline_s)
+        #: requests in the master (a finite first-token deadline); the others are counted whole
+        self.requests: list[int] = np.flatnonzero(finite).tolist()
+        self.fixed_gain = float((d.first_gain + d.decode_gain * (d.output - 1))[~finite].sum())
+        self._prompt_work = rel.prompt_work_s()
+        self._earliest = rel.earliest_first_token_s()
+        self._t_min = rel.shortest_decode_iteration_s()
+        self.tables = {int(r): self._request_table(int(r)) for r in self.requests}
+
+    # -- per-request data -------------------------------------------------------------------------
+    def _request_table(self, r: int) -> dict[str, Any]:
+        """What the pricing of ``r`` needs: its buckets, work needed per token count, the
+        decode tokens' deadline buckets, the completion buckets allowed and the pace caps."""
+        d, grid = self.data, self.grid
+        f, last = int(grid.first[r]), int(grid.last[r])
+        j = np.arange(f, last + 1)
+        n = len(j)
+        end = grid.bounds[j]
+        start = grid.bounds[j - 1]
+        o = int(d.output[r])
+        # longest token count any column of r reaches within its range
+        span = float(end[-1] - start[0])
+        k_max = int(min(o, 1 + math.floor(span / float(self._t_min[r]) + PACE_TOL)))
+        k = np.arange(k_max + 1)
+        need = np.where(
+            k >= 1,
+            self._prompt_work[r] + self.relaxation.decode_work_s(np.maximum(k - 1, 0), r),
+            0.0,
+        )
+        deadlines = d.first_deadline_s[r] + np.arange(1, o) * d.tpot_s[r] + ON_TIME_TOL_S
+        dl = np.clip(np.searchsorted(grid.bounds, deadlines, side="left") - f, 0, n - 1)
+        # on_time[j, k]: decode tokens among the first k tokens whose deadline bucket is >= j
+        late_ok = (
+            dl[None, : k_max - 1] >= np.arange(n)[:, None]
+            if k_max >= 2
+            else np.zeros((n, 0), dtype=bool)
+        )
+        on_time = np.zeros((n, k_max + 1))
+        if k_max >= 2:
+            on_time[:, 2:] = np.cumsum(late_ok, axis=1)
+        allowed = end >= self._earliest[r] - 1e-12
+        j1 = int(grid.first_deadline_bucket[r])
+        first_ok = np.zeros(n, dtype=bool)
+        if j1 >= f:
+            first_ok[: min(j1, last) - f + 1] = True
+        first_ok &= allowed
+        # cap[c, j]: most tokens by the end of bucket j when the prompt completes in bucket c
+        elapsed = end[None, :] - start[:, None]
+        cap = 1 + np.floor(np.maximum(elapsed, 0.0) / float(self._t_min[r]) + PACE_TOL)
+        cap = np.minimum(cap, k_max).astype(np.int64)
+        return {
+            "first": f,
+            "n": n,
+            "k_max": k_max,
+            "need": need,
+            "on_time": on_time,
+            "allowed": allowed,
+            "first_gain": np.where(first_ok, float(d.first_gain[r]), 0.0),
+            "decode_gain": float(d.decode_gain[r]),
+            "cap": cap,
+            "lengths": end - start,
+        }
+
+    def empty_column(self, r: int) -> Column:
+        n = self.tables[r]["n"]
+        return Column(r, -1, np.zeros(n, dtype=np.int64), np.zeros(n), 0.0)
+
+    # -- pricing ----------------------------------------------------------------------------------
+    def price(
+        self, r: int, pi: np.ndarray, mu: np.ndarray, most: int = 1, floor: float = -math.inf
+    ) -> list[tuple[float, Column]]:
+        """The best non-empty columns of ``r`` (one per completion bucket, at most ``most``,
+        best first, each worth more than ``floor``) against the bucket-time duals ``pi`` (per bucket
+        of ``r``'s range, clipped at 0) and the iteration duals ``mu`` (per bucket of the
+        range), as ``(gain - pi . e - mu . K, column)`` (none when no bucket can complete the
+        prompt).
+
+        With ``rho_j = min_(i<=j) pi_i``, the cheapest work profile of a token profile ``K``
+        costs ``sum_j rho_j (need(K_j) - need(K_(j-1)))``; with ``F_j(k) = wd on_time[j, k] -
+        rho_j need(k)`` the value of going from ``k'`` to ``k`` tokens in bucket ``j`` is
+        ``F_j(k) - F_j(k') - mu_j k``, so ``V_j(k) = F_j(k) - mu_j k + max_(k'<=k) (V_(j-1)(k')
+        - F_j(k'))`` over every completion bucket ``c`` at once (one row of ``V`` per ``c``)."""
+        t = self.tables[r]
+        n, k_max = t["n"], t["k_max"]
+        pi = np.maximum(np.asarray(pi, dtype=float), 0.0)
+        rho = np.minimum.accumulate(pi)
+        ks = np.arange(k_max + 1)
+        allowed = t["allowed"]
+        if not allowed.any():
+            return []
+        value = np.full((n, k_max + 1), -np.inf)  # rows: completion bucket c
+        for j in range(n):
+            F = t["decode_gain"] * t["on_time"][j] - rho[j] * t["need"]
+            own = F - mu[j] * ks
+            live = np.arange(n) < j
+            if live.any():
+                carried = np.maximum.accumulate(value[live] - F[None, :], axis=1)
+                value[live] = own[None, :] + carried
+            if allowed[j]:
+                row = np.full(k_max + 1, -np.inf)
+                row[1:] = own[1:]  # from 0 tokens (F(0) = 0): the first token and decodes
+                value[j] = row
+            over = ks[None, :] > t["cap"][: j + 1, j][:, None]
+            value[: j + 1][over] = -np.inf
+        best = np.max(value, axis=1) + t["first_gain"]
+        order = [int(c) for c in np.argsort(-best, kind="stable")[:most]]
+        return [(float(best[c]), self._column(r, c, pi, mu, rho)) for c in order if best[c] > floor]
+
+    def _column(self, r: int, c: int, pi: np.ndarray, mu: np.ndarray, rho: np.ndarray) -> Column:
+        """The best column of ``r`` completing in bucket ``c`` (the DP of :meth:`price` for
+        that row alone, with its choices kept), its work placed at the cheapest buckets."""
+        t = self.tables[r]
+        n, k_max = t["n"], t["k_max"]
+        ks = np.arange(k_max + 1)
+        value = np.full(k_max + 1, -np.inf)
+        choice = np.zeros((n, k_max + 1), dtype=np.int64)
+        for j in range(c, n):
+            F = t["decode_gain"] * t["on_time"][j] - rho[j] * t["need"]
+            own = F - mu[j] * ks
+            if j == c:
+                value = np.full(k_max + 1, -np.inf)
+                value[1:] = own[1:]
+            else:
+                shifted = value - F
+                # arg[k]: the last k' <= k reaching the running maximum of shifted
+                top = np.maximum.accumulate(shifted)
+                arg = np.maximum.accumulate(np.where(shifted >= top, ks, 0))
+                choice[j] = arg
+                value = own + shifted[arg]
+            value[ks > t["cap"][c, j]] = -np.inf
+        tokens = np.zeros(n, dtype=np.int64)
+        k = int(np.argmax(value))
+        for j in range(n - 1, c - 1, -1):
+            tokens[j] = k
+            if j > c:
+                k = int(choice[j, k])
+        need = t["need"][tokens]
+        work = np.zeros(n)
+        cheapest = 0
+        for j in range(n):
+            if pi[j] < pi[cheapest]:
+                cheapest = j
+            if j >= c:
+                work[cheapest] += need[j] - (need[j - 1] if j > 0 else 0.0)
+        return Column(r, c, tokens, work, self.column_gain(r, c, tokens))
+
+    def column_gain(self, r: int, c: int, tokens: np.ndarray) -> float:
+        """TDG of a column: its first token if on time, and each decode token emitted in a
+        bucket at or before its deadline's."""
+        t = self.tables[r]
+        gain = float(t["first_gain"][c])
+        previous = 0
+        for j in range(c, t["n"]):
+            k = int(tokens[j])
+            gain += t["decode_gain"] * (t["on_time"][j, k] - t["on_time"][j, previous])
+            previous = k
+        return gain
+
+    # -- the master -------------------------------------------------------------------------------
+    def supports(self) -> frozenset[str]:
+        """HiGHS only: the master goes to highspy directly."""
+        return frozenset({"milp"})
+
+    def lagrangian(
+        self, pi: np.ndarray, mu: dict[int, np.ndarray], deadline: float = math.inf
+    ) -> tuple[float, dict[int, list[tuple[float, Column]]]] | None:
+        """The Lagrangian bound at multipliers ``pi >= 0`` (bucket time, per bucket) and ``mu
+        >= 0`` (iterations, per request and bucket of its range; both clipped at 0), and each
+        request's best columns there (at most :data:`COLUMNS_PER_ROUND`); None when the clock
+        passes ``deadline`` (``time.perf_counter``) first.
+
+        ``L = sum_j pi_j L_j + sum_r max(0, best_r) + N_max max(0, max_i sum_(j>=i) c_j)``,
+        ``best_r`` the best non-empty column of ``r`` (the empty one is worth 0), ``c_j`` the
+        coefficient of ``N_j`` in the Lagrangian (``sum_r mu_rj - t_c (pi_j - pi_(j+1))``, less
+        ``sum_j mu_rj`` at ``N_(f(r)-1)``): over ``N`` non-decreasing, non-negative and at most
+        ``N_max`` = the window's prompt and output tokens (every iteration holds one of them),
+        its term is the last one. Every engine schedule's master point has such an ``N``, so
+        ``L`` is at least the optimum for any multipliers."""
+        pi = np.maximum(np.asarray(pi, dtype=float), 0.0)
+        value = self.fixed_gain + float(pi @ np.diff(self.grid.bounds))
+        coef = -self.t_c * (pi - np.append(pi[1:], 0.0))
+        priced: dict[int, list[tuple[float, Column]]] = {}
+        for r in self.requests:
+            buckets = self.bucket_range(r)
+            mu_r = np.maximum(np.asarray(mu[r], dtype=float), 0.0)
+            got = self.price(r, pi[buckets], mu_r, most=COLUMNS_PER_ROUND)
+            priced[r] = got
+            if got:
+                value += max(0.0, got[0][0])
+            coef[buckets] += mu_r
+            if self.tables[r]["first"] >= 2:
+                coef[self.tables[r]["first"] - 2] -= mu_r.sum()
+            if time.perf_counter() > deadline:
+                return None
+        n_max = float((self.data.prompt + self.data.output).sum())
+        value += n_max * max(0.0, float(np.cumsum(coef[::-1]).max()))
+        return value, priced
+
+    def _bucket_duals(
+        self, backend: Any, time_limit: float
+    ) -> tuple[np.ndarray, dict[int, np.ndarray]] | None:
+        """The bucket LP's optimal duals of its linking rows on :attr:`grid` (bucket time and
+        iterations), as multipliers; None when it is not solved within ``time_limit``."""
+        import highspy
+
+        lp = self.relaxation.build_lp(self.grid)
+        highs = backend_highs(backend)
+        highs.passModel(
+            highs_lp(
+                lp["matrix"], -lp["cost"], lp["col_lo"], lp["col_hi"], lp["row_lo"], lp["row_hi"]
+            )
+        )
+        run_highs_for(highs, time_limit)
+        if highs.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            return None
+        dual = -np.asarray(highs.getSolution().row_dual)
+        mu = {int(r): dual[lp["iteration_rows"][int(r)]] for r in self.requests}
+        return dual[lp["capacity_rows"]], mu
+
+    def solve_with(self, backend: Any, time_limit: float, **params: Any) -> Result | None:
+        """Column generation within ``time_limit``. First the bucket LP on the same grid (at
+        most half the time): the Lagrangian bound at its duals (at most the bucket LP's value)
+        and the columns priced there start the master. Then rounds: the master (dual simplex,
+        warm), the Lagrangian bound at its duals, and up to :data:`COLUMNS_PER_ROUND` columns
+        per request with a positive reduced cost. The bound is the least Lagrangian bound plus
+        the bucket LP's margin, at most the ideal. Status: OPTIMAL when no column prices out
+        (the last bound is the master's optimum), FEASIBLE when the time ran out first (the
+        bound holds), TIME_LIMIT with the ideal when no bound was computed."""
+        import highspy
+
+        if backend.name != "highs":
+            raise ValueError(f"{COLUMNS_MODEL} is solved by HiGHS's LP only, not {backend.name!r}")
+        start = time.perf_counter()
+        deadline = start + time_limit
+        ideal = ideal_gain(self.data)
+        bound, status = ideal, Status.TIME_LIMIT
+        rounds: list[dict[str, float]] = []
+
+        def settle(value: float) -> float:
+            return min(value + LP_MARGIN_REL * abs(value) + LP_MARGIN_ABS, ideal)
+
+        warm: list[Column] = []
+        duals = self._bucket_duals(backend, time_limit / 2)
+        start_bound = None
+        if duals is not None:
+            got = self.lagrangian(*duals, deadline=deadline)
+            if got is not None:
+                start_bound = got[0]
+                bound, status = settle(got[0]), Status.FEASIBLE
+                warm = [column for priced in got[1].values() for _, column in priced]
+        highs = backend_highs(backend)
+        highs.setOptionValue("solver", "simplex")
+        master = self._master(highs)
+        if warm:
+            self._add_columns(highs, master, warm)
+        converged = False
+        while True:
+            left = deadline - time.perf_counter()
+            if left <= 1e-3:
+                break
+            run_highs_for(highs, left)
+            code = highs.getModelStatus()
+            if code in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt):
+                break
+            if code != highspy.HighsModelStatus.kOptimal:
+                raise RuntimeError(
+                    f"{COLUMNS_MODEL}: HiGHS ended the master with {highs.modelStatusToString(code)}"
+                )
+            z = -float(highs.getInfo().objective_function_value) + self.fixed_gain
+            dual = -np.asarray(highs.getSolution().row_dual)
+            mu = {int(r): dual[master["iteration_rows"][int(r)]] for r in self.requests}
+            got = self.lagrangian(dual[master["time_rows"]], mu, deadline=deadline)
+            if got is None:
+                break
+            value, priced = got
+            bound, status = min(bound, settle(value)), Status.FEASIBLE
+            found = [
+                column
+                for r, columns in priced.items()
+                for reduced, column in columns
+                if reduced - dual[master["convexity_rows"][r]] > PRICE_TOL
+            ]
+            rounds.append({"master": z, "lagrangian": value, "columns": len(found)})
+            if not found:
+                converged = True
+                break
+            self._add_columns(highs, master, found)
+        if converged:
+            status = Status.OPTIMAL
+        return bound_result(
+            COLUMNS_MODEL,
+            status,
+            bound,
+            start,
+            self.grid,
+            ideal,
+            rounds=len(rounds),
+            start_bound=start_bound,
+            columns=int(highs.getNumCol()) - self.grid.buckets,
+            master=rounds[-1]["master"] if rounds else None,
+            history=rounds,
+            converged=converged,
+        )
+
+    def bucket_range(self, r: int) -> np.ndarray:
+        """0-based indices of the buckets of request ``r``'s range."""
+        t = self.tables[r]
+        return np.arange(t["first"], t["first"] + t["n"]) - 1  # 0-based bucket indices
+
+    def _master(self, highs: Any) -> dict[str, Any]:
+        """The master with the iteration counts ``N_j`` and one empty column per request
+        (minimised as ``-gain``), and where its rows are."""
+        B = self.grid.buckets
+        inf = highs.getInfinity()
+        lengths = np.diff(self.grid.bounds)
+        # columns 0..B-1: N_j (no cost)
+        highs.addVars(B, np.zeros(B), np.full(B, inf))
+        # rows 0..B-1: bucket time  t_c (N_j - N_(j-1)) + work <= L_j
+        idx: list[int] = []
+        val: list[float] = []
+        starts: list[int] = []
+        for j in range(B):
+            starts.append(len(idx))
+            idx.append(j)
+            val.append(self.t_c)
+            if j >= 1:
+                idx.append(j - 1)
+                val.append(-self.t_c)
+        self._add_rows(highs, np.full(B, -inf), lengths, starts, idx, val)
+        time_rows = np.arange(B)
+        # rows: N_j - N_(j-1) >= 0
+        if B > 1:
+            idx, val, starts = [], [], []
+            for j in range(1, B):
+                starts.append(len(idx))
+                idx += [j, j - 1]
+                val += [1.0, -1.0]
+            self._add_rows(highs, np.zeros(B - 1), np.full(B - 1, inf), starts, idx, val)
+        iteration_rows: dict[int, np.ndarray] = {}
+        convexity_rows: dict[int, int] = {}
+        for r in self.requests:
+            f = self.tables[r]["first"]
+            buckets = self.bucket_range(r)
+            idx, val, starts = [], [], []
+            for j in buckets:
+                starts.append(len(idx))
+                idx.append(int(j))
+                val.append(-1.0)
+                if f >= 2:  # release cut: only iterations after b_(f-1)
+                    idx.append(f - 2)
+                    val.append(1.0)
+            first_row = highs.getNumRow()
+            self._add_rows(
+                highs, np.full(len(buckets), -inf), np.zeros(len(buckets)), starts, idx, val
+            )
+            iteration_rows[r] = first_row + np.arange(len(buckets))
+            convexity_rows[r] = highs.getNumRow()
+            self._add_rows(highs, np.ones(1), np.ones(1), [0], [], [])
+        master = {
+            "time_rows": time_rows,
+            "iteration_rows": iteration_rows,
+            "convexity_rows": convexity_rows,
+        }
+        self._add_columns(highs, master, [self.empty_column(int(r)) for r in self.requests])
+        return master
+
+    @staticmethod
+    def _add_rows(
+        highs: Any,
+        lower: np.ndarray,
+        upper: np.ndarray,
+        starts: list[int],
+        idx: list[int],
+        val: list[float],
+    ) -> None:
+        highs.addRows(
+            len(lower),
+            np.asarray(lower, dtype=float),
+            np.asarray(upper, dtype=float),
+            len(idx),
+            np.asarray(starts, dtype=np.int32),
+            np.asarray(idx, dtype=np.int32),
+            np.asarray(val, dtype=float),
+        )
+
+    def _add_columns(self, highs: Any, master: dict[str, Any], columns: list[Column]) -> None:
+        """Add ``columns`` to the master: cost ``-gain``, their work in the bucket-time rows,
+        their token counts in the iteration rows, 1 in their request's convexity row."""
+        starts: list[int] = []
+        idx: list[np.ndarray] = []
+        val: list[np.ndarray] = []
+        count = 0
+        for col in columns:
+            starts.append(count)
+            buckets = self.bucket_range(col.request)
+            placed = col.work > 0
+            tokens = col.tokens > 0
+            rows = np.concatenate(
+                [
+                    master["time_rows"][buckets[placed]],
+                    master["iteration_rows"][col.request][tokens],
+                    [master["convexity_rows"][col.request]],
+                ]
+            )
+            coef = np.concatenate([col.work[placed], col.tokens[tokens].astype(float), [1.0]])
+            idx.append(rows.astype(np.int32))
+            val.append(coef)
+            count += len(rows)
+        highs.addCols(
+            len(columns),
+            np.array([-col.gain for col in columns], dtype=float),
+            np.zeros(len(columns)),
+            np.full(len(columns), highs.getInfinity()),
+            count,
+            np.asarray(starts, dtype=np.int32),
+            np.concatenate(idx),
+            np.concatenate(val),
+        )
+
+
+register_model(COLUMNS_MODEL)(TdgHorizonColumns)

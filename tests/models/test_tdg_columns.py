@@ -1,0 +1,187 @@
+"""The tdg-horizon bound by column generation per request (``tdg-horizon-columns``): hand cases
+where it equals and where it is strictly below the bucket LP; seeded batteries on small windows
+where exact optimum <= columns <= bucket LP on the same grid; the pricing's columns are points
+of the bucket LP's rows; same instance, same result; registered as the ``columns`` method."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from slolab.harness.compare import compare
+from slolab.instances.records import Instance
+from slolab.models.proserve import TdgHorizon
+from slolab.models.tdg_bound import TdgHorizonBound
+from slolab.models.tdg_columns import TdgHorizonColumns
+from slolab.problems import get_problem
+from slolab.solvers import Status, solve
+from tdg_horizon_cases import drawn_rows, horizon_instance
+
+#: Grid of every comparison: a fixed spacing, so that the bucket LP solves this one grid only
+#: (by default it also solves a coarser one and keeps the least, which the columns do not).
+SPACING_S = 0.005
+#: Both bounds carry the LP margin (1e-6 relative and absolute) and HiGHS's feasibility and
+#: dual tolerances (1e-7 per row), which a comparison of two LPs may add up.
+TOL = 1e-5
+
+
+def columns_bound(inst: Instance):
+    res = solve(TdgHorizonColumns(inst, spacing_s=SPACING_S), solver="highs", time_limit=60)
+    assert res.status == Status.OPTIMAL
+    return res
+
+
+def bucket_bound(inst: Instance) -> float:
+    res = solve(
+        TdgHorizonBound(inst, spacing_s=SPACING_S, family="bucket"), solver="highs", time_limit=60
+    )
+    assert res.status == Status.OPTIMAL and res.bound is not None
+    return res.bound
+
+
+def proved_optimum(inst: Instance) -> float:
+    exact = solve(TdgHorizon(inst), solver="highs", time_limit=60)
+    assert exact.status == Status.OPTIMAL and exact.objective is not None
+    return exact.objective
+
+
+def three_requests() -> Instance:
+    """A (8 tokens, 3 out, TTFT 20 ms) at 0, B (3, 2, 30 ms, priority 2) at 4 ms, C (12, 3,
+    50 ms) at 12 ms; TPOTs 8, 12 and 30 ms."""
+    return horizon_instance(
+        [0.0, 0.004, 0.012],
+        [8, 3, 12],
+        [3, 2, 3],
+        [0.02, 0.03, 0.05],
+        [0.008, 0.012, 0.03],
+        [1.0, 2.0, 1.0],
+    )
+
+
+def test_hand_case_equals_bucket_lp_where_the_iterations_are_fluid():
+    """Two 10-token prompts at 0, TTFT 25 ms: the columns bound is the bucket LP's 7.5."""
+    inst = horizon_instance([0.0, 0.0], [10, 10], [1, 1], [0.025, 0.025], [0.01, 0.01], [1.0, 2.0])
+    # each column is a whole prompt, but the master mixes B's (10 ms) with half of A's and one
+    # fluid iteration (10 ms) in [0, 25 ms]: 10 + 5 + 10 = 25, so 6 + 3 * 0.5 = 7.5 (the
+    # iteration count is fluid in both; the optimum is 6)
+    res = columns_bound(inst)
+    assert res.bound == pytest.approx(7.5, abs=1e-4)
+    assert res.bound == pytest.approx(bucket_bound(inst), abs=1e-4)
+    assert proved_optimum(inst) == pytest.approx(6.0)
+
+
+def test_hand_case_strictly_below_bucket_lp():
+    """A (8 tokens, 3 out) at 0, B (3, 2) at 4 ms, C (12, 3) at 12 ms: columns 17 < bucket
+    17.58; the optimum is 14."""
+    inst = three_requests()
+    res = columns_bound(inst)
+    bucket = bucket_bound(inst)
+    # the bucket LP spends its tangents of the decode work and fractional token counts; the
+    # columns' token counts are whole and their decode work exact
+    assert bucket == pytest.approx(17.5833, abs=1e-3)
+    assert res.bound == pytest.approx(17.0, abs=1e-4)
+    assert proved_optimum(inst) == pytest.approx(14.0)
+
+
+def test_priced_columns_are_points_of_the_bucket_lp_rows():
+    """Every column priced against random duals satisfies its request's rows of the bucket LP:
+    whole prompt and token counts, work by each boundary at least the tokens' work, decode
+    pace, and its gain recomputed token by token."""
+    inst = three_requests()
+    model = TdgHorizonColumns(inst, spacing_s=SPACING_S)
+    rel = model.relaxation
+    rng = np.random.default_rng(7)
+    checked = 0
+    for r in model.requests:
+        r = int(r)
+        n = model.tables[r]["n"]
+        lo = model.bucket_range(r)
+        bounds = model.grid.bounds
+        for _ in range(20):
+            pi = rng.exponential(20.0, n)
+            mu = rng.exponential(0.5, n)
+            for value, col in model.price(r, pi, mu, most=3):
+                k = col.tokens
+                c = col.complete
+                assert (np.diff(k) >= 0).all() and k[:c].sum() == 0 and k[c] >= 1
+                assert k.max() <= inst.workload.output_tokens[r]
+                need = rel.prompt_work_s()[r] + np.array(
+                    [rel.decode_work_s(int(m) - 1, r) for m in k[c:]]
+                )
+                assert (np.cumsum(col.work)[c:] >= need - 1e-12).all()
+                elapsed = bounds[lo[c:] + 1] - bounds[lo[c]]
+                t_min = rel.shortest_decode_iteration_s()[r]
+                assert (t_min * (k[c:] - 1) <= elapsed + 1e-9).all()
+                # the reduced cost the pricing reports is the column's own
+                assert value == pytest.approx(col.gain - pi @ col.work - mu @ k, abs=1e-9)
+                checked += 1
+    assert checked > 0
+
+
+def test_lagrangian_bound_holds_at_any_multipliers():
+    """The Lagrangian bound at random multipliers is never below the optimum (14), and at the
+    bucket LP's duals it is at most the bucket LP's value (17.58)."""
+    inst = three_requests()
+    model = TdgHorizonColumns(inst, spacing_s=SPACING_S)
+    optimum = proved_optimum(inst)
+    rng = np.random.default_rng(3)
+    for scale in (0.0, 1.0, 50.0, 1000.0):
+        pi = rng.exponential(scale, model.grid.buckets) if scale else np.zeros(model.grid.buckets)
+        mu = {
+            int(r): rng.exponential(scale or 1.0, len(model.bucket_range(int(r))))
+            for r in model.requests
+        }
+        got = model.lagrangian(pi, mu)
+        assert got is not None
+        assert got[0] >= optimum - 1e-9
+    res = columns_bound(inst)
+    assert res.details["start_bound"] is not None
+    assert optimum - 1e-9 <= res.details["start_bound"] <= bucket_bound(inst) + TOL
+
+
+def test_same_instance_same_result():
+    inst = three_requests()
+    a = columns_bound(inst)
+    b = columns_bound(inst)
+    assert (a.bound, a.details["history"]) == (b.bound, b.details["history"])
+
+
+def test_registered_as_the_columns_method():
+    """``columns`` is a bound method of tdg-horizon: compare runs it and reports its bound."""
+    problem = get_problem("tdg-horizon")
+    assert problem.aliases["columns"] == "tdg-horizon-columns:highs"
+    assert "tdg-horizon-columns" in problem.models
+    inst = three_requests()
+    row = compare(inst, ["columns"], time_limit=60).iloc[0]
+    assert (row["method"], row["kind"], row["status"]) == ("columns", "bound", "OPTIMAL")
+    assert row["bound"] == pytest.approx(17.0, abs=1e-4)
+
+
+@st.composite
+def small_window(draw) -> Instance:
+    """Two to five requests, prompts of 1-12 tokens, outputs cut to 1-3 tokens, tight TTFTs."""
+    n = draw(st.integers(2, 5))
+    return drawn_rows(
+        draw,
+        n,
+        [0.0, 0.004, 0.012, 0.02],
+        (1, 12),
+        (1, 3),
+        [0.012, 0.02, 0.03, 0.05],
+        [0.008, 0.012, 0.03],
+    )
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(small_window())
+def test_battery_between_optimum_and_bucket_lp(inst):
+    """Random small windows: the exact optimum (when proved OPTIMAL) <= columns <= bucket LP
+    on the same grid <= ideal."""
+    res = columns_bound(inst)
+    bucket = bucket_bound(inst)
+    assert res.bound <= bucket + TOL
+    assert res.bound <= res.details["ideal"] + TOL
+    exact = solve(TdgHorizon(inst), solver="highs", time_limit=60)
+    if exact.status == Status.OPTIMAL:
+        assert exact.objective <= res.bound + TOL
