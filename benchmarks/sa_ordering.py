@@ -54,9 +54,10 @@ from slolab.models.sa_columns import (
     ratio_bound,
 )
 from slolab.models.sa_ordering import batches_of
+from slolab.problems import build_model
 from slolab.problems.sa_ordering import sa_snapshot
 from slolab.sim import check, metrics, replay
-from slolab.solvers import build_model, solve
+from slolab.solvers import solve
 from tqdm import tqdm
 
 OUT = Path(__file__).parent / "out"

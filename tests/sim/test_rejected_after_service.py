@@ -68,12 +68,25 @@ def test_held_decode_requests_rejected_at_the_end_after_their_prefill_pass_the_c
 
 
 def test_a_request_rejected_on_its_decode_server_left_its_prefill_server_at_its_prefill_end():
-    """PolyServe disaggregated, 60 Mooncake requests at 12 req/s: the run stalls with 8
-    requests on a decode server, rejected at the stall; their prefill servers had drained and
-    departed long before. The checker used to date those servers' last request at the
-    rejection ("drained, departs at 8.29s but its last request left at 29.1s")."""
+    """PolyServe disaggregated, 60 Mooncake requests at 12 req/s, its decode servers held to
+    whole recomputes (PolyServe's former rule: a request preempted there whose recompute is
+    longer than the token cap never restarts): the run stalls with 8 requests on a decode
+    server, rejected at the stall; their prefill servers had drained and departed long before.
+    The checker used to date those servers' last request at the rejection ("drained, departs
+    at 8.29s but its last request left at 29.1s")."""
     setup = mooncake_setup("polyserve", "disaggregated")
     inst, scheduler = setup.prepare(setup.instance(12.0))
+    policy = scheduler.policy
+    chunked = policy._decode_batch
+
+    def whole_recomputes_only(server):
+        batch = chunked(server)
+        whole = [(r, c) for r, c in batch.prefill if c == server.remaining_prefill(r)]
+        if len(whole) == len(batch.prefill):
+            return batch
+        return Batch(prefill=whole, decode=batch.decode)
+
+    policy._decode_batch = whole_recomputes_only
     out = scheduler.run(inst, seed=0)
     rejected = np.flatnonzero(out.rejected)
     assert out.info["stalled"] == len(rejected) == 8
