@@ -49,7 +49,7 @@ from slolab.heuristics.deployment import (
     greedy_cost_per_capacity,
     single_configuration_plans,
 )
-from slolab.instances.records import Cluster, Instance, Pool
+from slolab.instances.records import Instance
 from slolab.models.deployment import (
     DeploymentData,
     DeploymentPlan,
@@ -58,6 +58,7 @@ from slolab.models.deployment import (
     plan_violations,
     solve_milp,
 )
+from slolab.problems.deployment import DEFAULT_CONFIGURATIONS, fleet_instance
 from slolab.solvers.base import Status
 
 __all__ = [
@@ -69,10 +70,12 @@ __all__ = [
     "FleetRun",
     "LoopRound",
     "RequestClasses",
+    "capacity_data",
     "class_targets",
     "close_loop",
     "configuration_names",
     "configuration_price",
+    "deployment_instance",
     "fleet_instance",
     "fleet_text",
     "measure_capacities",
@@ -88,35 +91,6 @@ __all__ = [
     "trim_fleet",
     "verified_mixed",
 ]
-
-
-def fleet_instance(
-    instance: Instance, configurations: Sequence[str], replicas: Sequence[int]
-) -> Instance:
-    """``instance`` on a mixed cluster: one pool per configuration with servers, named after
-    it, running at its timing with its KV capacity."""
-    from slolab.timing.generated import generated_preset
-
-    pools = [
-        Pool(
-            name,
-            "mixed",
-            int(n),
-            kv_capacity_tokens=generated_preset(name).kv_capacity_tokens,
-            timing=name,
-        )
-        for name, n in zip(configurations, replicas, strict=True)
-        if n > 0
-    ]
-    if not pools:
-        raise ValueError("the fleet has no server")
-    cluster = Cluster.from_pools(
-        pools,
-        kv_capacity_tokens=instance.cluster.kv_capacity_tokens,
-        max_batch_size=instance.cluster.max_batch_size,
-        max_batch_tokens=instance.cluster.max_batch_tokens,
-    )
-    return dataclasses.replace(instance, cluster=cluster)
 
 
 @dataclass(frozen=True, slots=True)
@@ -696,6 +670,93 @@ def _trimmed_dict(
     }
 
 
+def capacity_data(
+    table: CapacityTable,
+    classes: RequestClasses,
+    target: float,
+    prices: dict[str, float] | None = None,
+    refused: dict[str, str] | None = None,
+) -> DeploymentData:
+    """The decision problem of a measured capacity table: a configuration that serves no class
+    at all carries nothing and is left out (named in ``refused``, when given); a class held to
+    0 (it may miss every request, :func:`class_targets`) is carried at no load (rate 0, and
+    any configuration may take it)."""
+    configurations = table.configurations
+    usable = [c for c, row in enumerate(table.capacity) if any(v > 0 for v in row)]
+    for c, name in enumerate(configurations):
+        if c not in usable and refused is not None:
+            refused[name] = f"{name}: meets the class targets for no request class at any rate"
+    if not usable:
+        raise ValueError(
+            f"no configuration of {', '.join(configurations)} meets the target {target} for any "
+            "request class, even at 1/1024 of its rate"
+        )
+    hopeless = [t == 0 for t in table.class_targets]
+    return DeploymentData(
+        tuple(configurations[c] for c in usable),
+        tuple(configuration_price(configurations[c], prices) for c in usable),
+        classes.names,
+        tuple(0.0 if h else rate for h, rate in zip(hopeless, classes.rates, strict=True)),
+        tuple(
+            tuple(1.0 if h else v for h, v in zip(hopeless, table.capacity[c], strict=True))
+            for c in usable
+        ),
+    )
+
+
+def deployment_instance(
+    *,
+    trace: str = "azure_conv_2023",
+    configurations: str | Sequence[str] = DEFAULT_CONFIGURATIONS,
+    target: float = 0.9,
+    limit: int | None = 200,
+    traffic: float = 1.0,
+    stream_requests: int = 400,
+    seed: int = 0,
+    policy: str = "sarathi",
+    definition: str = "deadline",
+    name: str | None = None,
+    **reading: Any,
+) -> Instance:
+    """A ``deployment`` instance (:mod:`slolab.problems.deployment`): the trace cut with SLOs
+    (:func:`trace_instance`), its classes (:func:`request_classes`), and the capacities of
+    ``configurations`` (comma-separated or a sequence) measured at ``target``
+    (:func:`measure_capacities`, probes of ``stream_requests`` requests) stored in the
+    settings as the decision problem's data (:func:`capacity_data`, prices the presets')."""
+    names = (
+        [c.strip() for c in configurations.split(",") if c.strip()]
+        if isinstance(configurations, str)
+        else list(configurations)
+    )
+    if not names:
+        raise ValueError("give at least one configuration")
+    base = trace_instance(trace, names, seed=seed, limit=limit, traffic=traffic, **reading)
+    classes = request_classes(base)
+    table = measure_capacities(
+        base,
+        classes,
+        names,
+        target=target,
+        definition=definition,
+        policy=policy,
+        seed=seed,
+        stream_requests=stream_requests,
+    )
+    data = capacity_data(table, classes, target)
+    settings = {
+        **base.settings,
+        "deployment": data.to_dict(),
+        "class_of": [int(k) for k in classes.class_of],
+        "class_targets": list(table.class_targets),
+        "target": float(target),
+        "policy": policy,
+        "definition": definition,
+        "stream_requests": int(stream_requests),
+    }
+    label = name or f"deploy-{base.name}-{len(names)}cfg"
+    return dataclasses.replace(base, name=label, problem="deployment", settings=settings)
+
+
 def plan_deployment(
     instance: Instance,
     configurations: Sequence[str],
@@ -727,30 +788,8 @@ def plan_deployment(
         progress=progress,
         cache=cache,
     )
-    # a configuration that serves no class at all carries nothing: left out of the model
-    usable = [c for c, row in enumerate(table.capacity) if any(v > 0 for v in row)]
     refused = dict(refused or {})
-    for c, name in enumerate(configurations):
-        if c not in usable:
-            refused[name] = f"{name}: meets the class targets for no request class at any rate"
-    if not usable:
-        raise ValueError(
-            f"no configuration of {', '.join(configurations)} meets the target {target} for any "
-            "request class, even at 1/1024 of its rate"
-        )
-    # a class held to 0 (it may miss every request, class_targets) is carried at no load:
-    # rate 0, and any configuration may take it
-    hopeless = [t == 0 for t in table.class_targets]
-    data = DeploymentData(
-        tuple(configurations[c] for c in usable),
-        tuple(configuration_price(configurations[c], prices) for c in usable),
-        classes.names,
-        tuple(0.0 if h else rate for h, rate in zip(hopeless, classes.rates, strict=True)),
-        tuple(
-            tuple(1.0 if h else v for h, v in zip(hopeless, table.capacity[c], strict=True))
-            for c in usable
-        ),
-    )
+    data = capacity_data(table, classes, target, prices, refused)
     single_plan = best_single(data)
     single = {
         data.configurations[c]: plan.replicas[c]
