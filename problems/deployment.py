@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from slolab.problems.registry import (
     READ_OPTIONS,
@@ -179,7 +179,9 @@ PROBLEM = register_problem(
             Option(
                 "limit", int, 200, "use the first N requests of the trace", flag="--n", minimum=1
             ),
-            Option("traffic", float, 1.0, "arrivals time-scaled to this multiple of the cut's rate"),
+            Option(
+                "traffic", float, 1.0, "arrivals time-scaled to this multiple of the cut's rate"
+            ),
             Option(
                 "stream_requests",
                 int,

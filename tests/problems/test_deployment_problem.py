@@ -144,9 +144,7 @@ def test_milp_and_enumeration_agree_through_compare(shipped: Instance, data) -> 
     one cost, each recomputed from its fleet's run and each run passing the checker."""
     stored = DeploymentData.from_dict(shipped.settings["deployment"])
     drawn = data.draw(_tables(len(stored.configurations), len(stored.classes)))
-    table = dataclasses.replace(
-        drawn, configurations=stored.configurations, classes=stored.classes
-    )
+    table = dataclasses.replace(drawn, configurations=stored.configurations, classes=stored.classes)
     inst = dataclasses.replace(
         shipped, settings={**shipped.settings, "deployment": table.to_dict()}
     )
