@@ -16,6 +16,7 @@ from slolab.models.deployment import DeploymentData, DeploymentPlan
 from slolab.problems import get_problem
 from slolab.problems.deployment import fleet_cost, plan_scheduler
 from slolab.sim import metrics
+from test_deployment import tables
 
 SHIPPED = "deploy-azure-conv-200-3cfg"
 METHODS = ["highs", "enumeration", "best-single", "greedy"]
@@ -112,26 +113,6 @@ def test_builder_stores_the_measured_table() -> None:
     assert get_problem("deployment").check_instance(inst.settings) is None
 
 
-@st.composite
-def _tables(draw: st.DrawFn, n_conf: int, n_class: int) -> DeploymentData:
-    prices = tuple(draw(st.sampled_from([1.0, 1.5, 2.0, 3.0, 4.5])) for _ in range(n_conf))
-    rates = tuple(draw(st.sampled_from([0.5, 1.0, 2.0, 3.0])) for _ in range(n_class))
-    capacity = [
-        [draw(st.sampled_from([0.0, 1.0, 2.5, 4.0, 8.0])) for _ in range(n_class)]
-        for _ in range(n_conf)
-    ]
-    for k in range(n_class):  # every class served somewhere
-        if all(capacity[c][k] == 0 for c in range(n_conf)):
-            capacity[draw(st.integers(0, n_conf - 1))][k] = 4.0
-    return DeploymentData(
-        tuple(f"c{c}" for c in range(n_conf)),
-        prices,
-        tuple(f"k{k}" for k in range(n_class)),
-        rates,
-        tuple(tuple(row) for row in capacity),
-    )
-
-
 @seed(33)
 @settings(
     max_examples=12,
@@ -143,7 +124,7 @@ def test_milp_and_enumeration_agree_through_compare(shipped: Instance, data) -> 
     """Random capacity tables on the shipped trace: HiGHS and the enumeration are OPTIMAL at
     one cost, each recomputed from its fleet's run and each run passing the checker."""
     stored = DeploymentData.from_dict(shipped.settings["deployment"])
-    drawn = data.draw(_tables(len(stored.configurations), len(stored.classes)))
+    drawn = data.draw(tables(len(stored.configurations), len(stored.classes)))
     table = dataclasses.replace(drawn, configurations=stored.configurations, classes=stored.classes)
     inst = dataclasses.replace(
         shipped, settings={**shipped.settings, "deployment": table.to_dict()}
