@@ -140,7 +140,10 @@ def fleet_cost(instance: Instance, outcome: Outcome, table: pd.DataFrame) -> flo
     from slolab.models.deployment import DeploymentPlan, plan_violations
 
     if "plan" not in instance.settings:
-        raise ValueError(f"instance {instance.name!r} ran no deployment plan")
+        raise ValueError(
+            f"instance {instance.name!r} ran no deployment plan: only the problem's exact "
+            "models and its heuristics (best-single, greedy) run a plan's fleet"
+        )
     data = deployment_data(instance)
     plan = DeploymentPlan.from_dict(instance.settings["plan"])
     ran = {p.name: p.servers for p in instance.cluster.resolved_pools()}

@@ -99,6 +99,18 @@ def test_objective_refuses_an_instance_that_ran_no_plan(shipped: Instance) -> No
         fleet_cost(shipped, None, None)  # type: ignore[arg-type]
 
 
+def test_compare_command_prints_the_gaps(capsys) -> None:
+    """``slolab compare`` on the shipped instance names the proved optimum and each gap."""
+    from slolab.harness.cli import main
+
+    main(["compare", SHIPPED, "--methods", ",".join(METHODS), "--quiet"])
+    out = capsys.readouterr().out
+    assert "optimum in [6.46, 6.46]" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    assert rows["highs"][2] == "OPTIMAL" and rows["enumeration"][2] == "OPTIMAL"
+    assert rows["greedy"][5] == rows["greedy"][6] == "0.315789"
+
+
 def test_builder_stores_the_measured_table() -> None:
     """A small build holds the data, each request's class and the class targets."""
     inst = deployment_instance(
