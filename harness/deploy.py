@@ -1,7 +1,7 @@
 """Deployment planning: which (GPU, TP) configurations, how many servers, for a trace and its SLOs.
 
 The inputs (classes, configurations, prices, class targets, measured capacities) come from
-:mod:`slolab.harness.deploy_capacity`; here they are solved, simulated and tightened:
+:mod:`slolab.problems.deployment_capacity`; here they are solved, simulated and tightened:
 
 1. :func:`slolab.models.deployment.solve_milp`: the cheapest fleet and class assignment.
 2. :func:`close_loop`: the chosen fleet simulated on the trace as a mixed cluster
@@ -18,7 +18,6 @@ docs/deployment.md gives the formulation and what each step guarantees.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -26,22 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from slolab.harness.deploy_capacity import (
-    DEFAULT_TIER_GROUPS,
-    CapacityCache,
-    CapacityTable,
-    RequestClasses,
-    class_targets,
-    configuration_names,
-    configuration_price,
-    measure_capacities,
-    pool_policy,
-    read_prices,
-    reference_configuration,
-    request_classes,
-    timing_of,
-    trace_instance,
-)
 from slolab.heuristics.deployment import (
     PlanRouter,
     PoolPolicies,
@@ -58,7 +41,25 @@ from slolab.models.deployment import (
     plan_violations,
     solve_milp,
 )
-from slolab.problems.deployment import DEFAULT_CONFIGURATIONS, fleet_instance
+from slolab.problems.deployment import fleet_instance
+from slolab.problems.deployment_capacity import (
+    DEFAULT_TIER_GROUPS,
+    CapacityCache,
+    CapacityTable,
+    RequestClasses,
+    capacity_data,
+    class_targets,
+    configuration_names,
+    configuration_price,
+    deployment_instance,
+    measure_capacities,
+    pool_policy,
+    read_prices,
+    reference_configuration,
+    request_classes,
+    timing_of,
+    trace_instance,
+)
 from slolab.solvers.base import Status
 
 __all__ = [
@@ -668,93 +669,6 @@ def _trimmed_dict(
         "cost_per_hour": _fleet_cost(loop.prices, trimmed),
         "attainment": trimmed[1].attainment,
     }
-
-
-def capacity_data(
-    table: CapacityTable,
-    classes: RequestClasses,
-    target: float,
-    prices: dict[str, float] | None = None,
-    refused: dict[str, str] | None = None,
-) -> DeploymentData:
-    """The decision problem of a measured capacity table: a configuration that serves no class
-    at all carries nothing and is left out (named in ``refused``, when given); a class held to
-    0 (it may miss every request, :func:`class_targets`) is carried at no load (rate 0, and
-    any configuration may take it)."""
-    configurations = table.configurations
-    usable = [c for c, row in enumerate(table.capacity) if any(v > 0 for v in row)]
-    for c, name in enumerate(configurations):
-        if c not in usable and refused is not None:
-            refused[name] = f"{name}: meets the class targets for no request class at any rate"
-    if not usable:
-        raise ValueError(
-            f"no configuration of {', '.join(configurations)} meets the target {target} for any "
-            "request class, even at 1/1024 of its rate"
-        )
-    hopeless = [t == 0 for t in table.class_targets]
-    return DeploymentData(
-        tuple(configurations[c] for c in usable),
-        tuple(configuration_price(configurations[c], prices) for c in usable),
-        classes.names,
-        tuple(0.0 if h else rate for h, rate in zip(hopeless, classes.rates, strict=True)),
-        tuple(
-            tuple(1.0 if h else v for h, v in zip(hopeless, table.capacity[c], strict=True))
-            for c in usable
-        ),
-    )
-
-
-def deployment_instance(
-    *,
-    trace: str = "azure_conv_2023",
-    configurations: str | Sequence[str] = DEFAULT_CONFIGURATIONS,
-    target: float = 0.9,
-    limit: int | None = 200,
-    traffic: float = 1.0,
-    stream_requests: int = 400,
-    seed: int = 0,
-    policy: str = "sarathi",
-    definition: str = "deadline",
-    name: str | None = None,
-    **reading: Any,
-) -> Instance:
-    """A ``deployment`` instance (:mod:`slolab.problems.deployment`): the trace cut with SLOs
-    (:func:`trace_instance`), its classes (:func:`request_classes`), and the capacities of
-    ``configurations`` (comma-separated or a sequence) measured at ``target``
-    (:func:`measure_capacities`, probes of ``stream_requests`` requests) stored in the
-    settings as the decision problem's data (:func:`capacity_data`, prices the presets')."""
-    names = (
-        [c.strip() for c in configurations.split(",") if c.strip()]
-        if isinstance(configurations, str)
-        else list(configurations)
-    )
-    if not names:
-        raise ValueError("give at least one configuration")
-    base = trace_instance(trace, names, seed=seed, limit=limit, traffic=traffic, **reading)
-    classes = request_classes(base)
-    table = measure_capacities(
-        base,
-        classes,
-        names,
-        target=target,
-        definition=definition,
-        policy=policy,
-        seed=seed,
-        stream_requests=stream_requests,
-    )
-    data = capacity_data(table, classes, target)
-    settings = {
-        **base.settings,
-        "deployment": data.to_dict(),
-        "class_of": [int(k) for k in classes.class_of],
-        "class_targets": list(table.class_targets),
-        "target": float(target),
-        "policy": policy,
-        "definition": definition,
-        "stream_requests": int(stream_requests),
-    }
-    label = name or f"deploy-{base.name}-{len(names)}cfg"
-    return dataclasses.replace(base, name=label, problem="deployment", settings=settings)
 
 
 def plan_deployment(

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from slolab.harness.deploy import deployment_instance
 from slolab.instances import Instance, add_shipped
+from slolab.problems.deployment_capacity import deployment_instance
 from slolab.problems.sa_ordering import sa_snapshot
 from slolab.problems.serving import serving_instance
 

@@ -168,7 +168,7 @@ PROBLEM = register_problem(
             "price per hour of the fleet the engine ran (inf when the plan exceeds the "
             "measured capacities)",
         ),
-        builder="slolab.harness.deploy:deployment_instance",
+        builder="slolab.problems.deployment_capacity:deployment_instance",
         options=(
             Option("trace", str, "azure_conv_2023", "trace file or vendored trace name"),
             *READ_OPTIONS,

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from slolab.harness.compare import compare
-from slolab.harness.deploy import deployment_instance
 from slolab.instances import Instance, load_shipped
 from slolab.models.deployment import DeploymentData, DeploymentPlan
 from slolab.problems import get_problem
 from slolab.problems.deployment import fleet_cost, plan_scheduler
+from slolab.problems.deployment_capacity import deployment_instance
 from slolab.sim import metrics
 from test_deployment import tables
 
