@@ -64,7 +64,7 @@ __all__ = [
 
 #: Version of the plugin API (:data:`PUBLIC_API`): raised whenever a public name is removed or
 #: a signature changes (a test compares them with a stored snapshot).
-PLUGIN_API_VERSION = 2
+PLUGIN_API_VERSION = 3
 
 #: The public API a plugin may rely on: ``module -> names`` (classes, functions, constants).
 PUBLIC_API: dict[str, tuple[str, ...]] = {

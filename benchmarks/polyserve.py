@@ -52,13 +52,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from slolab.harness.capacity import capacity
 from slolab.heuristics.policies import make_scheduler
 from slolab.models import tier_partition as tp
 from slolab.problems.tier_autoscale import shift_instance
 from slolab.problems.tier_partition import stream_instance
 from slolab.sim import metrics, run
 from slolab.solvers import Status, solve
+from slolab.solvers.capacity import capacity
 
 OUT = Path(__file__).parent / "out"
 TARGET = 0.9

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from slolab.harness.capacity import capacity
 from slolab.heuristics.baselines import LeastLoaded, PrefillFirstFCFS, SarathiFCFS
 from slolab.heuristics.slos_serve import SLOsServePolicy
 from slolab.heuristics.slos_serve_dp import slos_dp
@@ -35,6 +34,7 @@ from slolab.instances.records import Cluster, Instance, Workload
 from slolab.models.slos_admission import AdmissionB1, AdmissionB2, AdmissionProblem
 from slolab.sim import metrics, run
 from slolab.solvers import solve
+from slolab.solvers.capacity import capacity
 from slolab.timing import preset, time2bs
 
 log = logging.getLogger("slolab")

@@ -1,7 +1,7 @@
 """Deployment planning: which (GPU, TP) configurations, how many servers, for a trace and its SLOs.
 
 The inputs (classes, configurations, prices, class targets, measured capacities) come from
-:mod:`slolab.harness.deploy_capacity`; here they are solved, simulated and tightened:
+:mod:`slolab.problems.deployment_capacity`; here they are solved, simulated and tightened:
 
 1. :func:`slolab.models.deployment.solve_milp`: the cheapest fleet and class assignment.
 2. :func:`close_loop`: the chosen fleet simulated on the trace as a mixed cluster
@@ -18,7 +18,6 @@ docs/deployment.md gives the formulation and what each step guarantees.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -26,22 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from slolab.harness.deploy_capacity import (
-    DEFAULT_TIER_GROUPS,
-    CapacityCache,
-    CapacityTable,
-    RequestClasses,
-    class_targets,
-    configuration_names,
-    configuration_price,
-    measure_capacities,
-    pool_policy,
-    read_prices,
-    reference_configuration,
-    request_classes,
-    timing_of,
-    trace_instance,
-)
 from slolab.heuristics.deployment import (
     PlanRouter,
     PoolPolicies,
@@ -49,7 +32,7 @@ from slolab.heuristics.deployment import (
     greedy_cost_per_capacity,
     single_configuration_plans,
 )
-from slolab.instances.records import Cluster, Instance, Pool
+from slolab.instances.records import Instance
 from slolab.models.deployment import (
     DeploymentData,
     DeploymentPlan,
@@ -57,6 +40,25 @@ from slolab.models.deployment import (
     plan_cost,
     plan_violations,
     solve_milp,
+)
+from slolab.problems.deployment import fleet_instance
+from slolab.problems.deployment_capacity import (
+    DEFAULT_TIER_GROUPS,
+    CapacityCache,
+    CapacityTable,
+    RequestClasses,
+    capacity_data,
+    class_targets,
+    configuration_names,
+    configuration_price,
+    deployment_instance,
+    measure_capacities,
+    pool_policy,
+    read_prices,
+    reference_configuration,
+    request_classes,
+    timing_of,
+    trace_instance,
 )
 from slolab.solvers.base import Status
 
@@ -69,10 +71,12 @@ __all__ = [
     "FleetRun",
     "LoopRound",
     "RequestClasses",
+    "capacity_data",
     "class_targets",
     "close_loop",
     "configuration_names",
     "configuration_price",
+    "deployment_instance",
     "fleet_instance",
     "fleet_text",
     "measure_capacities",
@@ -88,35 +92,6 @@ __all__ = [
     "trim_fleet",
     "verified_mixed",
 ]
-
-
-def fleet_instance(
-    instance: Instance, configurations: Sequence[str], replicas: Sequence[int]
-) -> Instance:
-    """``instance`` on a mixed cluster: one pool per configuration with servers, named after
-    it, running at its timing with its KV capacity."""
-    from slolab.timing.generated import generated_preset
-
-    pools = [
-        Pool(
-            name,
-            "mixed",
-            int(n),
-            kv_capacity_tokens=generated_preset(name).kv_capacity_tokens,
-            timing=name,
-        )
-        for name, n in zip(configurations, replicas, strict=True)
-        if n > 0
-    ]
-    if not pools:
-        raise ValueError("the fleet has no server")
-    cluster = Cluster.from_pools(
-        pools,
-        kv_capacity_tokens=instance.cluster.kv_capacity_tokens,
-        max_batch_size=instance.cluster.max_batch_size,
-        max_batch_tokens=instance.cluster.max_batch_tokens,
-    )
-    return dataclasses.replace(instance, cluster=cluster)
 
 
 @dataclass(frozen=True, slots=True)
@@ -727,30 +702,8 @@ def plan_deployment(
         progress=progress,
         cache=cache,
     )
-    # a configuration that serves no class at all carries nothing: left out of the model
-    usable = [c for c, row in enumerate(table.capacity) if any(v > 0 for v in row)]
     refused = dict(refused or {})
-    for c, name in enumerate(configurations):
-        if c not in usable:
-            refused[name] = f"{name}: meets the class targets for no request class at any rate"
-    if not usable:
-        raise ValueError(
-            f"no configuration of {', '.join(configurations)} meets the target {target} for any "
-            "request class, even at 1/1024 of its rate"
-        )
-    # a class held to 0 (it may miss every request, class_targets) is carried at no load:
-    # rate 0, and any configuration may take it
-    hopeless = [t == 0 for t in table.class_targets]
-    data = DeploymentData(
-        tuple(configurations[c] for c in usable),
-        tuple(configuration_price(configurations[c], prices) for c in usable),
-        classes.names,
-        tuple(0.0 if h else rate for h, rate in zip(hopeless, classes.rates, strict=True)),
-        tuple(
-            tuple(1.0 if h else v for h, v in zip(hopeless, table.capacity[c], strict=True))
-            for c in usable
-        ),
-    )
+    data = capacity_data(table, classes, target, prices, refused)
     single_plan = best_single(data)
     single = {
         data.configurations[c]: plan.replicas[c]

@@ -124,6 +124,22 @@ def _online_method(
     return Method(name, "heuristic", (problem.name,), simulate, description)
 
 
+def run_exact_result(
+    instance: Instance, result: Result, *, seed: int
+) -> tuple[Outcome | None, Instance]:
+    """An exact model's Result run in the engine: the outcome (None without a decision) and
+    the instance it ran on. Its schedule replayed on ``instance``, or, when the problem
+    declares ``run_result`` (:class:`slolab.problems.Problem`), the Scheduler it makes of the
+    Result simulated online (on the cluster it brings)."""
+    run_result = get_problem(instance.problem).run_result
+    if run_result is not None and result.objective is not None:
+        made = Scheduler.of(resolve(run_result)(instance, result))
+        return made.run(instance, seed=seed), made.on(instance)
+    if result.schedule is None:
+        return None, instance
+    return replay(instance, result.schedule), instance
+
+
 def _exact_method(name: str, problem: str, model_name: str, solver: str) -> Method:
     from slolab.solvers import get_model
 
@@ -135,8 +151,14 @@ def _exact_method(name: str, problem: str, model_name: str, solver: str) -> Meth
         model = build_model(model_name, instance)
         model.quiet = True  # a search's own bar is silenced (compare draws its own)
         res = solve(model, solver=solver, time_limit=time_limit, threads=threads, seed=seed)
-        out = replay(instance, res.schedule) if res.schedule is not None else None
-        return MethodRun(out, res.runtime_s, res.status.value, result=res)
+        out, ran = run_exact_result(instance, res, seed=seed)
+        return MethodRun(
+            out,
+            res.runtime_s,
+            res.status.value,
+            result=res,
+            instance=ran if ran is not instance else None,
+        )
 
     return Method(name, kind, (problem,), runner, f"{model_name} solved by {solver}")
 
@@ -259,4 +281,5 @@ __all__ = [
     "policy_method",
     "register_method",
     "resolve_methods",
+    "run_exact_result",
 ]

@@ -2,7 +2,7 @@
 
 For a trace (rescaled to a traffic level), SLOs and a timing preset (the GPU and model), and
 each scheduler, :func:`plan` finds the smallest server count whose simulated attainment meets
-the target (:func:`slolab.harness.capacity.smallest_count`: doubling and bisection over the
+the target (:func:`slolab.solvers.capacity.smallest_count`: doubling and bisection over the
 integers, every probe a simulation; with ``early`` a probe certain to miss the target stops
 there), and reports the cost of the fleet: server-seconds
 (servers x the time the last request finishes) and server-seconds per request that met its
@@ -25,11 +25,11 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from slolab.harness.capacity import CountSearchResult, ProbeVerdict, smallest_count
 from slolab.harness.output import add_output_flags, wants_progress
 from slolab.harness.serving import ServingSetup, warn_large_fleet
 from slolab.problems.flags import SCALING_OPTIONS
 from slolab.sim.verdict import RampedStop
+from slolab.solvers.capacity import CountSearchResult, ProbeVerdict, smallest_count
 
 #: The flags plan does not take: a plan counts a fixed fleet, no scaler runs.
 FIXED_FLEET = tuple(o.name for o in SCALING_OPTIONS)

@@ -3,7 +3,7 @@
 
 :func:`capacity_of` measures a scheduler's serving capacity on a scenario: the largest arrival
 rate (req/s, the trace rescaled by :func:`slolab.instances.scale_rate`) whose deadline
-attainment stays at the target, searched by :func:`slolab.harness.capacity.capacity`.
+attainment stays at the target, searched by :func:`slolab.solvers.capacity.capacity`.
 
 References
 ----------
@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from slolab.harness.capacity import CapacityResult, capacity
 from slolab.heuristics import policies
 from slolab.heuristics.baselines import LeastLoaded
 from slolab.instances import scale_rate
 from slolab.instances.records import Instance
 from slolab.instances.scenarios import SCENARIOS, TIMING_PRESET, check_name, scenario_instance
 from slolab.sim import metrics, run
+from slolab.solvers.capacity import CapacityResult, capacity
 from slolab.timing import TimingModel
 
 __all__ = ["POLICIES", "attainment_at", "capacity_of", "make_policy"]
@@ -85,7 +85,7 @@ def capacity_of(
 
     Every probe rescales the scenario's ``n`` requests to the probed rate and simulates them
     on ``replicas`` replicas (first placement by :class:`LeastLoaded`). ``kw`` goes to
-    :func:`slolab.harness.capacity.capacity` (``rel_tol``, ``start_rate``, ``progress``, ...);
+    :func:`slolab.solvers.capacity.capacity` (``rel_tol``, ``start_rate``, ``progress``, ...);
     ``start_rate`` defaults to ``2 * replicas`` and ``progress`` to False.
 
     References

@@ -19,11 +19,11 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
-from slolab.harness.capacity import SEARCH_SPAN, CapacityResult, ProbeVerdict, capacity
 from slolab.heuristics.policies import Scheduler
 from slolab.instances.records import Instance
 from slolab.problems.flags import SCALING_OPTIONS, SERVING_OPTIONS, slo_scheme_of
 from slolab.problems.registry import OptionValueError
+from slolab.solvers.capacity import SEARCH_SPAN, CapacityResult, ProbeVerdict, capacity
 
 #: Each field's default, from the flags' one declaration (:mod:`slolab.problems.flags`).
 _DEFAULT: dict[str, Any] = {o.name: o.default for o in (*SERVING_OPTIONS, *SCALING_OPTIONS)}
@@ -422,7 +422,7 @@ def capacity_search(
     miss the floor rate is probed at once (``floor_first``) unless the set-up has a scaler that
     ticks through idle spans (no ``skip_idle_ticks``: its ticks make a probe's cost grow with
     the simulated span, HyperFlexis's scaler). ``workers``
-    processes probe at once (:func:`slolab.harness.capacity.capacity`: the same capacity as
+    processes probe at once (:func:`slolab.solvers.capacity.capacity`: the same capacity as
     one at a time, in fewer rounds).
 
     Returns

@@ -633,9 +633,9 @@ def _grid_sets(
 def _deploy_tasks(reader: _Reader, spec: Mapping[str, Any], sweep: str, threads: int) -> list[Task]:
     """One task per trace x model x GPU set x TP set x traffic x target x seed: the deployment
     plan of :func:`slolab.harness.deploy.plan_deployment`."""
-    from slolab.harness.deploy_capacity import check_grid_names, read_prices
     from slolab.heuristics.policies import policy_entry
     from slolab.instances import scheme_names
+    from slolab.problems.deployment_capacity import check_grid_names, read_prices
     from slolab.sim.metrics import DEFINITIONS
 
     tasks = []

@@ -1,6 +1,7 @@
 """Exact formulations, one module per paper problem (importing registers them)."""
 
 from slolab.models import (
+    deployment,
     dispatch_bounds,
     dispatch_lns,
     dispatch_scale,
@@ -15,6 +16,7 @@ from slolab.models import (
 )
 
 __all__ = [
+    "deployment",
     "dispatch_bounds",
     "dispatch_lns",
     "dispatch_scale",

@@ -37,10 +37,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from slolab.solvers import ExactModel, Result, register_model
 from slolab.solvers.base import Status
 
 __all__ = [
     "DeploymentData",
+    "DeploymentModel",
     "DeploymentPlan",
     "DeploymentResult",
     "plan_cost",
@@ -138,6 +140,17 @@ class DeploymentData:
             return 0.0
         return rate / mu if mu > 0 else math.inf
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeploymentData:
+        """The data of :meth:`to_dict` (an instance's settings hold it)."""
+        return cls(
+            tuple(data["configurations"]),
+            tuple(float(p) for p in data["prices"]),
+            tuple(data["classes"]),
+            tuple(float(r) for r in data["rates"]),
+            tuple(tuple(float(v) for v in row) for row in data["capacity"]),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "configurations": list(self.configurations),
@@ -168,6 +181,11 @@ class DeploymentPlan:
         object.__setattr__(
             self, "fractions", tuple(tuple(float(v) for v in row) for row in self.fractions)
         )
+
+    @classmethod
+    def from_dict(cls, plan: dict[str, Any]) -> DeploymentPlan:
+        """The plan of :meth:`to_dict`."""
+        return cls(tuple(int(n) for n in plan["replicas"]), tuple(plan["fractions"]))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -479,3 +497,45 @@ def solve_brute_force(
             return DeploymentResult(Status.OPTIMAL, plan, cost, cost, runtime, "brute-force")
     runtime = time.perf_counter() - start
     return DeploymentResult(Status.INFEASIBLE, None, math.inf, math.inf, runtime, "brute-force")
+
+
+@register_model("deployment")
+class DeploymentModel(ExactModel):
+    """The deployment MILP of a ``deployment`` instance (its settings hold the
+    :class:`DeploymentData`, capacities measured when it was built): :func:`solve_milp` on
+    the ``highs`` backend, :func:`solve_brute_force` (the enumeration) on ``brute``.
+
+    The Result carries no schedule: its decision is the plan, in ``details["plan"]``
+    (:meth:`DeploymentPlan.to_dict`), which the problem runs as a fleet in the engine
+    (:mod:`slolab.problems.deployment`). Its objective is the plan's price per hour.
+    """
+
+    sense = "min"
+
+    @property
+    def data(self) -> DeploymentData:
+        return DeploymentData.from_dict(self.instance.settings["deployment"])
+
+    def supports(self) -> frozenset[str]:
+        return frozenset({"milp", "brute"})
+
+    def solve_with(self, backend: Any, time_limit: float, **params: Any) -> Result | None:
+        if backend.name == "highs":
+            found = solve_milp(self.data, time_limit=time_limit)
+        elif backend.name == "brute":
+            found = solve_brute_force(self.data)
+        else:
+            raise ValueError(
+                f"the deployment model runs on highs (the MILP) or brute (the enumeration), "
+                f"not {backend.name!r}"
+            )
+        return Result(
+            found.status,
+            None if found.plan is None else found.cost,
+            None if math.isinf(found.bound) else found.bound,
+            found.runtime_s,
+            backend.name,
+            self.name,
+            sense="min",
+            details={} if found.plan is None else {"plan": found.plan.to_dict()},
+        )

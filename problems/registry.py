@@ -275,6 +275,10 @@ class Problem:
         Keys every instance of the problem carries in ``Instance.settings`` (written by its
         builder): an instance file labelled with this problem but without them was built for
         another one (see :meth:`check_instance`).
+    run_result : callable or "module:attribute", optional
+        ``run_result(instance, result) -> Scheduler``: how an exact model's Result is run in
+        the engine when its decision is not a schedule of the instance's own cluster (a fleet
+        and a router, say); None: its ``schedule`` is replayed on the instance.
     """
 
     name: str
@@ -288,6 +292,7 @@ class Problem:
     docs: str = ""
     front: str | Callable[..., Any] | None = None
     settings: tuple[str, ...] = ()
+    run_result: str | Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.name or ":" in self.name or "/" in self.name:
@@ -297,6 +302,8 @@ class Problem:
         _lazy(self.builder, f"problem {self.name!r} builder")
         if self.front is not None:
             _lazy(self.front, f"problem {self.name!r} front")
+        if self.run_result is not None:
+            _lazy(self.run_result, f"problem {self.name!r} run_result")
         seen: set[str] = set()
         for o in self.options:
             if o.name in seen:

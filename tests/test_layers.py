@@ -57,3 +57,54 @@ def test_an_upward_import_inside_a_function_breaks_the_layers(tmp_path):
     assert "Contracts: 0 kept, 2 broken." in run.stdout
     assert "slolab.timing is not allowed to import slolab.harness" in run.stdout
     assert f"slolab.timing.base -> slolab.harness.cli (l.{line})" in run.stdout
+
+
+#: The layers from the top, as pyproject.toml's contract writes them.
+LAYERS = ("harness", "problems", "heuristics", "models", "solvers", "sim", "instances", "timing")
+
+
+def lazy_references(value, seen=None):
+    """Every ``"slolab.module:attribute"`` string reachable from ``value`` (records, tuples,
+    mappings), the lazy references import-linter cannot see."""
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, str):
+        if value.startswith("slolab.") and value.count(":") == 1:
+            yield value
+    elif isinstance(value, dict) or hasattr(value, "items"):
+        for item in value.values():
+            yield from lazy_references(item, seen)
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from lazy_references(item, seen)
+    elif hasattr(value, "__dataclass_fields__"):
+        for name in value.__dataclass_fields__:
+            yield from lazy_references(getattr(value, name), seen)
+
+
+def layer_of(module: str) -> int | None:
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_problem_records_name_no_module_above_the_problems():
+    """A problem's lazy references (builder, heuristics, front, ...) point at or below the
+    problems layer: a string names a module as surely as an import does."""
+    from slolab.problems.registry import problems
+
+    up = [
+        (problem.name, ref)
+        for problem in problems()
+        for ref in lazy_references(problem)
+        if (layer := layer_of(ref.partition(":")[0])) is not None
+        and layer < LAYERS.index("problems")
+    ]
+    assert up == []
+
+
+def test_the_reference_check_sees_an_upward_string():
+    """The check above finds a builder named in the harness."""
+    refs = list(lazy_references({"builder": "slolab.harness.deploy:plan_deployment"}))
+    assert [layer_of(r.partition(":")[0]) for r in refs] == [LAYERS.index("harness")]

@@ -6,7 +6,7 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from slolab.harness.capacity import CapacityResult, capacity, smallest_count
+from slolab.solvers.capacity import CapacityResult, capacity, smallest_count
 
 
 def step_attainment(threshold: float):

@@ -3,9 +3,9 @@ and a target no rate meets is said in one line with the requests and the SLO par
 
 import json
 
-from slolab.harness.capacity import capacity
 from slolab.harness.cli import main
 from slolab.harness.serving import ServingSetup, capacity_notes
+from slolab.solvers.capacity import capacity
 
 
 def mooncake_capacity(capsys, *options: str) -> dict:

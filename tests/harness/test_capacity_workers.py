@@ -5,8 +5,8 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from slolab.harness.capacity import capacity
 from slolab.harness.serving import ServingSetup, capacity_search
+from slolab.solvers.capacity import capacity
 
 
 def step(threshold: float):

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from slolab.harness.capacity import ProbeVerdict, smallest_count
 from slolab.harness.cli import main
 from slolab.harness.plan import PlanProbe, plan
 from slolab.harness.serving import ServingSetup
+from slolab.solvers.capacity import ProbeVerdict, smallest_count
 from verdict_stubs import ListedVerdicts
 
 E2E_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "ttft_slo_s", "tpot_slo_s")

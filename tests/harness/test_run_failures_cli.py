@@ -9,10 +9,10 @@ import textwrap
 
 import pytest
 from plugin_policies import BOOM_LINE, write_policies
-from slolab.harness.capacity import ProbeVerdict, capacity, smallest_count
 from slolab.harness.cli import main
 from slolab.harness.sweep import STALLED_RUN, run_task
 from slolab.harness.sweep_spec import load_spec
+from slolab.solvers.capacity import ProbeVerdict, capacity, smallest_count
 
 SIMULATE = ["simulate", "azure_conv_2023", "--servers", "1", "--limit", "50", "--quiet"]
 

@@ -107,8 +107,13 @@ def test_lower_bounds_are_kept() -> None:
 
 @st.composite
 def instances(draw: st.DrawFn) -> DeploymentData:
-    n_conf = draw(st.integers(1, 3))
-    n_class = draw(st.integers(1, 3))
+    return draw(tables(draw(st.integers(1, 3)), draw(st.integers(1, 3))))
+
+
+@st.composite
+def tables(draw: st.DrawFn, n_conf: int, n_class: int) -> DeploymentData:
+    """Random prices, rates and capacities of ``n_conf`` configurations and ``n_class``
+    classes, every class served by some configuration."""
     prices = tuple(draw(st.sampled_from([1.0, 1.5, 2.0, 3.5, 5.0])) for _ in range(n_conf))
     rates = tuple(draw(st.sampled_from([0.5, 1.0, 2.0, 3.0, 5.0])) for _ in range(n_class))
     capacity = [

@@ -9,11 +9,14 @@ the attainment each class is held to, and per-(configuration, class) capacities.
    meet the target (their solo ceilings less the trace's spare misses).
 4. :func:`measure_capacities`: for every (configuration, class), the largest arrival rate of
    that class alone that one server of the configuration serves at the class's target, by the
-   capacity search of :func:`slolab.harness.capacity.capacity` (every probe a simulation on
+   capacity search of :func:`slolab.solvers.capacity.capacity` (every probe a simulation on
    Poisson arrivals, stopped early once its verdict is certain; each class's search on the
    next configuration starts from the capacity found on the last one).
 5. :class:`CapacityCache`: searches and solo ceilings already measured, keyed by everything
    they depend on, so that plans sharing them (a sweep's grid points, a rerun) reuse them.
+6. :func:`capacity_data` and :func:`deployment_instance`: the decision problem of a measured
+   table, and the ``deployment`` problem's instance builder (the table stored in the
+   instance), here below the harness so that the problem's record names no module above it.
 
 :mod:`slolab.harness.deploy` solves, simulates and tightens on these; docs/deployment.md gives
 the formulation and what each step guarantees.
@@ -35,10 +38,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from slolab.harness.capacity import ProbeVerdict, capacity
 from slolab.instances.records import Cluster, Instance
+from slolab.models.deployment import DeploymentData
+from slolab.problems.deployment import DEFAULT_CONFIGURATIONS
+from slolab.solvers.capacity import ProbeVerdict, capacity
 
 __all__ = [
+    "capacity_data",
+    "deployment_instance",
     "CAPACITY_CACHE_VERSION",
     "DEFAULT_TIER_GROUPS",
     "SOLO_GAP_S",
@@ -694,7 +701,7 @@ def measure_capacities(
     """The capacity of one server of each configuration for each class alone.
 
     Each (configuration, class) is a capacity search (bracketing and bisection to ``rel_tol``,
-    :func:`slolab.harness.capacity.capacity`) at the class's target (:func:`class_targets`)
+    :func:`slolab.solvers.capacity.capacity`) at the class's target (:func:`class_targets`)
     over the rate of the class's own requests,
     repeated to at least ``stream_requests`` (:func:`_class_stream`) and time-scaled; every
     probe a simulation on one server with the configuration's timing and KV
@@ -802,3 +809,90 @@ def measure_capacities(
         0 if cache is None else cache.searches_reused - reused_before,
         0 if cache is None else cache.probes_saved - saved_before,
     )
+
+
+def capacity_data(
+    table: CapacityTable,
+    classes: RequestClasses,
+    target: float,
+    prices: dict[str, float] | None = None,
+    refused: dict[str, str] | None = None,
+) -> DeploymentData:
+    """The decision problem of a measured capacity table: a configuration that serves no class
+    at all carries nothing and is left out (named in ``refused``, when given); a class held to
+    0 (it may miss every request, :func:`class_targets`) is carried at no load (rate 0, and
+    any configuration may take it)."""
+    configurations = table.configurations
+    usable = [c for c, row in enumerate(table.capacity) if any(v > 0 for v in row)]
+    for c, name in enumerate(configurations):
+        if c not in usable and refused is not None:
+            refused[name] = f"{name}: meets the class targets for no request class at any rate"
+    if not usable:
+        raise ValueError(
+            f"no configuration of {', '.join(configurations)} meets the target {target} for any "
+            "request class, even at 1/1024 of its rate"
+        )
+    hopeless = [t == 0 for t in table.class_targets]
+    return DeploymentData(
+        tuple(configurations[c] for c in usable),
+        tuple(configuration_price(configurations[c], prices) for c in usable),
+        classes.names,
+        tuple(0.0 if h else rate for h, rate in zip(hopeless, classes.rates, strict=True)),
+        tuple(
+            tuple(1.0 if h else v for h, v in zip(hopeless, table.capacity[c], strict=True))
+            for c in usable
+        ),
+    )
+
+
+def deployment_instance(
+    *,
+    trace: str = "azure_conv_2023",
+    configurations: str | Sequence[str] = DEFAULT_CONFIGURATIONS,
+    target: float = 0.9,
+    limit: int | None = 200,
+    traffic: float = 1.0,
+    stream_requests: int = 400,
+    seed: int = 0,
+    policy: str = "sarathi",
+    definition: str = "deadline",
+    name: str | None = None,
+    **reading: Any,
+) -> Instance:
+    """A ``deployment`` instance (:mod:`slolab.problems.deployment`): the trace cut with SLOs
+    (:func:`trace_instance`), its classes (:func:`request_classes`), and the capacities of
+    ``configurations`` (comma-separated or a sequence) measured at ``target``
+    (:func:`measure_capacities`, probes of ``stream_requests`` requests) stored in the
+    settings as the decision problem's data (:func:`capacity_data`, prices the presets')."""
+    names = (
+        [c.strip() for c in configurations.split(",") if c.strip()]
+        if isinstance(configurations, str)
+        else list(configurations)
+    )
+    if not names:
+        raise ValueError("give at least one configuration")
+    base = trace_instance(trace, names, seed=seed, limit=limit, traffic=traffic, **reading)
+    classes = request_classes(base)
+    table = measure_capacities(
+        base,
+        classes,
+        names,
+        target=target,
+        definition=definition,
+        policy=policy,
+        seed=seed,
+        stream_requests=stream_requests,
+    )
+    data = capacity_data(table, classes, target)
+    settings = {
+        **base.settings,
+        "deployment": data.to_dict(),
+        "class_of": [int(k) for k in classes.class_of],
+        "class_targets": list(table.class_targets),
+        "target": float(target),
+        "policy": policy,
+        "definition": definition,
+        "stream_requests": int(stream_requests),
+    }
+    label = name or f"deploy-{base.name}-{len(names)}cfg"
+    return dataclasses.replace(base, name=label, problem="deployment", settings=settings)
