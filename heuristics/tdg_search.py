@@ -9,7 +9,8 @@ online policies of ProServe's evaluation, unsteered. Each step frees a sub-windo
 consecutive requests (drawn around a request that lost gain), draws new factors for them,
 simulates, and keeps the steering when the TDG rises. The result is the incumbent's iteration
 log as a Schedule (the search driver replays it once and checks its TDG; the harness replays
-it; the checker verifies it).
+it; the checker verifies it). With ``master_limit`` its last seconds go to steerings drawn
+from the integer restricted master of the column-generation bound (:func:`master_step`).
 
 Because every candidate is a simulated run, the search can only return schedules the engine
 accepts, and its value is exactly the replay's. It is a heuristic with clairvoyance (it knows
@@ -81,6 +82,9 @@ GIVE_UP_TTFT_FACTOR = 1000.0
 KEPT_PRIORITY_FACTOR = 8.0
 #: Start policies (the best by their unsteered TDG) steered by the integer master's plan.
 MASTER_POLICIES = 4
+#: Share of the master step's time given to the integer master's MILP (the rest generates
+#: columns): the recombination of the runs' columns needs the MILP's time more.
+MASTER_MIP_SHARE = 0.8
 
 
 class _TdgNames:
@@ -534,7 +538,7 @@ def master_step(
     """Steer the best start policies by the integer restricted master's plan.
 
     Price and branch (:meth:`slolab.models.tdg_columns.TdgHorizonColumns.integer_master`,
-    HiGHS, ``time_limit`` seconds) over the generated columns and the columns of every start
+    HiGHS, ``time_limit`` seconds, :data:`MASTER_MIP_SHARE` of them for the MILP) over the generated columns and the columns of every start
     run and of the incumbent (so the MILP recombines them request by request); its choice of
     kept and given-up first tokens and their completion buckets gives three steerings
     (:func:`master_steerings`), each simulated with the :data:`MASTER_POLICIES` best start
@@ -551,7 +555,9 @@ def master_step(
     policy, out, priority, ttft, value = incumbent
     model = TdgHorizonColumns(instance)
     backend = get_backend("highs")(threads=1, seed=seed, log=False)
-    plan = model.integer_master(backend, time_limit, runs=[o for (_, o), _ in runs], start=out)
+    plan = model.integer_master(
+        backend, time_limit, runs=[o for (_, o), _ in runs], start=out, mip_share=MASTER_MIP_SHARE
+    )
     if not plan.columns:
         return None, MasterStep(plan.value, plan.mip_bound, 0, "")
     n = instance.n_requests

@@ -41,6 +41,12 @@ the bucket LP's on the same grid. What it adds: integral prompts (no half prompt
 its first-token gain), integral token counts, the exact decode work and the per-token on-time
 count. What it keeps: the iteration count ``N`` is fluid, as in the bucket LP.
 
+Price and branch (:meth:`TdgHorizonColumns.integer_master`): after column generation, the
+columns of engine runs (:meth:`TdgHorizonColumns.run_columns`, each run's point of the master)
+are added and the restricted master is solved as a MILP (``lam`` integer, ``N`` fluid) from a
+run's point; its choice of one column per request steers the search of
+:mod:`slolab.heuristics.tdg_search` (docs/proserve.md, "A primal from the column master").
+
 References
 ----------
 ProServe, Sec. 2 (TDG, Eq. 3) and Sec. 4.1 (the affine iteration time). Dantzig and Wolfe
