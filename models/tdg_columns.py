@@ -525,7 +525,7 @@ class TdgHorizonColumns(ExactModel):
         info = highs.getInfo()
         chosen: dict[int, Column] = {}
         value = math.nan
-        if info.primal_solution_status == 2:  # a feasible integer point
+        if info.primal_solution_status == highspy.SolutionStatus.kSolutionStatusFeasible:
             lam = np.asarray(highs.getSolution().col_value)[B:]
             columns = got.master["columns"]
             for r in self.requests:
