@@ -13,7 +13,10 @@ For each trace (Azure conversation and code 2023), load (low, medium, high) and 
   family's start rows (same limits), so each window has both against the same ``lns``;
   with ``--bound-method columns`` the column-generation bound ``tdg-horizon-columns`` in its
   place, with ``both`` both (``U`` the least);
-- ``lns``: the replay-scored steering search, within ``--lns-limit`` seconds;
+- ``lns``: the replay-scored steering search, within ``--lns-limit`` seconds; with
+  ``--lns-master S`` also ``lns-master``: the same search with its last ``S`` seconds given
+  to the integer restricted master's steerings (``steered_search(master_limit=S)``), replayed
+  and checked as the harness does;
 - SlideBatching and the five baselines of ProServe's evaluation, online;
 
 and reports the interval ``[L, U]`` (``L`` the best TDG any method reached, ``U`` the bound),
@@ -57,12 +60,14 @@ def one_window(
     plain: bool = False,
     without_start_rows: bool = False,
     bound_method: str = "bound",
+    lns_master: float | None = None,
 ) -> list[dict[str, Any]]:
     """Every method on one window; the rows of the compare table plus the window's interval.
 
     ``load`` is a named load (low, medium, high) or an arrival rate in req/s (``"16"``).
     ``bound_method``: ``bound`` (``tdg-horizon-bound``), ``columns`` (``tdg-horizon-columns``
-    in its place) or ``both`` (``U`` the least of the two).
+    in its place) or ``both`` (``U`` the least of the two). ``lns_master``: seconds of the
+    integer master's step in an ``lns-master`` row (None: no such row).
     """
     from slolab.models.tdg_bound import TdgHorizonBound
     from slolab.models.tdg_columns import TdgHorizonColumns
@@ -137,10 +142,12 @@ def one_window(
     cpu = time.process_time()
     frame = compare(inst, ["lns"], time_limit=lns_limit)
     lns_cpu_s = time.process_time() - cpu
-    frame = pd.concat(
-        [frame, compare(inst, list(PROSERVE_POLICIES), time_limit=lns_limit)], ignore_index=True
-    )
+    extra = [compare(inst, list(PROSERVE_POLICIES), time_limit=lns_limit)]
+    if lns_master is not None:
+        extra.append(lns_master_row(inst, lns_limit, lns_master))
+    frame = pd.concat([frame, *extra], ignore_index=True)
     best = float(frame["objective"].max())
+    best_plain = float(frame.loc[frame["method"] != "lns-master", "objective"].max())
     upper = float(bound.bound) if bound.bound is not None else float("inf")
     if columns:
         upper = min(upper, columns["bound"])
@@ -159,6 +166,10 @@ def one_window(
                 "lns_cpu_s": lns_cpu_s,
                 "violations": int(r["violations"]),
                 "best": best,
+                "best_without_master": best_plain,
+                "master_value": r.get("master_value"),
+                "master_kept": r.get("master_kept"),
+                "master_steered": r.get("steered"),
                 "bound": upper,
                 "bound_status": bound.status.value,
                 "bound_s": bound.runtime_s,
@@ -200,6 +211,32 @@ def one_window(
     return rows
 
 
+def lns_master_row(inst: Any, lns_limit: float, master_limit: float) -> pd.DataFrame:
+    """The ``lns-master`` row: ``steered_search`` (seed 0) with ``master_limit``, its schedule
+    replayed and checked; objective the replay's TDG."""
+    from slolab.heuristics.tdg_search import steered_search
+    from slolab.sim import check, metrics, replay
+
+    t0 = time.perf_counter()
+    schedule, report = steered_search(
+        inst, seed=0, time_limit=lns_limit, quiet=True, master_limit=master_limit
+    )
+    out = replay(inst, schedule)
+    return pd.DataFrame(
+        [
+            {
+                "method": "lns-master",
+                "objective": metrics.tdg(inst, out),
+                "runtime_s": time.perf_counter() - t0,
+                "violations": len(check(inst, out)),
+                "steered": report.steered_tdg,
+                "master_value": report.master_tdg,
+                "master_kept": report.master_kept,
+            }
+        ]
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", default=",".join(TRACES))
@@ -225,6 +262,12 @@ def main(argv: list[str] | None = None) -> None:
         help="U from tdg-horizon-bound (bound), tdg-horizon-columns (columns) or the least of "
         "both (both; each within --bound-limit)",
     )
+    parser.add_argument(
+        "--lns-master",
+        type=float,
+        default=None,
+        help="also an lns-master row: lns with its last S s given to the integer master",
+    )
     parser.add_argument("--quick", action="store_true", help="25 requests, 10 s limits")
     parser.add_argument("--out", default=str(OUT / "tdg_bounds.csv"))
     a = parser.parse_args(argv)
@@ -247,6 +290,7 @@ def main(argv: list[str] | None = None) -> None:
                     plain=a.plain,
                     without_start_rows=a.without_start_rows,
                     bound_method=a.bound_method,
+                    lns_master=a.lns_master,
                 )
                 rows.extend(got)
                 pd.DataFrame(rows).to_csv(a.out, index=False)
@@ -261,6 +305,11 @@ def main(argv: list[str] | None = None) -> None:
                     f"{head['bound_chain']:.6g}, integral {head['bound_chain_integral']:.6g}, "
                     f"tightest {head['bound_tightest']}"
                     + (f"; plain LP {head['bound_plain']:.6g}" if a.plain else "")
+                    + (
+                        f"; L without lns-master {head['best_without_master']:.6g}"
+                        if a.lns_master is not None
+                        else ""
+                    )
                     + (
                         f"; columns {head['bound_columns']:.6g} ({head['bound_columns_s']:.0f} s, "
                         f"{head['bound_columns_cpu_s']:.0f} s CPU, {head['bound_columns_status']}, "

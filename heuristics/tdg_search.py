@@ -9,7 +9,8 @@ online policies of ProServe's evaluation, unsteered. Each step frees a sub-windo
 consecutive requests (drawn around a request that lost gain), draws new factors for them,
 simulates, and keeps the steering when the TDG rises. The result is the incumbent's iteration
 log as a Schedule (the search driver replays it once and checks its TDG; the harness replays
-it; the checker verifies it).
+it; the checker verifies it). With ``master_limit`` its last seconds go to steerings drawn
+from the integer restricted master of the column-generation bound (:func:`master_step`).
 
 Because every candidate is a simulated run, the search can only return schedules the engine
 accepts, and its value is exactly the replay's. It is a heuristic with clairvoyance (it knows
@@ -75,6 +76,15 @@ SLICE_GAIN_EPS = 1e-9
 #: Factors a freed request may draw for its priority and for its TTFT (policy's view only).
 PRIORITY_FACTORS = (0.125, 0.5, 1.0, 2.0, 8.0)
 TTFT_FACTORS = (0.5, 1.0, 2.0, 8.0)
+#: TTFT factor (policy's view) of a request whose first token the integer master gives up.
+GIVE_UP_TTFT_FACTOR = 1000.0
+#: Priority factor (policy's view) of a request whose first token the integer master keeps.
+KEPT_PRIORITY_FACTOR = 8.0
+#: Start policies (the best by their unsteered TDG) steered by the integer master's plan.
+MASTER_POLICIES = 4
+#: Share of the master step's time given to the integer master's MILP (the rest generates
+#: columns): the recombination of the runs' columns needs the MILP's time more.
+MASTER_MIP_SHARE = 0.8
 
 
 class _TdgNames:
@@ -110,6 +120,10 @@ class SearchReport(_TdgNames, SearchResult["Schedule"]):
     slices_optimal: int = 0
     slice_improvements: int = 0
     steered_tdg: float = math.nan
+    master_tdg: float = math.nan
+    master_bound: float = math.nan
+    master_candidates: int = 0
+    master_kept: str = ""
 
     @property
     def start_policy(self) -> str:
@@ -474,6 +488,102 @@ def slice_search(
     return found.incumbent, report
 
 
+@dataclass(frozen=True, slots=True)
+class MasterStep:
+    """What :func:`master_step` did: the integer master's value and dual bound (over the
+    generated columns and the runs' own), the candidates simulated, and the kept one's name
+    (empty when none raised the TDG)."""
+
+    value: float
+    bound: float
+    candidates: int
+    kept: str
+
+
+def master_steerings(
+    instance: Instance, kept: np.ndarray, given_up: np.ndarray, completion_s: np.ndarray
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Steerings (priority and TTFT factors, the policy's view only) from the integer master's
+    plan: ``give-up`` (the first tokens it gives up get :data:`GIVE_UP_TTFT_FACTOR`),
+    ``planned`` (also: each kept first token's TTFT cut to the end of its planned completion
+    bucket, factor at least the least of :data:`TTFT_FACTORS`) and ``kept-first`` (also: kept
+    requests' priority times :data:`KEPT_PRIORITY_FACTOR`). ``kept``, ``given_up``: masks over
+    the requests (neither: no plan for it, factor 1); ``completion_s``: planned first-token
+    bucket ends (s)."""
+    wl = instance.workload
+    n = instance.n_requests
+    ttft = np.ones(n)
+    ttft[given_up] = GIVE_UP_TTFT_FACTOR
+    planned = ttft.copy()
+    slo = np.asarray(wl["ttft_slo_s"], dtype=float)
+    room = (completion_s - np.asarray(wl.arrival_s, dtype=float)) / slo
+    planned[kept] = np.clip(room[kept], min(TTFT_FACTORS), 1.0)
+    priority = np.ones(n)
+    priority[kept] = KEPT_PRIORITY_FACTOR
+    return {
+        "give-up": (np.ones(n), ttft),
+        "planned": (np.ones(n), planned),
+        "kept-first": (priority, ttft),
+    }
+
+
+def master_step(
+    instance: Instance,
+    runs: list[tuple[tuple[str, Outcome], float]],
+    incumbent: tuple[str, Outcome, np.ndarray, np.ndarray, float],
+    *,
+    seed: int,
+    time_limit: float,
+) -> tuple[tuple[Outcome, float] | None, MasterStep]:
+    """Steer the best start policies by the integer restricted master's plan.
+
+    Price and branch (:meth:`slolab.models.tdg_columns.TdgHorizonColumns.integer_master`,
+    HiGHS, ``time_limit`` seconds, :data:`MASTER_MIP_SHARE` of them for the MILP) over the generated columns and the columns of every start
+    run and of the incumbent (so the MILP recombines them request by request); its choice of
+    kept and given-up first tokens and their completion buckets gives three steerings
+    (:func:`master_steerings`), each simulated with the :data:`MASTER_POLICIES` best start
+    policies unsteered and with the incumbent's policy on top of its own factors. Every
+    candidate is a run of the engine, its value the run's TDG. Returns the best candidate
+    (run, TDG) when it beats the incumbent's TDG (:func:`slolab.solvers.search.improves`),
+    else None, and what was done.
+
+    ``incumbent``: (policy, run, priority factors, TTFT factors, TDG).
+    """
+    from slolab.models.tdg_columns import TdgHorizonColumns
+    from slolab.solvers.registry import get_backend
+
+    policy, out, priority, ttft, value = incumbent
+    model = TdgHorizonColumns(instance)
+    backend = get_backend("highs")(threads=1, seed=seed, log=False)
+    plan = model.integer_master(
+        backend, time_limit, runs=[o for (_, o), _ in runs], start=out, mip_share=MASTER_MIP_SHARE
+    )
+    if not plan.columns:
+        return None, MasterStep(plan.value, plan.mip_bound, 0, "")
+    n = instance.n_requests
+    kept, given_up = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    completion = np.full(n, math.inf)
+    for r, column in plan.columns.items():
+        kept[r] = model.first_token_kept(column)
+        given_up[r] = not kept[r]
+        completion[r] = model.completion_s(column)
+    steerings = master_steerings(instance, kept, given_up, completion)
+    ranked = [p for (p, _), _ in sorted(runs, key=lambda run: -run[1])][:MASTER_POLICIES]
+    candidates = [
+        (f"{p} {name}", p, factors) for p in ranked for name, factors in steerings.items()
+    ] + [
+        (f"{policy} steered {name}", policy, (priority * f_p, ttft * f_t))
+        for name, (f_p, f_t) in steerings.items()
+    ]
+    best: tuple[Outcome, float] | None = None
+    kept_name = ""
+    for name, p, (f_p, f_t) in candidates:
+        got, run = _run(instance, p, _steered(instance, f_p, f_t), seed)
+        if improves(got, value if best is None else best[1]):
+            best, kept_name = (run, got), name
+    return best, MasterStep(plan.value, plan.mip_bound, len(candidates), kept_name)
+
+
 def steered_search(
     instance: Instance,
     *,
@@ -483,6 +593,7 @@ def steered_search(
     max_steps: int | None = None,
     quiet: bool = False,
     slice_after: int | None = None,
+    master_limit: float | None = None,
 ) -> tuple[Schedule, SearchReport]:
     """Best steering of an online policy found within ``time_limit`` seconds.
 
@@ -505,6 +616,12 @@ def steered_search(
         Once this many steering steps in a row fail to raise the TDG, the rest of the time
         goes to exact slice moves (:func:`slice_search`) on the steering's incumbent. None
         (the default): steering only.
+    master_limit : float, optional
+        Seconds for a price-and-branch step after the steering (:func:`master_step`): the
+        steering stops ``master_limit`` seconds before ``time_limit``, the integer master's
+        plan steers the best start policies, and the best such run replaces the incumbent
+        when its TDG is higher (the slice moves, when on, then start from it). None (the
+        default): no such step.
 
     Returns
     -------
@@ -519,6 +636,11 @@ def steered_search(
         raise ValueError(f"time_limit must be > 0 s, got {time_limit}")
     if slice_after is not None and slice_after < 1:
         raise ValueError(f"slice_after must be >= 1 (or None), got {slice_after}")
+    if master_limit is not None and not 0 < master_limit < time_limit:
+        raise ValueError(
+            f"master_limit must be > 0 s and below time_limit ({time_limit}), got {master_limit}"
+        )
+    steer_limit = time_limit - (master_limit or 0.0)
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     n = instance.n_requests
@@ -555,7 +677,7 @@ def steered_search(
     ones = np.ones(n)
     steering: Search[tuple[Outcome, np.ndarray, np.ndarray]] = Search(
         FirstOf(
-            MaxRuntime(time_limit),
+            MaxRuntime(steer_limit),
             MaxIterations(max_steps) if max_steps is not None else None,
             NoImprovement(slice_after) if slice_after is not None else None,
         ),
@@ -571,10 +693,26 @@ def steered_search(
     else:
         found = steering.run((best_out, ones.copy(), ones.copy()), best_value, step)
     best_out, best_value = found.incumbent[0], found.objective
+    mastered: MasterStep | None = None
+    master_stopped = False
+    if master_limit is not None and not found.interrupted:
+        better = None
+        with interruptible("lns") as stopped:
+            better, mastered = master_step(
+                instance,
+                runs,
+                (best_policy, best_out, *found.incumbent[1:], best_value),
+                seed=seed,
+                time_limit=master_limit,
+            )
+        master_stopped = bool(stopped)
+        if better is not None:
+            best_out, best_value = better
     sliced: SliceReport | None = None
     if (
         slice_after is not None
         and not found.interrupted
+        and not master_stopped
         and time.perf_counter() - start < time_limit
     ):
         best_out, sliced = slice_search(
@@ -593,13 +731,19 @@ def steered_search(
         start_objective=float(start_value),
         starts_tried=len(runs),
         wall_s=time.perf_counter() - start,
-        interrupted=found.interrupted or (sliced is not None and sliced.interrupted),
+        interrupted=found.interrupted
+        or master_stopped
+        or (sliced is not None and sliced.interrupted),
         slices=sliced.slices if sliced else 0,
         slices_optimal=sliced.optimal if sliced else 0,
         slice_improvements=sliced.improvements if sliced else 0,
         steered_tdg=float(found.objective),
+        master_tdg=mastered.value if mastered else math.nan,
+        master_bound=mastered.bound if mastered else math.nan,
+        master_candidates=mastered.candidates if mastered else 0,
+        master_kept=mastered.kept if mastered else "",
         stop_reason="interrupted"
-        if sliced is not None and sliced.interrupted
+        if master_stopped or (sliced is not None and sliced.interrupted)
         else found.stop_reason,
     )
     logger.info(

@@ -41,6 +41,12 @@ the bucket LP's on the same grid. What it adds: integral prompts (no half prompt
 its first-token gain), integral token counts, the exact decode work and the per-token on-time
 count. What it keeps: the iteration count ``N`` is fluid, as in the bucket LP.
 
+Price and branch (:meth:`TdgHorizonColumns.integer_master`): after column generation, the
+columns of engine runs (:meth:`TdgHorizonColumns.run_columns`, each run's point of the master)
+are added and the restricted master is solved as a MILP (``lam`` integer, ``N`` fluid) from a
+run's point; its choice of one column per request steers the search of
+:mod:`slolab.heuristics.tdg_search` (docs/proserve.md, "A primal from the column master").
+
 References
 ----------
 ProServe, Sec. 2 (TDG, Eq. 3) and Sec. 4.1 (the affine iteration time). Dantzig and Wolfe
@@ -51,8 +57,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from slolab.instances.records import Instance
@@ -69,7 +76,10 @@ from slolab.solvers.base import ExactModel, Result, Status
 from slolab.solvers.highs import backend_highs, highs_lp, run_highs_for
 from slolab.solvers.registry import register_model
 
-__all__ = ["COLUMNS_MODEL", "Column", "TdgHorizonColumns"]
+if TYPE_CHECKING:
+    from slolab.sim.outcome import Outcome
+
+__all__ = ["COLUMNS_MODEL", "Column", "Generated", "MasterPlan", "TdgHorizonColumns"]
 
 #: Registry name of the column-generation bound.
 COLUMNS_MODEL = "tdg-horizon-columns"
@@ -95,6 +105,37 @@ class Column:
     tokens: np.ndarray
     work: np.ndarray
     gain: float
+
+
+@dataclass(slots=True)
+class Generated:
+    """Column generation's end state: the master in ``highs`` (its rows and columns in
+    ``master``), the bound and its status, when it started (``time.perf_counter``), the bound
+    at the bucket LP's duals, the rounds and whether no column priced out."""
+
+    highs: Any
+    master: dict[str, Any]
+    bound: float
+    status: Status
+    started: float
+    start_bound: float | None
+    rounds: list[dict[str, float]]
+    converged: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MasterPlan:
+    """The integer restricted master's choice (:meth:`TdgHorizonColumns.integer_master`): one
+    column per request of the master (none when the MILP found no integer point in time), its
+    value, the MILP's dual bound over the generated columns, the column generation's bound and
+    whether it converged, and the wall time."""
+
+    columns: dict[int, Column]
+    value: float
+    mip_bound: float
+    lp_bound: float
+    converged: bool
+    runtime_s: float
 
 
 class TdgHorizonColumns(ExactModel):
@@ -349,6 +390,24 @@ class TdgHorizonColumns(ExactModel):
         return dual[lp["capacity_rows"]], mu
 
     def solve_with(self, backend: Any, time_limit: float, **params: Any) -> Result | None:
+        """Column generation within ``time_limit`` (:meth:`generate`), as a bound result."""
+        got = self.generate(backend, time_limit)
+        return bound_result(
+            COLUMNS_MODEL,
+            got.status,
+            got.bound,
+            got.started,
+            self.grid,
+            ideal_gain(self.data),
+            rounds=len(got.rounds),
+            start_bound=got.start_bound,
+            columns=int(got.highs.getNumCol()) - self.grid.buckets,
+            master=got.rounds[-1]["master"] if got.rounds else None,
+            history=got.rounds,
+            converged=got.converged,
+        )
+
+    def generate(self, backend: Any, time_limit: float) -> Generated:
         """Column generation within ``time_limit``. First the bucket LP on the same grid (at
         most half the time): the Lagrangian bound at its duals (at most the bucket LP's value)
         and the columns priced there start the master. Then rounds: the master (dual simplex,
@@ -356,7 +415,8 @@ class TdgHorizonColumns(ExactModel):
         per request with a positive reduced cost. The bound is the least Lagrangian bound plus
         the bucket LP's margin, at most the ideal. Status: OPTIMAL when no column prices out
         (the last bound is the master's optimum), FEASIBLE when the time ran out first (the
-        bound holds), TIME_LIMIT with the ideal when no bound was computed."""
+        bound holds), TIME_LIMIT with the ideal when no bound was computed. The master stays
+        in HiGHS with its columns (:class:`Generated`)."""
         import highspy
 
         if backend.name != "highs":
@@ -418,20 +478,146 @@ class TdgHorizonColumns(ExactModel):
             self._add_columns(highs, master, found)
         if converged:
             status = Status.OPTIMAL
-        return bound_result(
-            COLUMNS_MODEL,
-            status,
-            bound,
-            start,
-            self.grid,
-            ideal,
-            rounds=len(rounds),
-            start_bound=start_bound,
-            columns=int(highs.getNumCol()) - self.grid.buckets,
-            master=rounds[-1]["master"] if rounds else None,
-            history=rounds,
-            converged=converged,
+        return Generated(highs, master, bound, status, start, start_bound, rounds, converged)
+
+    def integer_master(
+        self,
+        backend: Any,
+        time_limit: float,
+        runs: Sequence[Outcome] = (),
+        start: Outcome | None = None,
+        mip_share: float = 0.5,
+    ) -> MasterPlan:
+        """Price and branch within ``time_limit``: column generation (:meth:`generate`, the
+        first ``1 - mip_share`` of the time), the columns of the engine ``runs``
+        (:meth:`run_columns`: each run is an integer point of the master), then the
+        restricted master over all of them as a MILP (each request's ``lam`` integer, ``N``
+        fluid; HiGHS, the rest of the time), started from the run ``start`` (its columns and
+        its fluid iteration count, a feasible point). Its incumbent picks one column per request: a
+        schedule of the master, not of the engine (``N`` is fluid), so it is guidance for a
+        primal, never a value; its value is at most the master's optimum over all columns."""
+        import highspy
+
+        got = self.generate(backend, time_limit * (1.0 - mip_share))
+        highs = got.highs
+        for run in runs:
+            self._add_columns(highs, got.master, self.run_columns(run))
+        if start is not None:
+            first = int(highs.getNumCol())
+            self._add_columns(highs, got.master, self.run_columns(start))
+        B = self.grid.buckets
+        count = int(highs.getNumCol())
+        lams = np.arange(B, count, dtype=np.int32)
+        highs.changeColsIntegrality(
+            len(lams), lams, np.full(len(lams), highspy.HighsVarType.kInteger)
         )
+        highs.setOptionValue("solver", "choose")
+        if start is not None:
+            point = np.zeros(int(highs.getNumCol()))
+            point[:B] = self.run_iterations(start)
+            point[first:] = 1.0
+            solution = highspy.HighsSolution()
+            solution.col_value = point.tolist()
+            solution.value_valid = True
+            highs.setSolution(solution)
+        left = got.started + time_limit - time.perf_counter()
+        run_highs_for(highs, max(left, 1e-3))
+        info = highs.getInfo()
+        chosen: dict[int, Column] = {}
+        value = math.nan
+        if info.primal_solution_status == highspy.SolutionStatus.kSolutionStatusFeasible:
+            lam = np.asarray(highs.getSolution().col_value)[B:]
+            columns = got.master["columns"]
+            for r in self.requests:
+                mine = [i for i, col in enumerate(columns) if col.request == r]
+                chosen[int(r)] = columns[max(mine, key=lambda i: lam[i])]
+            value = -float(info.objective_function_value) + self.fixed_gain
+        return MasterPlan(
+            columns=chosen,
+            value=value,
+            mip_bound=-float(info.mip_dual_bound) + self.fixed_gain,
+            lp_bound=got.bound,
+            converged=got.converged,
+            runtime_s=time.perf_counter() - got.started,
+        )
+
+    def run_columns(self, outcome: Outcome) -> list[Column]:
+        """The columns of an engine run (one per request of the master): ``K_j`` its tokens
+        emitted by ``b_j``, the prompt complete in the bucket of its first token (the empty
+        column when that is past the request's range), and its work in each bucket spread
+        over its iterations' time, each iteration's share of the prompt work in proportion to
+        its prefill tokens and each decode token's work its increment of ``W_r``. With the
+        run's iterations counted fluidly as ``N``, this is the run's point of the master
+        (docs/proserve.md, "Column generation per request": why the bound holds)."""
+        from slolab.sim.outcome import PHASE_PREFILL
+
+        bounds = self.grid.bounds
+        offsets = np.asarray(outcome.token_offsets)
+        times = np.asarray(outcome.token_times)
+        starts, ends = np.asarray(outcome.it_start), np.asarray(outcome.it_end)
+        entries = np.asarray(outcome.entry_offsets)
+        owners = np.asarray(outcome.entry_request)
+        phases = np.asarray(outcome.entry_phase)
+        amounts = np.asarray(outcome.entry_tokens)
+        prompt_work = self._prompt_work
+        work = {int(r): np.zeros(self.grid.buckets) for r in self.requests}
+        decoded = dict.fromkeys(work, 0)
+        for i in range(len(starts)):
+            lo, hi = float(starts[i]), float(ends[i])
+            edges = np.clip(bounds, lo, hi)
+            share = np.diff(edges) / (hi - lo) if hi > lo else np.zeros(self.grid.buckets)
+            if hi <= lo:
+                where = int(np.searchsorted(bounds, hi, side="left")) - 1
+                share[int(np.clip(where, 0, len(share) - 1))] = 1.0
+            for e in range(int(entries[i]), int(entries[i + 1])):
+                r = int(owners[e])
+                if r not in work:
+                    continue
+                if phases[e] == PHASE_PREFILL:
+                    w = prompt_work[r] * float(amounts[e]) / float(self.data.prompt[r])
+                else:
+                    decoded[r] += 1
+                    m = decoded[r]
+                    w = float(self.relaxation.decode_work_s(m, r)) - float(
+                        self.relaxation.decode_work_s(m - 1, r)
+                    )
+                work[r] += w * share
+        columns = []
+        for r in self.requests:
+            t = self.tables[r]
+            own = times[int(offsets[r]) : int(offsets[r + 1])]
+            own = own[np.isfinite(own)]
+            end = bounds[t["first"] : t["first"] + t["n"]]
+            tokens = np.searchsorted(np.sort(own), end, side="right").astype(np.int64)
+            tokens = np.minimum(tokens, t["k_max"])
+            if not tokens[-1]:
+                columns.append(self.empty_column(int(r)))
+                continue
+            c = int(np.argmax(tokens > 0))
+            gain = self.column_gain(int(r), c, tokens)
+            columns.append(Column(int(r), c, tokens, work[int(r)][self.bucket_range(int(r))], gain))
+        return columns
+
+    def run_iterations(self, outcome: Outcome) -> np.ndarray:
+        """``N_j`` of an engine run: its iterations done by ``b_j``, each counted in
+        proportion to its time before ``b_j`` (the fluid count of :meth:`run_columns`)."""
+        starts, ends = np.asarray(outcome.it_start), np.asarray(outcome.it_end)
+        ends_b = self.grid.bounds[1:, None]
+        length = np.maximum(ends - starts, 1e-300)
+        done = np.clip((ends_b - starts[None, :]) / length[None, :], 0.0, 1.0)
+        return done.sum(axis=1)
+
+    def first_token_kept(self, column: Column) -> bool:
+        """Whether ``column`` earns its request's first token (completes it on time)."""
+        return (
+            column.complete >= 0 and self.tables[column.request]["first_gain"][column.complete] > 0
+        )
+
+    def completion_s(self, column: Column) -> float:
+        """End of the bucket where ``column``'s prompt completes (inf: the empty column)."""
+        if column.complete < 0:
+            return math.inf
+        return float(self.grid.bounds[self.tables[column.request]["first"] + column.complete])
 
     def bucket_range(self, r: int) -> np.ndarray:
         """0-based indices of the buckets of request ``r``'s range."""
@@ -491,6 +677,7 @@ class TdgHorizonColumns(ExactModel):
             "time_rows": time_rows,
             "iteration_rows": iteration_rows,
             "convexity_rows": convexity_rows,
+            "columns": [],
         }
         self._add_columns(highs, master, [self.empty_column(int(r)) for r in self.requests])
         return master
@@ -516,7 +703,9 @@ class TdgHorizonColumns(ExactModel):
 
     def _add_columns(self, highs: Any, master: dict[str, Any], columns: list[Column]) -> None:
         """Add ``columns`` to the master: cost ``-gain``, their work in the bucket-time rows,
-        their token counts in the iteration rows, 1 in their request's convexity row."""
+        their token counts in the iteration rows, 1 in their request's convexity row (kept, in
+        the master's column order, in ``master["columns"]``)."""
+        master["columns"].extend(columns)
         starts: list[int] = []
         idx: list[np.ndarray] = []
         val: list[np.ndarray] = []

@@ -189,3 +189,39 @@ def test_lns_slice_moves_after_a_stall_replay_clean(code_window):
     assert report.steered_tdg >= report.start_tdg
     assert report.slices_optimal <= report.slices
     assert check(code_window, out) == []
+
+
+def test_lns_master_step_never_below_the_plain_search(code_window):
+    """With master_limit, the steering takes the same steps (same seed) and the integer
+    master's steerings only replace its incumbent by a higher run: at least the plain lns,
+    replays to the reported value, checker-clean."""
+    plain_schedule, plain = tdg_search.steered_search(
+        code_window, seed=2, time_limit=600, max_steps=30, quiet=True
+    )
+    schedule, report = tdg_search.steered_search(
+        code_window, seed=2, time_limit=600, max_steps=30, quiet=True, master_limit=8.0
+    )
+    assert report.steered_tdg == plain.tdg
+    assert report.tdg >= plain.tdg
+    assert report.master_candidates == 3 * (tdg_search.MASTER_POLICIES + 1)
+    assert report.master_tdg >= plain.tdg - 1e-6  # the MILP starts from the incumbent
+    if not report.master_kept:
+        assert schedule == plain_schedule
+    out = replay(code_window, schedule)
+    assert metrics.tdg(code_window, out) == pytest.approx(report.tdg, rel=1e-12)
+    assert check(code_window, out) == []
+
+
+def test_master_steerings_give_up_and_plan():
+    """The plan's steerings: a given-up first token gets the give-up TTFT factor, a kept one
+    its planned completion (clipped) or a higher priority; a request without a plan, 1."""
+    inst = horizon_window("azure_code_2023", n=3, seed=0, load="high", max_output_tokens=0)
+    wl = inst.workload
+    kept = np.array([True, False, False])
+    given_up = np.array([False, True, False])
+    completion = np.asarray(wl.arrival_s, dtype=float) + 0.25 * np.asarray(wl["ttft_slo_s"])
+    got = tdg_search.master_steerings(inst, kept, given_up, completion)
+    assert np.array_equal(got["give-up"][1], [1.0, tdg_search.GIVE_UP_TTFT_FACTOR, 1.0])
+    assert np.allclose(got["planned"][1], [0.5, tdg_search.GIVE_UP_TTFT_FACTOR, 1.0])
+    assert np.array_equal(got["kept-first"][0], [tdg_search.KEPT_PRIORITY_FACTOR, 1.0, 1.0])
+    assert np.array_equal(got["give-up"][0], [1.0, 1.0, 1.0])

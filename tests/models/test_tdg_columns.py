@@ -185,3 +185,68 @@ def test_battery_between_optimum_and_bucket_lp(inst):
     exact = solve(TdgHorizon(inst), solver="highs", time_limit=60)
     if exact.status == Status.OPTIMAL:
         assert exact.objective <= res.bound + TOL
+
+
+def test_generation_is_the_former_solve():
+    """solve_with through generate (the master kept for the integer master) gives the bound,
+    rounds and history the former code gave on the hand window (hash recorded from it)."""
+    import hashlib
+    import json
+
+    res = columns_bound(three_requests())
+    keys = ("rounds", "start_bound", "columns", "master", "history", "converged")
+    record = json.dumps({k: res.details[k] for k in keys}, sort_keys=True)
+    assert res.bound == 17.00001800000018
+    digest = hashlib.sha256(record.encode()).hexdigest()
+    assert digest == "b43a4e731fbf387c505ceb265508803031e07b0b6ea3b806c3b2b97d535bc448"
+
+
+@pytest.fixture(scope="module")
+def code_run():
+    """Eight Azure code requests at high load (real outputs) and a DeadlineAdmission run."""
+    from slolab.heuristics import tdg_search
+    from slolab.problems.tdg_horizon import horizon_window
+
+    inst = horizon_window("azure_code_2023", n=8, seed=0, load="high", max_output_tokens=0)
+    value, out = tdg_search._run(inst, "deadline-packing/1024", inst, 0)
+    return inst, value, out
+
+
+def test_run_columns_are_the_runs_point_of_the_master(code_run):
+    """An engine run's columns earn its TDG and, with its fluid iteration count, satisfy the
+    master's rows: bucket time, iterations (release cut), work before every token count."""
+    inst, value, out = code_run
+    model = TdgHorizonColumns(inst)
+    columns = model.run_columns(out)
+    assert sum(c.gain for c in columns) + model.fixed_gain == pytest.approx(value, rel=1e-9)
+    n_it = model.run_iterations(out)
+    assert np.all(np.diff(n_it) >= -1e-12) and n_it[0] >= 0
+    used = model.t_c * np.diff(np.append(0.0, n_it))
+    for col in columns:
+        buckets = model.bucket_range(col.request)
+        used[buckets] += col.work
+        t = model.tables[col.request]
+        f = t["first"]
+        before = n_it[f - 2] if f >= 2 else 0.0
+        assert np.all(col.tokens <= n_it[buckets] - before + 1e-9)
+        if col.complete >= 0:
+            done = np.cumsum(col.work)[col.complete :]
+            assert np.all(done >= t["need"][col.tokens[col.complete :]] - 1e-9)
+    assert np.all(used <= np.diff(model.grid.bounds) + 1e-9)
+
+
+def test_integer_master_is_at_least_its_start(code_run):
+    """Price and branch started from a run picks one column per request and is worth at least
+    the run (its point is in the MILP), at most its own dual bound."""
+    from slolab.solvers.registry import get_backend
+
+    inst, value, out = code_run
+    model = TdgHorizonColumns(inst)
+    backend = get_backend("highs")(threads=1, seed=0, log=False)
+    plan = model.integer_master(backend, 6.0, start=out)
+    assert sorted(plan.columns) == model.requests
+    assert plan.value >= value - 1e-6
+    assert plan.value <= plan.mip_bound + 1e-6
+    assert plan.value == pytest.approx(
+        sum(c.gain for c in plan.columns.values()) + model.fixed_gain, rel=1e-9
+    )
