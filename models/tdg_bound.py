@@ -85,7 +85,7 @@ from slolab.models.proserve import (
     require_affine,
 )
 from slolab.solvers.base import ExactModel, Result, Status
-from slolab.solvers.highs import backend_highs, highs_lp, run_highs_for
+from slolab.solvers.highs import backend_highs, highs_lp, lp_round, run_highs_for
 from slolab.solvers.registry import register_model
 from slolab.timing.base import (
     F_DECODE_KV,
@@ -709,7 +709,6 @@ class TdgHorizonBound(ExactModel):
         """Solve the LP on ``grid`` (with the ``chain`` family: in rounds of interval rows)
         within ``time_limit``; a summary with each family's optimum (absent when not solved)
         and whether the last LP solved is the family's whole LP (``converged``)."""
-        import highspy
 
         start = time.perf_counter()
         lp = self.build_lp(grid)
@@ -737,16 +736,12 @@ class TdgHorizonBound(ExactModel):
             left = time_limit - (time.perf_counter() - start)
             if left <= 1e-3 and rounds:
                 break
-            run_highs_for(highs, left)
+            optimal = lp_round(highs, left, f"{BOUND_MODEL} LP")
             if not rounds:
                 first_solve_s = time.perf_counter() - start - built
             code = highs.getModelStatus()
-            if code in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt):
+            if not optimal:
                 break
-            if code != highspy.HighsModelStatus.kOptimal:
-                raise RuntimeError(
-                    f"{BOUND_MODEL}: HiGHS ended the LP with {highs.modelStatusToString(code)}"
-                )
             value = float(highs.getInfo().objective_function_value) + lp["fixed_gain"]
             rounds.append(value)
             round_s.append(time.perf_counter() - start)

@@ -73,7 +73,7 @@ from slolab.models.tdg_bound import (
     ideal_gain,
 )
 from slolab.solvers.base import ExactModel, Result, Status
-from slolab.solvers.highs import backend_highs, highs_lp, run_highs_for
+from slolab.solvers.highs import backend_highs, highs_lp, lp_round, run_highs_for
 from slolab.solvers.registry import register_model
 
 if TYPE_CHECKING:
@@ -417,7 +417,6 @@ class TdgHorizonColumns(ExactModel):
         (the last bound is the master's optimum), FEASIBLE when the time ran out first (the
         bound holds), TIME_LIMIT with the ideal when no bound was computed. The master stays
         in HiGHS with its columns (:class:`Generated`)."""
-        import highspy
 
         if backend.name != "highs":
             raise ValueError(f"{COLUMNS_MODEL} is solved by HiGHS's LP only, not {backend.name!r}")
@@ -449,14 +448,8 @@ class TdgHorizonColumns(ExactModel):
             left = deadline - time.perf_counter()
             if left <= 1e-3:
                 break
-            run_highs_for(highs, left)
-            code = highs.getModelStatus()
-            if code in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt):
+            if not lp_round(highs, left, f"{COLUMNS_MODEL} master"):
                 break
-            if code != highspy.HighsModelStatus.kOptimal:
-                raise RuntimeError(
-                    f"{COLUMNS_MODEL}: HiGHS ended the master with {highs.modelStatusToString(code)}"
-                )
             z = -float(highs.getInfo().objective_function_value) + self.fixed_gain
             dual = -np.asarray(highs.getSolution().row_dual)
             mu = {int(r): dual[master["iteration_rows"][int(r)]] for r in self.requests}

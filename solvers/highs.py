@@ -96,6 +96,21 @@ def run_highs_for(highs: Any, seconds: float) -> None:
         timer.cancel()
 
 
+def lp_round(highs: Any, seconds: float, what: str) -> bool:
+    """One round of a loop re-solving an LP (cuts or columns added between rounds): run it for
+    at most about ``seconds`` (:func:`run_highs_for`). True when it ended OPTIMAL, False when
+    the time limit or an interrupt stopped it; any other end raises, naming ``what``."""
+    import highspy
+
+    run_highs_for(highs, seconds)
+    code = highs.getModelStatus()
+    if code in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt):
+        return False
+    if code != highspy.HighsModelStatus.kOptimal:
+        raise RuntimeError(f"{what}: HiGHS ended with {highs.modelStatusToString(code)}")
+    return True
+
+
 def backend_highs(backend: Any) -> Any:
     """A ``highspy.Highs`` with the backend's log flag, threads and seed."""
     import highspy
