@@ -89,12 +89,11 @@ MASTER_MIP_SHARE = 0.8
 
 class _TdgNames:
     """The names the tdg-horizon reports read the driver's fields by: ``start_tdg`` (the
-    start's objective), ``tdg`` (the objective) and ``runtime_s`` (the wall time)."""
+    start's objective) and ``tdg`` (the objective)."""
 
     __slots__ = ()
     start_objective: float
     objective: float
-    wall_s: float
 
     @property
     def start_tdg(self) -> float:
@@ -103,10 +102,6 @@ class _TdgNames:
     @property
     def tdg(self) -> float:
         return self.objective
-
-    @property
-    def runtime_s(self) -> float:
-        return self.wall_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +119,6 @@ class SearchReport(_TdgNames, SearchResult["Schedule"]):
     master_bound: float = math.nan
     master_candidates: int = 0
     master_kept: str = ""
-
-    @property
-    def start_policy(self) -> str:
-        return self.start
 
     @property
     def steps(self) -> int:

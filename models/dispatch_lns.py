@@ -132,16 +132,8 @@ class LnsResult(SearchResult[ScaleDecision]):
         return self.incumbent
 
     @property
-    def start_policy(self) -> str:
-        return self.start
-
-    @property
     def moves_kept(self) -> int:
         return self.improvements
-
-    @property
-    def runtime_s(self) -> float:
-        return self.wall_s
 
 
 #: Passes of the greedy worker between two saved states (a rebuild resumes from the last one

@@ -330,6 +330,16 @@ class SearchResult(Generic[S]):
     start_objective: float = math.nan
     starts_tried: int = 0
 
+    @property
+    def start_policy(self) -> str:
+        """The start's name (the name both searches' reports have always used)."""
+        return self.start
+
+    @property
+    def runtime_s(self) -> float:
+        """The wall time in seconds (the name both searches' reports have always used)."""
+        return self.wall_s
+
     def extended(self, kind: type[R], **fields: Any) -> R:
         """This result as ``kind`` (a subclass holding a search's own fields), with ``fields``
         set or replacing this result's."""
