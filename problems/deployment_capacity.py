@@ -58,6 +58,7 @@ __all__ = [
     "measure_capacities",
     "pool_policy",
     "read_prices",
+    "source_fingerprint",
     "reference_configuration",
     "request_classes",
     "timing_of",
@@ -396,9 +397,41 @@ class CapacityTable:
     saved: int = 0
 
 
-#: Part of every :class:`CapacityCache` key: raise it when what a search or a solo run measures
-#: changes (the search, the probes, the engine), so that older entries are not read.
+#: Part of every :class:`CapacityCache` key: raise it when the format of an entry changes.
+#: (A change to the code a search runs needs no raise: :func:`source_fingerprint` is in the key.)
 CAPACITY_CACHE_VERSION = 1
+
+#: Folders of the package whose code no capacity search runs, left out of
+#: :func:`source_fingerprint`.
+_NOT_RUN = frozenset({"tests", "benchmarks", "notebooks", "examples", "docs"})
+
+
+def source_fingerprint(root: str | os.PathLike[str] | None = None) -> str:
+    """A hash of the package's Python source (the ``.py`` files under ``root``, the package's
+    own folder by default, by relative path and bytes; the folders in ``_NOT_RUN`` left out).
+
+    It is part of every :class:`CapacityCache` key, so an entry measured by other code (the
+    engine, a policy, the search) is never read: after any edit to the package the searches
+    run again. Policies registered by plugins live outside the package and are not in it.
+    """
+    base = Path(root) if root is not None else Path(__file__).resolve().parent.parent
+    return _source_fingerprint(str(base))
+
+
+@functools.cache
+def _source_fingerprint(base: str) -> str:
+    """:func:`source_fingerprint` of the folder ``base``, read once per process."""
+    digest = hashlib.sha256()
+    root = Path(base)
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] in _NOT_RUN or any(part.startswith(".") for part in relative.parts):
+            continue
+        digest.update(relative.as_posix().encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
 
 
 class CapacityCache:
@@ -409,7 +442,9 @@ class CapacityCache:
     requests, the configuration and its timing model (the fitted preset, in full), the class's
     target, the definition, the policy, the seed, the search's options and its start rate (the
     capacity found on the previous configuration: a search from another start bisects to
-    another point), with :data:`CAPACITY_CACHE_VERSION` and the package version. The price of
+    another point), with :data:`CAPACITY_CACHE_VERSION`, the package version and the hash of
+    the package's source (:func:`source_fingerprint`: an entry measured by other code is not
+    read). The price of
     a configuration and the closed loop's options are not part of it, nor the plan's target
     beyond the class targets it gives: plans that differ only there share every search. An
     entry holds what the search returned (the capacity, its probes and early verdicts), so a
@@ -429,10 +464,13 @@ class CapacityCache:
 
     @staticmethod
     def key(*parts: Any) -> str:
-        """A hash of ``parts`` (JSON-ready values) with the cache and package versions."""
+        """A hash of ``parts`` (JSON-ready values) with the cache and package versions and the
+        package's source fingerprint."""
         from slolab import __version__
 
-        text = json.dumps([CAPACITY_CACHE_VERSION, __version__, *parts], sort_keys=True)
+        text = json.dumps(
+            [CAPACITY_CACHE_VERSION, __version__, source_fingerprint(), *parts], sort_keys=True
+        )
         return hashlib.sha256(text.encode()).hexdigest()
 
     def get(self, key: str) -> dict[str, Any] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -394,6 +395,35 @@ def test_capacity_cache_reads_what_a_search_would_measure(azure: Instance, tmp_p
     # another seed is another key: measured afresh
     other = deploy.measure_capacities(azure, classes, [H100], target=0.9, seed=1, cache=cache)
     assert other.reused == 0 and other.probes > 0
+
+
+def test_source_fingerprint_follows_the_code_a_search_runs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An edit to the package's code changes the fingerprint; an edit to its tests, benchmarks
+    or a hidden folder does not; the same tree hashes alike."""
+    from slolab.problems.deployment_capacity import source_fingerprint
+
+    def tree(name: str, edit: str | None = None) -> str:
+        root = tmp_path / name
+        for file in ("sim/engine.py", "tests/test_a.py", "benchmarks/b.py", ".git/c.py"):
+            (root / file).parent.mkdir(parents=True, exist_ok=True)
+            (root / file).write_text("x = 2\n" if file == edit else "x = 1\n")
+        return source_fingerprint(root)
+
+    before = tree("base")
+    assert tree("same") == before
+    for file in ("tests/test_a.py", "benchmarks/b.py", ".git/c.py"):
+        assert tree(f"edit-{Path(file).stem}", edit=file) == before, file
+    assert tree("edit-engine", edit="sim/engine.py") != before
+
+
+def test_capacity_cache_key_holds_the_source_fingerprint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entries written by other code are not read: the key changes with the fingerprint."""
+    from slolab.problems import deployment_capacity
+
+    key = deploy.CapacityCache.key("search", 1)
+    assert deploy.CapacityCache.key("search", 1) == key
+    monkeypatch.setattr(deployment_capacity, "source_fingerprint", lambda: "other code")
+    assert deploy.CapacityCache.key("search", 1) != key
 
 
 def test_cli_capacity_cache_reads_the_searches_of_a_run_before(
