@@ -193,6 +193,13 @@ PROBLEM = register_problem(
                 minimum=1,
             ),
             Option("seed", int, 0, "seed of the SLO draws and of the capacity probes", minimum=0),
+            Option(
+                "prices",
+                str,
+                None,
+                "CSV of GPU prices per GPU-hour, columns gpu,usd_per_gpu_hour (default: the "
+                "presets' prices)",
+            ),
         ),
         models=("deployment",),
         aliases={"enumeration": "deployment:brute"},

@@ -895,13 +895,16 @@ def deployment_instance(
     policy: str = "sarathi",
     definition: str = "deadline",
     name: str | None = None,
+    prices: str | os.PathLike[str] | None = None,
     **reading: Any,
 ) -> Instance:
     """A ``deployment`` instance (:mod:`slolab.problems.deployment`): the trace cut with SLOs
     (:func:`trace_instance`), its classes (:func:`request_classes`), and the capacities of
     ``configurations`` (comma-separated or a sequence) measured at ``target``
     (:func:`measure_capacities`, probes of ``stream_requests`` requests) stored in the
-    settings as the decision problem's data (:func:`capacity_data`, prices the presets')."""
+    settings as the decision problem's data (:func:`capacity_data`; prices from the CSV file
+    ``prices``, :func:`read_prices`, else the presets')."""
+    price_table = None if prices is None else read_prices(prices)
     names = (
         [c.strip() for c in configurations.split(",") if c.strip()]
         if isinstance(configurations, str)
@@ -921,7 +924,7 @@ def deployment_instance(
         seed=seed,
         stream_requests=stream_requests,
     )
-    data = capacity_data(table, classes, target)
+    data = capacity_data(table, classes, target, price_table)
     settings = {
         **base.settings,
         "deployment": data.to_dict(),

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from slolab.harness.compare import compare
-from slolab.instances import Instance, load_shipped
+from slolab.instances import Instance, load_instance, load_shipped
 from slolab.models.deployment import DeploymentData, DeploymentPlan
 from slolab.problems import get_problem
 from slolab.problems.deployment import fleet_cost, plan_scheduler
@@ -123,6 +123,26 @@ def test_builder_stores_the_measured_table() -> None:
     assert len(inst.settings["class_targets"]) == len(data.classes)
     assert all(v >= 0 for row in data.capacity for v in row)
     assert get_problem("deployment").check_instance(inst.settings) is None
+
+
+def test_builder_reads_a_prices_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``--prices FILE``: the stored prices are tp x the file's GPU-hour price; a bad file is
+    an error naming its line and value."""
+    from slolab.harness.cli import main
+
+    prices = tmp_path / "prices.csv"
+    prices.write_text("gpu,usd_per_gpu_hour\nh100,3.00\na100,1.25\n")
+    out = tmp_path / "deploy.json"
+    argv = ["instance", "build", "--problem", "deployment", "--configurations"]
+    argv += ["llama2-7b/h100/tp1,llama2-7b/a100/tp2", "--n", "40", "--stream-requests", "50"]
+    assert main([*argv, "--prices", str(prices), "--out", str(out)]) == 0
+    data = DeploymentData.from_dict(load_instance(out).settings["deployment"])
+    assert data.prices == (3.0, 2.5)
+    prices.write_text("gpu,usd_per_gpu_hour\nh100,cheap\n")
+    with pytest.raises(ValueError, match=r"prices.csv line 2.*cheap"):
+        deployment_instance(
+            configurations="llama2-7b/h100/tp1", limit=40, stream_requests=50, prices=prices
+        )
 
 
 @seed(33)
