@@ -235,6 +235,49 @@ def _colocated(p: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _deployment(p: dict[str, Any]) -> list[str]:
+    f = p["figures"]
+
+    def money(x: float | None) -> str:
+        return "none" if x is None else f"${x:.2f}/h"
+
+    def share(x: float | None) -> str:
+        return "" if x is None else f", {x:.3f}"
+
+    rows = [
+        [
+            c["kind"].replace("/", " ", 1).replace("/", ", ", 1),
+            c["configurations"],
+            f"{money(c['optimum_cost'])} ({c['optimum_status']})",
+            f"{c['mixed_fleet']}, {money(c['mixed_cost'])}{share(c['mixed_attainment'])} "
+            f"(from the {c['mixed_from']} loop)",
+            f"{c['single_fleet']}, {money(c['single_cost'])}{share(c['single_attainment'])}",
+        ]
+        for c in f["cases"]
+    ]
+    return [
+        "## What to deploy",
+        "",
+        "The planner (`slolab plan`) on the first 200 requests of each trace, PolyServe's SLOs, "
+        "target 0.9 deadline attainment, GPU grids at every TP the profiles support, nested "
+        "(the smaller grids read the larger one's capacity searches). The fleets are verified "
+        "by simulation and trimmed; attainment after the cost:",
+        "",
+        *_table(
+            [
+                "trace, model, GPUs",
+                "configurations",
+                "optimum on capacities",
+                "answer (mixed)",
+                "best single configuration",
+            ],
+            rows,
+        ),
+        "",
+        *_verdicts(p),
+    ]
+
+
 SECTIONS = {
     "engine": _engine,
     "sa-ordering": _sa,
@@ -243,6 +286,7 @@ SECTIONS = {
     "polyserve": _polyserve,
     "hyperflexis": _hyperflexis,
     "colocated": _colocated,
+    "deployment": _deployment,
 }
 
 
@@ -266,9 +310,34 @@ def render(data: dict[str, Any]) -> str:
         "sweeps and the store) are not re-run by this command: the per-paper pages keep them "
         "as dated archive notes.",
     ]
+    earlier = [name for name in data["papers"] if _run(data, name) is not h]
+    if earlier:
+        lines[4] += (
+            f" That run re-ran {', '.join(h.get('ran', []))} (`--only`); "
+            f"{', '.join(earlier)} come from earlier runs, named in their sections."
+        )
     for name, paper in data["papers"].items():
-        lines += ["", *SECTIONS[name](paper)]
+        section = SECTIONS[name](paper)
+        run = _run(data, name)
+        if run is not h:
+            section[1:1] = ["", f"From an earlier run than the header's: {_when(run)}."]
+        lines += ["", *section]
     return "\n".join(lines) + "\n"
+
+
+def _run(data: dict[str, Any], name: str) -> dict[str, Any]:
+    """The run record (date, commit) of paper ``name``: its own when it was run apart from the
+    header's run (``--only``), else the header itself."""
+    h = data["header"]
+    run = data["papers"][name].get("run", h)
+    same = all(run.get(k) == h.get(k) for k in ("date_utc", "commit", "dirty"))
+    return h if same else run
+
+
+def _when(run: dict[str, Any]) -> str:
+    """``run 2026-11-29 09:10 UTC at commit `abc` ``."""
+    dirty = " (uncommitted changes)" if run["dirty"] else ""
+    return f"run {run['date_utc']} UTC at commit `{run['commit']}`{dirty}"
 
 
 #: The per-paper page that carries each paper's generated block (docs/).
@@ -279,6 +348,7 @@ PAPER_PAGES = {
     "proserve": "proserve.md",
     "polyserve": "polyserve.md",
     "hyperflexis": "hyperflexis.md",
+    "deployment": "deployment.md",
 }
 
 
@@ -294,15 +364,20 @@ def block_markers(name: str) -> tuple[str, str]:
 def render_block(data: dict[str, Any], name: str) -> str:
     """Paper ``name``'s block for its own page: the run's date and commit, then its section
     of docs/results.md one heading level down."""
-    h = data["header"]
+    run = _run(data, name)
     body = SECTIONS[name](data["papers"][name])
     title, rest = body[0].removeprefix("## "), body[1:]
+    same = run is data["header"]
     lines = [
         f"### Regenerated figures: {title}",
         "",
-        f"Full profile of `python -m slolab.benchmarks.results --docs`, run {h['date_utc']} UTC "
-        f"at commit `{h['commit']}` (the same run as [results.md](results.md); the test suite "
-        "guards its quick profile).",
+        f"Full profile of `python -m slolab.benchmarks.results --docs`, {_when(run)} "
+        + (
+            "(the same run as [results.md](results.md); "
+            if same
+            else "(an earlier run than the last one [results.md](results.md) names; "
+        )
+        + "the test suite guards its quick profile).",
         *rest,
     ]
     return "\n".join(lines) + "\n"

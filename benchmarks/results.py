@@ -27,6 +27,7 @@ Usage: ``python -m slolab.benchmarks.results [--quick] [--only PAPER ...] [--out
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -419,6 +420,64 @@ def engine(quick: bool) -> dict[str, Any]:
     }
 
 
+#: The deployment part's cases: (trace, model, requests, GPU grids nested largest first).
+DEPLOYMENT_QUICK = (("azure_conv_2023", "llama2-7b", 200, (("h100", "a100", "a40"), ("h100",))),)
+DEPLOYMENT_FULL = (
+    ("azure_conv_2023", "llama2-7b", 200, (("h100", "a100", "a40"), ("h100", "a100"), ("h100",))),
+    ("azure_code_2023", "llama2-7b", 200, (("h100", "a100", "a40"), ("h100",))),
+    ("azure_conv_2023", "llama2-70b", 200, (("h100", "a100"), ("h100",))),
+)
+
+
+def deployment(quick: bool) -> dict[str, Any]:
+    """What to deploy: the planner (``benchmarks/deployment.py``'s case) on the first 200
+    requests of a trace, PolyServe's SLOs, target 0.9, over nested GPU grids at every TP the
+    profiles support (one capacity cache per trace and model, so the smaller grids measure
+    nothing again). Verdict: a larger grid's verified answer is never dearer than a smaller
+    one's (its fleets are all candidates there too)."""
+    from slolab.harness import deploy
+
+    start = time.perf_counter()
+    rows, dearer = [], []
+    for trace, model, requests, grids in DEPLOYMENT_QUICK if quick else DEPLOYMENT_FULL:
+        cache = deploy.CapacityCache()
+        costs: dict[tuple[str, ...], float] = {}
+        for gpus in tqdm(grids, desc=f"{trace} {model}", leave=False, disable=QUIET):
+            names, _ = deploy.configuration_names(model, gpus, (1, 2, 4, 8))
+            instance = deploy.trace_instance(trace, names, limit=requests, seed=0)
+            report = deploy.plan_deployment(instance, names, target=0.9, seed=0, cache=cache)
+            record = report.to_record()
+            costs[gpus] = float(record["mixed_cost"])
+            rows.append(
+                {
+                    "kind": f"{trace}/{model}/{'+'.join(gpus)}",
+                    "requests": instance.n_requests,
+                    "configurations": int(record["configurations"]),
+                    "optimum_cost": _finite(record["optimum_cost"]),
+                    "optimum_status": record["optimum_status"],
+                    "mixed_fleet": record["mixed_fleet"],
+                    "mixed_cost": _finite(record["mixed_cost"]),
+                    "mixed_attainment": _finite(record["mixed_attainment"]),
+                    "mixed_from": record["mixed_from"],
+                    "single_fleet": record["single_fleet"],
+                    "single_cost": _finite(record["single_cost"]),
+                    "single_attainment": _finite(record["single_attainment"]),
+                }
+            )
+        for large, small in itertools.pairwise(grids):
+            if costs[large] > costs[small] + 1e-9:
+                dearer.append(
+                    f"{trace} {model}: {'+'.join(large)} ${costs[large]:.2f}/h against "
+                    f"{'+'.join(small)} ${costs[small]:.2f}/h"
+                )
+    verdict = "holds" if not dearer else "does not hold: " + "; ".join(dearer)
+    return {
+        "figures": {"cases": rows},
+        "verdicts": {"larger_grid_never_dearer": verdict},
+        "timing": {"wall_s": time.perf_counter() - start},
+    }
+
+
 PAPERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "engine": engine,
     "sa-ordering": sa_ordering,
@@ -427,6 +486,7 @@ PAPERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "polyserve": polyserve,
     "hyperflexis": hyperflexis,
     "colocated": colocated,
+    "deployment": deployment,
 }
 QUIET = False
 
@@ -475,6 +535,7 @@ def run_papers(names: list[str], quick: bool) -> dict[str, Any]:
             "paper_wall_s": time.perf_counter() - wall0,
             "paper_cpu_s": time.process_time() - cpu0,
         }
+        paper["run"] = {k: data["header"][k] for k in ("date_utc", "commit", "dirty")}
         data["papers"][name] = paper
     data["header"]["load_after"] = round(os.getloadavg()[0], 2)
     data["header"]["wall_s"] = round(time.perf_counter() - start, 1)
@@ -555,8 +616,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         if DOCS_JSON.exists() and args.only:
             old = json.loads(DOCS_JSON.read_text())
+            # the papers not re-run keep their own run record (date, commit), which the page
+            # names beside them; the header is this run's
+            for paper in old["papers"].values():
+                paper.setdefault(
+                    "run", {k: old["header"][k] for k in ("date_utc", "commit", "dirty")}
+                )
             old["papers"].update(data["papers"])
-            old["header"] = data["header"] | {"papers": list(old["papers"])}
+            old["header"] = data["header"] | {"papers": list(old["papers"]), "ran": names}
             data = old
         DOCS_JSON.parent.mkdir(parents=True, exist_ok=True)
         DOCS_JSON.write_text(json.dumps(data, indent=1) + "\n")
