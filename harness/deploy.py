@@ -73,6 +73,7 @@ __all__ = [
     "RequestClasses",
     "capacity_data",
     "class_targets",
+    "cheapest_single",
     "close_loop",
     "configuration_names",
     "configuration_price",
@@ -344,6 +345,66 @@ def close_loop(
     return ClosedLoop(data.configurations, data.prices, target, tuple(rounds), False)
 
 
+def cheapest_single(
+    instance: Instance,
+    classes: RequestClasses,
+    data: DeploymentData,
+    *,
+    target: float = 0.9,
+    definition: str = "deadline",
+    policy: str = "sarathi",
+    seed: int = 0,
+    max_rounds: int = 8,
+) -> tuple[ClosedLoop | None, tuple[tuple[int, ...], FleetRun] | None, int]:
+    """The cheapest verified fleet of one configuration: its closed loop (over that
+    configuration alone), the loop's fleet trimmed (:func:`trim_fleet`, indexed as the loop),
+    and how many configurations were verified.
+
+    The configurations that can carry every class go in order of their plan's cost on the
+    measured capacities (:func:`single_configuration_plans`; ties: the earlier one). Each is
+    simulated, tightened (:func:`close_loop`) and trimmed (:func:`trim_fleet`: its fewest
+    servers meeting the target, attainment assumed non-increasing as servers go) unless one
+    of its servers alone costs at least the cheapest verified fleet so far, so that no fleet
+    of it can be cheaper. A larger grid holds every configuration of a smaller one, so its
+    single answer is never dearer. (The capacities only order the candidates: a
+    configuration whose measured capacity asks for more servers than the simulation needs
+    is still verified.) ``(None, None, n)`` when none met the target.
+    """
+    plans = single_configuration_plans(data)
+    order = sorted(plans, key=lambda c: (plan_cost(data, plans[c]), c))
+    best: tuple[ClosedLoop, tuple[tuple[int, ...], FleetRun]] | None = None
+    verified = 0
+    for c in order:
+        if best is not None and data.prices[c] >= _trimmed_cost(*best):
+            continue
+        alone = DeploymentData(
+            (data.configurations[c],),
+            (data.prices[c],),
+            data.classes,
+            data.rates,
+            (data.capacity[c],),
+        )
+        loop = close_loop(
+            instance,
+            classes,
+            alone,
+            target=target,
+            definition=definition,
+            policy=policy,
+            seed=seed,
+            max_rounds=max_rounds,
+        )
+        verified += 1
+        if not loop.met:
+            continue
+        fleet = trim_fleet(instance, classes, loop, definition=definition, policy=policy, seed=seed)
+        if best is None or _trimmed_cost(loop, fleet) < _trimmed_cost(*best):
+            best = (loop, fleet)
+    if best is None:
+        return None, None, verified
+    return best[0], best[1], verified
+
+
 def trim_fleet(
     instance: Instance,
     classes: RequestClasses,
@@ -467,7 +528,8 @@ class DeploymentReport:
     mixed : ClosedLoop
         The mixed optimum, closed-loop.
     best_single : ClosedLoop or None
-        The best single configuration, closed-loop on its own.
+        The closed loop (on its own) of the configuration whose verified fleet is the cheapest
+        of one configuration (:func:`cheapest_single`).
     mixed_trimmed, single_trimmed : (tuple of int, FleetRun) or None
         The verified fleets: replicas per configuration of the loop and the run that met the
         target (None when none met it). ``single_trimmed`` is the best single loop's fleet
@@ -479,6 +541,8 @@ class DeploymentReport:
         cheaper than the mixed loop's or the only one that met the target).
     mixed_loop_trimmed : (tuple of int, FleetRun) or None
         The mixed loop's own fleet trimmed (None when the loop did not meet the target).
+    single_verified : int
+        Configurations whose single fleet was simulated (:func:`cheapest_single`).
     greedy_cost : float
         Cost of :func:`greedy_cost_per_capacity` ($/h) on the measured capacities.
     best_single_cost : float
@@ -506,6 +570,7 @@ class DeploymentReport:
     single_trimmed: tuple[tuple[int, ...], FleetRun] | None = None
     mixed_from: str = "mixed"
     mixed_loop_trimmed: tuple[tuple[int, ...], FleetRun] | None = None
+    single_verified: int = 0
 
     @property
     def mixed_cost(self) -> float:
@@ -720,35 +785,21 @@ def plan_deployment(
         seed=seed,
         max_rounds=max_rounds,
     )
-    single_loop = None
-    if single_plan is not None:
-        c = next(j for j, n in enumerate(single_plan.replicas) if n > 0)
-        alone = DeploymentData(
-            (data.configurations[c],),
-            (data.prices[c],),
-            data.classes,
-            data.rates,
-            (data.capacity[c],),
-        )
-        single_loop = close_loop(
-            instance,
-            classes,
-            alone,
-            target=target,
-            definition=definition,
-            policy=policy,
-            seed=seed,
-            max_rounds=max_rounds,
-        )
-    mixed_trimmed = single_trimmed = None
+    mixed_trimmed = None
     if mixed.met:
         mixed_trimmed = trim_fleet(
             instance, classes, mixed, definition=definition, policy=policy, seed=seed
         )
-    if single_loop is not None and single_loop.met:
-        single_trimmed = trim_fleet(
-            instance, classes, single_loop, definition=definition, policy=policy, seed=seed
-        )
+    single_loop, single_trimmed, single_verified = cheapest_single(
+        instance,
+        classes,
+        data,
+        target=target,
+        definition=definition,
+        policy=policy,
+        seed=seed,
+        max_rounds=max_rounds,
+    )
     answer, mixed_from = verified_mixed(
         data.configurations, data.prices, mixed_trimmed, single_loop, single_trimmed
     )
@@ -768,4 +819,5 @@ def plan_deployment(
         single_trimmed=single_trimmed,
         mixed_from=mixed_from,
         mixed_loop_trimmed=mixed_trimmed,
+        single_verified=single_verified,
     )

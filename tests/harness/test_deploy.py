@@ -397,6 +397,27 @@ def test_capacity_cache_reads_what_a_search_would_measure(azure: Instance, tmp_p
     assert other.reused == 0 and other.probes > 0
 
 
+def test_the_single_answer_is_never_dearer_than_a_configuration_alone() -> None:
+    """The cheapest configuration on capacities (an A100 at TP 1, $2.21/h) needs a second
+    server in simulation ($4.42/h) while one H100 at TP 1 ($4.25/h) meets the target: the
+    grid of both answers the H100, as the H100's grid alone does (every configuration whose
+    one server costs less than the best verified fleet is verified)."""
+    a100, h100 = "llama2-7b/a100/tp1", H100
+    instance = deploy.trace_instance("azure_conv_2023", [a100, h100], limit=200, seed=0)
+    cache = deploy.CapacityCache()
+    both = deploy.plan_deployment(instance, [a100, h100], target=0.9, seed=0, cache=cache)
+    alone = {
+        name: deploy.plan_deployment(instance, [name], target=0.9, seed=0, cache=cache)
+        for name in (a100, h100)
+    }
+    assert both.optimum_cost == pytest.approx(2.21)  # one A100 on the measured capacities
+    assert alone[a100].mixed_cost == pytest.approx(4.42)  # two in simulation
+    assert both.mixed_cost == both.single_cost == alone[h100].mixed_cost == pytest.approx(4.25)
+    assert both.single_verified == 2 and both.to_record()["single_fleet"] == f"1 x {h100}"
+    assert both.mixed_cost <= min(report.mixed_cost for report in alone.values())
+    assert both.mixed_trimmed is not None and both.mixed_trimmed[1].attainment >= 0.9
+
+
 def test_source_fingerprint_follows_the_code_a_search_runs(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """An edit to the package's code changes the fingerprint; an edit to its tests, benchmarks
     or a hidden folder does not; the same tree hashes alike."""
