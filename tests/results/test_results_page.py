@@ -27,3 +27,29 @@ def test_a_page_without_its_markers_is_refused():
     """A page that lost its markers fails loudly rather than losing its block silently."""
     with pytest.raises(ValueError, match="exactly one pair of markers for 'proserve'"):
         render.splice("# ProServe\n\nno block here\n", "proserve", "x\n")
+
+
+def test_a_part_from_an_earlier_run_is_named_with_its_run():
+    """After ``--docs --only NAME``, the parts not re-run keep their own date and commit, and
+    the page says so beside them instead of claiming the header's run."""
+    import copy
+
+    data = copy.deepcopy(render.load())
+    names = list(data["papers"])
+    h = data["header"]
+    for name in names:
+        data["papers"][name]["run"] = {k: h[k] for k in ("date_utc", "commit", "dirty")}
+    assert "earlier run" not in render.render(data)
+    data["papers"][names[0]]["run"] = {
+        "date_utc": "2000-01-01 00:00",
+        "commit": "0ld",
+        "dirty": True,
+    }
+    data["header"]["ran"] = names[1:]
+    page = render.render(data)
+    assert page.count("From an earlier run than the header's") == 1
+    assert "run 2000-01-01 00:00 UTC at commit `0ld` (uncommitted changes)" in page
+    assert f"{names[0]} come from earlier runs" in page
+    block = render.render_block(data, names[0])
+    assert "commit `0ld`" in block and "an earlier run than the last one" in block
+    assert "the same run as" in render.render_block(data, names[1])
