@@ -298,16 +298,20 @@ class TdgHorizonColumns(ExactModel):
         """The leader columns of the ``chain`` family, with the bound's pair filter
         (:meth:`TdgHorizonBound.leader_pairs`): the requests whose first token can be on time
         in deadline order (``x_rr`` of position ``i`` is ``x`` column ``i``), the pairs
-        ``x_rq`` (columns ``m ..``: joining and leading positions), each leader's bucket range
+        ``x_rq`` (columns ``m ..``: their columns per joining position, and the joining and
+        leading positions of each), each leader's bucket range
         (``f(q) - 1``, ``j1(q)``) for the interval rows."""
         able = [r for r in self.requests if self.tables[r]["first_ok"].any()]
         reqs, pairs = self.relaxation.leader_pairs(able)
         m = len(reqs)
         shared_r = np.repeat(np.arange(m), [len(q) for q in pairs]).astype(np.int64)
         shared_q = np.concatenate(pairs).astype(np.int64) if m else np.zeros(0, dtype=np.int64)
+        ends = m + np.cumsum([len(q) for q in pairs], dtype=np.int64)
         return {
             "requests": reqs,
             "pairs": pairs,
+            # x columns of position i's pairs, in the order of pairs[i]
+            "shared": [np.arange(e - len(q), e) for e, q in zip(ends, pairs, strict=True)],
             "shared_r": shared_r,
             "shared_q": shared_q,
             "count": m + len(shared_r),
@@ -328,16 +332,8 @@ class TdgHorizonColumns(ExactModel):
         assert lay is not None
         rows = ChainRows([], [], {}, {}, 0, [])
         reqs, j1 = lay["requests"], lay["end"]
-        shared_of = (
-            np.split(
-                np.arange(len(lay["shared_r"])) + len(reqs),
-                np.cumsum([len(q) for q in lay["pairs"]])[:-1],
-            )
-            if len(reqs)
-            else []
-        )
         for i, r in enumerate(reqs.tolist()):
-            q, x = lay["pairs"][i], shared_of[i]
+            q, x = lay["pairs"][i], lay["shared"][i]
             rows.first[r] = rows.add([(i, -1.0)] + [(c, -1.0) for c in x])
             for c, lead in zip(x, q, strict=True):
                 rows.add([(c, 1.0), (lead, -1.0)])

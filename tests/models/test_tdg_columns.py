@@ -26,8 +26,10 @@ SPACING_S = 0.005
 TOL = 1e-5
 
 
-def columns_bound(inst: Instance):
-    res = solve(TdgHorizonColumns(inst, spacing_s=SPACING_S), solver="highs", time_limit=60)
+def columns_bound(inst: Instance, chain: bool = False):
+    res = solve(
+        TdgHorizonColumns(inst, spacing_s=SPACING_S, chain=chain), solver="highs", time_limit=60
+    )
     assert res.status == Status.OPTIMAL
     return res
 
@@ -329,14 +331,6 @@ def test_pricing_with_chain_duals_is_brute_force():
     assert compared > 0
 
 
-def columns_chain_bound(inst: Instance):
-    res = solve(
-        TdgHorizonColumns(inst, spacing_s=SPACING_S, chain=True), solver="highs", time_limit=60
-    )
-    assert res.status == Status.OPTIMAL
-    return res
-
-
 def chain_lp_bound(inst: Instance) -> float:
     """The bound's chain family as an LP (no integral phase) on the same grid."""
     res = solve(
@@ -373,12 +367,12 @@ def test_chain_hand_cases():
     # A and B cannot share an iteration (10 + 10 + 10 ms > 25 ms), so each on-time first token
     # leads one: N >= 1 + x_AA in [0, 25 ms] (an interval row), and 10 (B) + 10 x (A) + 10
     # (1 + x) <= 25 gives x = 1/4: 6 + 3 / 4. N stays fluid: a quarter of A's iteration.
-    res = columns_chain_bound(two)
+    res = columns_bound(two, chain=True)
     assert res.bound == pytest.approx(6.75, abs=1e-4)
     assert sum(h.get("cuts", 0) for h in res.details["history"]) >= 1
     assert chain_lp_bound(two) == pytest.approx(6.75, abs=1e-4)
     assert columns_bound(two).bound == pytest.approx(7.5, abs=1e-4)
-    res = columns_chain_bound(three_requests())
+    res = columns_bound(three_requests(), chain=True)
     assert res.bound == pytest.approx(17.0, abs=1e-4)
     assert chain_lp_bound(three_requests()) == pytest.approx(17.5833, abs=1e-3)
 
@@ -399,7 +393,7 @@ def test_chain_battery_between_optimum_and_both_bounds(inst):
     """Random small windows: the exact optimum (when proved OPTIMAL) <= columns with the chain
     rows <= the least of the columns and the chain LP on the same grid (TOL: each carries the
     LP margin and HiGHS's tolerances)."""
-    res = columns_chain_bound(inst)
+    res = columns_bound(inst, chain=True)
     assert res.bound <= columns_bound(inst).bound + TOL
     assert res.bound <= chain_lp_bound(inst) + TOL
     exact = solve(TdgHorizon(inst), solver="highs", time_limit=60)
