@@ -821,7 +821,9 @@ class TdgHorizonColumns(ExactModel):
         for row, j, v in chain.n_terms:
             if row >= since:
                 terms[row - since].append((j, v))
-        starts, idx, val = [], [], []
+        starts: list[int] = []
+        idx: list[int] = []
+        val: list[float] = []
         for row_terms in terms:
             starts.append(len(idx))
             idx += [c for c, _ in row_terms]
