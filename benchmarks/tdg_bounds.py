@@ -12,7 +12,8 @@ For each trace (Azure conversation and code 2023), load (low, medium, high) and 
   cuts, same limits); with ``--without-start-rows`` also the bound without the ``chain``
   family's start rows (same limits), so each window has both against the same ``lns``;
   with ``--bound-method columns`` the column-generation bound ``tdg-horizon-columns`` in its
-  place, with ``both`` both (``U`` the least);
+  place, with ``columns-chain`` the same with the ``chain`` family's rows in its master
+  (``chain=True``), with ``both`` both ``bound`` and ``columns`` (``U`` the least);
 - ``lns``: the replay-scored steering search, within ``--lns-limit`` seconds; with
   ``--lns-master S`` also ``lns-master``: the same search with its last ``S`` seconds given
   to the integer restricted master's steerings (``steered_search(master_limit=S)``), replayed
@@ -45,8 +46,9 @@ OUT = Path(__file__).resolve().parent / "out"
 TRACES = ("azure_conv_2023", "azure_code_2023")
 LOADS = ("low", "medium", "high")
 SIZES = (25, 50, 100, 200, 500)
-#: What gives ``U``: the bucket/chain bound, the column-generation bound, or the least of both.
-BOUND_METHODS = ("bound", "columns", "both")
+#: What gives ``U``: the bucket/chain bound, the column-generation bound (with the chain rows in
+#: its master: ``columns-chain``), or the least of ``bound`` and ``columns``.
+BOUND_METHODS = ("bound", "columns", "columns-chain", "both")
 
 
 def one_window(
@@ -66,7 +68,8 @@ def one_window(
 
     ``load`` is a named load (low, medium, high) or an arrival rate in req/s (``"16"``).
     ``bound_method``: ``bound`` (``tdg-horizon-bound``), ``columns`` (``tdg-horizon-columns``
-    in its place) or ``both`` (``U`` the least of the two). ``lns_master``: seconds of the
+    in its place), ``columns-chain`` (the same with ``chain=True``) or ``both`` (``U`` the
+    least of ``bound`` and ``columns``). ``lns_master``: seconds of the
     integer master's step in an ``lns-master`` row (None: no such row).
     """
     from slolab.models.tdg_bound import TdgHorizonBound
@@ -86,8 +89,8 @@ def one_window(
         raise ValueError(f"bound_method must be one of {', '.join(BOUND_METHODS)}")
     cpu = time.process_time()
     model: Any = TdgHorizonBound(inst, max_pairs=max_pairs)
-    if bound_method == "columns":
-        model = TdgHorizonColumns(inst, max_pairs=max_pairs)
+    if bound_method in ("columns", "columns-chain"):
+        model = TdgHorizonColumns(inst, max_pairs=max_pairs, chain=bound_method == "columns-chain")
     bound = solve(model, "highs", time_limit=bound_limit)
     bound_cpu_s = time.process_time() - cpu
     columns: dict[str, Any] = {}
@@ -105,6 +108,7 @@ def one_window(
             "status": got.status.value,
             "rounds": got.details.get("rounds"),
             "master": got.details.get("master"),
+            "cuts": sum(r.get("cuts", 0) for r in got.details.get("history", [])),
         }
     plain_bound, plain_s = float("nan"), float("nan")
     if plain:
@@ -203,6 +207,7 @@ def one_window(
                 "bound_columns_status": columns.get("status"),
                 "bound_columns_rounds": columns.get("rounds"),
                 "bound_columns_master": columns.get("master"),
+                "bound_columns_cuts": columns.get("cuts"),
                 "width": 1 - best / upper,
                 "gap_lo": 1 - v / best,
                 "gap_hi": 1 - v / upper,
@@ -259,8 +264,9 @@ def main(argv: list[str] | None = None) -> None:
         "--bound-method",
         choices=BOUND_METHODS,
         default="bound",
-        help="U from tdg-horizon-bound (bound), tdg-horizon-columns (columns) or the least of "
-        "both (both; each within --bound-limit)",
+        help="U from tdg-horizon-bound (bound), tdg-horizon-columns (columns), the same with the "
+        "chain family's rows (columns-chain) or the least of bound and columns (both; each "
+        "within --bound-limit)",
     )
     parser.add_argument(
         "--lns-master",
@@ -313,7 +319,8 @@ def main(argv: list[str] | None = None) -> None:
                     + (
                         f"; columns {head['bound_columns']:.6g} ({head['bound_columns_s']:.0f} s, "
                         f"{head['bound_columns_cpu_s']:.0f} s CPU, {head['bound_columns_status']}, "
-                        f"{head['bound_columns_rounds']} rounds)"
+                        f"{head['bound_columns_rounds']} rounds, "
+                        f"{head['bound_columns_cuts']} interval rows)"
                         if a.bound_method != "bound"
                         else ""
                     )

@@ -95,7 +95,14 @@ from slolab.timing.base import (
     F_PREFILL_TOKENS,
 )
 
-__all__ = ["BOUND_MODEL", "BucketGrid", "TdgHorizonBound", "bound_result", "ideal_gain"]
+__all__ = [
+    "BOUND_MODEL",
+    "BucketGrid",
+    "TdgHorizonBound",
+    "bound_result",
+    "ideal_gain",
+    "interval_cuts",
+]
 
 logger = logging.getLogger("slolab")
 
@@ -132,6 +139,36 @@ MIP_MAX_PAIRS = 4_000
 def ideal_gain(data: HorizonData) -> float:
     """Every token on time: ``sum_r w1_r + wd_r (o_r - 1)``."""
     return float((data.first_gain + data.decode_gain * (data.output - 1)).sum())
+
+
+def interval_cuts(
+    lead: np.ndarray, n_at: np.ndarray, start: np.ndarray, end: np.ndarray, most: int
+) -> list[tuple[int, int, np.ndarray]]:
+    """The most violated interval rows (L4) ``N_e - N_s >= sum_(q : s <= start_q, end_q <= e)
+    x_qq`` (at most ``most``, most violated first), as ``(s, e, mask of the leaders in it)``.
+
+    ``lead``: the leaders' values ``x_qq``; ``n_at[j]``: ``N_j`` (``n_at[0] = N_0 = 0``);
+    ``start``, ``end``: each leader's bucket range (``f(q) - 1``, ``j1(q)``). A 2-D cumulative
+    table over the distinct starts and ends gives every row's excess at once."""
+    s_vals, s_idx = np.unique(start, return_inverse=True)
+    e_vals, e_idx = np.unique(end, return_inverse=True)
+    mass = np.zeros((len(s_vals), len(e_vals)))
+    np.add.at(mass, (s_idx, e_idx), lead)
+    # leaders with start >= s_i and end <= e_k
+    count = np.cumsum(np.cumsum(mass[::-1], axis=0)[::-1], axis=1)
+    inside = n_at[e_vals][None, :] - n_at[s_vals][:, None]
+    excess = count - inside
+    excess[s_vals[:, None] >= e_vals[None, :]] = 0.0
+    flat = np.flatnonzero(excess > CUT_TOL)
+    if not len(flat):
+        return []
+    flat = flat[np.argsort(-excess.flat[flat], kind="stable")[:most]]
+    cuts = []
+    for f in flat:
+        i, k = divmod(int(f), len(e_vals))
+        chosen = (start >= s_vals[i]) & (end <= e_vals[k])
+        cuts.append((int(s_vals[i]), int(e_vals[k]), chosen))
+    return cuts
 
 
 @dataclass(frozen=True, slots=True)
@@ -520,6 +557,27 @@ class TdgHorizonBound(ExactModel):
             "capacity_rows": np.arange(nrow - B, nrow),
         }
 
+    def leader_pairs(self, requests: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """``requests`` in (first deadline, index) order, and for each position ``i`` the
+        positions ``q < i`` of :math:`C(r)`: the earlier-deadline requests whose completion
+        iteration could also complete ``r = requests[i]`` (``e_r <= d_q1 + tol`` and
+        ``min(a_r, a_q) + t_c + P_r + P_q <= d_q1 + tol``; docs/proserve.md, "A second family")."""
+        d = self.data
+        reqs = np.array(sorted(requests, key=lambda r: (d.first_deadline_s[r], r)), dtype=np.int64)
+        arrival = d.arrival_s[reqs]
+        deadline = d.first_deadline_s[reqs] + ON_TIME_TOL_S + 1e-12
+        work = self.prompt_work_s()[reqs]
+        earliest = self.earliest_first_token_s()[reqs]
+        pairs = []
+        for i in range(len(reqs)):
+            # leaders before r whose iteration can also complete r's prompt by their deadline
+            q = np.arange(i)
+            ok = (earliest[i] <= deadline[q]) & (
+                np.minimum(arrival[i], arrival[q]) + self.t_c + work[i] + work[q] <= deadline[q]
+            )
+            pairs.append(q[ok])
+        return reqs, pairs
+
     def _completion_rows(
         self,
         grid: BucketGrid,
@@ -541,12 +599,8 @@ class TdgHorizonBound(ExactModel):
         Returns the leaders' columns with the bucket range their iteration lies in (``start``
         = ``f(q) - 1``, ``end`` = ``j1(q)``), for the interval rows of :meth:`_leader_cuts`.
         """
-        d = self.data
-        reqs = np.array(sorted(g1_of, key=lambda r: (d.first_deadline_s[r], r)), dtype=np.int64)
-        arrival = d.arrival_s[reqs]
-        deadline = d.first_deadline_s[reqs] + ON_TIME_TOL_S + 1e-12
+        reqs, pairs = self.leader_pairs(list(g1_of))
         work = self.prompt_work_s()[reqs]
-        earliest = self.earliest_first_token_s()[reqs]
         j1 = grid.first_deadline_bucket[reqs].astype(np.int64)
         m = len(reqs)
         lead = add_cols(m, 0.0, 1.0)
@@ -554,12 +608,7 @@ class TdgHorizonBound(ExactModel):
         shared_q: list[np.ndarray] = []
         for i in range(m):
             r = int(reqs[i])
-            # leaders before r whose iteration can also complete r's prompt by their deadline
-            q = np.arange(i)
-            ok = (earliest[i] <= deadline[q]) & (
-                np.minimum(arrival[i], arrival[q]) + self.t_c + work[i] + work[q] <= deadline[q]
-            )
-            q = q[ok]
+            q = pairs[i]
             x = add_cols(len(q), 0.0, 1.0) if len(q) else np.zeros(0, dtype=np.int64)
             shared.append(x)
             shared_q.append(q)
@@ -609,28 +658,13 @@ class TdgHorizonBound(ExactModel):
         x_qq`` at ``values`` (at most ``most``), as ``(s, e, leader columns)``."""
         if not len(leaders.get("columns", ())):
             return []
-        x = values[leaders["columns"]]
-        start, end = leaders["start"], leaders["end"]
-        s_vals, s_idx = np.unique(start, return_inverse=True)
-        e_vals, e_idx = np.unique(end, return_inverse=True)
-        mass = np.zeros((len(s_vals), len(e_vals)))
-        np.add.at(mass, (s_idx, e_idx), x)
-        # leaders with start >= s_i and end <= e_k
-        count = np.cumsum(np.cumsum(mass[::-1], axis=0)[::-1], axis=1)
         n_at = np.concatenate([[0.0], values[iterations]])  # N_0 = 0
-        inside = n_at[e_vals][None, :] - n_at[s_vals][:, None]
-        excess = count - inside
-        excess[s_vals[:, None] >= e_vals[None, :]] = 0.0
-        flat = np.flatnonzero(excess > CUT_TOL)
-        if not len(flat):
-            return []
-        flat = flat[np.argsort(-excess.flat[flat], kind="stable")[:most]]
-        cuts = []
-        for f in flat:
-            i, k = divmod(int(f), len(e_vals))
-            chosen = (start >= s_vals[i]) & (end <= e_vals[k])
-            cuts.append((int(s_vals[i]), int(e_vals[k]), leaders["columns"][chosen]))
-        return cuts
+        return [
+            (s, e, leaders["columns"][chosen])
+            for s, e, chosen in interval_cuts(
+                values[leaders["columns"]], n_at, leaders["start"], leaders["end"], most
+            )
+        ]
 
     def supports(self) -> frozenset[str]:
         """HiGHS only: the LP goes to highspy directly (see the module docstring)."""

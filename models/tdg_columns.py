@@ -41,6 +41,16 @@ the bucket LP's on the same grid. What it adds: integral prompts (no half prompt
 its first-token gain), integral token counts, the exact decode work and the per-token on-time
 count. What it keeps: the iteration count ``N`` is fluid, as in the bucket LP.
 
+With ``chain=True`` the master also holds the ``chain`` family of the bound (its leader
+columns ``x`` and rows (L1)-(L3), the interval rows (L4) separated in the rounds, with the
+bound's pair filter and separation code), ``g1_r`` and ``phi_rj`` read as sums of ``lam``:
+a column's terms in them depend on its completion bucket alone, so the pricing adds a
+constant per completion bucket and stays exact; the Lagrangian bound adds each ``x`` in [0, 1]
+at its own best and the (L4) terms to ``N``'s coefficients. Its optimum lies between the
+optimum and the least of ``columns`` and the ``chain`` LP on the same grid (docs/proserve.md,
+"The chain family in the column master"). Off by default: it narrowed the measured code
+windows by at most 0.3%.
+
 Price and branch (:meth:`TdgHorizonColumns.integer_master`): after column generation, the
 columns of engine runs (:meth:`TdgHorizonColumns.run_columns`, each run's point of the master)
 are added and the restricted master is solved as a MILP (``lam`` integer, ``N`` fluid) from a
@@ -65,12 +75,14 @@ import numpy as np
 from slolab.instances.records import Instance
 from slolab.models.proserve import ON_TIME_TOL_S
 from slolab.models.tdg_bound import (
+    CUTS_PER_ROUND,
     DEFAULT_MAX_PAIRS,
     LP_MARGIN_ABS,
     LP_MARGIN_REL,
     TdgHorizonBound,
     bound_result,
     ideal_gain,
+    interval_cuts,
 )
 from slolab.solvers.base import ExactModel, Result, Status
 from slolab.solvers.highs import backend_highs, highs_lp, lp_round, run_highs_for
@@ -79,7 +91,7 @@ from slolab.solvers.registry import register_model
 if TYPE_CHECKING:
     from slolab.sim.outcome import Outcome
 
-__all__ = ["COLUMNS_MODEL", "Column", "Generated", "MasterPlan", "TdgHorizonColumns"]
+__all__ = ["COLUMNS_MODEL", "ChainRows", "Column", "Generated", "MasterPlan", "TdgHorizonColumns"]
 
 #: Registry name of the column-generation bound.
 COLUMNS_MODEL = "tdg-horizon-columns"
@@ -105,6 +117,56 @@ class Column:
     tokens: np.ndarray
     work: np.ndarray
     gain: float
+
+
+@dataclass(slots=True)
+class ChainRows:
+    """The ``chain`` family's rows in the master, all ``... <= 0`` (docs/proserve.md, "The
+    chain family in the column master"): their terms in the leader columns ``x`` (local
+    indices, ``x_rr`` of deadline position ``i`` at ``i``) and in ``N`` (0-based ``N_j`` at
+    ``j - 1``), as triplets (row, index, coefficient); per request ``r`` the row of (L1)
+    (``first[r]``) and its (L3) rows with the bucket each names (``upto[r]``: buckets, rows),
+    whose columns' terms follow from their completion bucket; ``highs[i]``: master row of
+    local row ``i`` (-1 while it is not in a master)."""
+
+    x_terms: list[tuple[int, int, float]]
+    n_terms: list[tuple[int, int, float]]
+    first: dict[int, int]
+    upto: dict[int, tuple[np.ndarray, np.ndarray]]
+    count: int
+    highs: list[int]
+
+    def add(self, x: Sequence[tuple[int, float]], n: Sequence[tuple[int, float]] = ()) -> int:
+        """A new row with the given terms in ``x`` and ``N``; its local index."""
+        row = self.count
+        self.x_terms.extend((row, int(i), float(v)) for i, v in x)
+        self.n_terms.extend((row, int(j), float(v)) for j, v in n)
+        self.count += 1
+        self.highs.append(-1)
+        return row
+
+    def transposed(self, y: np.ndarray, nx: int, buckets: int) -> tuple[np.ndarray, np.ndarray]:
+        """``A_x^T y`` and ``A_N^T y``: the rows weighted by ``y`` summed per ``x`` and per
+        ``N_j``."""
+        ax, an = np.zeros(nx), np.zeros(buckets)
+        if self.x_terms:
+            rows, cols, vals = (np.asarray(a) for a in zip(*self.x_terms, strict=True))
+            np.add.at(ax, cols.astype(np.int64), vals * y[rows.astype(np.int64)])
+        if self.n_terms:
+            rows, cols, vals = (np.asarray(a) for a in zip(*self.n_terms, strict=True))
+            np.add.at(an, cols.astype(np.int64), vals * y[rows.astype(np.int64)])
+        return ax, an
+
+    def column_terms(self, r: int, y: np.ndarray, first_ok: np.ndarray, first: int) -> np.ndarray:
+        """Per completion bucket ``c`` (local) of ``r``: minus the weighted chain rows' terms of
+        a column completing there (``-y_L1 [c on time] + sum_j y_L3j [first + c <= j]``)."""
+        extra = np.zeros(len(first_ok))
+        if r in self.first:
+            extra -= y[self.first[r]] * first_ok
+            js, rows = self.upto[r]
+            for j, row in zip(js, rows, strict=True):
+                extra[: int(j) - first + 1] += y[row]
+        return extra
 
 
 @dataclass(slots=True)
@@ -151,6 +213,10 @@ class TdgHorizonColumns(ExactModel):
         finest within ``max_pairs``. The grid is the bucket LP's fine grid.
     max_pairs : int
         Size budget of (request, bucket) pairs used to pick the spacing.
+    chain : bool
+        Add the ``chain`` family's leader columns and rows (L1-L3, and the interval rows (L4)
+        in rounds) to the master (docs/proserve.md, "The chain family in the column master").
+        Default False: not the integer master's, and no narrower on the measured windows.
     """
 
     sense = "max"
@@ -161,6 +227,7 @@ class TdgHorizonColumns(ExactModel):
         instance: Instance,
         spacing_s: float | None = None,
         max_pairs: int = DEFAULT_MAX_PAIRS,
+        chain: bool = False,
     ) -> None:
         super().__init__(instance)
         self.relaxation = TdgHorizonBound(
@@ -178,6 +245,9 @@ class TdgHorizonColumns(ExactModel):
         self._earliest = rel.earliest_first_token_s()
         self._t_min = rel.shortest_decode_iteration_s()
         self.tables = {int(r): self._request_table(int(r)) for r in self.requests}
+        self.chain = chain
+        #: the chain family's layout (None without it): leaders in deadline order, pairs
+        self.leaders: dict[str, Any] | None = self._leader_layout() if chain else None
 
     # -- per-request data -------------------------------------------------------------------------
     def _request_table(self, r: int) -> dict[str, Any]:
@@ -223,6 +293,7 @@ class TdgHorizonColumns(ExactModel):
         return {
             "first": f,
             "n": n,
+            "first_ok": first_ok,
             "k_max": k_max,
             "need": need,
             "on_time": on_time,
@@ -233,13 +304,73 @@ class TdgHorizonColumns(ExactModel):
             "lengths": end - start,
         }
 
+    def _leader_layout(self) -> dict[str, Any]:
+        """The leader columns of the ``chain`` family, with the bound's pair filter
+        (:meth:`TdgHorizonBound.leader_pairs`): the requests whose first token can be on time
+        in deadline order (``x_rr`` of position ``i`` is ``x`` column ``i``), the pairs
+        ``x_rq`` (columns ``m ..``: their columns per joining position, and the joining and
+        leading positions of each), each leader's bucket range
+        (``f(q) - 1``, ``j1(q)``) for the interval rows."""
+        able = [r for r in self.requests if self.tables[r]["first_ok"].any()]
+        reqs, pairs = self.relaxation.leader_pairs(able)
+        m = len(reqs)
+        shared_r = np.repeat(np.arange(m), [len(q) for q in pairs]).astype(np.int64)
+        shared_q = np.concatenate(pairs).astype(np.int64) if m else np.zeros(0, dtype=np.int64)
+        ends = m + np.cumsum([len(q) for q in pairs], dtype=np.int64)
+        return {
+            "requests": reqs,
+            "pairs": pairs,
+            # x columns of position i's pairs, in the order of pairs[i]
+            "shared": [np.arange(e - len(q), e) for e, q in zip(ends, pairs, strict=True)],
+            "shared_r": shared_r,
+            "shared_q": shared_q,
+            "count": m + len(shared_r),
+            "start": self.grid.first[reqs].astype(np.int64) - 1,
+            "end": self.grid.first_deadline_bucket[reqs].astype(np.int64),
+        }
+
+    def chain_rows(self) -> ChainRows:
+        """Rows (L1)-(L3) of the ``chain`` family in the master, as in the bound
+        (:meth:`TdgHorizonBound._completion_rows`) with ``g1_r`` and ``phi_rj`` the sums of
+        ``lam`` over ``r``'s columns on time and complete by bucket ``j``::
+
+            g1_r - x_rr - sum_q x_rq <= 0                                   (L1)
+            x_rq - x_qq <= 0                                                (L2)
+            sum_(q : j1(q) <= j) x_rq - phi_rj <= 0  for j in {j1(q)}        (L3)
+            x_rr + sum_q x_rq - phi_r,j1(r) <= 0"""
+        lay = self.leaders
+        assert lay is not None
+        rows = ChainRows([], [], {}, {}, 0, [])
+        reqs, j1 = lay["requests"], lay["end"]
+        for i, r in enumerate(reqs.tolist()):
+            q, x = lay["pairs"][i], lay["shared"][i]
+            rows.first[r] = rows.add([(i, -1.0)] + [(c, -1.0) for c in x])
+            for c, lead in zip(x, q, strict=True):
+                rows.add([(c, 1.0), (lead, -1.0)])
+            order = np.argsort(j1[q], kind="stable")
+            xs, js = x[order], j1[q][order]
+            buckets, own = [], []
+            for jj in np.unique(js):
+                own.append(rows.add([(c, 1.0) for c in xs[js <= jj]]))
+                buckets.append(int(jj))
+            own.append(rows.add([(c, 1.0) for c in xs] + [(i, 1.0)]))
+            buckets.append(int(j1[i]))
+            rows.upto[r] = (np.asarray(buckets, dtype=np.int64), np.asarray(own, dtype=np.int64))
+        return rows
+
     def empty_column(self, r: int) -> Column:
         n = self.tables[r]["n"]
         return Column(r, -1, np.zeros(n, dtype=np.int64), np.zeros(n), 0.0)
 
     # -- pricing ----------------------------------------------------------------------------------
     def price(
-        self, r: int, pi: np.ndarray, mu: np.ndarray, most: int = 1, floor: float = -math.inf
+        self,
+        r: int,
+        pi: np.ndarray,
+        mu: np.ndarray,
+        most: int = 1,
+        floor: float = -math.inf,
+        extra: np.ndarray | None = None,
     ) -> list[tuple[float, Column]]:
         """The best non-empty columns of ``r`` (one per completion bucket, at most ``most``,
         best first, each worth more than ``floor``) against the bucket-time duals ``pi`` (per bucket
@@ -251,7 +382,9 @@ class TdgHorizonColumns(ExactModel):
         costs ``sum_j rho_j (need(K_j) - need(K_(j-1)))``; with ``F_j(k) = wd on_time[j, k] -
         rho_j need(k)`` the value of going from ``k'`` to ``k`` tokens in bucket ``j`` is
         ``F_j(k) - F_j(k') - mu_j k``, so ``V_j(k) = F_j(k) - mu_j k + max_(k'<=k) (V_(j-1)(k')
-        - F_j(k'))`` over every completion bucket ``c`` at once (one row of ``V`` per ``c``)."""
+        - F_j(k'))`` over every completion bucket ``c`` at once (one row of ``V`` per ``c``).
+        ``extra[c]``: a constant added to every column completing in local bucket ``c`` (the
+        ``chain`` rows' duals, :meth:`ChainRows.column_terms`)."""
         t = self.tables[r]
         n, k_max = t["n"], t["k_max"]
         pi = np.maximum(np.asarray(pi, dtype=float), 0.0)
@@ -275,6 +408,8 @@ class TdgHorizonColumns(ExactModel):
             over = ks[None, :] > t["cap"][: j + 1, j][:, None]
             value[: j + 1][over] = -np.inf
         best = np.max(value, axis=1) + t["first_gain"]
+        if extra is not None:
+            best = best + extra
         order = [int(c) for c in np.argsort(-best, kind="stable")[:most]]
         return [(float(best[c]), self._column(r, c, pi, mu, rho)) for c in order if best[c] > floor]
 
@@ -334,7 +469,11 @@ class TdgHorizonColumns(ExactModel):
         return frozenset({"milp"})
 
     def lagrangian(
-        self, pi: np.ndarray, mu: dict[int, np.ndarray], deadline: float = math.inf
+        self,
+        pi: np.ndarray,
+        mu: dict[int, np.ndarray],
+        deadline: float = math.inf,
+        chain: tuple[ChainRows, np.ndarray] | None = None,
     ) -> tuple[float, dict[int, list[tuple[float, Column]]]] | None:
         """The Lagrangian bound at multipliers ``pi >= 0`` (bucket time, per bucket) and ``mu
         >= 0`` (iterations, per request and bucket of its range; both clipped at 0), and each
@@ -347,15 +486,31 @@ class TdgHorizonColumns(ExactModel):
         ``sum_j mu_rj`` at ``N_(f(r)-1)``): over ``N`` non-decreasing, non-negative and at most
         ``N_max`` = the window's prompt and output tokens (every iteration holds one of them),
         its term is the last one. Every engine schedule's master point has such an ``N``, so
-        ``L`` is at least the optimum for any multipliers."""
+        ``L`` is at least the optimum for any multipliers.
+
+        ``chain``: the master's ``chain`` rows and their multipliers ``y >= 0`` (clipped at
+        0): a column's terms in them are a constant per completion bucket, added in its
+        pricing; each leader column ``x`` in [0, 1] adds ``max(0, -(A_x^T y)_x)``; the (L4)
+        rows' terms in ``N`` join its coefficients ``c_j``."""
         pi = np.maximum(np.asarray(pi, dtype=float), 0.0)
         value = self.fixed_gain + float(pi @ np.diff(self.grid.bounds))
         coef = -self.t_c * (pi - np.append(pi[1:], 0.0))
+        y = None
+        if chain is not None:
+            rows, y = chain[0], np.maximum(np.asarray(chain[1], dtype=float), 0.0)
+            assert self.leaders is not None
+            ax, an = rows.transposed(y, self.leaders["count"], self.grid.buckets)
+            value += float(np.maximum(0.0, -ax).sum())
+            coef -= an
         priced: dict[int, list[tuple[float, Column]]] = {}
         for r in self.requests:
             buckets = self.bucket_range(r)
             mu_r = np.maximum(np.asarray(mu[r], dtype=float), 0.0)
-            got = self.price(r, pi[buckets], mu_r, most=COLUMNS_PER_ROUND)
+            extra = None
+            if chain is not None and y is not None:
+                t = self.tables[r]
+                extra = chain[0].column_terms(r, y, t["first_ok"], t["first"])
+            got = self.price(r, pi[buckets], mu_r, most=COLUMNS_PER_ROUND, extra=extra)
             priced[r] = got
             if got:
                 value += max(0.0, got[0][0])
@@ -401,10 +556,11 @@ class TdgHorizonColumns(ExactModel):
             ideal_gain(self.data),
             rounds=len(got.rounds),
             start_bound=got.start_bound,
-            columns=int(got.highs.getNumCol()) - self.grid.buckets,
+            columns=len(got.master["columns"]),
             master=got.rounds[-1]["master"] if got.rounds else None,
             history=got.rounds,
             converged=got.converged,
+            chain=self.chain,
         )
 
     def generate(self, backend: Any, time_limit: float) -> Generated:
@@ -444,6 +600,7 @@ class TdgHorizonColumns(ExactModel):
         if warm:
             self._add_columns(highs, master, warm)
         converged = False
+        chain: ChainRows | None = master.get("chain")
         while True:
             left = deadline - time.perf_counter()
             if left <= 1e-3:
@@ -453,7 +610,12 @@ class TdgHorizonColumns(ExactModel):
             z = -float(highs.getInfo().objective_function_value) + self.fixed_gain
             dual = -np.asarray(highs.getSolution().row_dual)
             mu = {int(r): dual[master["iteration_rows"][int(r)]] for r in self.requests}
-            got = self.lagrangian(dual[master["time_rows"]], mu, deadline=deadline)
+            multipliers = None
+            if chain is not None:
+                multipliers = (chain, dual[np.asarray(chain.highs, dtype=np.int64)])
+            got = self.lagrangian(
+                dual[master["time_rows"]], mu, deadline=deadline, chain=multipliers
+            )
             if got is None:
                 break
             value, priced = got
@@ -464,11 +626,17 @@ class TdgHorizonColumns(ExactModel):
                 for reduced, column in columns
                 if reduced - dual[master["convexity_rows"][r]] > PRICE_TOL
             ]
+            cuts: list[tuple[int, int, np.ndarray]] = []
+            if chain is not None:
+                cuts = self._interval_rows(highs, master)
             rounds.append({"master": z, "lagrangian": value, "columns": len(found)})
-            if not found:
+            if chain is not None:
+                rounds[-1]["cuts"] = len(cuts)
+            if not found and not cuts:
                 converged = True
                 break
-            self._add_columns(highs, master, found)
+            if found:
+                self._add_columns(highs, master, found)
         if converged:
             status = Status.OPTIMAL
         return Generated(highs, master, bound, status, start, start_bound, rounds, converged)
@@ -491,6 +659,8 @@ class TdgHorizonColumns(ExactModel):
         primal, never a value; its value is at most the master's optimum over all columns."""
         import highspy
 
+        if self.chain:
+            raise ValueError("the integer master is built without the chain family's rows")
         got = self.generate(backend, time_limit * (1.0 - mip_share))
         highs = got.highs
         for run in runs:
@@ -617,14 +787,87 @@ class TdgHorizonColumns(ExactModel):
         t = self.tables[r]
         return np.arange(t["first"], t["first"] + t["n"]) - 1  # 0-based bucket indices
 
+    def _chain_terms(
+        self, chain: ChainRows, col: Column, rows: np.ndarray, coef: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``rows``, ``coef`` with ``col``'s terms in the chain rows: 1 in (L1) when its first
+        token is on time (it counts in ``g1_r``), -1 in each (L3) row whose bucket it completes
+        by (it counts in ``phi_rj``)."""
+        t = self.tables[col.request]
+        js, own = chain.upto[col.request]
+        done = own[js >= t["first"] + col.complete]
+        extra_rows = [chain.highs[int(i)] for i in done]
+        extra_coef = [-1.0] * len(done)
+        if t["first_ok"][col.complete]:
+            extra_rows.append(chain.highs[chain.first[col.request]])
+            extra_coef.append(1.0)
+        return (
+            np.concatenate([rows, np.asarray(extra_rows, dtype=np.int64)]),
+            np.concatenate([coef, np.asarray(extra_coef, dtype=float)]),
+        )
+
+    def _add_chain_rows(self, highs: Any, chain: ChainRows, since: int) -> None:
+        """Add the chain rows ``since ..`` (their ``x`` and ``N`` terms; columns of the master
+        already in it have no terms in them: (L4) rows, or the first rows before any ``lam``)
+        as ``... <= 0`` rows of the master, recording where they are."""
+        B = self.grid.buckets
+        count = chain.count - since
+        if count <= 0:
+            return
+        terms: list[list[tuple[int, float]]] = [[] for _ in range(count)]
+        for row, i, v in chain.x_terms:
+            if row >= since:
+                terms[row - since].append((B + i, v))
+        for row, j, v in chain.n_terms:
+            if row >= since:
+                terms[row - since].append((j, v))
+        starts: list[int] = []
+        idx: list[int] = []
+        val: list[float] = []
+        for row_terms in terms:
+            starts.append(len(idx))
+            idx += [c for c, _ in row_terms]
+            val += [v for _, v in row_terms]
+        first = int(highs.getNumRow())
+        self._add_rows(
+            highs, np.full(count, -highs.getInfinity()), np.zeros(count), starts, idx, val
+        )
+        chain.highs[since:] = list(range(first, first + count))
+
+    def _interval_rows(
+        self, highs: Any, master: dict[str, Any]
+    ) -> list[tuple[int, int, np.ndarray]]:
+        """The (L4) rows most violated by the master's last solution
+        (:func:`~slolab.models.tdg_bound.interval_cuts`, as the bound separates them), added
+        to the master: ``-N_e + N_s + sum x_qq <= 0``."""
+        lay, chain = self.leaders, master["chain"]
+        assert lay is not None
+        m = len(lay["requests"])
+        if not m:
+            return []
+        B = self.grid.buckets
+        values = np.asarray(highs.getSolution().col_value)
+        n_at = np.concatenate([[0.0], values[:B]])
+        most = max(CUTS_PER_ROUND, self.data.n)
+        cuts = interval_cuts(values[B : B + m], n_at, lay["start"], lay["end"], most)
+        since = chain.count
+        for s, e, chosen in cuts:
+            n_terms = [(e - 1, -1.0)] + ([(s - 1, 1.0)] if s >= 1 else [])
+            chain.add([(int(i), 1.0) for i in np.flatnonzero(chosen)], n_terms)
+        self._add_chain_rows(highs, chain, since)
+        return cuts
+
     def _master(self, highs: Any) -> dict[str, Any]:
         """The master with the iteration counts ``N_j`` and one empty column per request
         (minimised as ``-gain``), and where its rows are."""
         B = self.grid.buckets
         inf = highs.getInfinity()
         lengths = np.diff(self.grid.bounds)
-        # columns 0..B-1: N_j (no cost)
+        # columns 0..B-1: N_j (no cost); then the chain family's leader columns x in [0, 1]
         highs.addVars(B, np.zeros(B), np.full(B, inf))
+        if self.leaders is not None and self.leaders["count"]:
+            nx = self.leaders["count"]
+            highs.addVars(nx, np.zeros(nx), np.ones(nx))
         # rows 0..B-1: bucket time  t_c (N_j - N_(j-1)) + work <= L_j
         idx: list[int] = []
         val: list[float] = []
@@ -666,12 +909,16 @@ class TdgHorizonColumns(ExactModel):
             iteration_rows[r] = first_row + np.arange(len(buckets))
             convexity_rows[r] = highs.getNumRow()
             self._add_rows(highs, np.ones(1), np.ones(1), [0], [], [])
-        master = {
+        master: dict[str, Any] = {
             "time_rows": time_rows,
             "iteration_rows": iteration_rows,
             "convexity_rows": convexity_rows,
             "columns": [],
         }
+        if self.leaders is not None:
+            chain = self.chain_rows()
+            self._add_chain_rows(highs, chain, 0)
+            master["chain"] = chain
         self._add_columns(highs, master, [self.empty_column(int(r)) for r in self.requests])
         return master
 
@@ -716,6 +963,9 @@ class TdgHorizonColumns(ExactModel):
                 ]
             )
             coef = np.concatenate([col.work[placed], col.tokens[tokens].astype(float), [1.0]])
+            chain: ChainRows | None = master.get("chain")
+            if chain is not None and col.complete >= 0 and col.request in chain.first:
+                rows, coef = self._chain_terms(chain, col, rows, coef)
             idx.append(rows.astype(np.int32))
             val.append(coef)
             count += len(rows)

@@ -13,7 +13,7 @@ from slolab.harness.compare import compare
 from slolab.instances.records import Instance
 from slolab.models.proserve import TdgHorizon
 from slolab.models.tdg_bound import TdgHorizonBound
-from slolab.models.tdg_columns import TdgHorizonColumns
+from slolab.models.tdg_columns import Column, TdgHorizonColumns
 from slolab.problems import get_problem
 from slolab.solvers import Status, solve
 from tdg_horizon_cases import drawn_rows, horizon_instance
@@ -26,8 +26,10 @@ SPACING_S = 0.005
 TOL = 1e-5
 
 
-def columns_bound(inst: Instance):
-    res = solve(TdgHorizonColumns(inst, spacing_s=SPACING_S), solver="highs", time_limit=60)
+def columns_bound(inst: Instance, chain: bool = False):
+    res = solve(
+        TdgHorizonColumns(inst, spacing_s=SPACING_S, chain=chain), solver="highs", time_limit=60
+    )
     assert res.status == Status.OPTIMAL
     return res
 
@@ -250,3 +252,150 @@ def test_integer_master_is_at_least_its_start(code_run):
     assert plan.value == pytest.approx(
         sum(c.gain for c in plan.columns.values()) + model.fixed_gain, rel=1e-9
     )
+
+
+# -- the chain family in the master (chain=True) ---------------------------------------------------
+
+
+def chain_window() -> Instance:
+    """A (3 tokens, 3 out, TTFT 20 ms) at 0, B (2, 2, 20 ms, priority 2) at 2 ms, C (4, 2, 30
+    ms) at 4 ms: B may share A's completion iteration, C A's or B's."""
+    return horizon_instance(
+        [0.0, 0.002, 0.004],
+        [3, 2, 4],
+        [3, 2, 2],
+        [0.02, 0.02, 0.03],
+        [0.006, 0.006, 0.008],
+        [1.0, 2.0, 1.0],
+    )
+
+
+def least_work_cost(pi: np.ndarray, need: np.ndarray, c: int) -> float:
+    """``min pi . e`` over ``e >= 0`` with ``sum_(i<=j) e_i >= need_j`` from bucket ``c`` on,
+    by HiGHS's LP (not the pricing's greedy)."""
+    from scipy.optimize import linprog
+
+    n = len(pi)
+    rows = np.tril(np.ones((n, n)))[c:]
+    got = linprog(pi, A_ub=-rows, b_ub=-need[c:], bounds=(0, None), method="highs")
+    assert got.status == 0
+    return float(got.fun)
+
+
+def chain_multipliers(model: TdgHorizonColumns, rng, scale: float):
+    """The chain rows (L1-L3 and two interval rows) with random multipliers."""
+    rows = model.chain_rows()
+    lay = model.leaders
+    B = model.grid.buckets
+    for s, e in ((0, B // 2), (int(lay["start"].min()), int(lay["end"].max()))):
+        chosen = (lay["start"] >= s) & (lay["end"] <= e)
+        rows.add([(int(i), 1.0) for i in np.flatnonzero(chosen)], [(e - 1, -1.0)])
+    rows.highs[:] = range(rows.count)
+    return rows, rng.exponential(scale, rows.count)
+
+
+def test_pricing_with_chain_duals_is_brute_force():
+    """With the chain rows' multipliers nonzero, the best reduced cost per completion bucket
+    that the pricing reports is the best over every column enumerated (whole token profiles
+    within the pace, the least work cost by an LP), each column's reduced cost counting its
+    terms in the master's chain rows as the master writes them."""
+    import itertools
+
+    model = TdgHorizonColumns(chain_window(), spacing_s=SPACING_S, chain=True)
+    rng = np.random.default_rng(11)
+    compared = 0
+    for draw in range(2):
+        rows, y = chain_multipliers(model, rng, 2.0)
+        for r in model.requests:
+            t = model.tables[r]
+            n = t["n"]
+            pi = rng.exponential(20.0, n) * (draw + 1)
+            mu = rng.exponential(0.5, n)
+            extra = rows.column_terms(r, y, t["first_ok"], t["first"])
+            priced = {col.complete: v for v, col in model.price(r, pi, mu, most=n, extra=extra)}
+            for c in np.flatnonzero(t["allowed"]):
+                best = -np.inf
+                for steps in itertools.product(range(t["k_max"]), repeat=n - c - 1):
+                    tokens = np.zeros(n, dtype=np.int64)
+                    tokens[c:] = 1 + np.concatenate([[0], np.cumsum(steps)])
+                    if (tokens[c:] > t["cap"][c, c:]).any():
+                        continue
+                    gain = model.column_gain(r, int(c), tokens)
+                    work = least_work_cost(np.maximum(pi, 0.0), t["need"][tokens], int(c))
+                    col_rows, coef = model._chain_terms(
+                        rows, Column(r, int(c), tokens, np.zeros(n), gain), np.zeros(0), np.zeros(0)
+                    )
+                    best = max(best, gain - work - mu @ tokens - y[col_rows.astype(int)] @ coef)
+                assert priced[int(c)] == pytest.approx(best, abs=1e-9)
+                compared += 1
+    assert compared > 0
+
+
+def chain_lp_bound(inst: Instance) -> float:
+    """The bound's chain family as an LP (no integral phase) on the same grid."""
+    res = solve(
+        TdgHorizonBound(inst, spacing_s=SPACING_S, integral=False), solver="highs", time_limit=60
+    )
+    assert res.status == Status.OPTIMAL and res.bound is not None
+    return res.bound
+
+
+def test_chain_lagrangian_holds_at_any_multipliers():
+    """With the chain rows (L1-L3 and interval rows), the Lagrangian bound at random
+    multipliers of every row is never below the optimum, on the hand windows."""
+    for inst in (three_requests(), chain_window()):
+        model = TdgHorizonColumns(inst, spacing_s=SPACING_S, chain=True)
+        optimum = proved_optimum(inst)
+        rng = np.random.default_rng(5)
+        for scale in (0.0, 1.0, 50.0, 1000.0):
+            B = model.grid.buckets
+            pi = rng.exponential(scale, B) if scale else np.zeros(B)
+            mu = {
+                int(r): rng.exponential(scale or 1.0, len(model.bucket_range(int(r))))
+                for r in model.requests
+            }
+            got = model.lagrangian(pi, mu, chain=chain_multipliers(model, rng, scale or 1.0))
+            assert got is not None
+            assert got[0] >= optimum - 1e-9
+
+
+def test_chain_hand_cases():
+    """Two 10-token prompts at 0 (TTFT 25 ms): with the chain rows the columns give the chain
+    LP's 6.75, below the columns' 7.5 (the optimum is 6); on the three-request window (A, B,
+    C) the columns' 17 (the chain LP 17.58, the optimum 14)."""
+    two = horizon_instance([0.0, 0.0], [10, 10], [1, 1], [0.025, 0.025], [0.01, 0.01], [1.0, 2.0])
+    # A and B cannot share an iteration (10 + 10 + 10 ms > 25 ms), so each on-time first token
+    # leads one: N >= 1 + x_AA in [0, 25 ms] (an interval row), and 10 (B) + 10 x (A) + 10
+    # (1 + x) <= 25 gives x = 1/4: 6 + 3 / 4. N stays fluid: a quarter of A's iteration.
+    res = columns_bound(two, chain=True)
+    assert res.bound == pytest.approx(6.75, abs=1e-4)
+    assert sum(h.get("cuts", 0) for h in res.details["history"]) >= 1
+    assert chain_lp_bound(two) == pytest.approx(6.75, abs=1e-4)
+    assert columns_bound(two).bound == pytest.approx(7.5, abs=1e-4)
+    res = columns_bound(three_requests(), chain=True)
+    assert res.bound == pytest.approx(17.0, abs=1e-4)
+    assert chain_lp_bound(three_requests()) == pytest.approx(17.5833, abs=1e-3)
+
+
+def test_chain_off_by_default_and_not_in_the_integer_master():
+    inst = three_requests()
+    assert TdgHorizonColumns(inst).leaders is None
+    from slolab.solvers.registry import get_backend
+
+    backend = get_backend("highs")(threads=1, seed=0, log=False)
+    with pytest.raises(ValueError, match="chain"):
+        TdgHorizonColumns(inst, chain=True).integer_master(backend, 1.0)
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(small_window())
+def test_chain_battery_between_optimum_and_both_bounds(inst):
+    """Random small windows: the exact optimum (when proved OPTIMAL) <= columns with the chain
+    rows <= the least of the columns and the chain LP on the same grid (TOL: each carries the
+    LP margin and HiGHS's tolerances)."""
+    res = columns_bound(inst, chain=True)
+    assert res.bound <= columns_bound(inst).bound + TOL
+    assert res.bound <= chain_lp_bound(inst) + TOL
+    exact = solve(TdgHorizon(inst), solver="highs", time_limit=60)
+    if exact.status == Status.OPTIMAL:
+        assert exact.objective <= res.bound + TOL
