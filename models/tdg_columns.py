@@ -217,6 +217,16 @@ class TdgHorizonColumns(ExactModel):
         Add the ``chain`` family's leader columns and rows (L1-L3, and the interval rows (L4)
         in rounds) to the master (docs/proserve.md, "The chain family in the column master").
         Default False: not the integer master's, and no narrower on the measured windows.
+
+    Notes
+    -----
+    One class of about 780 lines, on purpose: the master's rows (:meth:`_master`, the chain
+    rows with them), the per-request pricing tables and DP (:meth:`price`), the Lagrangian
+    bound (:meth:`lagrangian`), the rounds (:meth:`generate`), the integer master and the
+    runs' columns (:meth:`integer_master`, :meth:`run_columns`) all read one layout: each
+    request's bucket range, its work and gain tables, and the master's row indices. Apart,
+    every part would take those tables and indices as arguments, and the pricing would read
+    the master's dual layout from another module.
     """
 
     sense = "max"

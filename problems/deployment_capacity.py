@@ -895,7 +895,7 @@ def deployment_instance(
     policy: str = "sarathi",
     definition: str = "deadline",
     name: str | None = None,
-    prices: str | os.PathLike[str] | None = None,
+    prices: str | Path | None = None,
     **reading: Any,
 ) -> Instance:
     """A ``deployment`` instance (:mod:`slolab.problems.deployment`): the trace cut with SLOs
