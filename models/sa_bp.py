@@ -53,7 +53,13 @@ from slolab.solvers.backend import run_interruptibly
 from slolab.solvers.base import Result, Status
 from slolab.solvers.registry import register_model
 
-__all__ = ["Decisions", "SAOrderingBranchPrice", "branch_and_price"]
+__all__ = [
+    "Decisions",
+    "SAOrderingBranchPrice",
+    "best_columns",
+    "branch_and_price",
+    "position_shares",
+]
 
 logger = logging.getLogger("slolab")
 
@@ -68,6 +74,11 @@ WARM_START_SHARE = 0.3
 #: Share of the time limit kept (with the warm start) for a last restricted MILP over every
 #: column known, when SCIP stops at its time limit: the column method's incumbent heuristic.
 FINAL_MILP_SHARE = 0.2
+
+#: Where the position level enters the branching order (module docstring): before the
+#: met-request level (``"first"``), right after it (``"after-met"``), or nowhere (None).
+POSITION_LEVELS = ("first", "after-met", None)
+DEFAULT_POSITION = "after-met"
 
 Arc = tuple[int, int]
 
@@ -86,6 +97,8 @@ class Decisions:
     unclaimed: frozenset[tuple[int, Arc]] = frozenset()
     met: frozenset[int] = frozenset()
     missed: frozenset[int] = frozenset()
+    ends_by: frozenset[tuple[int, int]] = frozenset()
+    ends_after: frozenset[tuple[int, int]] = frozenset()
     _fixed_map: dict[int, Arc] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -99,10 +112,21 @@ class Decisions:
         """Requests every column at ``arc`` must hold."""
         return [r for r, a in self.fixed if a == arc] + [r for r, a in self.claimed if a == arc]
 
+    def banned_at(self, end: int) -> frozenset[int]:
+        """Requests the position decisions keep out of every arc ending at position ``end``:
+        ``r`` ending by ``p < end``, or ending after ``p >= end``."""
+        if not self.ends_by and not self.ends_after:
+            return frozenset()
+        return frozenset(r for r, p in self.ends_by if end > p) | frozenset(
+            r for r, p in self.ends_after if end <= p
+        )
+
     def allows(self, col: Column) -> bool:
         """Whether column ``col`` is allowed at this node."""
         arc = (col.end, col.size)
         if arc in self.forbidden:
+            return False
+        if not self.banned_at(col.end).isdisjoint(col.members):
             return False
         for r in col.members:
             if (r, arc) in self.excluded or self._fixed_map.get(r, arc) != arc:
@@ -132,6 +156,8 @@ class Decisions:
             "unclaimed": self.unclaimed,
             "met": self.met,
             "missed": self.missed,
+            "ends_by": self.ends_by,
+            "ends_after": self.ends_after,
         }
         fields.update(changes)
         return Decisions(**fields)
@@ -157,12 +183,82 @@ class Decisions:
     def with_missed(self, request: int) -> Decisions:
         return self._with(missed=self.missed | {request})
 
+    def with_ends_by(self, request: int, position: int) -> Decisions:
+        return self._with(ends_by=self.ends_by | {(request, position)})
+
+    def with_ends_after(self, request: int, position: int) -> Decisions:
+        return self._with(ends_after=self.ends_after | {(request, position)})
+
 
 def overlapping_arcs(arcs: list[Arc], arc: Arc) -> set[Arc]:
     """Every arc of ``arcs`` other than ``arc`` that covers one of its positions."""
     p, s = arc
     q = p - s
     return {(p2, s2) for p2, s2 in arcs if (p2, s2) != arc and p2 - s2 < p and p2 > q}
+
+
+def best_columns(
+    m: ColumnMaster, duals: np.ndarray, decisions: Decisions
+) -> dict[Arc, tuple[Column, float]]:
+    """Pricing under a node's decisions: for every arc they do not forbid, the column of
+    smallest reduced cost among those they allow (when the arc allows any) and that cost as
+    the pricing table gives it (exact at arcs without a per-arc decision; at the others the
+    shifts of :data:`REQUIRED_SHIFT` are in it)."""
+    # a request always met costs REQUIRED_SHIFT more in any column and gains it back when
+    # claimed; a request never met is never eligible
+    met = sorted(decisions.met)
+    bonus = np.zeros(m.n)
+    bonus[met] = REQUIRED_SHIFT
+    base = duals.copy()
+    base[[m.row_assign + r for r in met]] -= REQUIRED_SHIFT
+    missed = sorted(decisions.missed)
+    generic = base.copy()
+    for r, _ in decisions.fixed:
+        generic[m.row_assign + r] = -math.inf
+    special = decisions.special_arcs()
+    out: dict[Arc, tuple[Column, float]] = {}
+    # arcs whose ends share the requests the position decisions ban share one table
+    banned_tables: dict[tuple[int, frozenset[int]], dict[str, Any]] = {}
+    for table in m.pricing_tables(generic, unclaimed=missed, bonus=bonus):
+        s = table["s"]
+        for p in range(s, m.n + 1):
+            arc = (p, s)
+            if arc in decisions.forbidden or arc in special:
+                continue
+            banned = decisions.banned_at(p)
+            local_table = table
+            if banned:
+                if (s, banned) not in banned_tables:
+                    local = generic.copy()
+                    local[[m.row_assign + r for r in banned]] = -math.inf
+                    (banned_tables[s, banned],) = m.pricing_tables(
+                        local, sizes=[s], unclaimed=missed, bonus=bonus
+                    )
+                local_table = banned_tables[s, banned]
+            out[arc] = m.price_arc(local_table, generic, p)
+    for arc in sorted(special - decisions.forbidden):
+        p, s = arc
+        local = base.copy()
+        required = set(decisions.required(arc))
+        banned = decisions.banned_at(p)
+        for r in range(m.n):
+            fixed = decisions.fixed_arc(r)
+            if (
+                (r, arc) in decisions.excluded
+                or (fixed is not None and fixed != arc)
+                or r in banned
+            ):
+                local[m.row_assign + r] = -math.inf
+            elif r in required:
+                local[m.row_assign + r] += REQUIRED_SHIFT
+        local_bonus = bonus.copy()
+        for r, a in decisions.claimed:
+            if a == arc:
+                local_bonus[r] += REQUIRED_SHIFT
+        never = missed + [r for r, a in decisions.unclaimed if a == arc]
+        (table,) = m.pricing_tables(local, sizes=[s], unclaimed=never, bonus=local_bonus)
+        out[arc] = m.price_arc(table, local, p)
+    return out
 
 
 def _scip() -> Any:
@@ -176,7 +272,12 @@ class _Master:
     :class:`ColumnMaster`); a node whose LP has no solution is priced by its Farkas ray."""
 
     def __init__(
-        self, master: ColumnMaster, columns: list[Column], seed: int, met_first: bool = True
+        self,
+        master: ColumnMaster,
+        columns: list[Column],
+        seed: int,
+        met_first: bool = True,
+        position: str | None = DEFAULT_POSITION,
     ) -> None:
         scip_mod = _scip()
         self.master = master
@@ -235,6 +336,9 @@ class _Master:
         self.decisions: dict[int, Decisions] = {}
         self.closed: list[Batches] = []
         self.met_first = met_first
+        if position not in POSITION_LEVELS:
+            raise ValueError(f"position must be one of {POSITION_LEVELS}, got {position!r}")
+        self.position = position
         self.counters = {"priced": 0, "pricing_rounds": 0, "closed_nodes": 0}
 
     def entries(self, col: Column) -> list[tuple[int, float]]:
@@ -290,46 +394,12 @@ class _Master:
         m = self.master
         decisions = self.node_decisions()
         self.counters["pricing_rounds"] += 1
-        candidates: list[Column] = []
-        # a request always met costs REQUIRED_SHIFT more in any column and gains it back when
-        # claimed; a request never met is never eligible
-        met = sorted(decisions.met)
-        bonus = np.zeros(m.n)
-        bonus[met] = REQUIRED_SHIFT
-        base = duals.copy()
-        base[[m.row_assign + r for r in met]] -= REQUIRED_SHIFT
-        missed = sorted(decisions.missed)
-        generic = base.copy()
-        for r, _ in decisions.fixed:
-            generic[m.row_assign + r] = -math.inf
         special = decisions.special_arcs()
-        for table in m.pricing_tables(generic, unclaimed=missed, bonus=bonus):
-            s = table["s"]
-            for p in range(s, m.n + 1):
-                arc = (p, s)
-                if arc in decisions.forbidden or arc in special:
-                    continue
-                col, best = m.price_arc(table, generic, p)
-                if best < -PRICING_TOLERANCE:
-                    candidates.append(col)
-        for arc in sorted(special - decisions.forbidden):
-            p, s = arc
-            local = base.copy()
-            required = set(decisions.required(arc))
-            for r in range(m.n):
-                fixed = decisions.fixed_arc(r)
-                if (r, arc) in decisions.excluded or (fixed is not None and fixed != arc):
-                    local[m.row_assign + r] = -math.inf
-                elif r in required:
-                    local[m.row_assign + r] += REQUIRED_SHIFT
-            local_bonus = bonus.copy()
-            for r, a in decisions.claimed:
-                if a == arc:
-                    local_bonus[r] += REQUIRED_SHIFT
-            never = missed + [r for r, a in decisions.unclaimed if a == arc]
-            (table,) = m.pricing_tables(local, sizes=[s], unclaimed=never, bonus=local_bonus)
-            col, _ = m.price_arc(table, local, p)
-            candidates.append(col)
+        candidates = [
+            col
+            for arc, (col, best) in best_columns(m, duals, decisions).items()
+            if arc in special or best < -PRICING_TOLERANCE
+        ]
         added = 0
         for col in candidates:
             if col in self.index or not decisions.allows(col) or not m.valid(col):
@@ -352,6 +422,8 @@ class _Master:
         """Branch at the focus node (module docstring): ``"branched"`` or ``"closed"``."""
         values = self.lp_values()
         decisions = self.node_decisions()
+        if self.position == "first" and self._branch_position(values, decisions):
+            return "branched"
         if self.met_first:
             claimed: dict[int, float] = {}
             for col, v in values:
@@ -361,6 +433,8 @@ class _Master:
             if request is not None:
                 self._children(decisions.with_missed(request), decisions.with_met(request))
                 return "branched"
+        if self.position == "after-met" and self._branch_position(values, decisions):
+            return "branched"
         flow: dict[Arc, float] = {}
         for col, v in values:
             flow[col.end, col.size] = flow.get((col.end, col.size), 0.0) + v
@@ -393,6 +467,16 @@ class _Master:
             self.closed.append(plan)
         self.counters["closed_nodes"] += 1
         return "closed"
+
+    def _branch_position(self, values: list[tuple[Column, float]], decisions: Decisions) -> bool:
+        """Branch on the most fractional ``z_rp`` (:func:`position_shares`): ``r`` ends by
+        ``p`` or after ``p``. False when every ``z_rp`` is integral."""
+        pair = _most_fractional(position_shares(values, self.master.n))
+        if pair is None:
+            return False
+        r, p = pair
+        self._children(decisions.with_ends_by(r, p), decisions.with_ends_after(r, p))
+        return True
 
     def _children(self, first: Decisions, second: Decisions) -> None:
         estimate = self.model.getLocalEstimate()
@@ -437,6 +521,17 @@ def _pair_sums(
             key = (r, (col.end, col.size))
             out[key] = out.get(key, 0.0) + v
     return out
+
+
+def position_shares(values: list[tuple[Column, float]], n: int) -> dict[tuple[int, int], float]:
+    """``z_rp = sum_{c: r in S_c, p_c <= p} lambda_c`` (the share of request ``r`` in batches
+    ending by position ``p``) for ``p = 1 .. n - 1``, every request held by some column."""
+    ends = np.zeros((n, n + 1))
+    for col, v in values:
+        ends[list(col.members), col.end] += v
+    z = np.cumsum(ends, axis=1)
+    held = np.flatnonzero(ends.sum(axis=1) > 0)
+    return {(int(r), p): float(z[r, p]) for r in held for p in range(1, n)}
 
 
 def _most_fractional(values: dict[Any, float]) -> Any:
@@ -499,6 +594,7 @@ def branch_and_price(
     time_limit: float,
     seed: int,
     met_first: bool = True,
+    position: str | None = DEFAULT_POSITION,
 ) -> StepOutcome:
     """Minimize ``F`` at ``master.ratio`` by branch-and-price on SCIP, keeping only plans with
     ``F < objective_limit`` (s).
@@ -510,7 +606,7 @@ def branch_and_price(
     its plan among ``plans``; its exact ``F`` enters ``f_lower``.
     """
     scip_mod = _scip()
-    bp = _Master(master, columns, seed, met_first)
+    bp = _Master(master, columns, seed, met_first, position)
     model = bp.model
     pricer, branching, fixing = _plugins(bp)
     model.includePricer(pricer, "columns", "exact batch-column pricing", priority=1, delay=True)
@@ -592,10 +688,14 @@ class SAOrderingBranchPrice(SAOrderingColumns):
         cuts: bool = True,
         anneal: Callable[..., tuple[Batches, Any]] | None = None,
         bounds: bool = True,
+        position: str | None = DEFAULT_POSITION,
     ) -> None:
         super().__init__(instance, cuts=cuts, bounds=bounds)
+        if position not in POSITION_LEVELS:
+            raise ValueError(f"position must be one of {POSITION_LEVELS}, got {position!r}")
         self.use_warm_start = bool(warm_start)
         self.anneal = anneal
+        self.position = position
 
     def solve_with(self, backend: Any, time_limit: float, **params: Any) -> Result | None:
         if backend.formulation == "milp" and self.problem.snapshot:
@@ -696,6 +796,7 @@ class SAOrderingBranchPrice(SAOrderingColumns):
                 -tolerance,
                 remaining - reserve,
                 seed,
+                position=self.position,
             )
             counters["scip_runs"] += 1
             counters["nodes"] += int(step.details["nodes"])
