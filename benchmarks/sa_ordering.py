@@ -20,7 +20,8 @@
    claim-capacity cuts, ``bp-nobounds`` and ``columns-nobounds`` without the start-time bounds,
    ``bp-noposition`` without the branching level on a request's position and
    ``bp-positionfirst`` with that level before the met-request one. ``--bp-shipped`` adds
-   shipped instances (e.g. ``sa-azure-n40-b4``) to the snapshots.
+   shipped instances (e.g. ``sa-azure-n40-b4``) to the snapshots; ``--bp-first-seed k``
+   starts the snapshots at seed ``k`` (seeds ``k .. --bp-seeds - 1``).
 6. With ``--cuts``: the root gap with and without the claim-capacity cuts
    (docs/sa_ordering.md Sec. 6, "Cuts") on the snapshots of ``--cuts-sizes`` (seeds 0, 1, 2;
    ``--cuts-seeds``) and the shipped ``sa-azure-n40-b4``. The incumbent G is the column
@@ -35,7 +36,7 @@ proved optimum agrees across backends (1e-9 relative) and every schedule passes 
 
 Usage: ``python benchmarks/sa_ordering.py [--quick] [--intervals] [--bp | --bp-only]
 [--bp-sizes 20,30] [--bp-seeds 3] [--bp-methods bp,columns,highs] [--bp-limit S]
-[--bp-shipped sa-azure-n40-b4]
+[--bp-first-seed 0] [--bp-shipped sa-azure-n40-b4]
 [--cuts | --cuts-only] [--cuts-sizes 20,30,40] [--cuts-seeds 3] [--cuts-limit S]
 [--brute-limit S]``.
 """
@@ -82,6 +83,7 @@ METHODS = {
     "bp-nobounds": ("sa-ordering-bp", "highs"),
     "bp-noposition": ("sa-ordering-bp", "highs"),
     "bp-positionfirst": ("sa-ordering-bp", "highs"),
+    "bp-positionspread": ("sa-ordering-bp", "highs"),
 }
 #: Options of the variant methods: label suffix -> model options.
 VARIANTS = {
@@ -89,6 +91,7 @@ VARIANTS = {
     "-nobounds": {"bounds": False},
     "-noposition": {"position": None},
     "-positionfirst": {"position": "first"},
+    "-positionspread": {"position_pick": "spread"},
 }
 
 
@@ -175,13 +178,14 @@ def part_bp(
     methods: list[str],
     limit: float | None,
     shipped: tuple[str, ...] = (),
+    first_seed: int = 0,
 ) -> pd.DataFrame:
     """Branch-and-price against the column method and the arc MILP on snapshots
     ``sa_snapshot(n, 4, seed=s)`` and the ``shipped`` instances (seed -1): one row per
     (instance, method), with the relative gap ``bound / G - 1`` and branch-and-price's root
     gap (its root bound over the final G)."""
     rows = []
-    cases = [(f"n{n}-seed{s}", n, s) for n in sizes for s in range(seeds)]
+    cases = [(f"n{n}-seed{s}", n, s) for n in sizes for s in range(first_seed, seeds)]
     for name in shipped:
         cases.append((name, load_shipped(name).n_requests, -1))
     jobs = [(case, m) for case in cases for m in methods]
@@ -374,6 +378,12 @@ def main() -> None:
         help="comma-separated methods of the branch-and-price part (default: bp,columns,highs)",
     )
     ap.add_argument(
+        "--bp-first-seed",
+        type=int,
+        default=0,
+        help="first snapshot seed of the branch-and-price part (default: 0)",
+    )
+    ap.add_argument(
         "--bp-shipped",
         default="",
         help="comma-separated shipped instances added to the branch-and-price part "
@@ -433,7 +443,9 @@ def main() -> None:
             ap.error(f"--bp-methods: unknown {unknown[0]!r}; known: {', '.join(METHODS)}")
     if args.bp_only:
         OUT.mkdir(exist_ok=True)
-        frame = part_bp(bp_sizes, args.bp_seeds, bp_methods, args.bp_limit, shipped)
+        frame = part_bp(
+            bp_sizes, args.bp_seeds, bp_methods, args.bp_limit, shipped, args.bp_first_seed
+        )
         report_bp(frame)
         frame.to_csv(OUT / "sa_ordering_bp.csv", index=False)
         print(f"wrote {OUT / 'sa_ordering_bp.csv'}")
@@ -473,7 +485,9 @@ def main() -> None:
         )
         parts.append(intervals)
     if args.bp:
-        frame = part_bp(bp_sizes, args.bp_seeds, bp_methods, args.bp_limit, shipped)
+        frame = part_bp(
+            bp_sizes, args.bp_seeds, bp_methods, args.bp_limit, shipped, args.bp_first_seed
+        )
         report_bp(frame)
         parts.append(frame)
     if args.cuts:

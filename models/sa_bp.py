@@ -79,6 +79,10 @@ FINAL_MILP_SHARE = 0.2
 #: met-request level (``"first"``), right after it (``"after-met"``), or nowhere (None).
 POSITION_LEVELS = ("first", "after-met", None)
 DEFAULT_POSITION = "after-met"
+#: Which fractional ``z_rp`` the position level splits: the most fractional one, or the median
+#: position of the request whose batch ends are the most spread.
+POSITION_PICKS = ("fractional", "spread")
+DEFAULT_POSITION_PICK = "fractional"
 
 Arc = tuple[int, int]
 
@@ -278,6 +282,7 @@ class _Master:
         seed: int,
         met_first: bool = True,
         position: str | None = DEFAULT_POSITION,
+        position_pick: str = DEFAULT_POSITION_PICK,
     ) -> None:
         scip_mod = _scip()
         self.master = master
@@ -339,6 +344,11 @@ class _Master:
         if position not in POSITION_LEVELS:
             raise ValueError(f"position must be one of {POSITION_LEVELS}, got {position!r}")
         self.position = position
+        if position_pick not in POSITION_PICKS:
+            raise ValueError(
+                f"position_pick must be one of {POSITION_PICKS}, got {position_pick!r}"
+            )
+        self.position_pick = position_pick
         self.counters = {"priced": 0, "pricing_rounds": 0, "closed_nodes": 0}
 
     def entries(self, col: Column) -> list[tuple[int, float]]:
@@ -469,9 +479,15 @@ class _Master:
         return "closed"
 
     def _branch_position(self, values: list[tuple[Column, float]], decisions: Decisions) -> bool:
-        """Branch on the most fractional ``z_rp`` (:func:`position_shares`): ``r`` ends by
-        ``p`` or after ``p``. False when every ``z_rp`` is integral."""
-        pair = _most_fractional(position_shares(values, self.master.n))
+        """Branch on a fractional ``z_rp`` (:func:`position_shares`; the most fractional one,
+        or with ``position_pick="spread"`` the median position of the request whose batch
+        ends are the most spread): ``r`` ends by ``p`` or after ``p``. False when every
+        ``z_rp`` is integral."""
+        shares = position_shares(values, self.master.n)
+        if self.position_pick == "spread":
+            pair = _widest_position(shares, self.master.n)
+        else:
+            pair = _most_fractional(shares)
         if pair is None:
             return False
         r, p = pair
@@ -532,6 +548,26 @@ def position_shares(values: list[tuple[Column, float]], n: int) -> dict[tuple[in
     z = np.cumsum(ends, axis=1)
     held = np.flatnonzero(ends.sum(axis=1) > 0)
     return {(int(r), p): float(z[r, p]) for r in held for p in range(1, n)}
+
+
+def _widest_position(shares: dict[tuple[int, int], float], n: int) -> tuple[int, int] | None:
+    """Of the requests with a fractional ``z_rp``, the one whose batch ends spread the most
+    (mean absolute deviation of the end position; ties: the smallest request), at the
+    position whose ``z_rp`` is closest to one half; None when every ``z_rp`` is integral."""
+    best: tuple[float, int, int] | None = None
+    for r in sorted({r for r, _ in shares}):
+        z = np.array([0.0] + [shares[r, p] for p in range(1, n)] + [1.0])
+        weights = np.diff(z)
+        positions = np.arange(1, n + 1)
+        mean = float(weights @ positions) / max(float(weights.sum()), 1e-12)
+        spread = float(weights @ np.abs(positions - mean))
+        fractional = [p for p in range(1, n) if min(z[p], 1.0 - z[p]) > INTEGRALITY_TOLERANCE]
+        if not fractional:
+            continue
+        p = min(fractional, key=lambda q: (abs(z[q] - 0.5), q))
+        if best is None or spread > best[0] + 1e-12:
+            best = (spread, r, p)
+    return None if best is None else (best[1], best[2])
 
 
 def _most_fractional(values: dict[Any, float]) -> Any:
@@ -595,6 +631,7 @@ def branch_and_price(
     seed: int,
     met_first: bool = True,
     position: str | None = DEFAULT_POSITION,
+    position_pick: str = DEFAULT_POSITION_PICK,
 ) -> StepOutcome:
     """Minimize ``F`` at ``master.ratio`` by branch-and-price on SCIP, keeping only plans with
     ``F < objective_limit`` (s).
@@ -606,7 +643,7 @@ def branch_and_price(
     its plan among ``plans``; its exact ``F`` enters ``f_lower``.
     """
     scip_mod = _scip()
-    bp = _Master(master, columns, seed, met_first, position)
+    bp = _Master(master, columns, seed, met_first, position, position_pick)
     model = bp.model
     pricer, branching, fixing = _plugins(bp)
     model.includePricer(pricer, "columns", "exact batch-column pricing", priority=1, delay=True)
@@ -689,10 +726,16 @@ class SAOrderingBranchPrice(SAOrderingColumns):
         anneal: Callable[..., tuple[Batches, Any]] | None = None,
         bounds: bool = True,
         position: str | None = DEFAULT_POSITION,
+        position_pick: str = DEFAULT_POSITION_PICK,
     ) -> None:
         super().__init__(instance, cuts=cuts, bounds=bounds)
         if position not in POSITION_LEVELS:
             raise ValueError(f"position must be one of {POSITION_LEVELS}, got {position!r}")
+        if position_pick not in POSITION_PICKS:
+            raise ValueError(
+                f"position_pick must be one of {POSITION_PICKS}, got {position_pick!r}"
+            )
+        self.position_pick = position_pick
         self.use_warm_start = bool(warm_start)
         self.anneal = anneal
         self.position = position
@@ -797,6 +840,7 @@ class SAOrderingBranchPrice(SAOrderingColumns):
                 remaining - reserve,
                 seed,
                 position=self.position,
+                position_pick=self.position_pick,
             )
             counters["scip_runs"] += 1
             counters["nodes"] += int(step.details["nodes"])

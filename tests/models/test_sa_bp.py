@@ -188,14 +188,28 @@ def test_pricing_under_position_decisions_is_exact(seed: int) -> None:
         assert master.reduced_cost(col, duals) == pytest.approx(brute, abs=1e-6)
 
 
-@pytest.mark.parametrize("position", ["first", "after-met"])
+@pytest.mark.parametrize(
+    ("position", "pick"),
+    [("first", "fractional"), ("after-met", "fractional"), ("first", "spread")],
+)
 @pytest.mark.parametrize("seed", [9, 15, 18, 50, 55])
-def test_position_branching_minimizes_f_like_brute_force(seed: int, position: str) -> None:
+def test_position_branching_minimizes_f_like_brute_force(
+    seed: int, position: str, pick: str
+) -> None:
     """On the fractional roots above, with the position level before or after the met-request
-    level, the proved min F equals brute force's."""
+    level, splitting the most fractional ``z_rp`` or the most spread request's, the proved
+    min F equals brute force's."""
     problem, master, _ = root_master(seed, 0.97)
     exact = min_f(problem, master.ratio)
-    step = branch_and_price(master, list(master.columns), 1e20, 30.0, seed=0, position=position)
+    step = branch_and_price(
+        master,
+        list(master.columns),
+        1e20,
+        30.0,
+        seed=0,
+        position=position,
+        position_pick=pick,
+    )
     assert step.finished
     assert step.f_lower == pytest.approx(exact, abs=1e-9)
 
