@@ -9,20 +9,25 @@ splits the tree in a way the pricing can follow (docs/sa_ordering.md Sec. 6, "Br
 
 0. on a request ``r`` with ``y_r = sum_{c: r in T_c} lambda_c`` fractional: ``r`` never claimed
    met, or claimed by every column that holds it;
-1. once every ``y_r`` is integral, on an arc ``a = (p, s)`` whose flow
+1. once every ``y_r`` is integral, on a request's position
+   ``z_rp = sum_{c: r in S_c, p_c <= p} lambda_c`` that is fractional: ``r`` only in batches
+   ending by ``p``, or only in batches ending after ``p`` (``position``: here by default,
+   ``"first"`` before level 0, None nowhere);
+2. once every ``z_rp`` is integral, on an arc ``a = (p, s)`` whose flow
    ``f_a = sum_{c at a} lambda_c`` is fractional: ``f_a = 0`` (the pricer skips arc ``a``) or
    ``f_a = 1`` (it skips every other arc that overlaps positions ``p - s + 1 .. p``);
-2. when every arc flow is integral, on a pair (request ``r``, arc ``a`` of the path) with
+3. when every arc flow is integral, on a pair (request ``r``, arc ``a`` of the path) with
    ``x_ra = sum_{c at a, r in c} lambda_c`` fractional: ``r`` never at ``a``, or ``r`` at ``a``
    (never elsewhere, and every column at ``a`` holds it);
-3. when the ``x`` are integral too, on a claim ``y_ra = sum_{c at a, r in T_c} lambda_c``
+4. when the ``x`` are integral too, on a claim ``y_ra = sum_{c at a, r in T_c} lambda_c``
    that is fractional: ``r`` never claimed at ``a``, or every column at ``a`` claims ``r``.
 
 With flows, members and claims integral, every column in the LP solution at an arc has the same
 members and claims, so the LP solution is integral: the rule is complete.
 
-Each decision is a set of forbidden arcs, requests or (request, arc) pairs, so the pricing stays
-the same sorted-prefix computation (a forbidden request gets an infinite value, a required one a
+Each decision is a set of forbidden arcs, requests or (request, arc) pairs (a position
+decision excludes its request from every arc ending on the wrong side of ``p``), so the
+pricing stays the same sorted-prefix computation (a forbidden request gets an infinite value, a required one a
 large negative shift) and stays exact at every node; a propagator fixes the existing columns a
 node forbids, and a node whose LP has no solution is priced by its Farkas ray. Each Dinkelbach step is one SCIP run with the objective limit ``-tol``: it ends with a
 plan of ``F < 0`` (a better G) or proves ``min F >= -tol`` (the incumbent is optimal).
@@ -707,6 +712,10 @@ class SAOrderingBranchPrice(SAOrderingColumns):
     every node's LP carries otherwise. With the warm start, :data:`FINAL_MILP_SHARE` of the limit is kept for a restricted
     MILP over every column known when SCIP stops at its time limit (it may improve the
     incumbent; the bound is SCIP's).
+    ``position`` places the branching level on a request's position (module docstring: after
+    the met-request level by default, ``"first"`` before it, None leaves it out) and
+    ``position_pick`` chooses its split (``"fractional"``: the most fractional ``z_rp``;
+    ``"spread"``: the request whose batch ends spread the most).
     ``warm_start=False`` starts SCIP from the deterministic plans alone (no annealing, no column
     method), which leaves all the work to SCIP. Instances with different arrivals fall back to
     the position-arc MILP; CP-SAT and brute force are the parent's.

@@ -289,8 +289,8 @@ def test_a_last_milp_follows_scip_at_its_limit(monkeypatch: pytest.MonkeyPatch) 
     """With the warm start, SCIP stopping at its limit leaves a share of the limit (here 1.2 of
     6 s, the warm start cut to 0.6 s so that a loaded machine still reaches SCIP) to a
     restricted MILP over every column known; the run still ends with an honest interval.
-    Without the position level, the one SCIP run finds no better plan and stops at its limit
-    (with it, SCIP finds one and a second run starts)."""
+    The position level is left out: with it, the SCIP run may find a better plan and start a
+    second one, whose timing depends on the machine."""
     import slolab.models.sa_bp as sa_bp
     from slolab.problems.sa_ordering import sa_snapshot
 
