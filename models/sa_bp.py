@@ -27,8 +27,8 @@ members and claims, so the LP solution is integral: the rule is complete.
 
 Each decision is a set of forbidden arcs, requests or (request, arc) pairs (a position
 decision excludes its request from every arc ending on the wrong side of ``p``), so the
-pricing stays the same sorted-prefix computation (a forbidden request gets an infinite value, a required one a
-large negative shift) and stays exact at every node; a propagator fixes the existing columns a
+pricing stays the same sorted-prefix computation (a forbidden request gets an infinite value,
+a required one a large negative shift) and stays exact at every node; a propagator fixes the existing columns a
 node forbids, and a node whose LP has no solution is priced by its Farkas ray. Each Dinkelbach step is one SCIP run with the objective limit ``-tol``: it ends with a
 plan of ``F < 0`` (a better G) or proves ``min F >= -tol`` (the incumbent is optimal).
 """
@@ -199,6 +199,13 @@ class Decisions:
         return self._with(ends_after=self.ends_after | {(request, position)})
 
 
+def _check_position(position: str | None, pick: str) -> None:
+    if position not in POSITION_LEVELS:
+        raise ValueError(f"position must be one of {POSITION_LEVELS}, got {position!r}")
+    if pick not in POSITION_PICKS:
+        raise ValueError(f"position_pick must be one of {POSITION_PICKS}, got {pick!r}")
+
+
 def overlapping_arcs(arcs: list[Arc], arc: Arc) -> set[Arc]:
     """Every arc of ``arcs`` other than ``arc`` that covers one of its positions."""
     p, s = arc
@@ -346,13 +353,8 @@ class _Master:
         self.decisions: dict[int, Decisions] = {}
         self.closed: list[Batches] = []
         self.met_first = met_first
-        if position not in POSITION_LEVELS:
-            raise ValueError(f"position must be one of {POSITION_LEVELS}, got {position!r}")
+        _check_position(position, position_pick)
         self.position = position
-        if position_pick not in POSITION_PICKS:
-            raise ValueError(
-                f"position_pick must be one of {POSITION_PICKS}, got {position_pick!r}"
-            )
         self.position_pick = position_pick
         self.counters = {"priced": 0, "pricing_rounds": 0, "closed_nodes": 0}
 
@@ -738,12 +740,7 @@ class SAOrderingBranchPrice(SAOrderingColumns):
         position_pick: str = DEFAULT_POSITION_PICK,
     ) -> None:
         super().__init__(instance, cuts=cuts, bounds=bounds)
-        if position not in POSITION_LEVELS:
-            raise ValueError(f"position must be one of {POSITION_LEVELS}, got {position!r}")
-        if position_pick not in POSITION_PICKS:
-            raise ValueError(
-                f"position_pick must be one of {POSITION_PICKS}, got {position_pick!r}"
-            )
+        _check_position(position, position_pick)
         self.position_pick = position_pick
         self.use_warm_start = bool(warm_start)
         self.anneal = anneal

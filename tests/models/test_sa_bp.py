@@ -118,6 +118,14 @@ def test_position_decisions_forbid_what_they_say() -> None:
     assert decisions.banned_at(4) == {2}
 
 
+def test_position_options_are_checked() -> None:
+    """An unknown place or split of the position level is refused when the model is built."""
+    with pytest.raises(ValueError, match="position must be one of"):
+        SAOrderingBranchPrice(split_or_batch(), position="last")
+    with pytest.raises(ValueError, match="position_pick must be one of"):
+        SAOrderingBranchPrice(split_or_batch(), position_pick="random")
+
+
 def test_position_shares_of_a_fractional_solution() -> None:
     """Request 0 two thirds in a batch ending at position 2, one third in one ending at 4:
     ``z_0p`` is 0, 2/3, 2/3 at p = 1, 2, 3; request 3, held by no column, has no share."""
