@@ -295,6 +295,7 @@ class _Master:
         met_first: bool = True,
         position: str | None = DEFAULT_POSITION,
         position_pick: str = DEFAULT_POSITION_PICK,
+        best_first: bool = False,
     ) -> None:
         scip_mod = _scip()
         self.master = master
@@ -308,6 +309,11 @@ class _Master:
         model.setParam("misc/catchctrlc", False)
         model.setParam("randomization/randomseedshift", int(seed))
         model.setParam("parallel/maxnthreads", 1)
+        if best_first:
+            # best bound first, no plunging: the node of the smallest LP bound is always next
+            model.setParam("nodeselection/bfs/stdpriority", 10_000_000)
+            model.setParam("nodeselection/bfs/minplungedepth", 0)
+            model.setParam("nodeselection/bfs/maxplungedepth", 0)
         self.model = model
         # every row starts with a variable fixed at 0, so that no row is empty
         zero = model.addVar("zero", lb=0.0, ub=0.0)
@@ -639,6 +645,7 @@ def branch_and_price(
     met_first: bool = True,
     position: str | None = DEFAULT_POSITION,
     position_pick: str = DEFAULT_POSITION_PICK,
+    best_first: bool = False,
 ) -> StepOutcome:
     """Minimize ``F`` at ``master.ratio`` by branch-and-price on SCIP, keeping only plans with
     ``F < objective_limit`` (s).
@@ -650,7 +657,7 @@ def branch_and_price(
     its plan among ``plans``; its exact ``F`` enters ``f_lower``.
     """
     scip_mod = _scip()
-    bp = _Master(master, columns, seed, met_first, position, position_pick)
+    bp = _Master(master, columns, seed, met_first, position, position_pick, best_first)
     model = bp.model
     pricer, branching, fixing = _plugins(bp)
     model.includePricer(pricer, "columns", "exact batch-column pricing", priority=1, delay=True)
@@ -717,7 +724,9 @@ class SAOrderingBranchPrice(SAOrderingColumns):
     ``position`` places the branching level on a request's position (module docstring: after
     the met-request level by default, ``"first"`` before it, None leaves it out) and
     ``position_pick`` chooses its split (``"fractional"``: the most fractional ``z_rp``;
-    ``"spread"``: the request whose batch ends spread the most).
+    ``"spread"``: the request whose batch ends spread the most). ``best_first=True`` makes
+    SCIP take the open node of the smallest LP bound next, never diving (SCIP's default
+    node selection otherwise).
     ``warm_start=False`` starts SCIP from the deterministic plans alone (no annealing, no column
     method), which leaves all the work to SCIP. Instances with different arrivals fall back to
     the position-arc MILP; CP-SAT and brute force are the parent's.
@@ -738,8 +747,10 @@ class SAOrderingBranchPrice(SAOrderingColumns):
         bounds: bool = True,
         position: str | None = DEFAULT_POSITION,
         position_pick: str = DEFAULT_POSITION_PICK,
+        best_first: bool = False,
     ) -> None:
         super().__init__(instance, cuts=cuts, bounds=bounds)
+        self.best_first = bool(best_first)
         _check_position(position, position_pick)
         self.position_pick = position_pick
         self.use_warm_start = bool(warm_start)
@@ -847,6 +858,7 @@ class SAOrderingBranchPrice(SAOrderingColumns):
                 seed,
                 position=self.position,
                 position_pick=self.position_pick,
+                best_first=self.best_first,
             )
             counters["scip_runs"] += 1
             counters["nodes"] += int(step.details["nodes"])

@@ -197,16 +197,22 @@ def test_pricing_under_position_decisions_is_exact(seed: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("position", "pick"),
-    [("first", "fractional"), ("after-met", "fractional"), ("first", "spread")],
+    ("position", "pick", "best_first"),
+    [
+        ("first", "fractional", False),
+        ("after-met", "fractional", False),
+        ("first", "spread", False),
+        ("after-met", "spread", False),
+        ("after-met", "fractional", True),
+    ],
 )
 @pytest.mark.parametrize("seed", [9, 15, 18, 50, 55])
 def test_position_branching_minimizes_f_like_brute_force(
-    seed: int, position: str, pick: str
+    seed: int, position: str, pick: str, best_first: bool
 ) -> None:
     """On the fractional roots above, with the position level before or after the met-request
-    level, splitting the most fractional ``z_rp`` or the most spread request's, the proved
-    min F equals brute force's."""
+    level, splitting the most fractional ``z_rp`` or the most spread request's, and with SCIP
+    taking the node of the smallest bound next, the proved min F equals brute force's."""
     problem, master, _ = root_master(seed, 0.97)
     exact = min_f(problem, master.ratio)
     step = branch_and_price(
@@ -217,6 +223,7 @@ def test_position_branching_minimizes_f_like_brute_force(
         seed=0,
         position=position,
         position_pick=pick,
+        best_first=best_first,
     )
     assert step.finished
     assert step.f_lower == pytest.approx(exact, abs=1e-9)
@@ -260,6 +267,7 @@ def test_bp_agrees_with_brute_force_arc_milp_and_columns(seed: int, n: int, b: i
         SAOrderingBranchPrice(instance, warm_start=False),
         SAOrderingBranchPrice(instance, warm_start=False, position="first"),
         SAOrderingBranchPrice(instance, warm_start=False, position=None),
+        SAOrderingBranchPrice(instance, warm_start=False, best_first=True),
         SAOrderingColumns(instance),
         SAOrderingModel(instance),
     ]
