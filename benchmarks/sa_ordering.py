@@ -20,8 +20,8 @@
    claim-capacity cuts, ``bp-nobounds`` and ``columns-nobounds`` without the start-time bounds,
    ``bp-noposition`` without the branching level on a request's position and
    ``bp-positionfirst`` with that level before the met-request one, ``bp-positionspread`` with
-   its split on the most spread request, ``bp-bestfirst`` with SCIP taking the node of the
-   smallest bound next. ``--bp-shipped`` adds
+   its split on the most spread request, ``bp-plunging`` with SCIP's own node selection (which
+   dives) instead of the smallest bound first. ``--bp-shipped`` adds
    shipped instances (e.g. ``sa-azure-n40-b4``) to the snapshots; ``--bp-first-seed k``
    starts the snapshots at seed ``k`` (seeds ``k .. --bp-seeds - 1``).
 6. With ``--cuts``: the root gap with and without the claim-capacity cuts
@@ -86,7 +86,7 @@ METHODS = {
     "bp-noposition": ("sa-ordering-bp", "highs"),
     "bp-positionfirst": ("sa-ordering-bp", "highs"),
     "bp-positionspread": ("sa-ordering-bp", "highs"),
-    "bp-bestfirst": ("sa-ordering-bp", "highs"),
+    "bp-plunging": ("sa-ordering-bp", "highs"),
 }
 #: Options of the variant methods: label suffix -> model options.
 VARIANTS = {
@@ -95,7 +95,7 @@ VARIANTS = {
     "-noposition": {"position": None},
     "-positionfirst": {"position": "first"},
     "-positionspread": {"position_pick": "spread"},
-    "-bestfirst": {"best_first": True},
+    "-plunging": {"best_first": False},
 }
 
 

@@ -25,6 +25,9 @@ splits the tree in a way the pricing can follow (docs/sa_ordering.md Sec. 6, "Br
 With flows, members and claims integral, every column in the LP solution at an arc has the same
 members and claims, so the LP solution is integral: the rule is complete.
 
+SCIP takes the open node of the smallest LP bound next and never dives (``best_first``;
+measured in docs/sa_ordering.md Sec. 9: narrower bounds, the same incumbents).
+
 Each decision is a set of forbidden arcs, requests or (request, arc) pairs (a position
 decision excludes its request from every arc ending on the wrong side of ``p``), so the
 pricing stays the same sorted-prefix computation (a forbidden request gets an infinite value,
@@ -295,7 +298,7 @@ class _Master:
         met_first: bool = True,
         position: str | None = DEFAULT_POSITION,
         position_pick: str = DEFAULT_POSITION_PICK,
-        best_first: bool = False,
+        best_first: bool = True,
     ) -> None:
         scip_mod = _scip()
         self.master = master
@@ -645,7 +648,7 @@ def branch_and_price(
     met_first: bool = True,
     position: str | None = DEFAULT_POSITION,
     position_pick: str = DEFAULT_POSITION_PICK,
-    best_first: bool = False,
+    best_first: bool = True,
 ) -> StepOutcome:
     """Minimize ``F`` at ``master.ratio`` by branch-and-price on SCIP, keeping only plans with
     ``F < objective_limit`` (s).
@@ -724,9 +727,9 @@ class SAOrderingBranchPrice(SAOrderingColumns):
     ``position`` places the branching level on a request's position (module docstring: after
     the met-request level by default, ``"first"`` before it, None leaves it out) and
     ``position_pick`` chooses its split (``"fractional"``: the most fractional ``z_rp``;
-    ``"spread"``: the request whose batch ends spread the most). ``best_first=True`` makes
-    SCIP take the open node of the smallest LP bound next, never diving (SCIP's default
-    node selection otherwise).
+    ``"spread"``: the request whose batch ends spread the most). By default SCIP takes the open
+    node of the smallest LP bound next, never diving (``best_first=False``: SCIP's own node
+    selection, which dives).
     ``warm_start=False`` starts SCIP from the deterministic plans alone (no annealing, no column
     method), which leaves all the work to SCIP. Instances with different arrivals fall back to
     the position-arc MILP; CP-SAT and brute force are the parent's.
@@ -747,7 +750,7 @@ class SAOrderingBranchPrice(SAOrderingColumns):
         bounds: bool = True,
         position: str | None = DEFAULT_POSITION,
         position_pick: str = DEFAULT_POSITION_PICK,
-        best_first: bool = False,
+        best_first: bool = True,
     ) -> None:
         super().__init__(instance, cuts=cuts, bounds=bounds)
         self.best_first = bool(best_first)

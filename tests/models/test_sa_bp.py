@@ -199,11 +199,11 @@ def test_pricing_under_position_decisions_is_exact(seed: int) -> None:
 @pytest.mark.parametrize(
     ("position", "pick", "best_first"),
     [
-        ("first", "fractional", False),
-        ("after-met", "fractional", False),
-        ("first", "spread", False),
-        ("after-met", "spread", False),
+        ("first", "fractional", True),
         ("after-met", "fractional", True),
+        ("first", "spread", True),
+        ("after-met", "spread", True),
+        ("after-met", "fractional", False),
     ],
 )
 @pytest.mark.parametrize("seed", [9, 15, 18, 50, 55])
@@ -211,8 +211,9 @@ def test_position_branching_minimizes_f_like_brute_force(
     seed: int, position: str, pick: str, best_first: bool
 ) -> None:
     """On the fractional roots above, with the position level before or after the met-request
-    level, splitting the most fractional ``z_rp`` or the most spread request's, and with SCIP
-    taking the node of the smallest bound next, the proved min F equals brute force's."""
+    level, splitting the most fractional ``z_rp`` or the most spread request's, and with SCIP's
+    own node selection instead of the smallest bound first, the proved min F equals brute
+    force's."""
     problem, master, _ = root_master(seed, 0.97)
     exact = min_f(problem, master.ratio)
     step = branch_and_price(
@@ -267,7 +268,7 @@ def test_bp_agrees_with_brute_force_arc_milp_and_columns(seed: int, n: int, b: i
         SAOrderingBranchPrice(instance, warm_start=False),
         SAOrderingBranchPrice(instance, warm_start=False, position="first"),
         SAOrderingBranchPrice(instance, warm_start=False, position=None),
-        SAOrderingBranchPrice(instance, warm_start=False, best_first=True),
+        SAOrderingBranchPrice(instance, warm_start=False, best_first=False),
         SAOrderingColumns(instance),
         SAOrderingModel(instance),
     ]
@@ -305,15 +306,18 @@ def test_a_last_milp_follows_scip_at_its_limit(monkeypatch: pytest.MonkeyPatch) 
     """With the warm start, SCIP stopping at its limit leaves a share of the limit (here 1.2 of
     6 s, the warm start cut to 0.6 s so that a loaded machine still reaches SCIP) to a
     restricted MILP over every column known; the run still ends with an honest interval.
-    The position level is left out: with it, the SCIP run may find a better plan and start a
-    second one, whose timing depends on the machine."""
+    The position level and the smallest-bound-first node order are left out (the former
+    search): with them, the SCIP run may find a better plan and start a second one, whose
+    timing depends on the machine."""
     import slolab.models.sa_bp as sa_bp
     from slolab.problems.sa_ordering import sa_snapshot
 
     monkeypatch.setattr(sa_bp, "WARM_START_SHARE", 0.1)
     monkeypatch.setattr(sa_bp, "FINAL_MILP_SHARE", 0.2)
     instance = sa_snapshot(20, 4, seed=0)
-    model = SAOrderingBranchPrice(instance, anneal=sa_order, bounds=False, position=None)
+    model = SAOrderingBranchPrice(
+        instance, anneal=sa_order, bounds=False, position=None, best_first=False
+    )
     result = solve(model, "highs", time_limit=6)
     assert result.status == Status.TIME_LIMIT
     assert result.details["scip_runs"] == 1
