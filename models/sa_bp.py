@@ -665,7 +665,7 @@ def branch_and_price(
     pricer, branching, fixing = _plugins(bp)
     model.includePricer(pricer, "columns", "exact batch-column pricing", priority=1, delay=True)
     model.includeBranchrule(
-        branching, "arcs-then-pairs", "arc flow, then request in arc", 1_000_000, -1, 1.0
+        branching, "levels", "met, position, arc flow, member, claim", 1_000_000, -1, 1.0
     )
     model.includeProp(
         fixing,
