@@ -65,6 +65,7 @@ __all__ = [
     "Decisions",
     "SAOrderingBranchPrice",
     "best_columns",
+    "blind_split",
     "branch_and_price",
     "position_shares",
 ]
@@ -510,6 +511,15 @@ class _Master:
         self._children(decisions.with_ends_by(r, p), decisions.with_ends_after(r, p))
         return True
 
+    def branch_without_lp(self) -> bool:
+        """Branch at a focus node whose LP was not solved (:func:`blind_split`); False when
+        the node's decisions leave nothing to split."""
+        split = blind_split(self.node_decisions(), self.master.n)
+        if split is None:
+            return False
+        self._children(*split)
+        return True
+
     def _children(self, first: Decisions, second: Decisions) -> None:
         estimate = self.model.getLocalEstimate()
         for decisions in (first, second):
@@ -553,6 +563,22 @@ def _pair_sums(
             key = (r, (col.end, col.size))
             out[key] = out.get(key, 0.0) + v
     return out
+
+
+def blind_split(decisions: Decisions, n: int) -> tuple[Decisions, Decisions] | None:
+    """A split that needs no LP values, for a node whose LP was not solved: the first request
+    neither met nor missed (missed / met), else the first ``(r, p)`` with no position decision
+    (ends by ``p`` / after ``p``); None when every one is decided, which fixes each request's
+    batch end, hence the batches and, with the met decisions, the claims: one plan at most.
+    Every plan satisfies one child, as at the levels of :meth:`_Master.branch`."""
+    for r in range(n):
+        if r not in decisions.met and r not in decisions.missed:
+            return decisions.with_missed(r), decisions.with_met(r)
+    for r in range(n):
+        for p in range(1, n):
+            if (r, p) not in decisions.ends_by and (r, p) not in decisions.ends_after:
+                return decisions.with_ends_by(r, p), decisions.with_ends_after(r, p)
+    return None
 
 
 def position_shares(values: list[tuple[Column, float]], n: int) -> dict[tuple[int, int], float]:
@@ -617,6 +643,11 @@ def _plugins(master: _Master) -> tuple[Any, Any, Any]:
         def branchexeclp(self, allowaddcons: bool) -> dict[str, Any]:
             outcome = master.branch()
             return {"result": result.BRANCHED if outcome == "branched" else result.CUTOFF}
+
+        def branchexecps(self, allowaddcons: bool) -> dict[str, Any]:
+            # SCIP branches on the pseudo solution when a node's LP was not solved
+            branched = master.branch_without_lp()
+            return {"result": result.BRANCHED if branched else result.DIDNOTRUN}
 
     class Fixing(scip_mod.Prop):  # type: ignore[misc,name-defined]
         def propexec(self, proptiming: Any) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from slolab.models.sa_bp import (
     Decisions,
     SAOrderingBranchPrice,
     best_columns,
+    blind_split,
     branch_and_price,
     position_shares,
 )
@@ -116,6 +117,33 @@ def test_position_decisions_forbid_what_they_say() -> None:
     assert decisions.banned_at(2) == {1}
     assert decisions.banned_at(3) == frozenset()
     assert decisions.banned_at(4) == {2}
+
+
+def test_blind_split_keeps_every_plan_and_ends() -> None:
+    """The split for a node without an LP solution: down any path of its children every plan
+    of a 4-request snapshot (B = 3) stays allowed at exactly one child of each split, and the
+    path ends (None) with every request met or missed and every position decided."""
+    n = 4
+    plans = list(every_plan(tuple(range(n)), 3))
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        decisions = Decisions()
+        splits = 0
+        while (split := blind_split(decisions, n)) is not None:
+            splits += 1
+            for plan in plans:
+                ends = np.cumsum([len(b) for b in plan])
+                for met in ((), tuple(range(n))):
+                    cols = [
+                        Column(tuple(b), int(e), tuple(r for r in b if r in met))
+                        for b, e in zip(plan, ends, strict=True)
+                    ]
+                    if all(decisions.allows(c) for c in cols):
+                        kept = [all(child.allows(c) for c in cols) for child in split]
+                        assert sum(kept) == 1, (plan, met, decisions)
+            decisions = split[int(rng.integers(2))]
+        assert splits == n + n * (n - 1)
+        assert decisions.met | decisions.missed == set(range(n))
 
 
 def test_position_options_are_checked() -> None:
