@@ -115,7 +115,7 @@ def prove(inst, method: str, time_limit: float) -> dict:
         assert check(inst, out) == [], f"{solver} schedule breaks a rule"
         row["replayed_g"] = metrics.g_ratio(inst, out)
         assert abs(row["replayed_g"] - res.objective) <= 1e-9 * res.objective, "replay differs"
-    for key in ("root_bound", "cuts", "nodes", "warm_start_status", "final_milp"):
+    for key in ("root_bound", "cuts", "nodes", "warm_start_status", "final_milp", "blind_splits"):
         if key in res.details:
             row[key] = res.details[key]
     return row

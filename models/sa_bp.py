@@ -366,7 +366,7 @@ class _Master:
         _check_position(position, position_pick)
         self.position = position
         self.position_pick = position_pick
-        self.counters = {"priced": 0, "pricing_rounds": 0, "closed_nodes": 0}
+        self.counters = {"priced": 0, "pricing_rounds": 0, "closed_nodes": 0, "blind_splits": 0}
 
     def entries(self, col: Column) -> list[tuple[int, float]]:
         """``(row, coefficient)`` of ``col`` in the master (the rows of :class:`ColumnMaster`)."""
@@ -517,6 +517,7 @@ class _Master:
         split = blind_split(self.node_decisions(), self.master.n)
         if split is None:
             return False
+        self.counters["blind_splits"] += 1
         self._children(*split)
         return True
 
@@ -897,9 +898,8 @@ class SAOrderingBranchPrice(SAOrderingColumns):
             counters["scip_runs"] += 1
             counters["nodes"] += int(step.details["nodes"])
             counters["columns"] = max(counters["columns"], int(step.details["columns"]))
-            counters["closed_nodes"] = counters.get("closed_nodes", 0) + int(
-                step.details["closed_nodes"]
-            )
+            for key in ("closed_nodes", "blind_splits"):
+                counters[key] = counters.get(key, 0) + int(step.details[key])
             known.update(step.columns)
             if any([adopt(p) for p in step.plans]):
                 continue
