@@ -17,7 +17,13 @@
    branch-and-price's root gap (the bound after its root column LP over the final G, minus
    one), and the proved-within-limit rate per size and method. ``--bp-only`` runs this part
    alone. Methods ``bp-nocuts`` and ``columns-nocuts`` are the same without the
-   claim-capacity cuts, ``bp-nobounds`` and ``columns-nobounds`` without the start-time bounds.
+   claim-capacity cuts, ``bp-nobounds`` and ``columns-nobounds`` without the start-time bounds,
+   ``bp-noposition`` without the branching level on a request's position and
+   ``bp-positionfirst`` with that level before the met-request one, ``bp-positionspread`` with
+   its split on the most spread request, ``bp-plunging`` with SCIP's own node selection (which
+   dives) instead of the smallest bound first. ``--bp-shipped`` adds
+   shipped instances (e.g. ``sa-azure-n40-b4``) to the snapshots; ``--bp-first-seed k``
+   starts the snapshots at seed ``k`` (seeds ``k .. --bp-seeds - 1``).
 6. With ``--cuts``: the root gap with and without the claim-capacity cuts
    (docs/sa_ordering.md Sec. 6, "Cuts") on the snapshots of ``--cuts-sizes`` (seeds 0, 1, 2;
    ``--cuts-seeds``) and the shipped ``sa-azure-n40-b4``. The incumbent G is the column
@@ -32,6 +38,7 @@ proved optimum agrees across backends (1e-9 relative) and every schedule passes 
 
 Usage: ``python benchmarks/sa_ordering.py [--quick] [--intervals] [--bp | --bp-only]
 [--bp-sizes 20,30] [--bp-seeds 3] [--bp-methods bp,columns,highs] [--bp-limit S]
+[--bp-first-seed 0] [--bp-shipped sa-azure-n40-b4]
 [--cuts | --cuts-only] [--cuts-sizes 20,30,40] [--cuts-seeds 3] [--cuts-limit S]
 [--brute-limit S]``.
 """
@@ -76,14 +83,25 @@ METHODS = {
     "bp-nocuts": ("sa-ordering-bp", "highs"),
     "columns-nobounds": ("sa-ordering-columns", "highs"),
     "bp-nobounds": ("sa-ordering-bp", "highs"),
+    "bp-noposition": ("sa-ordering-bp", "highs"),
+    "bp-positionfirst": ("sa-ordering-bp", "highs"),
+    "bp-positionspread": ("sa-ordering-bp", "highs"),
+    "bp-plunging": ("sa-ordering-bp", "highs"),
+}
+#: Options of the variant methods: label suffix -> model options.
+VARIANTS = {
+    "-nocuts": {"cuts": False},
+    "-nobounds": {"bounds": False},
+    "-noposition": {"position": None},
+    "-positionfirst": {"position": "first"},
+    "-positionspread": {"position_pick": "spread"},
+    "-plunging": {"best_first": False},
 }
 
 
 def prove(inst, method: str, time_limit: float) -> dict:
     model, solver = METHODS[method]
-    options = {"cuts": False} if method.endswith("-nocuts") else {}
-    if method.endswith("-nobounds"):
-        options = {"bounds": False}
+    options = next((v for k, v in VARIANTS.items() if method.endswith(k)), {})
     res = solve(build_model(model, inst, **options), solver=solver, time_limit=time_limit)
     row = {
         "solver": method,
@@ -97,7 +115,7 @@ def prove(inst, method: str, time_limit: float) -> dict:
         assert check(inst, out) == [], f"{solver} schedule breaks a rule"
         row["replayed_g"] = metrics.g_ratio(inst, out)
         assert abs(row["replayed_g"] - res.objective) <= 1e-9 * res.objective, "replay differs"
-    for key in ("root_bound", "cuts", "nodes", "warm_start_status", "final_milp"):
+    for key in ("root_bound", "cuts", "nodes", "warm_start_status", "final_milp", "blind_splits"):
         if key in res.details:
             row[key] = res.details[key]
     return row
@@ -158,15 +176,27 @@ def bp_limit(n: int, override: float | None) -> float:
     return 60.0 if n <= 40 else 300.0
 
 
-def part_bp(sizes: list[int], seeds: int, methods: list[str], limit: float | None) -> pd.DataFrame:
+def part_bp(
+    sizes: list[int],
+    seeds: int,
+    methods: list[str],
+    limit: float | None,
+    shipped: tuple[str, ...] = (),
+    first_seed: int = 0,
+) -> pd.DataFrame:
     """Branch-and-price against the column method and the arc MILP on snapshots
-    ``sa_snapshot(n, 4, seed=s)``: one row per (N, seed, method), with the relative gap
-    ``bound / G - 1`` and branch-and-price's root gap (its root bound over the final G)."""
+    ``sa_snapshot(n, 4, seed=s)`` and the ``shipped`` instances (seed -1): one row per
+    (instance, method), with the relative gap ``bound / G - 1`` and branch-and-price's root
+    gap (its root bound over the final G)."""
     rows = []
-    jobs = [(n, s, m) for n in sizes for s in range(seeds) for m in methods]
-    for n, seed, method in tqdm(jobs, desc="branch-and-price part", unit="solve"):
-        inst = sa_snapshot(n, 4, seed=seed)
+    cases = [(f"n{n}-seed{s}", n, s) for n in sizes for s in range(first_seed, seeds)]
+    for name in shipped:
+        cases.append((name, load_shipped(name).n_requests, -1))
+    jobs = [(case, m) for case in cases for m in methods]
+    for (label, n, seed), method in tqdm(jobs, desc="branch-and-price part", unit="solve"):
+        inst = load_shipped(label) if seed < 0 else sa_snapshot(n, 4, seed=seed)
         r = prove(inst, method, bp_limit(n, limit))
+        r["instance"] = label
         obj, bound = r["objective"], r["bound"]
         r["gap"] = bound / obj - 1.0 if obj and bound is not None else None
         root = r.get("root_bound")
@@ -174,7 +204,7 @@ def part_bp(sizes: list[int], seeds: int, methods: list[str], limit: float | Non
         r.update({"part": "bp", "n": n, "batch": 4, "seed": seed, "limit_s": bp_limit(n, limit)})
         rows.append(r)
         tqdm.write(
-            f"  {method} N={n} seed={seed}: {r['status']} in {r['runtime_s']:.1f}s, "
+            f"  {method} {label}: {r['status']} in {r['runtime_s']:.1f}s, "
             f"G {obj:.6f}, bound {bound:.6f}"
         )
     frame = pd.DataFrame(rows)
@@ -306,7 +336,7 @@ def part_latency(sizes: list[int], repeats: int) -> pd.DataFrame:
 def report_bp(frame: pd.DataFrame) -> None:
     """Print the branch-and-price part: every run, then the proved rate per N and method."""
     print("\nBranch-and-price against the column method and the arc MILP (B = 4):")
-    cols = ["n", "seed", "solver", "status", "runtime_s", "objective", "bound", "gap", "root_gap"]
+    cols = ["instance", "solver", "status", "runtime_s", "objective", "bound", "gap", "root_gap"]
     print(frame[cols].to_string(index=False))
     rate = frame.assign(proved=frame.status == "OPTIMAL").groupby(["n", "solver"])
     summary = rate.agg(
@@ -350,6 +380,18 @@ def main() -> None:
         "--bp-methods",
         default="bp,columns,highs",
         help="comma-separated methods of the branch-and-price part (default: bp,columns,highs)",
+    )
+    ap.add_argument(
+        "--bp-first-seed",
+        type=int,
+        default=0,
+        help="first snapshot seed of the branch-and-price part (default: 0)",
+    )
+    ap.add_argument(
+        "--bp-shipped",
+        default="",
+        help="comma-separated shipped instances added to the branch-and-price part "
+        "(e.g. sa-azure-n40-b4; default: none)",
     )
     ap.add_argument(
         "--bp-limit",
@@ -398,13 +440,16 @@ def main() -> None:
             bp_sizes = [int(v) for v in args.bp_sizes.split(",")]
         except ValueError:
             ap.error(f"--bp-sizes must be comma-separated integers, got {args.bp_sizes!r}")
+        shipped = tuple(v for v in args.bp_shipped.split(",") if v)
         bp_methods = args.bp_methods.split(",")
         unknown = [m for m in bp_methods if m not in METHODS]
         if unknown:
             ap.error(f"--bp-methods: unknown {unknown[0]!r}; known: {', '.join(METHODS)}")
     if args.bp_only:
         OUT.mkdir(exist_ok=True)
-        frame = part_bp(bp_sizes, args.bp_seeds, bp_methods, args.bp_limit)
+        frame = part_bp(
+            bp_sizes, args.bp_seeds, bp_methods, args.bp_limit, shipped, args.bp_first_seed
+        )
         report_bp(frame)
         frame.to_csv(OUT / "sa_ordering_bp.csv", index=False)
         print(f"wrote {OUT / 'sa_ordering_bp.csv'}")
@@ -444,7 +489,9 @@ def main() -> None:
         )
         parts.append(intervals)
     if args.bp:
-        frame = part_bp(bp_sizes, args.bp_seeds, bp_methods, args.bp_limit)
+        frame = part_bp(
+            bp_sizes, args.bp_seeds, bp_methods, args.bp_limit, shipped, args.bp_first_seed
+        )
         report_bp(frame)
         parts.append(frame)
     if args.cuts:

@@ -9,21 +9,29 @@ splits the tree in a way the pricing can follow (docs/sa_ordering.md Sec. 6, "Br
 
 0. on a request ``r`` with ``y_r = sum_{c: r in T_c} lambda_c`` fractional: ``r`` never claimed
    met, or claimed by every column that holds it;
-1. once every ``y_r`` is integral, on an arc ``a = (p, s)`` whose flow
+1. once every ``y_r`` is integral, on a request's position
+   ``z_rp = sum_{c: r in S_c, p_c <= p} lambda_c`` that is fractional: ``r`` only in batches
+   ending by ``p``, or only in batches ending after ``p`` (``position``: here by default,
+   ``"first"`` before level 0, None nowhere);
+2. once every ``z_rp`` is integral, on an arc ``a = (p, s)`` whose flow
    ``f_a = sum_{c at a} lambda_c`` is fractional: ``f_a = 0`` (the pricer skips arc ``a``) or
    ``f_a = 1`` (it skips every other arc that overlaps positions ``p - s + 1 .. p``);
-2. when every arc flow is integral, on a pair (request ``r``, arc ``a`` of the path) with
+3. when every arc flow is integral, on a pair (request ``r``, arc ``a`` of the path) with
    ``x_ra = sum_{c at a, r in c} lambda_c`` fractional: ``r`` never at ``a``, or ``r`` at ``a``
    (never elsewhere, and every column at ``a`` holds it);
-3. when the ``x`` are integral too, on a claim ``y_ra = sum_{c at a, r in T_c} lambda_c``
+4. when the ``x`` are integral too, on a claim ``y_ra = sum_{c at a, r in T_c} lambda_c``
    that is fractional: ``r`` never claimed at ``a``, or every column at ``a`` claims ``r``.
 
 With flows, members and claims integral, every column in the LP solution at an arc has the same
 members and claims, so the LP solution is integral: the rule is complete.
 
-Each decision is a set of forbidden arcs, requests or (request, arc) pairs, so the pricing stays
-the same sorted-prefix computation (a forbidden request gets an infinite value, a required one a
-large negative shift) and stays exact at every node; a propagator fixes the existing columns a
+SCIP takes the open node of the smallest LP bound next and never dives (``best_first``;
+measured in docs/sa_ordering.md Sec. 9: narrower bounds, the same incumbents).
+
+Each decision is a set of forbidden arcs, requests or (request, arc) pairs (a position
+decision excludes its request from every arc ending on the wrong side of ``p``), so the
+pricing stays the same sorted-prefix computation (a forbidden request gets an infinite value,
+a required one a large negative shift) and stays exact at every node; a propagator fixes the existing columns a
 node forbids, and a node whose LP has no solution is priced by its Farkas ray. Each Dinkelbach step is one SCIP run with the objective limit ``-tol``: it ends with a
 plan of ``F < 0`` (a better G) or proves ``min F >= -tol`` (the incumbent is optimal).
 """
@@ -53,7 +61,14 @@ from slolab.solvers.backend import run_interruptibly
 from slolab.solvers.base import Result, Status
 from slolab.solvers.registry import register_model
 
-__all__ = ["Decisions", "SAOrderingBranchPrice", "branch_and_price"]
+__all__ = [
+    "Decisions",
+    "SAOrderingBranchPrice",
+    "best_columns",
+    "blind_split",
+    "branch_and_price",
+    "position_shares",
+]
 
 logger = logging.getLogger("slolab")
 
@@ -68,6 +83,15 @@ WARM_START_SHARE = 0.3
 #: Share of the time limit kept (with the warm start) for a last restricted MILP over every
 #: column known, when SCIP stops at its time limit: the column method's incumbent heuristic.
 FINAL_MILP_SHARE = 0.2
+
+#: Where the position level enters the branching order (module docstring): before the
+#: met-request level (``"first"``), right after it (``"after-met"``), or nowhere (None).
+POSITION_LEVELS = ("first", "after-met", None)
+DEFAULT_POSITION = "after-met"
+#: Which fractional ``z_rp`` the position level splits: the most fractional one, or the median
+#: position of the request whose batch ends are the most spread.
+POSITION_PICKS = ("fractional", "spread")
+DEFAULT_POSITION_PICK = "fractional"
 
 Arc = tuple[int, int]
 
@@ -86,6 +110,8 @@ class Decisions:
     unclaimed: frozenset[tuple[int, Arc]] = frozenset()
     met: frozenset[int] = frozenset()
     missed: frozenset[int] = frozenset()
+    ends_by: frozenset[tuple[int, int]] = frozenset()
+    ends_after: frozenset[tuple[int, int]] = frozenset()
     _fixed_map: dict[int, Arc] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -99,10 +125,21 @@ class Decisions:
         """Requests every column at ``arc`` must hold."""
         return [r for r, a in self.fixed if a == arc] + [r for r, a in self.claimed if a == arc]
 
+    def banned_at(self, end: int) -> frozenset[int]:
+        """Requests the position decisions keep out of every arc ending at position ``end``:
+        ``r`` ending by ``p < end``, or ending after ``p >= end``."""
+        if not self.ends_by and not self.ends_after:
+            return frozenset()
+        return frozenset(r for r, p in self.ends_by if end > p) | frozenset(
+            r for r, p in self.ends_after if end <= p
+        )
+
     def allows(self, col: Column) -> bool:
         """Whether column ``col`` is allowed at this node."""
         arc = (col.end, col.size)
         if arc in self.forbidden:
+            return False
+        if not self.banned_at(col.end).isdisjoint(col.members):
             return False
         for r in col.members:
             if (r, arc) in self.excluded or self._fixed_map.get(r, arc) != arc:
@@ -132,6 +169,8 @@ class Decisions:
             "unclaimed": self.unclaimed,
             "met": self.met,
             "missed": self.missed,
+            "ends_by": self.ends_by,
+            "ends_after": self.ends_after,
         }
         fields.update(changes)
         return Decisions(**fields)
@@ -157,12 +196,89 @@ class Decisions:
     def with_missed(self, request: int) -> Decisions:
         return self._with(missed=self.missed | {request})
 
+    def with_ends_by(self, request: int, position: int) -> Decisions:
+        return self._with(ends_by=self.ends_by | {(request, position)})
+
+    def with_ends_after(self, request: int, position: int) -> Decisions:
+        return self._with(ends_after=self.ends_after | {(request, position)})
+
+
+def _check_position(position: str | None, pick: str) -> None:
+    if position not in POSITION_LEVELS:
+        raise ValueError(f"position must be one of {POSITION_LEVELS}, got {position!r}")
+    if pick not in POSITION_PICKS:
+        raise ValueError(f"position_pick must be one of {POSITION_PICKS}, got {pick!r}")
+
 
 def overlapping_arcs(arcs: list[Arc], arc: Arc) -> set[Arc]:
     """Every arc of ``arcs`` other than ``arc`` that covers one of its positions."""
     p, s = arc
     q = p - s
     return {(p2, s2) for p2, s2 in arcs if (p2, s2) != arc and p2 - s2 < p and p2 > q}
+
+
+def best_columns(
+    m: ColumnMaster, duals: np.ndarray, decisions: Decisions
+) -> dict[Arc, tuple[Column, float]]:
+    """Pricing under a node's decisions: for every arc they do not forbid, the column of
+    smallest reduced cost among those they allow (when the arc allows any) and that cost as
+    the pricing table gives it (exact at arcs without a per-arc decision; at the others the
+    shifts of :data:`REQUIRED_SHIFT` are in it)."""
+    # a request always met costs REQUIRED_SHIFT more in any column and gains it back when
+    # claimed; a request never met is never eligible
+    met = sorted(decisions.met)
+    bonus = np.zeros(m.n)
+    bonus[met] = REQUIRED_SHIFT
+    base = duals.copy()
+    base[[m.row_assign + r for r in met]] -= REQUIRED_SHIFT
+    missed = sorted(decisions.missed)
+    generic = base.copy()
+    for r, _ in decisions.fixed:
+        generic[m.row_assign + r] = -math.inf
+    special = decisions.special_arcs()
+    out: dict[Arc, tuple[Column, float]] = {}
+    # arcs whose ends share the requests the position decisions ban share one table
+    banned_tables: dict[tuple[int, frozenset[int]], dict[str, Any]] = {}
+    for table in m.pricing_tables(generic, unclaimed=missed, bonus=bonus):
+        s = table["s"]
+        for p in range(s, m.n + 1):
+            arc = (p, s)
+            if arc in decisions.forbidden or arc in special:
+                continue
+            banned = decisions.banned_at(p)
+            local_table = table
+            if banned:
+                if (s, banned) not in banned_tables:
+                    local = generic.copy()
+                    local[[m.row_assign + r for r in banned]] = -math.inf
+                    (banned_tables[s, banned],) = m.pricing_tables(
+                        local, sizes=[s], unclaimed=missed, bonus=bonus
+                    )
+                local_table = banned_tables[s, banned]
+            out[arc] = m.price_arc(local_table, generic, p)
+    for arc in sorted(special - decisions.forbidden):
+        p, s = arc
+        local = base.copy()
+        required = set(decisions.required(arc))
+        banned = decisions.banned_at(p)
+        for r in range(m.n):
+            fixed = decisions.fixed_arc(r)
+            if (
+                (r, arc) in decisions.excluded
+                or (fixed is not None and fixed != arc)
+                or r in banned
+            ):
+                local[m.row_assign + r] = -math.inf
+            elif r in required:
+                local[m.row_assign + r] += REQUIRED_SHIFT
+        local_bonus = bonus.copy()
+        for r, a in decisions.claimed:
+            if a == arc:
+                local_bonus[r] += REQUIRED_SHIFT
+        never = missed + [r for r, a in decisions.unclaimed if a == arc]
+        (table,) = m.pricing_tables(local, sizes=[s], unclaimed=never, bonus=local_bonus)
+        out[arc] = m.price_arc(table, local, p)
+    return out
 
 
 def _scip() -> Any:
@@ -176,7 +292,14 @@ class _Master:
     :class:`ColumnMaster`); a node whose LP has no solution is priced by its Farkas ray."""
 
     def __init__(
-        self, master: ColumnMaster, columns: list[Column], seed: int, met_first: bool = True
+        self,
+        master: ColumnMaster,
+        columns: list[Column],
+        seed: int,
+        met_first: bool = True,
+        position: str | None = DEFAULT_POSITION,
+        position_pick: str = DEFAULT_POSITION_PICK,
+        best_first: bool = True,
     ) -> None:
         scip_mod = _scip()
         self.master = master
@@ -190,6 +313,11 @@ class _Master:
         model.setParam("misc/catchctrlc", False)
         model.setParam("randomization/randomseedshift", int(seed))
         model.setParam("parallel/maxnthreads", 1)
+        if best_first:
+            # best bound first, no plunging: the node of the smallest LP bound is always next
+            model.setParam("nodeselection/bfs/stdpriority", 10_000_000)
+            model.setParam("nodeselection/bfs/minplungedepth", 0)
+            model.setParam("nodeselection/bfs/maxplungedepth", 0)
         self.model = model
         # every row starts with a variable fixed at 0, so that no row is empty
         zero = model.addVar("zero", lb=0.0, ub=0.0)
@@ -235,7 +363,10 @@ class _Master:
         self.decisions: dict[int, Decisions] = {}
         self.closed: list[Batches] = []
         self.met_first = met_first
-        self.counters = {"priced": 0, "pricing_rounds": 0, "closed_nodes": 0}
+        _check_position(position, position_pick)
+        self.position = position
+        self.position_pick = position_pick
+        self.counters = {"priced": 0, "pricing_rounds": 0, "closed_nodes": 0, "blind_splits": 0}
 
     def entries(self, col: Column) -> list[tuple[int, float]]:
         """``(row, coefficient)`` of ``col`` in the master (the rows of :class:`ColumnMaster`)."""
@@ -290,46 +421,12 @@ class _Master:
         m = self.master
         decisions = self.node_decisions()
         self.counters["pricing_rounds"] += 1
-        candidates: list[Column] = []
-        # a request always met costs REQUIRED_SHIFT more in any column and gains it back when
-        # claimed; a request never met is never eligible
-        met = sorted(decisions.met)
-        bonus = np.zeros(m.n)
-        bonus[met] = REQUIRED_SHIFT
-        base = duals.copy()
-        base[[m.row_assign + r for r in met]] -= REQUIRED_SHIFT
-        missed = sorted(decisions.missed)
-        generic = base.copy()
-        for r, _ in decisions.fixed:
-            generic[m.row_assign + r] = -math.inf
         special = decisions.special_arcs()
-        for table in m.pricing_tables(generic, unclaimed=missed, bonus=bonus):
-            s = table["s"]
-            for p in range(s, m.n + 1):
-                arc = (p, s)
-                if arc in decisions.forbidden or arc in special:
-                    continue
-                col, best = m.price_arc(table, generic, p)
-                if best < -PRICING_TOLERANCE:
-                    candidates.append(col)
-        for arc in sorted(special - decisions.forbidden):
-            p, s = arc
-            local = base.copy()
-            required = set(decisions.required(arc))
-            for r in range(m.n):
-                fixed = decisions.fixed_arc(r)
-                if (r, arc) in decisions.excluded or (fixed is not None and fixed != arc):
-                    local[m.row_assign + r] = -math.inf
-                elif r in required:
-                    local[m.row_assign + r] += REQUIRED_SHIFT
-            local_bonus = bonus.copy()
-            for r, a in decisions.claimed:
-                if a == arc:
-                    local_bonus[r] += REQUIRED_SHIFT
-            never = missed + [r for r, a in decisions.unclaimed if a == arc]
-            (table,) = m.pricing_tables(local, sizes=[s], unclaimed=never, bonus=local_bonus)
-            col, _ = m.price_arc(table, local, p)
-            candidates.append(col)
+        candidates = [
+            col
+            for arc, (col, best) in best_columns(m, duals, decisions).items()
+            if arc in special or best < -PRICING_TOLERANCE
+        ]
         added = 0
         for col in candidates:
             if col in self.index or not decisions.allows(col) or not m.valid(col):
@@ -352,6 +449,8 @@ class _Master:
         """Branch at the focus node (module docstring): ``"branched"`` or ``"closed"``."""
         values = self.lp_values()
         decisions = self.node_decisions()
+        if self.position == "first" and self._branch_position(values, decisions):
+            return "branched"
         if self.met_first:
             claimed: dict[int, float] = {}
             for col, v in values:
@@ -361,6 +460,8 @@ class _Master:
             if request is not None:
                 self._children(decisions.with_missed(request), decisions.with_met(request))
                 return "branched"
+        if self.position == "after-met" and self._branch_position(values, decisions):
+            return "branched"
         flow: dict[Arc, float] = {}
         for col, v in values:
             flow[col.end, col.size] = flow.get((col.end, col.size), 0.0) + v
@@ -393,6 +494,32 @@ class _Master:
             self.closed.append(plan)
         self.counters["closed_nodes"] += 1
         return "closed"
+
+    def _branch_position(self, values: list[tuple[Column, float]], decisions: Decisions) -> bool:
+        """Branch on a fractional ``z_rp`` (:func:`position_shares`; the most fractional one,
+        or with ``position_pick="spread"`` the median position of the request whose batch
+        ends are the most spread): ``r`` ends by ``p`` or after ``p``. False when every
+        ``z_rp`` is integral."""
+        shares = position_shares(values, self.master.n)
+        if self.position_pick == "spread":
+            pair = _widest_position(shares, self.master.n)
+        else:
+            pair = _most_fractional(shares)
+        if pair is None:
+            return False
+        r, p = pair
+        self._children(decisions.with_ends_by(r, p), decisions.with_ends_after(r, p))
+        return True
+
+    def branch_without_lp(self) -> bool:
+        """Branch at a focus node whose LP was not solved (:func:`blind_split`); False when
+        the node's decisions leave nothing to split."""
+        split = blind_split(self.node_decisions(), self.master.n)
+        if split is None:
+            return False
+        self.counters["blind_splits"] += 1
+        self._children(*split)
+        return True
 
     def _children(self, first: Decisions, second: Decisions) -> None:
         estimate = self.model.getLocalEstimate()
@@ -439,6 +566,53 @@ def _pair_sums(
     return out
 
 
+def blind_split(decisions: Decisions, n: int) -> tuple[Decisions, Decisions] | None:
+    """A split that needs no LP values, for a node whose LP was not solved: the first request
+    neither met nor missed (missed / met), else the first ``(r, p)`` with no position decision
+    (ends by ``p`` / after ``p``); None when every one is decided, which fixes each request's
+    batch end, hence the batches and, with the met decisions, the claims: one plan at most.
+    Every plan satisfies one child, as at the levels of :meth:`_Master.branch`."""
+    for r in range(n):
+        if r not in decisions.met and r not in decisions.missed:
+            return decisions.with_missed(r), decisions.with_met(r)
+    for r in range(n):
+        for p in range(1, n):
+            if (r, p) not in decisions.ends_by and (r, p) not in decisions.ends_after:
+                return decisions.with_ends_by(r, p), decisions.with_ends_after(r, p)
+    return None
+
+
+def position_shares(values: list[tuple[Column, float]], n: int) -> dict[tuple[int, int], float]:
+    """``z_rp = sum_{c: r in S_c, p_c <= p} lambda_c`` (the share of request ``r`` in batches
+    ending by position ``p``) for ``p = 1 .. n - 1``, every request held by some column."""
+    ends = np.zeros((n, n + 1))
+    for col, v in values:
+        ends[list(col.members), col.end] += v
+    z = np.cumsum(ends, axis=1)
+    held = np.flatnonzero(ends.sum(axis=1) > 0)
+    return {(int(r), p): float(z[r, p]) for r in held for p in range(1, n)}
+
+
+def _widest_position(shares: dict[tuple[int, int], float], n: int) -> tuple[int, int] | None:
+    """Of the requests with a fractional ``z_rp``, the one whose batch ends spread the most
+    (mean absolute deviation of the end position; ties: the smallest request), at the
+    position whose ``z_rp`` is closest to one half; None when every ``z_rp`` is integral."""
+    best: tuple[float, int, int] | None = None
+    for r in sorted({r for r, _ in shares}):
+        z = np.array([0.0] + [shares[r, p] for p in range(1, n)] + [1.0])
+        weights = np.diff(z)
+        positions = np.arange(1, n + 1)
+        mean = float(weights @ positions) / max(float(weights.sum()), 1e-12)
+        spread = float(weights @ np.abs(positions - mean))
+        fractional = [p for p in range(1, n) if min(z[p], 1.0 - z[p]) > INTEGRALITY_TOLERANCE]
+        if not fractional:
+            continue
+        p = min(fractional, key=lambda q: (abs(z[q] - 0.5), q))
+        if best is None or spread > best[0] + 1e-12:
+            best = (spread, r, p)
+    return None if best is None else (best[1], best[2])
+
+
 def _most_fractional(values: dict[Any, float]) -> Any:
     """The key whose value is farthest from an integer (ties: the smallest key), or None."""
     best, best_key = INTEGRALITY_TOLERANCE, None
@@ -471,6 +645,11 @@ def _plugins(master: _Master) -> tuple[Any, Any, Any]:
             outcome = master.branch()
             return {"result": result.BRANCHED if outcome == "branched" else result.CUTOFF}
 
+        def branchexecps(self, allowaddcons: bool) -> dict[str, Any]:
+            # SCIP branches on the pseudo solution when a node's LP was not solved
+            branched = master.branch_without_lp()
+            return {"result": result.BRANCHED if branched else result.DIDNOTRUN}
+
     class Fixing(scip_mod.Prop):  # type: ignore[misc,name-defined]
         def propexec(self, proptiming: Any) -> dict[str, Any]:
             changed = master.fix_forbidden()
@@ -499,6 +678,9 @@ def branch_and_price(
     time_limit: float,
     seed: int,
     met_first: bool = True,
+    position: str | None = DEFAULT_POSITION,
+    position_pick: str = DEFAULT_POSITION_PICK,
+    best_first: bool = True,
 ) -> StepOutcome:
     """Minimize ``F`` at ``master.ratio`` by branch-and-price on SCIP, keeping only plans with
     ``F < objective_limit`` (s).
@@ -510,12 +692,12 @@ def branch_and_price(
     its plan among ``plans``; its exact ``F`` enters ``f_lower``.
     """
     scip_mod = _scip()
-    bp = _Master(master, columns, seed, met_first)
+    bp = _Master(master, columns, seed, met_first, position, position_pick, best_first)
     model = bp.model
     pricer, branching, fixing = _plugins(bp)
     model.includePricer(pricer, "columns", "exact batch-column pricing", priority=1, delay=True)
     model.includeBranchrule(
-        branching, "arcs-then-pairs", "arc flow, then request in arc", 1_000_000, -1, 1.0
+        branching, "levels", "met, position, arc flow, member, claim", 1_000_000, -1, 1.0
     )
     model.includeProp(
         fixing,
@@ -574,6 +756,12 @@ class SAOrderingBranchPrice(SAOrderingColumns):
     every node's LP carries otherwise. With the warm start, :data:`FINAL_MILP_SHARE` of the limit is kept for a restricted
     MILP over every column known when SCIP stops at its time limit (it may improve the
     incumbent; the bound is SCIP's).
+    ``position`` places the branching level on a request's position (module docstring: after
+    the met-request level by default, ``"first"`` before it, None leaves it out) and
+    ``position_pick`` chooses its split (``"fractional"``: the most fractional ``z_rp``;
+    ``"spread"``: the request whose batch ends spread the most). By default SCIP takes the open
+    node of the smallest LP bound next, never diving (``best_first=False``: SCIP's own node
+    selection, which dives).
     ``warm_start=False`` starts SCIP from the deterministic plans alone (no annealing, no column
     method), which leaves all the work to SCIP. Instances with different arrivals fall back to
     the position-arc MILP; CP-SAT and brute force are the parent's.
@@ -592,10 +780,17 @@ class SAOrderingBranchPrice(SAOrderingColumns):
         cuts: bool = True,
         anneal: Callable[..., tuple[Batches, Any]] | None = None,
         bounds: bool = True,
+        position: str | None = DEFAULT_POSITION,
+        position_pick: str = DEFAULT_POSITION_PICK,
+        best_first: bool = True,
     ) -> None:
         super().__init__(instance, cuts=cuts, bounds=bounds)
+        self.best_first = bool(best_first)
+        _check_position(position, position_pick)
+        self.position_pick = position_pick
         self.use_warm_start = bool(warm_start)
         self.anneal = anneal
+        self.position = position
 
     def solve_with(self, backend: Any, time_limit: float, **params: Any) -> Result | None:
         if backend.formulation == "milp" and self.problem.snapshot:
@@ -696,13 +891,15 @@ class SAOrderingBranchPrice(SAOrderingColumns):
                 -tolerance,
                 remaining - reserve,
                 seed,
+                position=self.position,
+                position_pick=self.position_pick,
+                best_first=self.best_first,
             )
             counters["scip_runs"] += 1
             counters["nodes"] += int(step.details["nodes"])
             counters["columns"] = max(counters["columns"], int(step.details["columns"]))
-            counters["closed_nodes"] = counters.get("closed_nodes", 0) + int(
-                step.details["closed_nodes"]
-            )
+            for key in ("closed_nodes", "blind_splits"):
+                counters[key] = counters.get(key, 0) + int(step.details[key])
             known.update(step.columns)
             if any([adopt(p) for p in step.plans]):
                 continue
