@@ -33,14 +33,16 @@
    columns, and each gives ``bound / G - 1``. Also the cuts found, added and the LP's claimed-met
    count. ``--cuts-only`` runs this part alone and writes ``benchmarks/out/sa_ordering_cuts.csv``.
 
-Prints tables and writes ``benchmarks/out/sa_ordering.csv``. Asserts only stable facts: every
+Prints tables and writes ``benchmarks/out/sa_ordering.csv`` (``--tag T``: ``sa_ordering-T.csv``,
+and likewise for the parts' files, so that runs started together keep their own). Asserts only
+stable facts: every
 proved optimum agrees across backends (1e-9 relative) and every schedule passes the checker.
 
 Usage: ``python benchmarks/sa_ordering.py [--quick] [--intervals] [--bp | --bp-only]
 [--bp-sizes 20,30] [--bp-seeds 3] [--bp-methods bp,columns,highs] [--bp-limit S]
 [--bp-first-seed 0] [--bp-shipped sa-azure-n40-b4]
 [--cuts | --cuts-only] [--cuts-sizes 20,30,40] [--cuts-seeds 3] [--cuts-limit S]
-[--brute-limit S]``.
+[--brute-limit S] [--tag T]``.
 """
 
 from __future__ import annotations
@@ -417,8 +419,18 @@ def main() -> None:
         default=20.0,
         help="seconds of the column method for the incumbent of the cuts part (default: 20)",
     )
+    ap.add_argument(
+        "--tag",
+        default="",
+        help="suffix of the CSV files written (sa_ordering_bp-TAG.csv, ...), so that runs "
+        "started together do not overwrite each other's (default: none)",
+    )
     args = ap.parse_args()
     pd.set_option("display.width", 200)
+
+    def out(name: str) -> Path:
+        return OUT / (f"{name}-{args.tag}.csv" if args.tag else f"{name}.csv")
+
     if args.cuts or args.cuts_only:
         try:
             cut_sizes = [int(v) for v in args.cuts_sizes.split(",")]
@@ -432,8 +444,8 @@ def main() -> None:
         OUT.mkdir(exist_ok=True)
         frame = part_cuts(cut_sizes, args.cuts_seeds, args.cuts_limit)
         report_cuts(frame)
-        frame.to_csv(OUT / "sa_ordering_cuts.csv", index=False)
-        print(f"wrote {OUT / 'sa_ordering_cuts.csv'}")
+        frame.to_csv(out("sa_ordering_cuts"), index=False)
+        print(f"wrote {out('sa_ordering_cuts')}")
         return
     if args.bp or args.bp_only:
         try:
@@ -451,8 +463,8 @@ def main() -> None:
             bp_sizes, args.bp_seeds, bp_methods, args.bp_limit, shipped, args.bp_first_seed
         )
         report_bp(frame)
-        frame.to_csv(OUT / "sa_ordering_bp.csv", index=False)
-        print(f"wrote {OUT / 'sa_ordering_bp.csv'}")
+        frame.to_csv(out("sa_ordering_bp"), index=False)
+        print(f"wrote {out('sa_ordering_bp')}")
         return
     prove_sizes = [6, 8] if args.quick else [6, 8, 10]
     proved = part_exhaustive(prove_sizes, args.brute_limit)
@@ -502,8 +514,8 @@ def main() -> None:
     latency = part_latency([10, 40, 100], 5 if args.quick else 20)
     print(latency[["n", "runtime_s", "max_s", "repeats"]].to_string(index=False))
     OUT.mkdir(exist_ok=True)
-    pd.concat([*parts, latency], ignore_index=True).to_csv(OUT / "sa_ordering.csv", index=False)
-    print(f"wrote {OUT / 'sa_ordering.csv'}")
+    pd.concat([*parts, latency], ignore_index=True).to_csv(out("sa_ordering"), index=False)
+    print(f"wrote {out('sa_ordering')}")
 
 
 if __name__ == "__main__":
