@@ -126,12 +126,7 @@ class CapacityResult:
 
     def __post_init__(self) -> None:
         _check_target(self.target)
-        for name in ("early", "probe_wall_s", "stalled"):
-            if len(getattr(self, name)) not in (0, self.n_probes):
-                raise ValueError(
-                    f"{name} must have one entry per probe ({self.n_probes}) or none, "
-                    f"got {len(getattr(self, name))}"
-                )
+        _check_per_probe(self, ("early", "probe_wall_s", "stalled"), self.n_probes)
         lo, hi = self.bracket
         if not 0.0 <= lo <= hi:
             raise ValueError(f"bracket must satisfy 0 <= lo <= hi, got {self.bracket}")
@@ -220,6 +215,16 @@ class CapacityResult:
 def _check_target(target: float) -> None:
     if not (isinstance(target, int | float) and 0.0 < target <= 1.0):
         raise ValueError(f"target must be an attainment in (0, 1], got {target!r}")
+
+
+def _check_per_probe(record: object, names: Sequence[str], n_probes: int) -> None:
+    """Each field ``names`` of ``record`` holds one entry per probe, or none."""
+    for name in names:
+        size = len(getattr(record, name))
+        if size not in (0, n_probes):
+            raise ValueError(
+                f"{name} must have one entry per probe ({n_probes}) or none, got {size}"
+            )
 
 
 def _known_intervals(
@@ -563,12 +568,7 @@ class CountSearchResult:
 
     def __post_init__(self) -> None:
         _check_target(self.target)
-        for name in ("early", "stalled"):
-            if len(getattr(self, name)) not in (0, len(self.probes)):
-                raise ValueError(
-                    f"{name} must have one entry per probe ({len(self.probes)}) or none, "
-                    f"got {len(getattr(self, name))}"
-                )
+        _check_per_probe(self, ("early", "stalled"), len(self.probes))
         lo, hi = self.bounds
         if not 1 <= lo <= hi:
             raise ValueError(f"bounds must satisfy 1 <= lo <= hi, got {self.bounds}")
