@@ -28,7 +28,6 @@ import numpy as np
 from slolab.heuristics.deployment import (
     PlanRouter,
     PoolPolicies,
-    best_single,
     greedy_cost_per_capacity,
     single_configuration_plans,
 )
@@ -546,7 +545,8 @@ class DeploymentReport:
     greedy_cost : float
         Cost of :func:`greedy_cost_per_capacity` ($/h) on the measured capacities.
     best_single_cost : float
-        Cost of :func:`best_single` on the measured capacities (inf: none).
+        Cost of the cheapest single-configuration plan on the measured capacities
+        (:func:`slolab.heuristics.deployment.best_single`; inf: none).
     optimum_cost : float
         The MILP's cost on the measured capacities (first round).
     optimum_status : str
@@ -769,11 +769,8 @@ def plan_deployment(
     )
     refused = dict(refused or {})
     data = capacity_data(table, classes, target, prices, refused)
-    single_plan = best_single(data)
-    single = {
-        data.configurations[c]: plan.replicas[c]
-        for c, plan in single_configuration_plans(data).items()
-    }
+    plans = single_configuration_plans(data)
+    single = {data.configurations[c]: plan.replicas[c] for c, plan in plans.items()}
     optimum = solve_milp(data)
     mixed = close_loop(
         instance,
@@ -811,7 +808,7 @@ def plan_deployment(
         mixed=mixed,
         best_single=single_loop,
         greedy_cost=plan_cost(data, greedy_cost_per_capacity(data)),
-        best_single_cost=math.inf if single_plan is None else plan_cost(data, single_plan),
+        best_single_cost=min((plan_cost(data, plan) for plan in plans.values()), default=math.inf),
         optimum_cost=optimum.cost,
         optimum_status=optimum.status.value,
         wall_s=time.perf_counter() - start,
