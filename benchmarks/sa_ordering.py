@@ -21,7 +21,9 @@
    ``bp-noposition`` without the branching level on a request's position and
    ``bp-positionfirst`` with that level before the met-request one, ``bp-positionspread`` with
    its split on the most spread request, ``bp-plunging`` with SCIP's own node selection (which
-   dives) instead of the smallest bound first. ``--bp-shipped`` adds
+   dives) instead of the smallest bound first, ``bp-nodecuts`` with the claim-capacity cuts
+   of each node's decisions separated in the tree, ``bp-treemilp`` with the restricted MILP
+   run inside the tree. ``--bp-shipped`` adds
    shipped instances (e.g. ``sa-azure-n40-b4``) to the snapshots; ``--bp-first-seed k``
    starts the snapshots at seed ``k`` (seeds ``k .. --bp-seeds - 1``).
 6. With ``--cuts``: the root gap with and without the claim-capacity cuts
@@ -89,6 +91,8 @@ METHODS = {
     "bp-positionfirst": ("sa-ordering-bp", "highs"),
     "bp-positionspread": ("sa-ordering-bp", "highs"),
     "bp-plunging": ("sa-ordering-bp", "highs"),
+    "bp-nodecuts": ("sa-ordering-bp", "highs"),
+    "bp-treemilp": ("sa-ordering-bp", "highs"),
 }
 #: Options of the variant methods: label suffix -> model options.
 VARIANTS = {
@@ -98,6 +102,8 @@ VARIANTS = {
     "-positionfirst": {"position": "first"},
     "-positionspread": {"position_pick": "spread"},
     "-plunging": {"best_first": False},
+    "-nodecuts": {"node_cuts": True},
+    "-treemilp": {"tree_milp": True},
 }
 
 
@@ -117,7 +123,18 @@ def prove(inst, method: str, time_limit: float) -> dict:
         assert check(inst, out) == [], f"{solver} schedule breaks a rule"
         row["replayed_g"] = metrics.g_ratio(inst, out)
         assert abs(row["replayed_g"] - res.objective) <= 1e-9 * res.objective, "replay differs"
-    for key in ("root_bound", "cuts", "nodes", "warm_start_status", "final_milp", "blind_splits"):
+    for key in (
+        "root_bound",
+        "cuts",
+        "nodes",
+        "warm_start_status",
+        "final_milp",
+        "blind_splits",
+        "node_cuts",
+        "node_cut_rows",
+        "tree_milps",
+        "scip_runs",
+    ):
         if key in res.details:
             row[key] = res.details[key]
     return row

@@ -56,6 +56,7 @@ from slolab.models.sa_columns import (
     ratio_bound,
     seeded_master,
 )
+from slolab.models.sa_node_cuts import NodeCutFamily
 from slolab.models.sa_ordering import PROBLEM, RATIO_TOLERANCE, Batches, PlanValue, batches_of
 from slolab.solvers.backend import run_interruptibly
 from slolab.solvers.base import Result, Status
@@ -83,6 +84,14 @@ WARM_START_SHARE = 0.3
 #: Share of the time limit kept (with the warm start) for a last restricted MILP over every
 #: column known, when SCIP stops at its time limit: the column method's incumbent heuristic.
 FINAL_MILP_SHARE = 0.2
+
+#: With ``tree_milp``: seconds of SCIP between two restricted MILPs inside the tree, and the
+#: time limit of each, as shares of the solve's time limit.
+TREE_MILP_PERIOD_SHARE = 0.15
+TREE_MILP_SHARE = 0.05
+
+#: Most rounds of node cuts (violated ones imposed, the LP solved again) at one node.
+NODE_CUT_ROUNDS = 5
 
 #: Where the position level enters the branching order (module docstring): before the
 #: met-request level (``"first"``), right after it (``"after-met"``), or nowhere (None).
@@ -218,17 +227,21 @@ def overlapping_arcs(arcs: list[Arc], arc: Arc) -> set[Arc]:
 
 
 def best_columns(
-    m: ColumnMaster, duals: np.ndarray, decisions: Decisions
+    m: ColumnMaster,
+    duals: np.ndarray,
+    decisions: Decisions,
+    claim_shift: np.ndarray | None = None,
 ) -> dict[Arc, tuple[Column, float]]:
     """Pricing under a node's decisions: for every arc they do not forbid, the column of
     smallest reduced cost among those they allow (when the arc allows any) and that cost as
     the pricing table gives it (exact at arcs without a per-arc decision; at the others the
-    shifts of :data:`REQUIRED_SHIFT` are in it)."""
+    shifts of :data:`REQUIRED_SHIFT` are in it). ``claim_shift[r]`` (s) is added to the
+    reward of a claim of ``r`` (the duals of rows outside ``m``: the node cuts' rows)."""
     # a request always met costs REQUIRED_SHIFT more in any column and gains it back when
     # claimed; a request never met is never eligible
     met = sorted(decisions.met)
-    bonus = np.zeros(m.n)
-    bonus[met] = REQUIRED_SHIFT
+    bonus = np.zeros(m.n) if claim_shift is None else np.asarray(claim_shift, dtype=float).copy()
+    bonus[met] += REQUIRED_SHIFT
     base = duals.copy()
     base[[m.row_assign + r for r in met]] -= REQUIRED_SHIFT
     missed = sorted(decisions.missed)
@@ -300,9 +313,19 @@ class _Master:
         position: str | None = DEFAULT_POSITION,
         position_pick: str = DEFAULT_POSITION_PICK,
         best_first: bool = True,
+        node_cuts: bool = False,
+        primal: Callable[[list[Column]], Batches | None] | None = None,
+        primal_period: float = math.inf,
     ) -> None:
         scip_mod = _scip()
         self.master = master
+        # the primal inside the tree (docs Sec. 6, "A primal inside the tree"): every
+        # primal_period seconds, primal(columns) over the master's columns; a better plan
+        # stops SCIP so that Dinkelbach restarts from it
+        self.primal = primal
+        self.primal_period = float(primal_period)
+        self.next_primal = time.perf_counter() + self.primal_period
+        self.primal_plan: Batches | None = None
         n = master.n
         self.all_arcs = [(p, s) for p in range(1, n + 1) for s in range(1, min(master.b, p) + 1)]
         model = scip_mod.Model("sa_ordering_bp")
@@ -319,6 +342,15 @@ class _Master:
             model.setParam("nodeselection/bfs/minplungedepth", 0)
             model.setParam("nodeselection/bfs/maxplungedepth", 0)
         self.model = model
+        # node cuts (docs Sec. 6, "Cuts at tree nodes"): one global row per set R,
+        # sum_c |T_c ∩ R| lambda_c + w_R <= |R|, whose slack w_R gets the local lower bound
+        # |R| - K_node(R) at the nodes where that cut is violated
+        self.node_family = NodeCutFamily(master) if node_cuts else None
+        self.node_rows: list[Any] = []
+        self.node_sets: list[frozenset[int]] = []
+        self.node_slacks: list[Any] = []
+        self.node_index: dict[tuple[int, ...], int] = {}
+        self.node_rounds: dict[int, int] = {}
         # every row starts with a variable fixed at 0, so that no row is empty
         zero = model.addVar("zero", lb=0.0, ub=0.0)
         self.rows: list[Any] = [None] * master.n_rows
@@ -366,7 +398,15 @@ class _Master:
         _check_position(position, position_pick)
         self.position = position
         self.position_pick = position_pick
-        self.counters = {"priced": 0, "pricing_rounds": 0, "closed_nodes": 0, "blind_splits": 0}
+        self.counters = {
+            "priced": 0,
+            "pricing_rounds": 0,
+            "closed_nodes": 0,
+            "blind_splits": 0,
+            "node_cuts": 0,
+            "node_cut_rows": 0,
+            "tree_milps": 0,
+        }
 
     def entries(self, col: Column) -> list[tuple[int, float]]:
         """``(row, coefficient)`` of ``col`` in the master (the rows of :class:`ColumnMaster`)."""
@@ -387,6 +427,10 @@ class _Master:
         )
         for row, coef in self.entries(col):
             self.model.addConsCoeff(self.rows[row], var, coef)
+        for cons, members in zip(self.node_rows, self.node_sets, strict=True):
+            count = len(members.intersection(col.met))
+            if count:
+                self.model.addConsCoeff(cons, var, float(count))
         self.index[col] = len(self.columns)
         self.columns.append(col)
         self.vars.append(var)
@@ -406,6 +450,19 @@ class _Master:
             return np.array([self.model.getDualfarkasLinear(c) for c in self.rows])
         return np.array([self.model.getDualsolLinear(c) for c in self.rows])
 
+    def node_duals(self, farkas: bool) -> np.ndarray:
+        """The duals (or Farkas values) of the node cuts' rows, in the order of creation."""
+        get = self.model.getDualfarkasLinear if farkas else self.model.getDualsolLinear
+        return np.array([get(c) for c in self.node_rows])
+
+    def claim_shift(self, node_duals: np.ndarray) -> np.ndarray:
+        """Per request, the sum of the node cuts' duals over the rows holding it: what a
+        claim of it adds to the reward in a reduced cost."""
+        out = np.zeros(self.master.n)
+        for members, mu in zip(self.node_sets, node_duals, strict=True):
+            out[sorted(members)] += float(mu)
+        return out
+
     def price(self, farkas: bool = False) -> int:
         """Add every column the node allows whose reduced cost (from SCIP's duals; with
         ``farkas``, its Farkas value: the costs left out) is below ``-PRICING_TOLERANCE``: the
@@ -413,25 +470,33 @@ class _Master:
         m = self.master
         m.cost_scale = 0.0 if farkas else 1.0
         try:
-            return self._price(self.duals(farkas))
+            return self._price(self.duals(farkas), self.node_duals(farkas))
         finally:
             m.cost_scale = 1.0
 
-    def _price(self, duals: np.ndarray) -> int:
+    def reduced_cost(self, col: Column, duals: np.ndarray, node_duals: np.ndarray) -> float:
+        """``rc_c`` from the column itself, the node cuts' rows included."""
+        rc = self.master.reduced_cost(col, duals)
+        for members, mu in zip(self.node_sets, node_duals, strict=True):
+            rc -= len(members.intersection(col.met)) * float(mu)
+        return rc
+
+    def _price(self, duals: np.ndarray, node_duals: np.ndarray) -> int:
         m = self.master
         decisions = self.node_decisions()
         self.counters["pricing_rounds"] += 1
         special = decisions.special_arcs()
+        shift = self.claim_shift(node_duals) if self.node_rows else None
         candidates = [
             col
-            for arc, (col, best) in best_columns(m, duals, decisions).items()
+            for arc, (col, best) in best_columns(m, duals, decisions, shift).items()
             if arc in special or best < -PRICING_TOLERANCE
         ]
         added = 0
         for col in candidates:
             if col in self.index or not decisions.allows(col) or not m.valid(col):
                 continue
-            if m.reduced_cost(col, duals) < -PRICING_TOLERANCE:
+            if self.reduced_cost(col, duals, node_duals) < -PRICING_TOLERANCE:
                 self._add(col, priced=True)
                 added += 1
         self.counters["priced"] += added
@@ -447,8 +512,11 @@ class _Master:
 
     def branch(self) -> str:
         """Branch at the focus node (module docstring): ``"branched"`` or ``"closed"``."""
+        self.run_primal()
         values = self.lp_values()
         decisions = self.node_decisions()
+        if self.node_family is not None and self.separate_node_cuts(values, decisions):
+            return "reduced"
         if self.position == "first" and self._branch_position(values, decisions):
             return "branched"
         if self.met_first:
@@ -494,6 +562,66 @@ class _Master:
             self.closed.append(plan)
         self.counters["closed_nodes"] += 1
         return "closed"
+
+    def run_primal(self) -> None:
+        """When ``primal_period`` seconds have passed since the last try: the primal over
+        every column of the master; a plan it returns (a better G than the step's incumbent)
+        is kept in ``primal_plan`` and SCIP is asked to stop."""
+        if self.primal is None or self.primal_plan is not None:
+            return
+        if time.perf_counter() < self.next_primal:
+            return
+        self.counters["tree_milps"] += 1
+        plan = self.primal(list(self.columns))
+        self.next_primal = time.perf_counter() + self.primal_period
+        if plan is not None:
+            self.primal_plan = plan
+            self.model.interruptSolve()
+
+    def separate_node_cuts(self, values: list[tuple[Column, float]], decisions: Decisions) -> bool:
+        """Impose at the focus node the claim-capacity cuts of its decisions that its LP
+        solution violates (:class:`~slolab.models.sa_node_cuts.NodeCutFamily`), at most
+        :data:`NODE_CUT_ROUNDS` times per node: True when one was imposed (the LP is then
+        solved again, with pricing)."""
+        assert self.node_family is not None
+        node = self.model.getCurrentNode()
+        number = node.getNumber() if node else 0
+        if self.node_rounds.get(number, 0) >= NODE_CUT_ROUNDS:
+            return False
+        self.node_rounds[number] = self.node_rounds.get(number, 0) + 1
+        claimed = np.zeros(self.master.n)
+        for col, v in values:
+            claimed[list(col.met)] += v
+        imposed = False
+        for members, limit in self.node_family.violated(decisions, claimed):
+            slack = self.node_slacks[self._node_row(members)]
+            need = float(len(members) - limit)
+            if slack.getLbLocal() < need - 0.5:
+                self.model.chgVarLb(slack, need)
+                imposed = True
+                self.counters["node_cuts"] += 1
+        return imposed
+
+    def _node_row(self, members: tuple[int, ...]) -> int:
+        """The index of the node-cut row of ``members``, made (with the entries of every
+        column already in the master) when new."""
+        if members in self.node_index:
+            return self.node_index[members]
+        size = float(len(members))
+        i = len(self.node_rows)
+        slack = self.model.addVar(f"node_cut_slack_{i}", lb=0.0, ub=size, obj=0.0)
+        cons = self.model.addCons(slack <= size, f"node_cut_{i}", modifiable=True)
+        sets = frozenset(members)
+        for col, var in zip(self.columns, self.vars, strict=True):
+            count = len(sets.intersection(col.met))
+            if count:
+                self.model.addConsCoeff(cons, var, float(count))
+        self.node_rows.append(cons)
+        self.node_sets.append(sets)
+        self.node_slacks.append(slack)
+        self.node_index[members] = i
+        self.counters["node_cut_rows"] += 1
+        return i
 
     def _branch_position(self, values: list[tuple[Column, float]], decisions: Decisions) -> bool:
         """Branch on a fractional ``z_rp`` (:func:`position_shares`; the most fractional one,
@@ -643,7 +771,8 @@ def _plugins(master: _Master) -> tuple[Any, Any, Any]:
     class Branching(scip_mod.Branchrule):  # type: ignore[misc,name-defined]
         def branchexeclp(self, allowaddcons: bool) -> dict[str, Any]:
             outcome = master.branch()
-            return {"result": result.BRANCHED if outcome == "branched" else result.CUTOFF}
+            codes = {"branched": result.BRANCHED, "reduced": result.REDUCEDDOM}
+            return {"result": codes.get(outcome, result.CUTOFF)}
 
         def branchexecps(self, allowaddcons: bool) -> dict[str, Any]:
             # SCIP branches on the pseudo solution when a node's LP was not solved
@@ -681,6 +810,9 @@ def branch_and_price(
     position: str | None = DEFAULT_POSITION,
     position_pick: str = DEFAULT_POSITION_PICK,
     best_first: bool = True,
+    node_cuts: bool = False,
+    primal: Callable[[list[Column]], Batches | None] | None = None,
+    primal_period: float = math.inf,
 ) -> StepOutcome:
     """Minimize ``F`` at ``master.ratio`` by branch-and-price on SCIP, keeping only plans with
     ``F < objective_limit`` (s).
@@ -689,10 +821,25 @@ def branch_and_price(
     SCIP and re-raises KeyboardInterrupt. ``f_lower`` is SCIP's proved bound, or
     ``objective_limit`` when SCIP proves no plan goes below it. A node whose LP solution is
     integral in flows, members and claims but not in ``lambda`` (rounding only) is closed with
-    its plan among ``plans``; its exact ``F`` enters ``f_lower``.
+    its plan among ``plans``; its exact ``F`` enters ``f_lower``. ``node_cuts`` separates at
+    every node the claim-capacity cuts of its decisions (:class:`_Master`,
+    :meth:`_Master.separate_node_cuts`). ``primal(columns)``, tried every ``primal_period``
+    seconds at branching, returns a plan better than the incumbent or None; a plan stops
+    SCIP (the outcome is then unfinished, with that plan among ``plans`` and SCIP's bound).
     """
     scip_mod = _scip()
-    bp = _Master(master, columns, seed, met_first, position, position_pick, best_first)
+    bp = _Master(
+        master,
+        columns,
+        seed,
+        met_first,
+        position,
+        position_pick,
+        best_first,
+        node_cuts,
+        primal,
+        primal_period,
+    )
     model = bp.model
     pricer, branching, fixing = _plugins(bp)
     model.includePricer(pricer, "columns", "exact batch-column pricing", priority=1, delay=True)
@@ -714,18 +861,21 @@ def branch_and_price(
     model.setParam("limits/time", max(time_limit, 1e-3))
     run_interruptibly(model.optimize, model.interruptSolve)
     status = model.getStatus()
-    if status == "userinterrupt":
+    if status == "userinterrupt" and bp.primal_plan is None:
         raise KeyboardInterrupt
     plans = list(bp.closed)
     found = bp.best_plan()
     if found is not None:
         plans.append(found)
+    if bp.primal_plan is not None:
+        plans.append(bp.primal_plan)
     details = {
         **bp.counters,
         "nodes": model.getNNodes(),
         "scip_status": status,
         "root_bound": model.getDualboundRoot(),
         "columns": len(bp.columns),
+        "primal_stop": bp.primal_plan is not None,
     }
     closed = [master.problem.evaluate(plan) for plan in bp.closed]
     closed_f = min(
@@ -761,7 +911,12 @@ class SAOrderingBranchPrice(SAOrderingColumns):
     ``position_pick`` chooses its split (``"fractional"``: the most fractional ``z_rp``;
     ``"spread"``: the request whose batch ends spread the most). By default SCIP takes the open
     node of the smallest LP bound next, never diving (``best_first=False``: SCIP's own node
-    selection, which dives).
+    selection, which dives). ``node_cuts=True`` separates the claim-capacity cuts of each
+    node's decisions in the tree (:mod:`slolab.models.sa_node_cuts`; docs Sec. 6, "Cuts at
+    tree nodes"). ``tree_milp=True`` (with the warm start) runs the restricted MILP over
+    SCIP's columns inside the tree every :data:`TREE_MILP_PERIOD_SHARE` of the limit, for
+    :data:`TREE_MILP_SHARE` of it; a better plan restarts Dinkelbach from it (docs Sec. 6,
+    "A primal inside the tree").
     ``warm_start=False`` starts SCIP from the deterministic plans alone (no annealing, no column
     method), which leaves all the work to SCIP. Instances with different arrivals fall back to
     the position-arc MILP; CP-SAT and brute force are the parent's.
@@ -783,9 +938,13 @@ class SAOrderingBranchPrice(SAOrderingColumns):
         position: str | None = DEFAULT_POSITION,
         position_pick: str = DEFAULT_POSITION_PICK,
         best_first: bool = True,
+        node_cuts: bool = False,
+        tree_milp: bool = False,
     ) -> None:
         super().__init__(instance, cuts=cuts, bounds=bounds)
         self.best_first = bool(best_first)
+        self.node_cuts = bool(node_cuts)
+        self.tree_milp = bool(tree_milp)
         _check_position(position, position_pick)
         self.position_pick = position_pick
         self.use_warm_start = bool(warm_start)
@@ -837,6 +996,22 @@ class SAOrderingBranchPrice(SAOrderingColumns):
 
         def finish(status: Status, bound: float | None) -> Result:
             return self._result(status, plan, value, bound, _Scip, start, **counters)
+
+        def in_tree(master: ColumnMaster, until: float) -> Callable[[list[Column]], Batches | None]:
+            """The primal inside the tree: the restricted MILP over ``columns`` at the
+            step's ``lambda`` for :data:`TREE_MILP_SHARE` of the limit (never past ``until``,
+            a perf_counter time); its plan when its exact G beats the incumbent's."""
+
+            def primal(columns: list[Column]) -> Batches | None:
+                limit = min(TREE_MILP_SHARE * time_limit, until - time.perf_counter())
+                if limit <= 0:
+                    return None
+                pool = sorted(set(columns), key=lambda c: (c.end, c.members, c.met))
+                raw = backend.solve_formulation(self._restricted(master, pool), limit)
+                better = self.improvement(raw, value)
+                return None if better is None else better[0]
+
+            return primal
 
         def adopt(candidate: Batches) -> bool:
             nonlocal plan, value
@@ -894,13 +1069,20 @@ class SAOrderingBranchPrice(SAOrderingColumns):
                 position=self.position,
                 position_pick=self.position_pick,
                 best_first=self.best_first,
+                node_cuts=self.node_cuts,
+                primal=in_tree(master, deadline - reserve) if self.tree_milp and reserve else None,
+                primal_period=TREE_MILP_PERIOD_SHARE * time_limit,
             )
             counters["scip_runs"] += 1
             counters["nodes"] += int(step.details["nodes"])
             counters["columns"] = max(counters["columns"], int(step.details["columns"]))
-            for key in ("closed_nodes", "blind_splits"):
+            for key in ("closed_nodes", "blind_splits", "node_cuts", "node_cut_rows"):
                 counters[key] = counters.get(key, 0) + int(step.details[key])
             known.update(step.columns)
+            counters["tree_milps"] = counters.get("tree_milps", 0) + int(step.details["tree_milps"])
+            if step.details["primal_stop"] and math.isfinite(step.f_lower):
+                # SCIP stopped for the primal's plan: its bound at this lambda still holds
+                bound = min(bound, ratio_bound(lam, step.f_lower, latency_lb))
             if any([adopt(p) for p in step.plans]):
                 continue
             if step.finished:

@@ -68,6 +68,7 @@ __all__ = [
     "Column",
     "ColumnMaster",
     "SAOrderingColumns",
+    "claim_capacity",
     "claim_capacity_cuts",
     "latency_floor",
     "met_limit",
@@ -177,7 +178,7 @@ def _fill_costs(floor: np.ndarray, b: int) -> np.ndarray:
     return cost
 
 
-def _claim_capacity(execs: np.ndarray, latest: np.ndarray, b: int) -> int:
+def claim_capacity(execs: np.ndarray, latest: np.ndarray, b: int) -> int:
     """Most requests of a set that can meet their SLO together in one plan (an upper bound).
 
     ``execs[i, s - 1]`` and ``latest[i, s - 1]`` are ``e_r(s)`` and ``L_r(s)`` of the set's
@@ -216,7 +217,7 @@ def claim_capacity_cuts(problem: Any) -> list[ClaimCut]:
 
     For a horizon ``H`` (a request's latest start at its best size, ``max_s L_r(s)``), the set
     ``R_H`` of the requests whose horizon is at most ``H`` holds at most
-    :func:`_claim_capacity` met requests in any plan. Sets whose limit is not below their size
+    :func:`claim_capacity` met requests in any plan. Sets whose limit is not below their size
     cut nothing and are left out.
     """
     n, b = problem.n_requests, problem.batch_size
@@ -227,7 +228,7 @@ def claim_capacity_cuts(problem: Any) -> list[ClaimCut]:
     cuts = []
     for h in sorted({float(v) for v in horizon if 0.0 <= v < math.inf}):
         members = [r for r in range(n) if 0.0 <= horizon[r] <= h]
-        limit = _claim_capacity(execs[members], latest[members], b)
+        limit = claim_capacity(execs[members], latest[members], b)
         if limit < len(members):
             cuts.append(ClaimCut(tuple(members), limit))
     return cuts
