@@ -133,6 +133,9 @@ def prove(inst, method: str, time_limit: float) -> dict:
         "node_cuts",
         "node_cut_rows",
         "tree_milps",
+        "tree_milp_s",
+        "node_cut_checks",
+        "node_cut_s",
         "scip_runs",
     ):
         if key in res.details:

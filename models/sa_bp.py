@@ -405,7 +405,10 @@ class _Master:
             "blind_splits": 0,
             "node_cuts": 0,
             "node_cut_rows": 0,
+            "node_cut_checks": 0,
+            "node_cut_s": 0.0,
             "tree_milps": 0,
+            "tree_milp_s": 0.0,
         }
 
     def entries(self, col: Column) -> list[tuple[int, float]]:
@@ -572,8 +575,10 @@ class _Master:
         if time.perf_counter() < self.next_primal:
             return
         self.counters["tree_milps"] += 1
+        started = time.perf_counter()
         plan = self.primal(list(self.columns))
         self.next_primal = time.perf_counter() + self.primal_period
+        self.counters["tree_milp_s"] += self.next_primal - self.primal_period - started
         if plan is not None:
             self.primal_plan = plan
             self.model.interruptSolve()
@@ -589,11 +594,15 @@ class _Master:
         if self.node_rounds.get(number, 0) >= NODE_CUT_ROUNDS:
             return False
         self.node_rounds[number] = self.node_rounds.get(number, 0) + 1
+        self.counters["node_cut_checks"] += 1
+        started = time.perf_counter()
         claimed = np.zeros(self.master.n)
         for col, v in values:
             claimed[list(col.met)] += v
         imposed = False
-        for members, limit in self.node_family.violated(decisions, claimed):
+        found = self.node_family.violated(decisions, claimed)
+        self.counters["node_cut_s"] += time.perf_counter() - started
+        for members, limit in found:
             slack = self.node_slacks[self._node_row(members)]
             need = float(len(members) - limit)
             if slack.getLbLocal() < need - 0.5:
@@ -1076,10 +1085,11 @@ class SAOrderingBranchPrice(SAOrderingColumns):
             counters["scip_runs"] += 1
             counters["nodes"] += int(step.details["nodes"])
             counters["columns"] = max(counters["columns"], int(step.details["columns"]))
-            for key in ("closed_nodes", "blind_splits", "node_cuts", "node_cut_rows"):
+            for key in ("closed_nodes", "blind_splits", "node_cuts", "node_cut_rows", "tree_milps"):
                 counters[key] = counters.get(key, 0) + int(step.details[key])
+            for key in ("node_cut_checks", "node_cut_s", "tree_milp_s"):
+                counters[key] = counters.get(key, 0) + step.details[key]
             known.update(step.columns)
-            counters["tree_milps"] = counters.get("tree_milps", 0) + int(step.details["tree_milps"])
             if step.details["primal_stop"] and math.isfinite(step.f_lower):
                 # SCIP stopped for the primal's plan: its bound at this lambda still holds
                 bound = min(bound, ratio_bound(lam, step.f_lower, latency_lb))
