@@ -577,8 +577,9 @@ class _Master:
         self.counters["tree_milps"] += 1
         started = time.perf_counter()
         plan = self.primal(list(self.columns))
-        self.next_primal = time.perf_counter() + self.primal_period
-        self.counters["tree_milp_s"] += self.next_primal - self.primal_period - started
+        ended = time.perf_counter()
+        self.counters["tree_milp_s"] += ended - started
+        self.next_primal = ended + self.primal_period
         if plan is not None:
             self.primal_plan = plan
             self.model.interruptSolve()
