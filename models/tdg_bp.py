@@ -67,7 +67,7 @@ __all__ = ["BP_MODEL", "ROOT_SHARE", "IntegralMaster", "TdgHorizonBranchPrice"]
 #: Registry name of the branch-and-price bound.
 BP_MODEL = "tdg-horizon-columns-bp"
 #: Share of the time limit for HiGHS's root column generation (the rest is SCIP's).
-ROOT_SHARE = 0.3
+ROOT_SHARE = 0.5
 
 
 class IntegralMaster:
@@ -111,9 +111,7 @@ class IntegralMaster:
         self.model = model
         self.zero = model.addVar("zero", lb=0.0, ub=0.0)
         self.n_vars = [model.addVar(f"N_{j}", lb=0.0, ub=self.n_max) for j in range(B)]
-        self.c_vars = [
-            model.addVar(f"C_{j}", vtype="I", lb=0.0, ub=self.n_max) for j in range(B)
-        ]
+        self.c_vars = [model.addVar(f"C_{j}", vtype="I", lb=0.0, ub=self.n_max) for j in range(B)]
         nx = int(cols.leaders["count"]) if chain is not None and cols.leaders else 0
         self.x_vars = [model.addVar(f"x_{i}", lb=0.0, ub=1.0) for i in range(nx)]
         self.others = self.n_vars + self.c_vars + self.x_vars
@@ -423,13 +421,9 @@ class TdgHorizonBranchPrice(ExactModel):
             return min(value + LP_MARGIN_REL * abs(value) + LP_MARGIN_ABS, ideal)
 
         bound = got.bound
-        highs = got.highs
-        B = cols.grid.buckets
-        nx = int(cols.leaders["count"]) if cols.leaders is not None else 0
-        seed_columns = [cols.empty_column(int(r)) for r in cols.requests]
-        if got.rounds:
-            lam = np.asarray(highs.getSolution().col_value)[B + nx :]
-            seed_columns += [c for c, v in zip(got.master["columns"], lam, strict=True) if v > 1e-9]
+        # every column of the root's master (its empty columns included): with the master's
+        # degenerate duals, the columns at zero keep SCIP's root near convergence
+        seed_columns = list(got.master["columns"])
         master = IntegralMaster(
             cols, got.master.get("chain"), seed_columns, int(getattr(backend, "seed", 0))
         )
@@ -446,16 +440,14 @@ class TdgHorizonBranchPrice(ExactModel):
         dual = float(model.getDualbound())
         scip_bound = cols.fixed_gain - dual if math.isfinite(dual) else math.inf
         root = cols.fixed_gain - max(master.root_bounds) if master.root_bounds else math.inf
-        status = Status.FEASIBLE if math.isfinite(min(bound, root, scip_bound)) else got.status
+        value = min(bound, settle(root), settle(scip_bound))
         if scip_status == "optimal":
             status = Status.OPTIMAL
-        if status == Status.TIME_LIMIT and bound >= ideal:
-            value = ideal
+        elif got.status != Status.TIME_LIMIT or math.isfinite(min(root, scip_bound)):
+            status = Status.FEASIBLE
         else:
-            value = min(bound, settle(root), settle(scip_bound))
-        primal = (
-            cols.fixed_gain - float(model.getPrimalbound()) if model.getNSols() > 0 else None
-        )
+            status = Status.TIME_LIMIT
+        primal = cols.fixed_gain - float(model.getPrimalbound()) if model.getNSols() > 0 else None
         return bound_result(
             BP_MODEL,
             status,

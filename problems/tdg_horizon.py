@@ -295,7 +295,12 @@ PROBLEM = register_problem(
             Option("timing", str, "proserve-affine", "timing: proserve-affine or a preset"),
             Option("seed", int, 0, "seed of the cut, the SLO and the priority draws", minimum=0),
         ),
-        models=("tdg-horizon", "tdg-horizon-bound", "tdg-horizon-columns", "tdg-horizon-columns-bp"),
+        models=(
+            "tdg-horizon",
+            "tdg-horizon-bound",
+            "tdg-horizon-columns",
+            "tdg-horizon-columns-bp",
+        ),
         aliases={
             "bound": "tdg-horizon-bound:highs",
             "columns": "tdg-horizon-columns:highs",

@@ -204,3 +204,16 @@ def test_battery_between_optimum_and_columns(inst):
         assert exact.objective <= res.bound + TOL
         root = res.details["root_lagrangian"]
         assert math.isinf(root) or exact.objective <= root + TOL
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(small_window())
+def test_chain_battery_between_optimum_and_columns_chain(inst):
+    """Random small windows with the chain rows (their (L4) rows on N and on C): the exact
+    optimum (when OPTIMAL) <= bp <= columns-chain on the same grid (+ TOL)."""
+    res = bp_bound(inst, chain=True)
+    assert res.status == Status.OPTIMAL
+    assert res.bound <= columns_bound(inst, chain=True) + TOL
+    exact = solve(TdgHorizon(inst), solver="highs", time_limit=60)
+    if exact.status == Status.OPTIMAL:
+        assert exact.objective <= res.bound + TOL
