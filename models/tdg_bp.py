@@ -62,12 +62,23 @@ from slolab.solvers.backend import run_interruptibly
 from slolab.solvers.base import ExactModel, Result, Status
 from slolab.solvers.registry import register_model
 
-__all__ = ["BP_MODEL", "ROOT_SHARE", "IntegralMaster", "TdgHorizonBranchPrice"]
+__all__ = [
+    "BP_MODEL",
+    "PRICER_GRACE",
+    "PRICER_GRACE_S",
+    "ROOT_SHARE",
+    "IntegralMaster",
+    "TdgHorizonBranchPrice",
+]
 
 #: Registry name of the branch-and-price bound.
 BP_MODEL = "tdg-horizon-columns-bp"
 #: Share of the time limit for HiGHS's root column generation (the rest is SCIP's).
 ROOT_SHARE = 0.5
+#: The pricer gives up a call (DIDNOTRUN) this share of the time limit plus
+#: :data:`PRICER_GRACE_S` seconds after it; SCIP's own limit stops it first otherwise.
+PRICER_GRACE = 0.02
+PRICER_GRACE_S = 1.0
 
 
 class IntegralMaster:
@@ -129,6 +140,9 @@ class IntegralMaster:
             self.add_column(col, priced=False)
         self.root_bounds: list[float] = []
         self.calls = 0
+        #: the pricer stops a call past this (``time.perf_counter``) and answers DIDNOTRUN
+        self.deadline = math.inf
+        self.aborted = False
 
     # -- rows -------------------------------------------------------------------------------------
     def _row(
@@ -301,10 +315,11 @@ class IntegralMaster:
         signs = np.asarray(self.signs)
         return np.where(signs > 0, np.maximum(y, 0.0), np.minimum(y, 0.0))
 
-    def price(self) -> tuple[int, float]:
+    def price(self) -> tuple[int, float | None]:
         """Add the improving columns at SCIP's duals (the DP with ``mu + nu``, the chain
         terms per completion bucket); return how many entered and the Lagrangian lower bound
-        on the node's value (SCIP's sense: ``-gain`` minimised, without the fixed gain)."""
+        on the node's value (SCIP's sense: ``-gain`` minimised, without the fixed gain), None
+        when the clock passed :attr:`deadline` before every request was priced."""
         cols = self.cols
         self.calls += 1
         y = self.multipliers()
@@ -329,6 +344,9 @@ class IntegralMaster:
             for reduced, col in got:
                 if reduced + sigma > PRICE_TOL and self.add_column(col, priced=True):
                     added += 1
+            if time.perf_counter() > self.deadline:
+                self.aborted = True
+                return added, None
         reduced_others = -(self.matrix.T @ y)
         lo, hi = self.local_bounds()
         value += float(np.minimum(reduced_others * lo, reduced_others * hi).sum())
@@ -355,6 +373,9 @@ def _pricer(master: IntegralMaster) -> Any:
 
         def pricerredcost(self) -> dict[str, Any]:
             _, lower = master.price()
+            if lower is None:
+                # not every request priced: SCIP must not take this node's LP value as a bound
+                return {"result": result.DIDNOTRUN}
             return {"result": result.SUCCESS, "lowerbound": lower}
 
         def pricerfarkas(self) -> dict[str, Any]:
@@ -432,16 +453,25 @@ class TdgHorizonBranchPrice(ExactModel):
             _pricer(master), "columns", "per-request DP with mu + nu", priority=1, delay=True
         )
         left = start + time_limit - time.perf_counter()
+        # SCIP's own limit ends first and stops its pricing loop cleanly (the LP value of a
+        # node whose loop it stopped is not used); the pricer's deadline is a backstop for a
+        # single call that runs long
+        master.deadline = start + time_limit * (1.0 + PRICER_GRACE) + PRICER_GRACE_S
         model.setParam("limits/time", max(left, 1e-3))
         run_interruptibly(model.optimize, model.interruptSolve)
         scip_status = model.getStatus()
         if scip_status == "userinterrupt":
             raise KeyboardInterrupt
         dual = float(model.getDualbound())
-        scip_bound = cols.fixed_gain - dual if math.isfinite(dual) else math.inf
+        # SCIP's infinity (1e20) stands for no bound: the root's pricing never converged
+        scip_bound = cols.fixed_gain - dual if abs(dual) < model.infinity() else math.inf
+        if master.aborted:
+            # a node whose pricing the pricer cut short could be closed on its LP solution:
+            # SCIP's dual bound is then not trusted (the root's bounds still hold)
+            scip_bound = math.inf
         root = cols.fixed_gain - max(master.root_bounds) if master.root_bounds else math.inf
         value = min(bound, settle(root), settle(scip_bound))
-        if scip_status == "optimal":
+        if scip_status == "optimal" and not master.aborted:
             status = Status.OPTIMAL
         elif got.status != Status.TIME_LIMIT or math.isfinite(min(root, scip_bound)):
             status = Status.FEASIBLE
@@ -464,6 +494,7 @@ class TdgHorizonBranchPrice(ExactModel):
             nodes=int(model.getNNodes()),
             columns=len(master.columns),
             pricing_calls=master.calls,
+            pricing_aborted=master.aborted,
             master_primal=primal,
             chain=self.chain,
         )
