@@ -74,7 +74,7 @@ __all__ = [
 #: Registry name of the branch-and-price bound.
 BP_MODEL = "tdg-horizon-columns-bp"
 #: Share of the time limit for HiGHS's root column generation (the rest is SCIP's).
-ROOT_SHARE = 0.5
+ROOT_SHARE = 0.8
 #: The pricer gives up a call (DIDNOTRUN) this share of the time limit plus
 #: :data:`PRICER_GRACE_S` seconds after it; SCIP's own limit stops it first otherwise.
 PRICER_GRACE = 0.02
@@ -402,7 +402,9 @@ class TdgHorizonBranchPrice(ExactModel):
         Add the ``chain`` family's leader columns and rows, the (L4) rows separated by the root
         column generation on ``N`` and on ``C``.
     root_share : float
-        Share of the time limit for HiGHS's root column generation.
+        Share of the time limit for HiGHS's root column generation (at most: it stops when no
+        column prices out, and SCIP gets the rest); HiGHS's rounds are faster than SCIP's
+        pricing rounds, so the root is best converged there.
     """
 
     sense = "max"
