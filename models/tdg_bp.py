@@ -377,7 +377,10 @@ def _pricer(master: IntegralMaster) -> Any:
         def pricerredcost(self) -> dict[str, Any]:
             _, lower = master.price()
             if lower is None:
-                # not every request priced: SCIP must not take this node's LP value as a bound
+                # not every request priced: SCIP must not take this node's LP value as a
+                # bound (DIDNOTRUN), and stops (it refuses to keep a node whose pricing was
+                # cut short when it can neither branch nor is stopped)
+                self.model.interruptSolve()
                 return {"result": result.DIDNOTRUN}
             return {"result": result.SUCCESS, "lowerbound": lower}
 
@@ -469,7 +472,7 @@ class TdgHorizonBranchPrice(ExactModel):
         model.setParam("limits/time", max(left, 1e-3))
         run_interruptibly(model.optimize, model.interruptSolve)
         scip_status = model.getStatus()
-        if scip_status == "userinterrupt":
+        if scip_status == "userinterrupt" and not master.aborted:
             raise KeyboardInterrupt
         dual = float(model.getDualbound())
         # SCIP's infinity (1e20) stands for no bound: the root's pricing never converged

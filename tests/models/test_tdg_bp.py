@@ -217,3 +217,17 @@ def test_chain_battery_between_optimum_and_columns_chain(inst):
     exact = solve(TdgHorizon(inst), solver="highs", time_limit=60)
     if exact.status == Status.OPTIMAL:
         assert exact.objective <= res.bound + TOL
+
+
+def test_pricing_cut_short_is_never_claimed(monkeypatch):
+    """A pricer past its deadline answers DIDNOTRUN: no OPTIMAL, SCIP's bound unused, 12.42."""
+    import slolab.models.tdg_bp as tdg_bp
+
+    # a deadline long past: SCIP's first pricing call stops after one request
+    monkeypatch.setattr(tdg_bp, "PRICER_GRACE_S", -1e6)
+    res = bp_bound(five_requests())
+    d = res.details
+    assert d["pricing_aborted"] is True
+    assert res.status == Status.FEASIBLE and math.isinf(d["scip_bound"])
+    # the bound is the root columns' (12.4167, converged on HiGHS), at least the optimum 10
+    assert res.bound == pytest.approx(12.416680, abs=1e-4)
