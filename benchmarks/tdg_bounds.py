@@ -13,7 +13,9 @@ For each trace (Azure conversation and code 2023), load (low, medium, high) and 
   family's start rows (same limits), so each window has both against the same ``lns``;
   with ``--bound-method columns`` the column-generation bound ``tdg-horizon-columns`` in its
   place, with ``columns-chain`` the same with the ``chain`` family's rows in its master
-  (``chain=True``), with ``both`` both ``bound`` and ``columns`` (``U`` the least);
+  (``chain=True``), with ``columns-bp`` (``columns-bp-chain``) the column master with integral
+  completed-iteration counts by branch-and-price on SCIP ``tdg-horizon-columns-bp`` (with the
+  ``chain`` rows), with ``both`` both ``bound`` and ``columns`` (``U`` the least);
 - ``lns``: the replay-scored steering search, within ``--lns-limit`` seconds; with
   ``--lns-master S`` also ``lns-master``: the same search with its last ``S`` seconds given
   to the integer restricted master's steerings (``steered_search(master_limit=S)``), replayed
@@ -47,8 +49,10 @@ TRACES = ("azure_conv_2023", "azure_code_2023")
 LOADS = ("low", "medium", "high")
 SIZES = (25, 50, 100, 200, 500)
 #: What gives ``U``: the bucket/chain bound, the column-generation bound (with the chain rows in
-#: its master: ``columns-chain``), or the least of ``bound`` and ``columns``.
-BOUND_METHODS = ("bound", "columns", "columns-chain", "both")
+#: its master: ``columns-chain``), the column master with integral iteration counts by
+#: branch-and-price (``columns-bp``, ``columns-bp-chain``), or the least of ``bound`` and
+#: ``columns``.
+BOUND_METHODS = ("bound", "columns", "columns-chain", "columns-bp", "columns-bp-chain", "both")
 
 
 def one_window(
@@ -68,11 +72,14 @@ def one_window(
 
     ``load`` is a named load (low, medium, high) or an arrival rate in req/s (``"16"``).
     ``bound_method``: ``bound`` (``tdg-horizon-bound``), ``columns`` (``tdg-horizon-columns``
-    in its place), ``columns-chain`` (the same with ``chain=True``) or ``both`` (``U`` the
+    in its place), ``columns-chain`` (the same with ``chain=True``), ``columns-bp`` and
+    ``columns-bp-chain`` (``tdg-horizon-columns-bp``, without and with the chain rows) or
+    ``both`` (``U`` the
     least of ``bound`` and ``columns``). ``lns_master``: seconds of the
     integer master's step in an ``lns-master`` row (None: no such row).
     """
     from slolab.models.tdg_bound import TdgHorizonBound
+    from slolab.models.tdg_bp import TdgHorizonBranchPrice
     from slolab.models.tdg_columns import TdgHorizonColumns
     from slolab.solvers import solve
 
@@ -91,6 +98,10 @@ def one_window(
     model: Any = TdgHorizonBound(inst, max_pairs=max_pairs)
     if bound_method in ("columns", "columns-chain"):
         model = TdgHorizonColumns(inst, max_pairs=max_pairs, chain=bound_method == "columns-chain")
+    if bound_method in ("columns-bp", "columns-bp-chain"):
+        model = TdgHorizonBranchPrice(
+            inst, max_pairs=max_pairs, chain=bound_method == "columns-bp-chain"
+        )
     bound = solve(model, "highs", time_limit=bound_limit)
     bound_cpu_s = time.process_time() - cpu
     columns: dict[str, Any] = {}
@@ -109,6 +120,11 @@ def one_window(
             "rounds": got.details.get("rounds"),
             "master": got.details.get("master"),
             "cuts": sum(r.get("cuts", 0) for r in got.details.get("history", [])),
+            "root": got.details.get("columns_bound"),
+            "root_status": got.details.get("columns_status"),
+            "scip": got.details.get("scip_bound"),
+            "scip_status": got.details.get("scip_status"),
+            "nodes": got.details.get("nodes"),
         }
     plain_bound, plain_s = float("nan"), float("nan")
     if plain:
@@ -208,6 +224,11 @@ def one_window(
                 "bound_columns_rounds": columns.get("rounds"),
                 "bound_columns_master": columns.get("master"),
                 "bound_columns_cuts": columns.get("cuts"),
+                "bound_bp_root": columns.get("root"),
+                "bound_bp_root_status": columns.get("root_status"),
+                "bound_bp_scip": columns.get("scip"),
+                "bound_bp_scip_status": columns.get("scip_status"),
+                "bound_bp_nodes": columns.get("nodes"),
                 "width": 1 - best / upper,
                 "gap_lo": 1 - v / best,
                 "gap_hi": 1 - v / upper,
@@ -265,8 +286,9 @@ def main(argv: list[str] | None = None) -> None:
         choices=BOUND_METHODS,
         default="bound",
         help="U from tdg-horizon-bound (bound), tdg-horizon-columns (columns), the same with the "
-        "chain family's rows (columns-chain) or the least of bound and columns (both; each "
-        "within --bound-limit)",
+        "chain family's rows (columns-chain), the columns with integral iteration counts by "
+        "branch-and-price (columns-bp, columns-bp-chain) or the least of bound and columns "
+        "(both; each within --bound-limit)",
     )
     parser.add_argument(
         "--lns-master",
@@ -322,6 +344,13 @@ def main(argv: list[str] | None = None) -> None:
                         f"{head['bound_columns_rounds']} rounds, "
                         f"{head['bound_columns_cuts']} interval rows)"
                         if a.bound_method != "bound"
+                        else ""
+                    )
+                    + (
+                        f"; root columns {head['bound_bp_root']:.6g} "
+                        f"({head['bound_bp_root_status']}), SCIP {head['bound_bp_scip']:.6g} "
+                        f"({head['bound_bp_scip_status']}, {head['bound_bp_nodes']} nodes)"
+                        if a.bound_method.startswith("columns-bp")
                         else ""
                     )
                     + (

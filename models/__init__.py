@@ -11,6 +11,7 @@ from slolab.models import (
     sa_ordering,
     slos_admission,
     tdg_bound,
+    tdg_bp,
     tdg_columns,
     tier_partition,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "sa_ordering",
     "slos_admission",
     "tdg_bound",
+    "tdg_bp",
     "tdg_columns",
     "tier_partition",
 ]

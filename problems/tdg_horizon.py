@@ -295,8 +295,17 @@ PROBLEM = register_problem(
             Option("timing", str, "proserve-affine", "timing: proserve-affine or a preset"),
             Option("seed", int, 0, "seed of the cut, the SLO and the priority draws", minimum=0),
         ),
-        models=("tdg-horizon", "tdg-horizon-bound", "tdg-horizon-columns"),
-        aliases={"bound": "tdg-horizon-bound:highs", "columns": "tdg-horizon-columns:highs"},
+        models=(
+            "tdg-horizon",
+            "tdg-horizon-bound",
+            "tdg-horizon-columns",
+            "tdg-horizon-columns-bp",
+        ),
+        aliases={
+            "bound": "tdg-horizon-bound:highs",
+            "columns": "tdg-horizon-columns:highs",
+            "columns-bp": "tdg-horizon-columns-bp:highs",
+        },
         heuristics=(
             Heuristic(
                 "lns",
