@@ -54,3 +54,20 @@ def drawn_rows(draw, n, arrivals, prompts, outputs, ttfts, tpots) -> Instance:
     ]
     rows.sort(key=lambda r: r["arrival"])
     return horizon_instance(*([r[k] for r in rows] for k in rows[0]))
+
+
+def small_window_rows(draw) -> Instance:
+    """Two to five requests, prompts of 1-12 tokens, outputs cut to 1-3 tokens, tight TTFTs:
+    the small windows the tdg-horizon bound batteries draw (wrap with ``st.composite``)."""
+    from hypothesis import strategies as st
+
+    n = draw(st.integers(2, 5))
+    return drawn_rows(
+        draw,
+        n,
+        [0.0, 0.004, 0.012, 0.02],
+        (1, 12),
+        (1, 3),
+        [0.012, 0.02, 0.03, 0.05],
+        [0.008, 0.012, 0.03],
+    )

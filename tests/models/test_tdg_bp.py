@@ -17,7 +17,7 @@ from slolab.models.tdg_bp import TdgHorizonBranchPrice
 from slolab.models.tdg_columns import TdgHorizonColumns
 from slolab.problems import get_problem
 from slolab.solvers import Status, solve
-from tdg_horizon_cases import drawn_rows, horizon_instance
+from tdg_horizon_cases import horizon_instance, small_window_rows
 
 #: The grid of every comparison (as in the column tests: one fixed grid for both bounds).
 SPACING_S = 0.005
@@ -176,19 +176,7 @@ def test_root_share_is_checked():
         TdgHorizonBranchPrice(three_requests(), root_share=1.0)
 
 
-@st.composite
-def small_window(draw) -> Instance:
-    """Two to five requests, prompts of 1-12 tokens, outputs cut to 1-3 tokens, tight TTFTs."""
-    n = draw(st.integers(2, 5))
-    return drawn_rows(
-        draw,
-        n,
-        [0.0, 0.004, 0.012, 0.02],
-        (1, 12),
-        (1, 3),
-        [0.012, 0.02, 0.03, 0.05],
-        [0.008, 0.012, 0.03],
-    )
+small_window = st.composite(small_window_rows)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True)

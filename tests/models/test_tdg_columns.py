@@ -16,7 +16,7 @@ from slolab.models.tdg_bound import TdgHorizonBound
 from slolab.models.tdg_columns import Column, TdgHorizonColumns
 from slolab.problems import get_problem
 from slolab.solvers import Status, solve
-from tdg_horizon_cases import drawn_rows, horizon_instance
+from tdg_horizon_cases import horizon_instance, small_window_rows
 
 #: Grid of every comparison: a fixed spacing, so that the bucket LP solves this one grid only
 #: (by default it also solves a coarser one and keeps the least, which the columns do not).
@@ -160,19 +160,7 @@ def test_registered_as_the_columns_method():
     assert row["bound"] == pytest.approx(17.0, abs=1e-4)
 
 
-@st.composite
-def small_window(draw) -> Instance:
-    """Two to five requests, prompts of 1-12 tokens, outputs cut to 1-3 tokens, tight TTFTs."""
-    n = draw(st.integers(2, 5))
-    return drawn_rows(
-        draw,
-        n,
-        [0.0, 0.004, 0.012, 0.02],
-        (1, 12),
-        (1, 3),
-        [0.012, 0.02, 0.03, 0.05],
-        [0.008, 0.012, 0.03],
-    )
+small_window = st.composite(small_window_rows)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True)
