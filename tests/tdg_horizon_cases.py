@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from slolab.instances.records import Cluster, Instance, Workload
+from slolab.models.proserve import TdgHorizon
+from slolab.solvers import Status, solve
 from slolab.timing import LinearTiming
 
 # 10 ms per iteration, 1 ms per prompt token, 2 ms per decode token (whole milliseconds, so
@@ -71,3 +73,29 @@ def small_window_rows(draw) -> Instance:
         [0.012, 0.02, 0.03, 0.05],
         [0.008, 0.012, 0.03],
     )
+
+
+def proved_optimum(inst: Instance) -> float:
+    """The exact MILP's optimum of a small window (HiGHS, 60 s), asserted OPTIMAL."""
+    exact = solve(TdgHorizon(inst), solver="highs", time_limit=60)
+    assert exact.status == Status.OPTIMAL and exact.objective is not None
+    return exact.objective
+
+
+def three_requests() -> Instance:
+    """A (8 tokens, 3 out, TTFT 20 ms) at 0, B (3, 2, 30 ms, priority 2) at 4 ms, C (12, 3,
+    50 ms) at 12 ms; TPOTs 8, 12 and 30 ms."""
+    return horizon_instance(
+        [0.0, 0.004, 0.012],
+        [8, 3, 12],
+        [3, 2, 3],
+        [0.02, 0.03, 0.05],
+        [0.008, 0.012, 0.03],
+        [1.0, 2.0, 1.0],
+    )
+
+
+def two_prompts() -> Instance:
+    """Two 10-token prompts at 0, TTFT 25 ms, priorities 1 and 2 (10 ms an iteration, 1 ms a
+    token)."""
+    return horizon_instance([0.0, 0.0], [10, 10], [1, 1], [0.025, 0.025], [0.01, 0.01], [1.0, 2.0])

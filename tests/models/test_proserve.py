@@ -19,7 +19,7 @@ from slolab.models.tdg_bound import TdgHorizonBound
 from slolab.sim import check, metrics, replay
 from slolab.solvers import Status, build_model, solve
 from slolab.timing import LinearTiming
-from tdg_horizon_cases import TIMING, drawn_rows, horizon_instance
+from tdg_horizon_cases import TIMING, drawn_rows, horizon_instance, two_prompts
 
 
 def batch_instance(
@@ -277,7 +277,7 @@ def test_proserve_timing_is_affine_without_attention():
 
 def test_bound_strictly_below_ideal_on_a_loaded_window():
     """Two 10-token prompts at 0 with TTFT 25 ms: one first token fits; the LP bound is 7.5 < 9."""
-    inst = horizon_instance([0.0, 0.0], [10, 10], [1, 1], [0.025, 0.025], [0.01, 0.01], [1.0, 2.0])
+    inst = two_prompts()
     # alone: 10 + 10 = 20 ms <= 25; together 10 + 20 = 30 ms > 25; one after the other: 20, 40 ms
     # so the optimum is the priority-2 first token: 3 * 2 = 6 of an ideal 3 + 6 = 9
     exact = solve(TdgHorizon(inst), solver="highs", time_limit=30)
@@ -359,7 +359,7 @@ def test_bound_battery_never_below_optimum_never_above_ideal(inst):
 
 def test_chain_strictly_tighter_than_bucket_on_two_prompts():
     """Two 10-token prompts at 0, TTFT 25 ms: bucket LP 7.5, chain LP 6.75, integral 6."""
-    inst = horizon_instance([0.0, 0.0], [10, 10], [1, 1], [0.025, 0.025], [0.01, 0.01], [1.0, 2.0])
+    inst = two_prompts()
     exact = solve(TdgHorizon(inst), solver="highs", time_limit=30)
     assert exact.status == Status.OPTIMAL
     # one first token only (alone 10 + 10 = 20 ms, together 10 + 20 = 30 > 25): 3 * 2 = 6

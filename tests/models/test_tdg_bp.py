@@ -17,7 +17,13 @@ from slolab.models.tdg_bp import TdgHorizonBranchPrice
 from slolab.models.tdg_columns import TdgHorizonColumns
 from slolab.problems import get_problem
 from slolab.solvers import Status, solve
-from tdg_horizon_cases import horizon_instance, small_window_rows
+from tdg_horizon_cases import (
+    horizon_instance,
+    proved_optimum,
+    small_window_rows,
+    three_requests,
+    two_prompts,
+)
 
 #: The grid of every comparison (as in the column tests: one fixed grid for both bounds).
 SPACING_S = 0.005
@@ -40,31 +46,6 @@ def columns_bound(inst: Instance, chain: bool = False) -> float:
     )
     assert res.status == Status.OPTIMAL and res.bound is not None
     return res.bound
-
-
-def proved_optimum(inst: Instance) -> float:
-    exact = solve(TdgHorizon(inst), solver="highs", time_limit=60)
-    assert exact.status == Status.OPTIMAL and exact.objective is not None
-    return exact.objective
-
-
-def two_prompts() -> Instance:
-    """Two 10-token prompts at 0, TTFT 25 ms, priorities 1 and 2 (10 ms an iteration, 1 ms a
-    token)."""
-    return horizon_instance([0.0, 0.0], [10, 10], [1, 1], [0.025, 0.025], [0.01, 0.01], [1.0, 2.0])
-
-
-def three_requests() -> Instance:
-    """A (8 tokens, 3 out, TTFT 20 ms) at 0, B (3, 2, 30 ms, priority 2) at 4 ms, C (12, 3,
-    50 ms) at 12 ms; TPOTs 8, 12 and 30 ms (the column tests' window)."""
-    return horizon_instance(
-        [0.0, 0.004, 0.012],
-        [8, 3, 12],
-        [3, 2, 3],
-        [0.02, 0.03, 0.05],
-        [0.008, 0.012, 0.03],
-        [1.0, 2.0, 1.0],
-    )
 
 
 def five_requests() -> Instance:

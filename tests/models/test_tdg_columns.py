@@ -16,7 +16,13 @@ from slolab.models.tdg_bound import TdgHorizonBound
 from slolab.models.tdg_columns import Column, TdgHorizonColumns
 from slolab.problems import get_problem
 from slolab.solvers import Status, solve
-from tdg_horizon_cases import horizon_instance, small_window_rows
+from tdg_horizon_cases import (
+    horizon_instance,
+    proved_optimum,
+    small_window_rows,
+    three_requests,
+    two_prompts,
+)
 
 #: Grid of every comparison: a fixed spacing, so that the bucket LP solves this one grid only
 #: (by default it also solves a coarser one and keeps the least, which the columns do not).
@@ -42,28 +48,9 @@ def bucket_bound(inst: Instance) -> float:
     return res.bound
 
 
-def proved_optimum(inst: Instance) -> float:
-    exact = solve(TdgHorizon(inst), solver="highs", time_limit=60)
-    assert exact.status == Status.OPTIMAL and exact.objective is not None
-    return exact.objective
-
-
-def three_requests() -> Instance:
-    """A (8 tokens, 3 out, TTFT 20 ms) at 0, B (3, 2, 30 ms, priority 2) at 4 ms, C (12, 3,
-    50 ms) at 12 ms; TPOTs 8, 12 and 30 ms."""
-    return horizon_instance(
-        [0.0, 0.004, 0.012],
-        [8, 3, 12],
-        [3, 2, 3],
-        [0.02, 0.03, 0.05],
-        [0.008, 0.012, 0.03],
-        [1.0, 2.0, 1.0],
-    )
-
-
 def test_hand_case_equals_bucket_lp_where_the_iterations_are_fluid():
     """Two 10-token prompts at 0, TTFT 25 ms: the columns bound is the bucket LP's 7.5."""
-    inst = horizon_instance([0.0, 0.0], [10, 10], [1, 1], [0.025, 0.025], [0.01, 0.01], [1.0, 2.0])
+    inst = two_prompts()
     # each column is a whole prompt, but the master mixes B's (10 ms) with half of A's and one
     # fluid iteration (10 ms) in [0, 25 ms]: 10 + 5 + 10 = 25, so 6 + 3 * 0.5 = 7.5 (the
     # iteration count is fluid in both; the optimum is 6)
