@@ -61,6 +61,7 @@ from slolab.models.sa_ordering import PROBLEM, RATIO_TOLERANCE, Batches, PlanVal
 from slolab.solvers.backend import run_interruptibly
 from slolab.solvers.base import Result, Status
 from slolab.solvers.registry import register_model
+from slolab.solvers.scip_price import price_model
 
 __all__ = [
     "Decisions",
@@ -328,19 +329,8 @@ class _Master:
         self.primal_plan: Batches | None = None
         n = master.n
         self.all_arcs = [(p, s) for p in range(1, n + 1) for s in range(1, min(master.b, p) + 1)]
-        model = scip_mod.Model("sa_ordering_bp")
-        model.hideOutput()
-        model.setPresolve(scip_mod.SCIP_PARAMSETTING.OFF)
-        model.setSeparating(scip_mod.SCIP_PARAMSETTING.OFF)
-        model.setHeuristics(scip_mod.SCIP_PARAMSETTING.OFF)
-        model.setParam("misc/catchctrlc", False)
-        model.setParam("randomization/randomseedshift", int(seed))
-        model.setParam("parallel/maxnthreads", 1)
-        if best_first:
-            # best bound first, no plunging: the node of the smallest LP bound is always next
-            model.setParam("nodeselection/bfs/stdpriority", 10_000_000)
-            model.setParam("nodeselection/bfs/minplungedepth", 0)
-            model.setParam("nodeselection/bfs/maxplungedepth", 0)
+        # best_first: best bound first, no plunging: the node of the smallest LP bound is next
+        model = price_model("sa_ordering_bp", seed, best_first)
         self.model = model
         # node cuts (docs Sec. 6, "Cuts at tree nodes"): one global row per set R,
         # sum_c |T_c ∩ R| lambda_c + w_R <= |R|, whose slack w_R gets the local lower bound

@@ -61,6 +61,7 @@ from slolab.models.tdg_columns import (
 from slolab.solvers.backend import run_interruptibly
 from slolab.solvers.base import ExactModel, Result, Status
 from slolab.solvers.registry import register_model
+from slolab.solvers.scip_price import price_model
 
 __all__ = [
     "BP_MODEL",
@@ -101,25 +102,14 @@ class IntegralMaster:
         columns: list[Column],
         seed: int,
     ) -> None:
-        import pyscipopt
 
         self.cols = cols
         self.chain = chain
         B = cols.grid.buckets
         self.buckets = B
         self.n_max = float((cols.data.prompt + cols.data.output).sum())
-        model = pyscipopt.Model("tdg_bp")
-        model.hideOutput()
-        model.setPresolve(pyscipopt.SCIP_PARAMSETTING.OFF)
-        model.setSeparating(pyscipopt.SCIP_PARAMSETTING.OFF)
-        model.setHeuristics(pyscipopt.SCIP_PARAMSETTING.OFF)
-        model.setParam("misc/catchctrlc", False)
-        model.setParam("randomization/randomseedshift", int(seed))
-        model.setParam("parallel/maxnthreads", 1)
         # best bound first, never diving: the node of the least bound is always next
-        model.setParam("nodeselection/bfs/stdpriority", 10_000_000)
-        model.setParam("nodeselection/bfs/minplungedepth", 0)
-        model.setParam("nodeselection/bfs/maxplungedepth", 0)
+        model = price_model("tdg_bp", seed)
         # the most fractional C first (strong branching would solve LPs without pricing)
         model.setParam("branching/mostinf/priority", 10_000_000)
         self.model = model
