@@ -1,4 +1,4 @@
-"""Exact formulations, one module per paper problem (importing registers them)."""
+"""Exact formulations, one module (or package) per paper problem (importing registers them)."""
 
 from slolab.models import (
     deployment,
