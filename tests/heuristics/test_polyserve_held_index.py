@@ -78,7 +78,11 @@ class FormerController(PolyServeController):
 
 
 def digest(outcome) -> str:
-    """sha256 of every recorded array of ``outcome`` and its scaling events."""
+    """sha256 of every recorded array of ``outcome`` and its scaling events.
+
+    Bit for bit on purpose: the two runs compared are made in the same process on the same
+    processor, so equal arithmetic gives equal bits; nothing recorded on another machine is
+    compared (tests/fingerprint.py is for that)."""
     h = hashlib.sha256()
     for f in dataclasses.fields(outcome):
         value = getattr(outcome, f.name)

@@ -1,14 +1,15 @@
 """Every registered policy, and every online heuristic of the dispatch-scale problem, gives the
 outcome recorded before PolyServe became a package and SCORPIO and SA-online left
-``hyperflexis.py``: the same token times, batches, placements, rejections and scaling events,
-hashed, on seeded cuts of the Azure conversation and Mooncake traces."""
+``hyperflexis.py``: the same batches, placements, rejections and scaling events, exactly, and
+the same token times within 1e-10 of their magnitudes (tests/fingerprint.py), on seeded cuts of
+the Azure conversation and Mooncake traces. The records are in ``test_split_identity.json``;
+``PYTHONPATH=tests python tests/heuristics/test_split_identity.py`` re-records them after a
+deliberate change."""
 
 from __future__ import annotations
 
-import hashlib
-
-import numpy as np
 import pytest
+from fingerprint import Fingerprint, assert_case, fingerprint, load_recording, write_recording
 from slolab.heuristics.policies import make_scheduler, policy_names
 from slolab.instances import Cluster, Instance, assign_slos, read_workload
 from slolab.problems import build_instance, get_problem
@@ -63,19 +64,11 @@ STATIC = ("static-fcfs",)
 SERVERS = 2
 
 
-def outcome_hash(outcome, decisions=None) -> str:
-    """sha256 (first 16 hex digits) of :data:`FIELDS` of ``outcome``, its scaling events, its
-    end and the router's routing decisions (PolyServe counts them)."""
-    h = hashlib.sha256()
-    for name in FIELDS:
-        value = getattr(outcome, name, None)
-        h.update(name.encode())
-        if value is not None:
-            h.update(np.ascontiguousarray(value).tobytes())
-    h.update(repr(outcome.scale_events).encode())
-    h.update(repr(float(outcome.end_s)).encode())
-    h.update(repr(decisions).encode())
-    return h.hexdigest()[:16]
+def outcome_fingerprint(outcome, decisions=None) -> Fingerprint:
+    """:data:`FIELDS` of ``outcome``, its scaling events, its end and the router's routing
+    decisions (PolyServe counts them)."""
+    fields = [(name, getattr(outcome, name, None)) for name in FIELDS]
+    return fingerprint(fields, outcome.scale_events, float(outcome.end_s), decisions)
 
 
 def trace_cut(cut: str, mode: str) -> Instance:
@@ -99,10 +92,10 @@ def trace_cut(cut: str, mode: str) -> Instance:
     return Instance(f"{cut}-{n}-{mode}", wl, cluster, timing, settings=settings)
 
 
-def policy_hashes(cut: str, mode: str) -> dict[str, str]:
+def policy_fingerprints(cut: str, mode: str) -> dict[str, Fingerprint | str]:
     """Per registered policy (:data:`STATIC` ones only on a static cluster, and only there):
-    the hash of its run on the cut (seed 0), checked; or the name of the exception it raises
-    there (a mode it does not run in)."""
+    the fingerprint of its run on the cut (seed 0), checked; or the name of the exception it
+    raises there (a mode it does not run in)."""
     inst = trace_cut(cut, mode)
     found = {}
     for name in policy_names():
@@ -115,7 +108,7 @@ def policy_hashes(cut: str, mode: str) -> dict[str, str]:
             found[name] = f"raises {type(err).__name__}"
             continue
         assert check(scheduler.on(inst), out) == [], name
-        found[name] = outcome_hash(out, getattr(scheduler.router, "decisions", None))
+        found[name] = outcome_fingerprint(out, getattr(scheduler.router, "decisions", None))
     return found
 
 
@@ -132,11 +125,11 @@ def dispatch_instances() -> dict[str, Instance]:
     }
 
 
-def dispatch_hashes() -> dict[str, dict[str, str]]:
+def dispatch_fingerprints() -> dict[str, dict[str, Fingerprint]]:
     """Per instance of :func:`dispatch_instances`, per online heuristic of the dispatch-scale
-    problem: the hash of its run (seed 0), checked."""
+    problem: the fingerprint of its run (seed 0), checked."""
     problem = get_problem("dispatch-scale")
-    found: dict[str, dict[str, str]] = {}
+    found: dict[str, dict[str, Fingerprint]] = {}
     for label, inst in dispatch_instances().items():
         row = found[label] = {}
         for h in problem.heuristics:
@@ -147,142 +140,46 @@ def dispatch_hashes() -> dict[str, dict[str, str]]:
             scheduler = resolve(h.policy)(inst)
             out = scheduler.run(inst, seed=0, record_iterations=True)
             assert check(scheduler.on(inst), out) == [], (label, h.name)
-            row[h.name] = outcome_hash(out)
+            row[h.name] = outcome_fingerprint(out)
     return found
 
 
-# Recorded on the code before the split.
-POLICIES: dict[tuple[str, str], dict[str, str]] = {
-    ("azure", "colocated"): {
-        "chunk": "8445a6be83812251",
-        "edf": "8d745475d5ad0c45",
-        "fairbatching": "2df98355bc72d9a0",
-        "hyperflexis": "4acc94324227ad1c",
-        "hyperflexis-pm": "d99722a62fc61aaf",
-        "minimal": "530aa89f886ac789",
-        "polyserve": "cac97665549332e2",
-        "polyserve-always-tpot": "774d02df56e1e388",
-        "random": "5023c576cdd20042",
-        "sa-online": "d0677de2fddc0f6c",
-        "sarathi": "8445a6be83812251",
-        "sarathi-fcfs": "8445a6be83812251",
-        "sarathi-priority": "27e231e25a885ed1",
-        "scorpio": "7948fe25ca905385",
-        "slide-batching": "b7f8a50fb82e3bb6",
-        "slos-serve": "62523e9d2dbae97b",
-        "vllm": "7fe44b0eb34d62cd",
-        "vllm-fcfs": "7fe44b0eb34d62cd",
-        "weighted-vtc": "972f92e1ca0ec447",
-    },
-    ("azure", "disaggregated"): {
-        "chunk": "raises ValueError",
-        "edf": "db8971a59ccb21e9",
-        "fairbatching": "db8971a59ccb21e9",
-        "hyperflexis": "b22e4e35945e90fc",
-        "hyperflexis-pm": "dfcb032b61528968",
-        "minimal": "0558b215ef78becf",
-        "polyserve": "5bfaf164a42b075c",
-        "polyserve-always-tpot": "5bfaf164a42b075c",
-        "random": "0558b215ef78becf",
-        "sa-online": "raises ValueError",
-        "sarathi": "0558b215ef78becf",
-        "sarathi-fcfs": "0558b215ef78becf",
-        "sarathi-priority": "7fd740de8a079fb7",
-        "scorpio": "raises ValueError",
-        "slide-batching": "9c9b37d718cba29d",
-        "slos-serve": "raises ValueError",
-        "vllm": "3bbaa8b5ebe9947c",
-        "vllm-fcfs": "3bbaa8b5ebe9947c",
-        "weighted-vtc": "22567ad5709515e8",
-    },
-    ("azure", "static"): {"static-fcfs": "33bde8289c03026d"},
-    ("mooncake", "colocated"): {
-        "chunk": "e7492f1e36c58015",
-        "edf": "2703b2822b468642",
-        "fairbatching": "0945d0fb90987b48",
-        "hyperflexis": "9292d2710b8b2202",
-        "hyperflexis-pm": "51a1924464956265",
-        "minimal": "152b56c9db16d295",
-        "polyserve": "4678b6d80331d692",
-        "polyserve-always-tpot": "628f05ed2b59b20c",
-        "random": "decf4810c34ba9cf",
-        "sa-online": "fe74ed7557a557ba",
-        "sarathi": "e7492f1e36c58015",
-        "sarathi-fcfs": "e7492f1e36c58015",
-        "sarathi-priority": "b4eaf96b70830d84",
-        "scorpio": "ef7df605c4fa45ef",
-        "slide-batching": "90f9a051e573d4ee",
-        "slos-serve": "d4b7c239544c5534",
-        "vllm": "1460492b003d5e49",
-        "vllm-fcfs": "1460492b003d5e49",
-        "weighted-vtc": "e8526b9234677d1c",
-    },
-    ("mooncake", "disaggregated"): {
-        "chunk": "raises ValueError",
-        "edf": "4b5042382f37e669",
-        "fairbatching": "4b5042382f37e669",
-        "hyperflexis": "9c9d714793d75cac",
-        "hyperflexis-pm": "5046bc8b245a8e80",
-        "minimal": "63b96f2873a6b43d",
-        "polyserve": "2a394ff2ea20ff60",
-        "polyserve-always-tpot": "2a394ff2ea20ff60",
-        "random": "63b96f2873a6b43d",
-        "sa-online": "raises ValueError",
-        "sarathi": "63b96f2873a6b43d",
-        "sarathi-fcfs": "63b96f2873a6b43d",
-        "sarathi-priority": "6507b0048bdbf1dd",
-        "scorpio": "raises ValueError",
-        "slide-batching": "0263cf4a9e85f535",
-        "slos-serve": "raises ValueError",
-        "vllm": "6ecc55695926751b",
-        "vllm-fcfs": "6ecc55695926751b",
-        "weighted-vtc": "d099de3d7352f98c",
-    },
-    ("mooncake", "static"): {"static-fcfs": "3d586a7811a1408f"},
-}
-DISPATCH: dict[str, dict[str, str]] = {
-    "azure": {
-        "hyperflexis": "6246e37987faf717",
-        "hyperflexis-pm": "6246e37987faf717",
-        "hyperflexis-scaling": "8412036cf08db980",
-        "round-robin": "57db9bc7a92499b7",
-        "sa-rr": "7474674a3bffc752",
-        "scorpio-rr": "6b3532b389aaeff0",
-    },
-    "mix-co": {
-        "hyperflexis": "604549725c3f0d4a",
-        "hyperflexis-pm": "8d9a02536c0f6e84",
-        "hyperflexis-scaling": "2a9c28187eb26057",
-        "round-robin": "b6364c86203bf2bf",
-        "sa-rr": "724d795189f360b9",
-        "scorpio-rr": "470ba50128e67e52",
-    },
-    "mix-pd": {
-        "hyperflexis": "41b712df9321afc2",
-        "hyperflexis-pm": "37ff8a797a9e7109",
-        "hyperflexis-scaling": "410a2d580487c8ba",
-        "round-robin": "7c716d22984de7f6",
-    },
-    "mooncake": {
-        "hyperflexis": "b2bf314e5e685417",
-        "hyperflexis-pm": "2f1a1626a0fec829",
-        "hyperflexis-scaling": "bb6ab12c43ac17de",
-        "round-robin": "e3174c41f201184c",
-        "sa-rr": "fbb29e4375b60339",
-        "scorpio-rr": "ce8b4334414bc7d8",
-    },
-}
+#: Recorded on the code before the split (its hashes, checked on the split code first):
+#: "policies" per "cut/mode", then "dispatch" per instance, a record per heuristic.
+RECORDED = load_recording(__file__)
+
+
+def assert_row(found: dict, recorded: dict, what: str) -> None:
+    """The same heuristics, each case matching its record."""
+    assert sorted(found) == sorted(recorded), what
+    for name, value in found.items():
+        assert_case(value, recorded[name], f"{what} {name}")
 
 
 @pytest.mark.parametrize("cut", sorted(CUTS))
 @pytest.mark.parametrize("mode", MODES)
 def test_every_registered_policy_keeps_its_outcome(cut, mode):
-    """Each registered policy's run on the cut in the mode hashes as recorded (or raises the
+    """Each registered policy's run on the cut in the mode matches its record (or raises the
     same exception), and no policy was added or dropped."""
-    assert policy_hashes(cut, mode) == POLICIES[cut, mode]
+    assert_row(policy_fingerprints(cut, mode), RECORDED["policies"][f"{cut}/{mode}"], cut)
 
 
 def test_every_dispatch_scale_heuristic_keeps_its_outcome():
     """HyperFlexis (fixed, scaling, priority mapping), round robin, SCORPIO and SA-online
-    behind round robin, as the dispatch-scale problem declares them, hash as recorded."""
-    assert dispatch_hashes() == DISPATCH
+    behind round robin, as the dispatch-scale problem declares them, match their records."""
+    found = dispatch_fingerprints()
+    assert sorted(found) == sorted(RECORDED["dispatch"])
+    for label, row in found.items():
+        assert_row(row, RECORDED["dispatch"][label], label)
+
+
+def _records(row: dict) -> dict:
+    return {k: v.record() if isinstance(v, Fingerprint) else v for k, v in row.items()}
+
+
+if __name__ == "__main__":
+    policies = {
+        f"{cut}/{mode}": _records(policy_fingerprints(cut, mode)) for cut in CUTS for mode in MODES
+    }
+    dispatch = {label: _records(row) for label, row in dispatch_fingerprints().items()}
+    write_recording(__file__, {"policies": policies, "dispatch": dispatch})
