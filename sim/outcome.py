@@ -36,7 +36,11 @@ class Outcome:
     prefill_server : int array (n,)
         Server that ran the prefill (equal to ``server`` unless disaggregated); -1 if none.
     rejected : bool array (n,)
-        Requests declined by the scheduler (never served).
+        Requests declined by the scheduler (never served), or ended unfinished by the engine.
+        Why, where it is known: ``rejected_kv`` (no server could hold them),
+        ``info["unservable"]`` (request id -> the reason its router gave that no server could
+        ever serve it: rejected as it reached that router), ``info["rejected_held"]`` (how many
+        were still held in a central queue at the end) and ``info["stalled_requests"]``.
     first_scheduled_s : float array (n,)
         Start of the first iteration that included the request (inf if never).
     prefill_done_s : float array (n,)

@@ -127,6 +127,13 @@ class Router(Protocol):
       in one call (and may place any subset); otherwise ``route`` is called for each of them.
 
     Either way a server's policy sees the held requests of its side (:attr:`Server.held`).
+
+    A router that can tell a request no server of its side will ever serve (one no server's
+    admission could take even alone) has a method ``unservable(request) -> str | None``: the
+    engine asks it as the request reaches the router (an arrival; a KV transfer landing, for
+    a decode router), before ``route``, and a reason rejects the request there and then,
+    kept in ``Outcome.info["unservable"]``. Held instead, such a request would wait for good,
+    and a router that keeps a queue behind it would hold back the requests after it.
     """
 
     def start(self, instance: Instance, seed: int) -> None:

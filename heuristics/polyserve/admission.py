@@ -392,15 +392,89 @@ class ControllerAdmission(ControllerBase):
     def _idle_parts(self, s: Server, r: int, tau_s: float) -> tuple[int, tuple[float, ...], float]:
         """:meth:`_admit_idle`'s parts: the code of its checks, the prefill's iteration
         durations, ``r``'s first-token deadline."""
-        p = float(self.req.prompt[r])
         deadline = self.req.arrival[r] + self.req.ttft[r]
-        kv_now = s.kv_used_tokens + p
-        if 1 > self.max_seqs or kv_now > self.kv_admit or self.profile.time(1, kv_now) > tau_s:
+        if self._alone_code(s.kv_used_tokens, r, tau_s) != ADMIT:
             return FULL, (), deadline
+        return ADMIT, self._idle_prefill_s(int(self.req.prompt[r])), deadline
+
+    def _alone_code(self, kv_used: int, r: int, tau_s: float) -> int:
+        """The batch, memory and TPOT checks of a co-located server with no request and
+        ``kv_used`` KV tokens in use (``FULL`` or ``ADMIT``): ``r`` alone decoding within
+        ``tau_s`` at its KV now and at its predicted peak, with a prefill chunk ``c >= 1``
+        beside its decode. :meth:`_admit_idle` and, once ``r`` is late, :meth:`_admit_empty`
+        refuse ``r`` exactly on these."""
+        p = float(self.req.prompt[r])
+        kv_now = kv_used + p
+        if 1 > self.max_seqs or kv_now > self.kv_admit or self.profile.time(1, kv_now) > tau_s:
+            return FULL
         peak = p + (max(self.d_hat - 0.0, 1.0) - 1.0)
         if peak > self.kv_admit or self._prefill_chunk(peak, tau_s, 1, int(p)) < 1:
-            return FULL, (), deadline
-        return ADMIT, self._idle_prefill_s(int(p)), deadline
+            return FULL
+        return ADMIT
+
+    def _decode_alone_code(self, r: int, tau_s: float) -> int:
+        """:meth:`_admit_decode`'s batch, memory and TPOT checks on an empty decode server
+        (``FULL`` or ``ADMIT``): ``r`` alone, its prompt and first token resident, within
+        ``tau_s`` at that KV and at its predicted peak."""
+        if 1 > self.max_seqs or (self.max_tokens and 1 > self.max_tokens):
+            return FULL
+        kv_now = float(self.req.prompt[r]) + 1
+        if self.profile.time(1, kv_now) > tau_s or kv_now > self.kv_admit:
+            return FULL
+        # KvPeakBase.with_one on an empty server: r's own group, context + (steps - 1)
+        peak = kv_now + (max(self.d_hat - 1.0, 1.0) - 1.0)
+        if peak > self.kv_admit or self.profile.time(1, peak) > tau_s:
+            return FULL
+        return ADMIT
+
+    def never_admitted(self, r: int, taus: list[float]) -> str | None:
+        """Why no server of a tier of TPOT ``taus`` (s) would ever admit ``r``, or None.
+
+        A server with no request (co-located: no KV in use) is where ``r`` is easiest to
+        admit: with others on it the batch, the KV now and at the peak only grow and the prefill
+        chunk only shrinks. Refused there for its batch, memory or TPOT (``FULL``; co-located,
+        as when it is late and no deadline counts), every server of those tiers refuses it for
+        good, whatever the cluster does: the reason says which check, on the loosest tier."""
+        if self.mode == "disaggregated":
+            if any(self._decode_alone_code(r, tau) == ADMIT for tau in taus):
+                return None
+        elif any(self._alone_code(0, r, tau) == ADMIT for tau in taus):
+            return None
+        return self._refusal_reason(r, max(taus))
+
+    def _refusal_reason(self, r: int, tau_s: float) -> str:
+        """The check an empty server of TPOT ``tau_s`` refuses ``r`` on, in words."""
+        decode = self.mode == "disaggregated"
+        p = int(self.req.prompt[r])
+        kv_now = p + 1 if decode else p
+        reserve = f"{self.kv_capacity:,} less the {self.params.kv_reserve:.0%} reserve"
+        fills = f"the {self.kv_admit:,.0f} KV tokens PolyServe's admission fills ({reserve})"
+        tier = f"the {tau_s * 1e3:.4g} ms TPOT of its loosest tier"
+        peak = kv_now + (max(self.d_hat - float(decode), 1.0) - 1.0)
+        side = "an empty decode server" if decode else "an empty server"
+        if 1 > self.max_seqs or (decode and self.max_tokens and 1 > self.max_tokens):
+            why = "a server's batch holds no request"
+        elif kv_now > self.kv_admit:
+            if decode:
+                why = f"its prompt and first token ({kv_now:,} tokens) exceed {fills}"
+            else:
+                why = f"its prompt ({kv_now:,} tokens) exceeds {fills}"
+        elif self.profile.time(1, kv_now) > tau_s:
+            step = self.profile.time(1, kv_now)
+            why = f"its decode alone at {kv_now:,} KV tokens takes {step * 1e3:.4g} ms, over {tier}"
+        elif peak > self.kv_admit:
+            why = (
+                f"its predicted KV peak ({peak:,.0f} tokens, at {self.d_hat:.4g} mean output "
+                f"tokens) exceeds {fills}"
+            )
+        elif decode:
+            step = self.profile.time(1, peak)
+            why = f"its decode alone at its predicted KV peak ({peak:,.0f} tokens) takes "
+            why += f"{step * 1e3:.4g} ms, over {tier}"
+        else:
+            why = f"no prefill chunk fits beside its decode within {tier} at its predicted KV "
+            why += f"peak ({peak:,.0f} tokens)"
+        return f"PolyServe's admission refuses it on every tier it may use, even on {side}: {why}"
 
     def _idle_prefill_s(self, prompt: int) -> tuple[float, ...]:
         """The iteration durations (s) of a lone ``prompt``-token prefill with nothing

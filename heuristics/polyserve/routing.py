@@ -172,6 +172,17 @@ class ControllerRouting(ControllerAdmission):
             k = self._route_tier(request, servers, now)
         return self._timed(k, t0)
 
+    def unservable(self, request: int) -> str | None:
+        """Why no server would ever admit ``request`` (the engine rejects it as it arrives), or
+        None: every tier it may use (its own and, with promotion, tighter ones) refuses it for
+        its batch, memory or TPOT even on an empty server (:meth:`never_admitted`; the decode
+        tiers when disaggregated, before its prefill runs). Held, it would wait for good, and
+        its tier would keep every server it took from the others (docs/polyserve.md, "A
+        request no tier admits")."""
+        return self.never_admitted(
+            request, [self.tier_taus[t] for t in self._tries[self._tier_list[request]]]
+        )
+
     def route_decode(self, request: int, servers: Sequence[Server], now: float) -> int:
         """Decode router: a decode server of the request's tier (or a tighter one), or HOLD."""
         t0 = time.perf_counter()

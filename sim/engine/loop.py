@@ -238,6 +238,15 @@ class Engine(Routing, Ticks, Iterations):
                 self.prompt_list[first],
                 self.output_list[first],
             )
+        if self.unservable:
+            first = min(self.unservable)
+            log.warning(
+                "%d request(s) rejected: their router found that no server could ever serve "
+                "them (first: request %d: %s)",
+                len(self.unservable),
+                first,
+                self.unservable[first],
+            )
         return Outcome(
             server=self.server_of,
             prefill_server=self.prefill_server_of,
@@ -271,6 +280,7 @@ class Engine(Routing, Ticks, Iterations):
                 "stalled": self.stalled,
                 "stall": self.stall,
                 "stalled_requests": np.flatnonzero(self.rejected_stalled),
+                "unservable": dict(sorted(self.unservable.items())),
             },
             rejected_kv=self.rejected_kv,
             rejected_s=self.rejected_at,

@@ -5,6 +5,8 @@ them; a server's policy forwards a waiting request to another server of its role
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from slolab.sim.engine.servers import Server, ServerState, state_of
 from slolab.sim.engine.state import EngineCore
@@ -16,6 +18,10 @@ class Routing(EngineCore):
 
     def _arrive(self, r: int) -> None:
         views = self.entry_views
+        if self._unservable_entry is not None and self._refused_unservable(
+            self._unservable_entry, r
+        ):
+            return
         if self.router is None:
             if not views:
                 raise PolicyError(
@@ -62,16 +68,42 @@ class Routing(EngineCore):
         self.rejected_at[r] = self.now
         return True
 
-    def _too_large_anywhere(self, r: int) -> bool:
-        """Reject a held request ``r`` (True) when no pool of its side could ever hold it."""
+    def _fits_anywhere(self, r: int) -> bool:
+        """Whether some pool of the entry side could hold request ``r`` (and, disaggregated,
+        some decode pool after it)."""
         for p in self.pools:
             if p.role == "decode" or self.kv_needed(p.role, r) > int(p.kv_capacity_tokens):  # type: ignore[arg-type]
                 continue
             if p.role != "prefill" or self.kv_needed("decode", r) <= self.decode_kv_max:
-                return False
+                return True
+        return False
+
+    def _too_large_anywhere(self, r: int) -> bool:
+        """Reject a held request ``r`` (True) when no pool of its side could ever hold it."""
+        if self._fits_anywhere(r):
+            return False
         self.rejected[r] = True
         self.rejected_kv[r] = True
         self.rejected_at[r] = self.now
+        return True
+
+    def _refused_unservable(self, ask: Callable[[int], str | None], r: int) -> bool:
+        """Reject request ``r`` now (True) when its router's ``unservable`` hook (``ask``)
+        gives a reason no server of its side could ever serve it; the reason is kept
+        (``Outcome.info["unservable"]``). An arrival no pool of its side could hold is
+        rejected for its KV (``rejected_kv``) first, the router asked nothing: such a router
+        keeps queues, and would count a request the engine then never holds. A warm-started
+        request is running already: never."""
+        if self.warm is not None and self.warm[0][r]:
+            return False
+        if ask is self._unservable_entry and self._too_large_anywhere(r):
+            return True
+        why = ask(r)
+        if why is None:
+            return False
+        self.rejected[r] = True
+        self.rejected_at[r] = self.now
+        self.unservable[r] = str(why)
         return True
 
     def _route(self, router: Router, views: tuple[Server, ...], r: int, kind: str) -> int:
@@ -176,6 +208,10 @@ class Routing(EngineCore):
 
     def _arrive_decode(self, r: int) -> None:
         views = self.decode_views
+        if self._unservable_decode is not None and self._refused_unservable(
+            self._unservable_decode, r
+        ):
+            return
         need = self.kv_needed("decode", r)
         if self.decode_router is None:
             fits = [j for j in range(len(views)) if state_of(views[j]).kv_capacity >= need]

@@ -90,6 +90,10 @@ class EngineCore:
         self.rejected_kv = np.zeros(n, dtype=bool)
         self.rejected_stalled = np.zeros(n, dtype=bool)
         self.rejected_at = np.full(n, np.inf)
+        # requests a router rejected as unservable (its ``unservable`` hook), with its reason
+        self.unservable: dict[int, str] = {}
+        self._unservable_entry = getattr(router, "unservable", None)
+        self._unservable_decode = getattr(decode_router, "unservable", None)
         self.forward_log: list[tuple[int, int, int, float]] = []
         self.routed = np.full(n, np.inf)
         self.first_scheduled = np.full(n, np.inf)

@@ -34,6 +34,11 @@ class CheckedController(PolyServeController):
         self.codes = Counter()
         CheckedController.last = self
 
+    def unservable(self, request):
+        # no request is rejected as it arrives: one no server admits stays held, and every
+        # empty server of its tiers is asked about it (refusals for room, on time and late)
+        return None
+
     def _admit_empty(self, s, r, tau_s, late):
         former = self._admit_queued(s, r, tau_s, late)
         former_end = self._predicted_end
@@ -105,7 +110,7 @@ def sparse(seed: int, n: int = 80) -> Workload:
     4,000 tokens (under T = 10 ms + 0.1 ms per token a 20 ms tier prefills about 100 per
     iteration, so a long prompt with a 0.3 s TTFT is too late even alone), TTFT 0.3/1/3 s, TPOT
     tiers 20/50/100 ms, and one prompt of 19,500 tokens (above 95 % of a 20,000-token KV: no
-    server admits it, and it is held to the end of the run)."""
+    server admits it, and :class:`CheckedController` holds it to the end of the run)."""
     rng = np.random.default_rng(seed)
     prompt = rng.integers(100, 4000, n)
     prompt[n - 5] = 19_500

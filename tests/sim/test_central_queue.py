@@ -141,3 +141,42 @@ def test_schedule_carries_its_plan_and_holds_requests_for_late_servers():
     # cost: server 0 from 0 to 0.032, server 1 from 0.6 to 0.842
     assert out.cost_server_s == pytest.approx(0.032 + 0.242, rel=1e-12)
     assert check(inst, out) == []
+
+
+class RefuseFirst:
+    """Routes to server 0, and says request 0 can never be served."""
+
+    def start(self, instance, seed):
+        return None
+
+    def unservable(self, request):
+        return "needs a server this cluster lacks" if request == 0 else None
+
+    def route(self, request, servers, now):
+        return 0
+
+
+def test_a_request_its_router_calls_unservable_is_rejected_on_arrival_with_the_reason(caplog):
+    """A is rejected at its arrival with the router's reason, never routed; B runs as alone."""
+    inst = two_requests(servers=1)
+    with caplog.at_level(logging.WARNING, logger="slolab"):
+        out = run(inst, PrefillFirstFCFS(), RefuseFirst(), seed=0)
+    # B alone from 0.5: prefill 0.010 + 20 x 0.001 -> 0.530, decode 0.010 + 0.002 -> 0.542
+    assert out.rejected.tolist() == [True, False] and out.rejected_s[0] == 0.0
+    assert out.info["unservable"] == {0: "needs a server this cluster lacks"}
+    assert np.isinf(out.routed_s[0]) and out.server[0] == -1
+    np.testing.assert_allclose(out.tokens_of(1), [0.530, 0.542], rtol=1e-12)
+    assert "(first: request 0: needs a server this cluster lacks)" in caplog.text
+    assert check(inst, out) == []
+
+
+def test_a_decode_router_calls_unservable_when_the_kv_lands():
+    """Disaggregated: A is prefilled, then rejected as its KV reaches the decode router."""
+    inst = two_requests(servers=2, mode="disaggregated", prefill_servers=1)
+    out = run(inst, PrefillFirstFCFS(), None, seed=0, decode_router=RefuseFirst())
+    # A's prompt ran on prefill server 0 (first token at 0.010 + 0.010 = 0.020); its KV
+    # landed after that, where it was rejected; B decodes on server 1
+    assert out.rejected.tolist() == [True, False] and out.prefill_server[0] == 0
+    assert out.rejected_s[0] > 0.020 and out.server[0] == -1
+    assert out.info["unservable"] == {0: "needs a server this cluster lacks"}
+    assert np.isfinite(out.last_token_s[1]) and check(inst, out) == []

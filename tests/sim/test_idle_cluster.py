@@ -1,7 +1,8 @@
 """The idle-cluster invariant: alone on a server, every co-located policy meets what it could.
 
 Each registered policy runs cuts of real traces with arrivals so sparse that no two requests
-overlap (spaced by more than the longest lone service, from the oracle). It must meet exactly
+overlap (spaced by more than the longest lone service, from the oracle), with one long prompt
+in the middle of each cut that a server can hold but that no idle server meets. It must meet exactly
 the requests :func:`slolab.sim.idle.idle_met` says an idle server could meet. A policy whose
 paper caps its chunks by design is held to the oracle at that cap instead, on every request
 (:data:`CAPPED`): the requests it is exempt on are those the cap alone makes it miss. A policy
@@ -28,6 +29,13 @@ from slolab.timing import time2bs
 #: alone is nearest their TTFT SLO (Mooncake's long prompts; the Azure traces' longest).
 CUTS = (("mooncake_conversation", 40), ("azure_conv_2023", 30), ("azure_code_2023", 30))
 SERVERS = 2
+#: The prompt (tokens) of the request added in the middle of each cut, a copy of the request
+#: there with its prompt this long: that of the request a Mooncake-like trace's PolyServe run
+#: held for good (docs/polyserve.md, "A request no tier admits"). It fits a server's 200,000
+#: KV tokens with its output (at most 381 tokens in the cuts) but not the 190,000 PolyServe's
+#: admission fills, and its lone prefill misses its TTFT: no policy may let it hold back the
+#: requests behind it.
+LONG_PROMPT = 191_374
 
 
 @dataclass(frozen=True)
@@ -125,18 +133,21 @@ NOT_COLOCATED = {"static-fcfs": "policy 'static-fcfs' does not run on a colocate
 
 @functools.cache
 def sparse_cut(trace: str, keep: int):
-    """``keep`` requests of ``trace`` nearest their TTFT alone, spaced so none overlap."""
+    """``keep`` requests of ``trace`` nearest their TTFT alone, and at position ``keep // 2``
+    a copy of the request there with a :data:`LONG_PROMPT`-token prompt, spaced so none
+    overlap."""
     inst = serving_instance(trace, seed=0, servers=SERVERS, limit=2000, slos="polyserve+proserve")
     wl = inst.workload
     lone_ttft = idle_schedule(inst).first_token_s - wl.arrival_s
     slack = np.abs(np.nan_to_num(wl["ttft_slo_s"], nan=np.inf) - lone_ttft)
     rows = np.sort(np.argsort(slack, kind="stable")[:keep])
-    cut = dataclasses.replace(
-        inst, workload=wl.derived({c: wl[c][rows] for c in wl.columns}, source=f"{trace} cut")
-    )
+    rows = np.insert(rows, keep // 2, rows[keep // 2])
+    cols = {c: wl[c][rows] for c in wl.columns}
+    cols["prompt_tokens"][keep // 2] = LONG_PROMPT
+    cut = dataclasses.replace(inst, workload=wl.derived(cols, source=f"{trace} cut"))
     gap = idle_schedule(cut).longest_service_s(cut) + 1.0
     cols = {c: cut.workload[c] for c in cut.workload.columns}
-    cols["arrival_s"] = gap * np.arange(keep)
+    cols["arrival_s"] = gap * np.arange(keep + 1)
     return dataclasses.replace(cut, workload=cut.workload.derived(cols, source=f"{trace} sparse"))
 
 
@@ -198,12 +209,19 @@ def test_a_lone_request_is_met_exactly_when_an_idle_server_meets_it(name, trace,
 
 
 def test_the_cuts_hold_requests_the_oracle_meets_and_misses():
-    """The Mooncake cut is not trivial: the oracle meets 14 of its 40 requests, not all."""
+    """The Mooncake cut is not trivial: the oracle meets 14 of its 41 requests, not all, and
+    not the long prompt, which a server can hold."""
     inst = sparse_cut("mooncake_conversation", 40)
     # gaps exceed every lone service, so no two requests ever share a server's time
     spans = idle_schedule(inst).last_token_s - inst.workload.arrival_s
     assert spans.max() < np.diff(inst.workload.arrival_s).min()
-    assert int(idle_met(inst).sum()) == 14
+    met = idle_met(inst)
+    assert (len(met), int(met.sum())) == (41, 14)
+    # the long prompt is request 20 (40 // 2): 191,374 + 381 output = 191,755 KV tokens fit
+    # the 200,000 a server holds, above the 190,000 (95 %) PolyServe's admission fills
+    wl = inst.workload
+    assert (int(wl.prompt_tokens[20]), int(wl.output_tokens[20])) == (191_374, 381)
+    assert inst.cluster.kv_capacity_tokens == 200_000 and not met[20]
 
 
 def test_the_sarathi_budget_exempts_the_mooncake_requests_it_slows():
