@@ -736,6 +736,12 @@ def _trimmed_dict(
     }
 
 
+def _feasible_cost(data: DeploymentData, plan: DeploymentPlan) -> float:
+    """A heuristic's cost on the capacities: its fleet's price, or inf when the plan breaks
+    them (a cost below the MILP's proved optimum is then never printed)."""
+    return math.inf if plan_violations(data, plan) else plan_cost(data, plan)
+
+
 def plan_deployment(
     instance: Instance,
     configurations: Sequence[str],
@@ -807,8 +813,10 @@ def plan_deployment(
         single=single,
         mixed=mixed,
         best_single=single_loop,
-        greedy_cost=plan_cost(data, greedy_cost_per_capacity(data)),
-        best_single_cost=min((plan_cost(data, plan) for plan in plans.values()), default=math.inf),
+        greedy_cost=_feasible_cost(data, greedy_cost_per_capacity(data)),
+        best_single_cost=min(
+            (_feasible_cost(data, plan) for plan in plans.values()), default=math.inf
+        ),
         optimum_cost=optimum.cost,
         optimum_status=optimum.status.value,
         wall_s=time.perf_counter() - start,

@@ -42,6 +42,7 @@ from slolab.instances.records import Cluster, Instance
 from slolab.models.deployment import DeploymentData
 from slolab.problems.deployment import DEFAULT_CONFIGURATIONS
 from slolab.solvers.capacity import ProbeVerdict, capacity
+from slolab.problems.registry import OptionValueError
 
 __all__ = [
     "capacity_data",
@@ -254,8 +255,10 @@ def configuration_names(
     return names, refused
 
 
-def read_prices(path: str | Path) -> dict[str, float]:
-    """GPU prices per GPU-hour from a CSV file with the columns ``gpu,usd_per_gpu_hour``.
+def read_prices(path: str | Path, gpus: Sequence[str] = ()) -> dict[str, float]:
+    """GPU prices per GPU-hour from a CSV file with the columns ``gpu,usd_per_gpu_hour``;
+    every GPU of ``gpus`` (the grid's) must have a line (a missing one would otherwise take
+    the profiles' dated price unseen).
 
     Raises
     ------
@@ -299,7 +302,18 @@ def read_prices(path: str | Path) -> dict[str, float]:
                 f"{', '.join(sorted(known))}"
             )
         prices[gpu] = price
+    missing = [gpu for gpu in dict.fromkeys(gpus) if gpu not in prices]
+    if missing:
+        raise ValueError(
+            f"{path}: no price for GPU {', '.join(missing)} of the grid (it lists "
+            f"{', '.join(prices) or 'none'}); add a line gpu,usd_per_gpu_hour for each"
+        )
     return prices
+
+
+def _gpus_of(names: Sequence[str]) -> list[str]:
+    """The GPU types of configurations ``MODEL/GPU/tpN`` (a name not of that form: none)."""
+    return [name.split("/")[1] for name in names if name.count("/") == 2]
 
 
 def configuration_price(name: str, prices: dict[str, float] | None = None) -> float:
@@ -904,7 +918,11 @@ def deployment_instance(
     (:func:`measure_capacities`, probes of ``stream_requests`` requests) stored in the
     settings as the decision problem's data (:func:`capacity_data`; prices from the CSV file
     ``prices``, :func:`read_prices`, else the presets')."""
-    price_table = None if prices is None else read_prices(prices)
+    if not 0 < target <= 1:
+        raise OptionValueError(
+            f"target must be an attainment in (0, 1], got {target}",
+            f"--target must be an attainment in (0, 1], got {target}",
+        )
     names = (
         [c.strip() for c in configurations.split(",") if c.strip()]
         if isinstance(configurations, str)
@@ -912,6 +930,7 @@ def deployment_instance(
     )
     if not names:
         raise ValueError("give at least one configuration")
+    price_table = None if prices is None else read_prices(prices, _gpus_of(names))
     base = trace_instance(trace, names, seed=seed, limit=limit, traffic=traffic, **reading)
     classes = request_classes(base)
     table = measure_capacities(
