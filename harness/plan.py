@@ -362,7 +362,11 @@ def plan(
                 instance = dataclasses.replace(base, cluster=cluster)
                 instance, sched = chosen.prepare(instance)
                 warn_large_fleet(instance.cluster.servers, instance.n_requests)
-                watch = AttainmentWatch(instance, definition, target) if early else None
+                # the range's top count runs to its end: a miss there ends the search, and
+                # only a full run tells a miss from a stall (a policy that runs nothing)
+                watch = (
+                    AttainmentWatch(instance, definition, target) if early and count < hi else None
+                )
                 outcome = sched.run(
                     instance,
                     seed=setup.seed,

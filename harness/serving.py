@@ -368,7 +368,8 @@ def simulate_summary(
 
     The keys of :func:`slolab.sim.metrics.summary` (cost included), with ``wall_s`` the wall
     time of the whole call (building the instance included), ``simulate_s`` the engine's and
-    ``stall`` why the run stalled ("" unless ``stalled`` > 0), plus ``instance``, ``policy``, ``router``, ``mode``, ``servers``, ``timing``,
+    ``stall`` why the run stalled ("" unless ``stalled`` > 0, or ``rejected_held`` > 0: requests a
+    router held that no server took by the end), plus ``instance``, ``policy``, ``router``, ``mode``, ``servers``, ``timing``,
     ``kv_capacity`` (tokens per server) and ``kv_capacity_source`` (``--kv-capacity``, ``preset
     NAME`` or ``default``), ``autoscale`` and ``startup_s``; a router that reports on its own decisions (a
     ``summary()`` method, as PolyServe's controller) adds its figures as ``router_*``. With
@@ -385,6 +386,15 @@ def simulate_summary(
     summary["wall_s"] = time.perf_counter() - start
     summary["simulate_s"] = outcome.wall_s
     summary["stall"] = outcome.info.get("stall", "")
+    summary["rejected_held"] = held = int(outcome.info.get("rejected_held", 0))
+    if held and not summary["stalled"]:
+        router = sched.decode_router if sched.router is None else sched.router
+        made = type(router)
+        summary["stall"] = (
+            f"router {made.__module__}:{made.__qualname__} held {held} request(s) in a central "
+            f"queue that no server took by the end of the run (t={outcome.end_s:.6g} s); they "
+            "are rejected"
+        )
     if token_budget:
         summary["token_budget"] = getattr(sched.policy, "token_budget", None)
     if idle_oracle:
@@ -589,10 +599,17 @@ def capacity_notes(
         )
     elif found.capped_low:
         instance, outcome, _ = setup.simulate(hi)
+        stalled = int(outcome.info.get("stalled", 0))
+        why = (
+            f"the run stalled: {setup.policy} left {stalled} request(s) waiting with nothing "
+            "left to run (no valid attainment; slolab simulate --rate shows the stall)"
+            if stalled
+            else missed_at(instance, outcome, definition)
+        )
         note = (
             f"{setup.policy} can never meet {found.target:.0%} {definition} attainment on "
             f"{setup.servers} server{'s' if setup.servers != 1 else ''}: at {hi:.4g} req/s "
-            f"(1/{SEARCH_SPAN} of the first probe) " + missed_at(instance, outcome, definition)
+            f"(1/{SEARCH_SPAN} of the first probe) " + why
         )
         arrivals = instance.workload.arrival_s
         distinct = len(np.unique(arrivals))

@@ -719,7 +719,9 @@ def class_targets(
             )
             make = functools.partial(pool_policy, instance, configuration, policy)
             probe = _class_probe(solo, make, definition, target, seed, False, poisson=False)
-            attainment = probe(1.0 / SOLO_GAP_S).attainment
+            verdict = probe(1.0 / SOLO_GAP_S)
+            _refuse_stall(verdict.stalled, policy, classes.names[k], configuration, "alone")
+            attainment = verdict.attainment
             if cache is not None:
                 cache.put(key, {"attainment": attainment})
             best = max(best, attainment)
@@ -733,6 +735,17 @@ def class_targets(
             "requests meet their SLO"
         )
     return tuple(max(0.0, a - (reach - target)) for a in ceilings)
+
+
+def _refuse_stall(stalled: int, policy: str, name: str, configuration: str, how: str) -> None:
+    """One line when a class's run stalled: no attainment to hold a class to or measure a
+    capacity by."""
+    if stalled:
+        raise ValueError(
+            f"policy {policy} stalled on class {name} ({how} on {configuration}): {stalled} "
+            "request(s) left waiting with nothing to run, no valid attainment (slolab simulate "
+            "shows the stall)"
+        )
 
 
 def measure_capacities(
@@ -831,6 +844,10 @@ def measure_capacities(
                         progress=False,
                         floor_first=True,
                     )
+                    if found.stop_reason == "stalled":
+                        _refuse_stall(
+                            found.stalled[-1], policy, classes.names[k], configuration, "streamed"
+                        )
                     found_capacity = found.capacity
                     probes += len(found.probes)
                     early_count += found.n_early
