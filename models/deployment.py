@@ -530,6 +530,7 @@ class DeploymentModel(ExactModel):
     """
 
     sense = "min"
+    backends = ("highs", "brute")
 
     @property
     def data(self) -> DeploymentData:
