@@ -706,6 +706,10 @@ class DeploymentReport:
             "class_targets": list(self.capacities.class_targets),
             "capacity_probes": self.capacities.probes,
             "capacity_early": self.capacities.early,
+            "capacity_searches": len(self.data.configurations) * len(self.data.classes),
+            "capacity_reused": self.capacities.reused,
+            "capacity_saved": self.capacities.saved,
+            "capacity_wall_s": self.capacities.wall_s,
             "optimum_cost_per_hour": self.optimum_cost,
             "optimum_status": self.optimum_status,
             "best_single_cost_per_hour": None

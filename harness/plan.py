@@ -347,6 +347,7 @@ def plan(
     trace_rate = mean_rate(dataclasses.replace(setup, arrivals=None, cv=None).instance().workload)
     rate = rate if rate is not None else traffic * trace_rate
     base = setup.instance(rate)
+    metrics.check_attainable(base, definition)
     plans = []
     bar = tqdm(desc="plan", unit="simulation", disable=None if progress else True)
     try:
@@ -687,6 +688,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         trace_instance,
     )
     from slolab.heuristics.policies import policy_entry
+    from slolab.sim.metrics import check_attainable
 
     gpus = _parse_list("--gpus", args.gpus)
     tps = []
@@ -725,6 +727,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         max_batch_tokens=setup.max_batch_tokens,
         **setup.reading(),
     )
+    check_attainable(instance, args.definition)
     classes = request_classes(instance)
     report = plan_deployment(
         instance,
@@ -794,6 +797,13 @@ def _print_report(args: argparse.Namespace, instance: Any, classes: Any, report:
         + ("none" if math.isinf(single) else f"${single:.2f}/h")
     )
     for label, loop in (("mixed fleet", report.mixed), ("best single", report.best_single)):
+        if loop is None and report.single:
+            print(
+                f"{label}: not met: none of the {report.single_verified} configuration(s) "
+                f"simulated alone met the target within {args.max_rounds} round(s) "
+                "(--max-rounds)"
+            )
+            continue
         if loop is None:
             print(f"{label}: no single configuration serves every class")
             continue

@@ -457,8 +457,11 @@ def capacity_search(
     from slolab.heuristics.policies import policy_entry
     from slolab.instances import mean_rate
 
+    from slolab.sim.metrics import check_attainable
+
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
+    check_attainable(setup.instance(rate), definition)
     if setup.arrivals is None:
         if rate is not None:
             raise ValueError(

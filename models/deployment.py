@@ -489,14 +489,22 @@ def assignment_at(data: DeploymentData, replicas: Sequence[int]) -> DeploymentPl
 
 
 def solve_brute_force(
-    data: DeploymentData, *, lower: Sequence[int] | None = None, max_vectors: int = 200_000
+    data: DeploymentData,
+    *,
+    lower: Sequence[int] | None = None,
+    max_vectors: int = 200_000,
+    time_limit: float | None = None,
 ) -> DeploymentResult:
     """The cheapest plan by enumeration: every replica vector within :func:`replica_bounds`,
     cheapest first, until one carries the traffic (:func:`assignment_at`).
 
     Exact (OPTIMAL) for instances with at most ``max_vectors`` replica vectors; larger ones
-    are refused (ValueError).
+    are refused (ValueError). With ``time_limit`` (seconds) the enumeration stops when it
+    runs out: TIME_LIMIT with no plan, its bound the cost of the first vector not decided
+    (every cheaper one was refused).
     """
+    import scipy.optimize  # noqa: F401  (loaded before the clock starts: the LPs use it)
+
     start = time.perf_counter()
     low, up = replica_bounds(data, lower)
     count = math.prod(u - lo + 1 for lo, u in zip(low, up, strict=True))
@@ -509,6 +517,12 @@ def solve_brute_force(
         key=lambda n: (sum(p * v for p, v in zip(data.prices, n, strict=True)), n),
     )
     for replicas in vectors:
+        if time_limit is not None and time.perf_counter() - start > time_limit:
+            bound = float(sum(p * v for p, v in zip(data.prices, replicas, strict=True)))
+            runtime = time.perf_counter() - start
+            return DeploymentResult(
+                Status.TIME_LIMIT, None, math.inf, bound, runtime, "brute-force"
+            )
         plan = assignment_at(data, replicas)
         if plan is not None:
             cost = plan_cost(data, plan)
@@ -543,7 +557,7 @@ class DeploymentModel(ExactModel):
         if backend.name == "highs":
             found = solve_milp(self.data, time_limit=time_limit)
         elif backend.name == "brute":
-            found = solve_brute_force(self.data)
+            found = solve_brute_force(self.data, time_limit=time_limit)
         else:
             raise ValueError(
                 f"the deployment model runs on highs (the MILP) or brute (the enumeration), "

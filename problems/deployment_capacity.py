@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import logging
 import math
 import os
 import time
@@ -472,6 +473,11 @@ class CapacityCache:
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         self.directory = None if directory is None else Path(directory)
+        if self.directory is not None and self.directory.exists() and not self.directory.is_dir():
+            raise ValueError(
+                f"capacity cache {self.directory}: a file, not a directory (give a directory to "
+                "keep the capacity searches in)"
+            )
         self._memory: dict[str, dict[str, Any]] = {}
         self.searches_reused = 0
         self.probes_saved = 0
@@ -487,15 +493,36 @@ class CapacityCache:
         )
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def get(self, key: str) -> dict[str, Any] | None:
-        """The entry stored under ``key`` (None: none)."""
+    def get(self, key: str, needs: Sequence[str] = ()) -> dict[str, Any] | None:
+        """The entry stored under ``key`` (None: none). An entry in the directory that is not
+        a JSON object holding a number under each field of ``needs`` is named in a warning and
+        treated as absent (measured again, and rewritten)."""
         if key in self._memory:
             return self._memory[key]
         if self.directory is None:
             return None
+        path = self.directory / f"{key}.json"
         try:
-            entry = json.loads((self.directory / f"{key}.json").read_text())
-        except (OSError, ValueError):
+            entry = json.loads(path.read_text())
+        except OSError:
+            return None
+        except ValueError:
+            entry = None
+        bad = next(
+            (
+                field
+                for field in needs
+                if not isinstance(entry, dict)
+                or isinstance(entry.get(field), bool)
+                or not isinstance(entry.get(field), int | float)
+            ),
+            None,
+        )
+        if entry is None or bad is not None:
+            what = "is not JSON" if entry is None else f"has no number under {bad!r}"
+            logging.getLogger("slolab").warning(
+                "capacity cache entry %s %s: measured again", path, what
+            )
             return None
         self._memory[key] = entry
         return entry
@@ -707,7 +734,7 @@ def class_targets(
                 key = _run_key(
                     cache, "solo", whole, members, configuration, definition, policy, seed
                 )
-                entry = cache.get(key)
+                entry = cache.get(key, ("attainment",))
                 if entry is not None:
                     cache.probes_saved += 1
                     best = max(best, float(entry["attainment"]))
@@ -795,6 +822,8 @@ def measure_capacities(
     whole = _instance_fingerprint(instance) if cache is not None else ""
     rows: list[list[float]] = [[0.0] * len(classes.names) for _ in configurations]
     probes = early_count = 0
+    #: per class, the best attainment of a search's lowest-rate probe that missed its target
+    floor: dict[int, float] = {}
     bar = tqdm(
         total=len(configurations) * len(classes.names),
         desc="capacities",
@@ -827,7 +856,7 @@ def measure_capacities(
                         stream_requests,
                         start_rate,
                     )
-                    entry = cache.get(key)
+                    entry = cache.get(key, ("capacity", "probes"))
                 if cache is not None and entry is not None:
                     cache.searches_reused += 1
                     cache.probes_saved += int(entry["probes"])
@@ -849,6 +878,9 @@ def measure_capacities(
                             found.stalled[-1], policy, classes.names[k], configuration, "streamed"
                         )
                     found_capacity = found.capacity
+                    if found.capped_low:
+                        lowest = min(found.probes)[1]
+                        floor[k] = max(floor.get(k, 0.0), lowest)
                     probes += len(found.probes)
                     early_count += found.n_early
                     if cache is not None:
@@ -867,6 +899,19 @@ def measure_capacities(
                 bar.set_postfix(configuration=configuration, cls=classes.names[k])
     finally:
         bar.close()
+    for k in range(len(classes.names)):
+        if targets[k] > 0 and all(row[k] == 0 for row in rows):
+            seen = (
+                f" (at best {floor[k]:.4f}, an upper bound when the probe stopped early)"
+                if k in floor
+                else ""
+            )
+            raise ValueError(
+                f"class {classes.names[k]} is held to {targets[k]:.4f}, at or near its ceiling "
+                "(every request alone on an idle server), and no configuration of "
+                f"{', '.join(configurations)} keeps that even at 1/1024 of its rate{seen}: its "
+                "target sits at the idle ceiling; give a lower --target"
+            )
     return CapacityTable(
         tuple(configurations),
         classes.names,
