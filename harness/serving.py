@@ -456,7 +456,6 @@ def capacity_search(
     """
     from slolab.heuristics.policies import policy_entry
     from slolab.instances import mean_rate
-
     from slolab.sim.metrics import check_attainable
 
     if workers < 1:

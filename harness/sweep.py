@@ -409,7 +409,9 @@ def _deploy_rows(task: Task) -> list[dict[str, Any]]:
             definition=payload["definition"],
             policy=payload["policy"],
             seed=payload["seed"],
-            prices=None if payload["prices"] is None else read_prices(payload["prices"], payload["gpus"]),
+            prices=None
+            if payload["prices"] is None
+            else read_prices(payload["prices"], payload["gpus"]),
             refused=refused,
             max_rounds=payload["max_rounds"],
             cache=_capacity_cache(payload.get("capacity_cache")),

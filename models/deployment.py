@@ -423,9 +423,7 @@ def _load_rows(h: Any, data: DeploymentData, columns: list[tuple[int, int]], n_c
         h.addRow(-math.inf, 0.0, len(index), np.array(index, dtype=np.int32), np.array(value))
 
 
-def _served_rows(
-    h: Any, data: DeploymentData, columns: list[tuple[int, int]], n_conf: int
-) -> None:
+def _served_rows(h: Any, data: DeploymentData, columns: list[tuple[int, int]], n_conf: int) -> None:
     """Traffic only where a server is bought: ``x_kc - n_c <= 0`` for each class ``k`` with
     traffic and configuration ``c``. The load rows imply it up to the solver's tolerance; a
     class far below one server of load (``lambda_k / mu_kc`` under the tolerance) would
@@ -470,9 +468,9 @@ def assignment_at(data: DeploymentData, replicas: Sequence[int]) -> DeploymentPl
         a_ub[c, j] = data.servers_needed(c, k) if data.rates[k] > 0 else 0.0
     a_ub[:, m] = -1.0
     # traffic only where a server is bought (see _served_rows)
-    bounds = [
-        (0.0, 0.0 if replicas[c] == 0 and data.rates[k] > 0 else 1.0) for k, c in columns
-    ] + [(None, None)]
+    bounds = [(0.0, 0.0 if replicas[c] == 0 and data.rates[k] > 0 else 1.0) for k, c in columns] + [
+        (None, None)
+    ]
     found = linprog(
         cost,
         A_ub=a_ub,

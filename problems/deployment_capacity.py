@@ -42,8 +42,8 @@ import numpy as np
 from slolab.instances.records import Cluster, Instance
 from slolab.models.deployment import DeploymentData
 from slolab.problems.deployment import DEFAULT_CONFIGURATIONS
-from slolab.solvers.capacity import ProbeVerdict, capacity
 from slolab.problems.registry import OptionValueError
+from slolab.solvers.capacity import ProbeVerdict, capacity
 
 __all__ = [
     "capacity_data",

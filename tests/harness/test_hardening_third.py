@@ -151,7 +151,7 @@ def test_kv_capacity_used_is_printed(extra, tokens, source, capsys):
     expected = tokens or generated_preset("llama2-7b/h100/tp1").kv_capacity_tokens
     assert (record["kv_capacity"], record["kv_capacity_source"]) == (expected, source)
     assert main([*SIM, *extra]) == 0
-    assert f"kv_capacity" in capsys.readouterr().out
+    assert "kv_capacity" in capsys.readouterr().out
 
 
 def test_capacity_and_plan_name_the_kv_capacity(capsys):
@@ -220,7 +220,9 @@ def test_deployment_build_accepted_any_target(target, tmp_path, capsys):
     out = tmp_path / "d.json"
     args = ["instance", "build", "--problem", "deployment", "--target", target, "-o", str(out)]
     assert main(args) == 2
-    assert one_error_line(capsys) == f"--target must be an attainment in (0, 1], got {float(target)}"
+    assert (
+        one_error_line(capsys) == f"--target must be an attainment in (0, 1], got {float(target)}"
+    )
     assert not out.exists()
 
 
@@ -229,7 +231,9 @@ def test_plan_model_target_out_of_range(target, capsys):
     """plan --model --target out of (0, 1] is one line naming the flag."""
     args = ["plan", "azure_conv_2023", "--model", "llama2-7b", "--target", target]
     assert main(args) == 2
-    assert one_error_line(capsys) == f"--target must be an attainment in (0, 1], got {float(target)}"
+    assert (
+        one_error_line(capsys) == f"--target must be an attainment in (0, 1], got {float(target)}"
+    )
 
 
 # -- item 3: flags a plan does not use -----------------------------------------------------------
@@ -317,7 +321,9 @@ def test_read_prices_names_every_missing_gpu(tmp_path):
     """read_prices with the grid's GPUs names each one it lacks."""
     prices = tmp_path / "p.csv"
     prices.write_text("gpu,usd_per_gpu_hour\nh100,4\n")
-    with pytest.raises(ValueError, match=r"no price for GPU a100, a40 of the grid \(it lists h100\)"):
+    with pytest.raises(
+        ValueError, match=r"no price for GPU a100, a40 of the grid \(it lists h100\)"
+    ):
         read_prices(prices, ["a100", "h100", "a40"])
     assert read_prices(prices, ["h100"]) == {"h100": 4.0}
 
@@ -411,7 +417,10 @@ def test_problems_listed_cbc_cpsat_and_any_policy_for_deployment(capsys):
 @pytest.mark.parametrize(
     ("methods", "message"),
     [
-        ("cbc", "unknown solver 'cbc' in method 'cbc' for problem 'deployment'; known: highs, brute"),
+        (
+            "cbc",
+            "unknown solver 'cbc' in method 'cbc' for problem 'deployment'; known: highs, brute",
+        ),
         (
             "cpsat",
             "unknown solver 'cpsat' in method 'cpsat' for problem 'deployment'; known: highs, brute",
@@ -601,7 +610,9 @@ def test_traceback_after_the_command_prints_the_traceback(tmp_path, monkeypatch,
 
 def test_enumeration_ignored_its_time_limit(capsys):
     """--time-limit 0.001 stops the enumeration: TIME_LIMIT with a bound, not OPTIMAL."""
-    data = DeploymentData.from_dict(load_shipped("deploy-azure-conv-200-3cfg").settings["deployment"])
+    data = DeploymentData.from_dict(
+        load_shipped("deploy-azure-conv-200-3cfg").settings["deployment"]
+    )
     found = solve_brute_force(data, time_limit=0.0)
     # the cheapest vector (no server, $0/h) was not decided: its cost bounds the optimum
     assert (found.status, found.plan, found.bound) == (Status.TIME_LIMIT, None, 0.0)
