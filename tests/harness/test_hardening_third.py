@@ -642,3 +642,47 @@ def test_docs_counted_7_models_and_said_20_minutes():
     assert "370 s on 2 idle cores" in (root / "docs" / "index.md").read_text()
     deployment = (root / "docs" / "deployment.md").read_text()
     assert "`--traffic`/`--rate` cut and time the trace\nas for `slolab simulate`" not in deployment
+
+
+# -- item 9: a class target at its idle ceiling --------------------------------------------------
+
+
+def test_class_target_at_the_idle_ceiling_said_capacity_0_everywhere(monkeypatch):
+    """A class no configuration keeps even at 1/1024 of its rate (Mooncake's long class: 0.8775
+    against 0.8824 on one A100, llama2-7b) is named with its target and the best floor probe,
+    not 'capacity 0 everywhere'."""
+    from slolab.problems import deployment_capacity as dc
+    from slolab.solvers.capacity import CapacityResult
+
+    def floor_only(probe, *, target, **_):
+        # the search of `plan mooncake_conversation --limit 100 --model llama2-7b --gpus a100
+        # --tp 1`: every probe missed down to 1/1024 of the first rate
+        return CapacityResult(
+            0.0,
+            target,
+            (0.0, 0.001),
+            ((1.0, 0.5), (0.001, 0.8775)),
+            2,
+            True,
+            False,
+            True,
+            0.05,
+            "min_rate",
+            (True, True),
+            (0.0, 0.0),
+            (0, 0),
+        )
+
+    instance = dc.trace_instance("azure_conv_2023", ["llama2-7b/a100/tp1"], seed=0, limit=20)
+    classes = dc.request_classes(instance)
+    monkeypatch.setattr(dc, "capacity", floor_only)
+    targets = tuple(0.8824 for _ in classes.names)
+    monkeypatch.setattr(dc, "class_targets", lambda *args, **kwargs: targets)
+    with pytest.raises(ValueError) as error:
+        dc.measure_capacities(instance, classes, ["llama2-7b/a100/tp1"], target=0.9)
+    assert str(error.value) == (
+        f"class {classes.names[0]} is held to 0.8824, at or near its ceiling (every request "
+        "alone on an idle server), and no configuration of llama2-7b/a100/tp1 keeps that even "
+        "at 1/1024 of its rate (at best 0.8775, an upper bound when the probe stopped early): "
+        "its target sits at the idle ceiling; give a lower --target"
+    )
