@@ -361,9 +361,14 @@ def trace_instance(
 
     if not (math.isfinite(traffic) and traffic > 0):
         raise ValueError(f"traffic must be a number > 0, got {traffic!r}")
+    from slolab.timing.presets import DEFAULT_KV_CAPACITY_TOKENS
+
+    # the cut's own cluster runs nothing: each fleet pool and capacity probe runs at its
+    # configuration's own KV capacity (fleet_instance, _class_instance)
     instance = serving_instance(
         trace,
         seed=seed,
+        kv_capacity_tokens=DEFAULT_KV_CAPACITY_TOKENS,
         timing=reference_configuration(configurations),
         slos=slos,
         rate=rate,
