@@ -167,7 +167,9 @@ def _exact_method(name: str, problem: str, model_name: str, solver: str) -> Meth
 def _runs_policies(problem: Problem) -> bool:
     """Whether ``problem`` runs online policies (one of its heuristics is a policy), so that
     any registered policy is a method of it."""
-    return problem.policies and any(h.policy is not None for h in problem.heuristics)
+    # a problem whose decisions run on a fleet of their own (run_result: a deployment plan's)
+    # is scored on that fleet, which a policy on the instance's own cluster does not build
+    return problem.run_result is None and any(h.policy is not None for h in problem.heuristics)
 
 
 def policy_method(problem: Problem, name: str) -> Method | None:
@@ -244,10 +246,9 @@ def get_method(name: str, instance: Instance | None = None) -> Method:
                 f"method {name!r}: problem {problem_name!r} has no model {model!r}; "
                 f"its models: {', '.join(problem.models) or 'none'}"
             )
-        if solver not in problem.solver_names:
+        if solver not in SOLVER_NAMES:
             raise ValueError(
-                f"unknown solver {solver!r} in method {name!r} for problem {problem_name!r}; "
-                f"known: {', '.join(problem.solver_names)}"
+                f"unknown solver {solver!r} in method {name!r}; known: {', '.join(SOLVER_NAMES)}"
             )
         refused = model_refuses(model, solver)
         if refused is not None:

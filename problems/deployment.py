@@ -226,8 +226,5 @@ PROBLEM = register_problem(
         docs="deployment.md",
         settings=("deployment", "class_of"),
         run_result=result_scheduler,
-        # the MILP on HiGHS, the enumeration on brute; a policy runs no plan's fleet
-        solvers=("highs", "brute"),
-        policies=False,
     )
 )

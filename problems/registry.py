@@ -279,12 +279,6 @@ class Problem:
         ``run_result(instance, result) -> Scheduler``: how an exact model's Result is run in
         the engine when its decision is not a schedule of the instance's own cluster (a fleet
         and a router, say); None: its ``schedule`` is replayed on the instance.
-    solvers : tuple of str, optional
-        The solvers its exact models run on (bare method names and ``MODEL:SOLVER``); None:
-        every one of :data:`SOLVER_NAMES`.
-    policies : bool, default True
-        Whether any online policy is a method when one of its heuristics is a policy (False:
-        its heuristics run something else than the instance's own cluster, a plan's fleet).
     """
 
     name: str
@@ -299,15 +293,8 @@ class Problem:
     front: str | Callable[..., Any] | None = None
     settings: tuple[str, ...] = ()
     run_result: str | Callable[..., Any] | None = None
-    solvers: tuple[str, ...] | None = None
-    policies: bool = True
 
     def __post_init__(self) -> None:
-        if self.solvers is not None and not set(self.solvers) <= set(SOLVER_NAMES):
-            raise ValueError(
-                f"problem {self.name!r}: solvers must be among {', '.join(SOLVER_NAMES)}, got "
-                f"{self.solvers}"
-            )
         if not self.name or ":" in self.name or "/" in self.name:
             raise ValueError(
                 f"problem name must be non-empty without ':' or '/', got {self.name!r}"
@@ -348,22 +335,8 @@ class Problem:
         names = [h.name for h in self.heuristics]
         names += sorted(self.aliases)
         if self.models:
-            names += [s for s in self.bare_solvers() if s not in names]
+            names += [s for s in _bare_solvers(self.models[0]) if s not in names]
         return names
-
-    @property
-    def solver_names(self) -> tuple[str, ...]:
-        """The solvers its exact models run on (:attr:`solvers`, else every one)."""
-        return SOLVER_NAMES if self.solvers is None else self.solvers
-
-    def bare_solvers(self) -> tuple[str, ...]:
-        """The solvers of :attr:`solver_names` its default model runs on (a bare solver name
-        is that model on that solver)."""
-        from slolab.solvers.registry import model_refuses
-
-        if self.default_model is None:
-            return ()
-        return tuple(s for s in self.solver_names if model_refuses(self.default_model, s) is None)
 
     def method_help(self, extra: tuple[str, ...] = ()) -> str:
         """The method names this problem accepts (plus ``extra``), as one line."""
@@ -556,3 +529,11 @@ def build_model(name: str, instance: Any, **options: Any) -> ExactModel:
 
     _load()
     return build(name, instance, **{**_MODEL_OPTIONS.get(name, {}), **options})
+
+
+def _bare_solvers(model: str) -> tuple[str, ...]:
+    """The solvers of :data:`SOLVER_NAMES` the model ``model`` runs on (a bare solver name in a
+    method list is the problem's default model on that solver)."""
+    from slolab.solvers.registry import model_refuses
+
+    return tuple(s for s in SOLVER_NAMES if model_refuses(model, s) is None)

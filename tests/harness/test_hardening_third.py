@@ -417,21 +417,18 @@ def test_problems_listed_cbc_cpsat_and_any_policy_for_deployment(capsys):
 @pytest.mark.parametrize(
     ("methods", "message"),
     [
-        (
-            "cbc",
-            "unknown solver 'cbc' in method 'cbc' for problem 'deployment'; known: highs, brute",
-        ),
+        ("cbc", "method 'cbc': model 'deployment' does not run on 'cbc'; it runs on: highs, brute"),
         (
             "cpsat",
-            "unknown solver 'cpsat' in method 'cpsat' for problem 'deployment'; known: highs, brute",
+            "method 'cpsat': model 'deployment' does not run on 'cpsat'; it runs on: highs, brute",
         ),
         (
             "greedy,cpsat",
-            "unknown solver 'cpsat' in method 'cpsat' for problem 'deployment'; known: highs, brute",
+            "method 'cpsat': model 'deployment' does not run on 'cpsat'; it runs on: highs, brute",
         ),
         (
             "deployment:cbc",
-            "unknown solver 'cbc' in method 'deployment:cbc' for problem 'deployment'; known: "
+            "method 'deployment:cbc': model 'deployment' does not run on 'cbc'; it runs on: "
             "highs, brute",
         ),
         (
