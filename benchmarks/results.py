@@ -6,7 +6,8 @@ attainments at fixed rates, gaps: deterministic, guarded by ``tests/results``), 
 (each paper claim re-measured, a short string computed from the figures; guarded) and
 ``timing`` (wall and CPU seconds; never guarded). Two sizes: ``--quick`` (the sizes the test
 suite guards, a few minutes on 2 cores) and the full profile (the sizes docs/results.md shows,
-about 20 minutes).
+370 s on 2 idle cores, 690 s when they are shared; the last run's time is ``wall_s`` in the
+header of docs/results/full.json).
 
 Writes ``results-{quick,full}.json`` and a CSV per paper under ``--out`` (default
 ``benchmarks/out/``), with a header record: UTC date, git commit and dirty flag, the 1-minute

@@ -190,6 +190,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
             "instance",
             "policy",
             "token_budget",
+            "kv_capacity",
             "servers",
             "requests",
             "finished",
@@ -215,7 +216,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         ]
         width = max(len(k) for k in keys)
         for k in keys:
-            v = s[k]
+            v = s[k] if k != "kv_capacity" else f"{s[k]} ({s['kv_capacity_source']})"
             print(f"{k:<{width}}  {v:.4g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
         if a.idle_oracle:
             print(f"an idle server could meet {s['idle_met']} of {s['requests']}")
@@ -617,6 +618,8 @@ def cmd_capacity(a: argparse.Namespace) -> int:
             "mode": a.mode,
             "trace_rate": trace_rate,
             "definition": a.definition,
+            "kv_capacity": setup.kv_capacity_used()[0],
+            "kv_capacity_source": setup.kv_capacity_used()[1],
         }
     )
     rec.update(_capacity_bound(setup, trace_rate, rec["capacity"]))
@@ -627,7 +630,8 @@ def cmd_capacity(a: argparse.Namespace) -> int:
             f"capacity {'>= ' if res.capped_high else ''}{rec['capacity']:.4g} req/s at "
             f"{a.target:.0%} {a.definition} attainment ({a.policy}, {a.servers} "
             f"server{'s' if a.servers != 1 else ''}; {len(rec['probes'])} probes, "
-            f"{res.n_early} stopped early)"
+            f"{res.n_early} stopped early; KV {rec['kv_capacity']} tokens per server from "
+            f"{rec['kv_capacity_source']})"
         )
         for note in rec["notes"]:
             print(f"  note: {note}")
@@ -952,7 +956,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     sweep.add_parser(sub)
     plan.add_parser(sub, _add_serving_args)
+    _traceback_after_command(parser)
     return parser
+
+
+def _traceback_after_command(parser: argparse.ArgumentParser) -> None:
+    """``--traceback`` accepted after the command too (``slolab simulate ... --traceback``):
+    every subcommand takes it, and leaves the top-level value alone unless given."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in set(action.choices.values()):
+                if "--traceback" not in child._option_string_actions:
+                    child.add_argument(
+                        "--traceback",
+                        action="store_true",
+                        default=argparse.SUPPRESS,
+                        help="print the whole traceback of an exception a plugin raised",
+                    )
+                _traceback_after_command(child)
 
 
 #: Exit status of a command stopped by Ctrl-C (128 + SIGINT, as shells report it).

@@ -706,6 +706,10 @@ class DeploymentReport:
             "class_targets": list(self.capacities.class_targets),
             "capacity_probes": self.capacities.probes,
             "capacity_early": self.capacities.early,
+            "capacity_searches": len(self.data.configurations) * len(self.data.classes),
+            "capacity_reused": self.capacities.reused,
+            "capacity_saved": self.capacities.saved,
+            "capacity_wall_s": self.capacities.wall_s,
             "optimum_cost_per_hour": self.optimum_cost,
             "optimum_status": self.optimum_status,
             "best_single_cost_per_hour": None
@@ -734,6 +738,12 @@ def _trimmed_dict(
         "cost_per_hour": _fleet_cost(loop.prices, trimmed),
         "attainment": trimmed[1].attainment,
     }
+
+
+def _feasible_cost(data: DeploymentData, plan: DeploymentPlan) -> float:
+    """A heuristic's cost on the capacities: its fleet's price, or inf when the plan breaks
+    them (a cost below the MILP's proved optimum is then never printed)."""
+    return math.inf if plan_violations(data, plan) else plan_cost(data, plan)
 
 
 def plan_deployment(
@@ -807,8 +817,10 @@ def plan_deployment(
         single=single,
         mixed=mixed,
         best_single=single_loop,
-        greedy_cost=plan_cost(data, greedy_cost_per_capacity(data)),
-        best_single_cost=min((plan_cost(data, plan) for plan in plans.values()), default=math.inf),
+        greedy_cost=_feasible_cost(data, greedy_cost_per_capacity(data)),
+        best_single_cost=min(
+            (_feasible_cost(data, plan) for plan in plans.values()), default=math.inf
+        ),
         optimum_cost=optimum.cost,
         optimum_status=optimum.status.value,
         wall_s=time.perf_counter() - start,

@@ -46,7 +46,7 @@ def report_failure(
 def stall_status(summary: Mapping[str, Any], allow_stall: bool, file: TextIO | None = None) -> int:
     """Exit status of ``slolab simulate`` after its summary: 0, or when the run stalled and
     ``allow_stall`` is off, :data:`EXIT_RUN_FAILED` with one line naming the stall."""
-    if not summary.get("stalled") or allow_stall:
+    if not (summary.get("stalled") or summary.get("rejected_held")) or allow_stall:
         return 0
     print(
         f"slolab: error: {summary['stall']} (--allow-stall keeps such a run, exit status 0)",

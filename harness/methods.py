@@ -29,6 +29,7 @@ from slolab.problems import SOLVER_NAMES, Heuristic, Problem, build_model, get_p
 from slolab.problems.registry import resolve
 from slolab.sim import Outcome, replay
 from slolab.solvers import Result, Status, solve
+from slolab.solvers.registry import model_refuses
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +167,9 @@ def _exact_method(name: str, problem: str, model_name: str, solver: str) -> Meth
 def _runs_policies(problem: Problem) -> bool:
     """Whether ``problem`` runs online policies (one of its heuristics is a policy), so that
     any registered policy is a method of it."""
-    return any(h.policy is not None for h in problem.heuristics)
+    # a problem whose decisions run on a fleet of their own (run_result: a deployment plan's)
+    # is scored on that fleet, which a policy on the instance's own cluster does not build
+    return problem.run_result is None and any(h.policy is not None for h in problem.heuristics)
 
 
 def policy_method(problem: Problem, name: str) -> Method | None:
@@ -247,6 +250,9 @@ def get_method(name: str, instance: Instance | None = None) -> Method:
             raise ValueError(
                 f"unknown solver {solver!r} in method {name!r}; known: {', '.join(SOLVER_NAMES)}"
             )
+        refused = model_refuses(model, solver)
+        if refused is not None:
+            raise ValueError(f"method {name!r}: {refused}")
         return _exact_method(name, problem_name, model, solver)
     hint = ""
     if name in SOLVER_NAMES:

@@ -347,6 +347,7 @@ def plan(
     trace_rate = mean_rate(dataclasses.replace(setup, arrivals=None, cv=None).instance().workload)
     rate = rate if rate is not None else traffic * trace_rate
     base = setup.instance(rate)
+    metrics.check_attainable(base, definition)
     plans = []
     bar = tqdm(desc="plan", unit="simulation", disable=None if progress else True)
     try:
@@ -362,7 +363,11 @@ def plan(
                 instance = dataclasses.replace(base, cluster=cluster)
                 instance, sched = chosen.prepare(instance)
                 warn_large_fleet(instance.cluster.servers, instance.n_requests)
-                watch = AttainmentWatch(instance, definition, target) if early else None
+                # the range's top count runs to its end: a miss there ends the search, and
+                # only a full run tells a miss from a stall (a policy that runs nothing)
+                watch = (
+                    AttainmentWatch(instance, definition, target) if early and count < hi else None
+                )
                 outcome = sched.run(
                     instance,
                     seed=setup.seed,
@@ -526,7 +531,42 @@ def add_parser(
     )
     add_output_flags(p, "print one JSON object per policy")
     p.set_defaults(func=cmd_plan)
+    p.set_defaults(plan_defaults={a.dest: a.default for a in p._actions})
     return p
+
+
+#: The flags ``plan --model`` does not use, and why.
+DEPLOY_IGNORES = {
+    "timing": "each configuration runs its own preset MODEL/GPU/tpN",
+    "kv_capacity": "each configuration runs at its own preset's KV capacity",
+    "mode": "the fleet is co-located",
+    "prefill_servers": "the fleet is co-located",
+    "servers": "the planner chooses the servers of each configuration",
+    "scan": "the planner searches no server count",
+    "full_probes": "the capacity searches always stop a probe once its verdict is certain",
+    "price_per_server_hour": "the prices are per GPU-hour, from --prices or the presets",
+    "router": "the plan routes each request class (PlanRouter)",
+    "decode_router": "the fleet is co-located",
+    "token_budget": "each pool's budget is the largest batch within the tightest TPOT there",
+    "max_batch_size": "each pool runs the preset's cluster defaults",
+}
+#: The flags ``plan`` uses only with ``--model``.
+DEPLOY_ONLY = ("gpus", "tp", "prices", "max_rounds", "capacity_cache")
+
+
+def refuse_unused(args: argparse.Namespace) -> None:
+    """One line naming the first flag given that this kind of plan does not use (as
+    ``instance build`` refuses a flag its problem does not take)."""
+    defaults = getattr(args, "plan_defaults", {})
+    with_model = getattr(args, "model", None) is not None
+    for dest in DEPLOY_IGNORES if with_model else DEPLOY_ONLY:
+        if dest in defaults and getattr(args, dest) != defaults[dest]:
+            flag = "--" + dest.replace("_", "-")
+            if with_model:
+                raise ValueError(
+                    f"{flag} does not apply to plan --model ({DEPLOY_IGNORES[dest]}); drop it"
+                )
+            raise ValueError(f"{flag} applies to plan --model only (the deployment planner)")
 
 
 def _json_value(value: Any) -> Any:
@@ -543,6 +583,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """``slolab plan``: print the plan of every policy (with ``--model``: the deployment)."""
     from slolab.harness.sweep_spec import parse_range
 
+    refuse_unused(args)
     if getattr(args, "model", None) is not None:
         return cmd_deploy(args)
     if args.policies is None:
@@ -576,15 +617,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
         progress=wants_progress(args),
         early=not args.full_probes,
     )
+    kv_tokens, kv_source = setup.kv_capacity_used()
     if args.json:
         for found in plans:
-            print(json.dumps(_json_value(found.to_dict())))
+            record = {**found.to_dict(), "kv_capacity": kv_tokens, "kv_capacity_source": kv_source}
+            print(json.dumps(_json_value(record)))
         return 0
     first = plans[0]
     print(
         f"plan for {args.trace}: {first.probes[0].requests} requests at {first.rate:.4g} req/s "
         f"(x{first.rate / first.trace_rate:.3g} the trace's own rate), target {args.target:.0%} "
-        f"{args.definition} attainment, servers {counts.start}..{counts.stop - 1}"
+        f"{args.definition} attainment, servers {counts.start}..{counts.stop - 1}, KV "
+        f"{kv_tokens} tokens per server from {kv_source}"
     )
     width = max(12, *(len(found.policy) for found in plans))
     print(
@@ -644,6 +688,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         trace_instance,
     )
     from slolab.heuristics.policies import policy_entry
+    from slolab.sim.metrics import check_attainable
 
     gpus = _parse_list("--gpus", args.gpus)
     tps = []
@@ -665,7 +710,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if args.max_rounds < 1:
         raise ValueError(f"--max-rounds must be >= 1, got {args.max_rounds}")
     configurations, refused = configuration_names(args.model, gpus, tps)
-    prices = read_prices(args.prices) if args.prices else None
+    prices = read_prices(args.prices, gpus) if args.prices else None
     setup = ServingSetup.from_namespace(
         argparse.Namespace(**{**vars(args), "servers": 1, "policy": policies[0]}),
         absent=FIXED_FLEET,
@@ -682,6 +727,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         max_batch_tokens=setup.max_batch_tokens,
         **setup.reading(),
     )
+    check_attainable(instance, args.definition)
     classes = request_classes(instance)
     report = plan_deployment(
         instance,
@@ -751,6 +797,13 @@ def _print_report(args: argparse.Namespace, instance: Any, classes: Any, report:
         + ("none" if math.isinf(single) else f"${single:.2f}/h")
     )
     for label, loop in (("mixed fleet", report.mixed), ("best single", report.best_single)):
+        if loop is None and report.single:
+            print(
+                f"{label}: not met: none of the {report.single_verified} configuration(s) "
+                f"simulated alone met the target within {args.max_rounds} round(s) "
+                "(--max-rounds)"
+            )
+            continue
         if loop is None:
             print(f"{label}: no single configuration serves every class")
             continue

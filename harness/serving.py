@@ -73,8 +73,9 @@ class ServingSetup:
         ``colocated``, ``static`` or ``disaggregated``.
     prefill_servers : int
         Disaggregated: servers in the prefill pool.
-    kv_capacity : int
-        KV-cache capacity per server, tokens.
+    kv_capacity : int or None
+        KV-cache capacity per server, tokens (None: the timing preset's, else 200,000;
+        :meth:`kv_capacity_used`).
     max_batch_tokens, max_batch_size : int
         Token budget and most sequences per iteration.
     autoscale : str or None
@@ -107,7 +108,7 @@ class ServingSetup:
     cv: float | None = _DEFAULT["cv"]
     mode: str = _DEFAULT["mode"]
     prefill_servers: int = _DEFAULT["prefill_servers"]
-    kv_capacity: int = _DEFAULT["kv_capacity"]
+    kv_capacity: int | None = _DEFAULT["kv_capacity"]
     max_batch_tokens: int = _DEFAULT["max_batch_tokens"]
     max_batch_size: int = _DEFAULT["max_batch_size"]
     autoscale: str | None = _DEFAULT["autoscale"]
@@ -121,6 +122,8 @@ class ServingSetup:
     def __post_init__(self) -> None:
         for name in ("seed", "servers", "prefill_servers", "kv_capacity"):
             value = getattr(self, name)
+            if name == "kv_capacity" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be an int, got {value!r}")
         if self.servers < 1:
@@ -164,6 +167,14 @@ class ServingSetup:
     def slo_scheme(self) -> str | None:
         """The SLO scheme applied (None for ``"none"``)."""
         return slo_scheme_of(self.slos, self.scenario)
+
+    def kv_capacity_used(self) -> tuple[int, str]:
+        """The KV-cache tokens per server the run uses and where they come from
+        (:func:`slolab.timing.presets.kv_capacity_of`: ``--kv-capacity``, the preset's, or the
+        default)."""
+        from slolab.timing.presets import kv_capacity_of
+
+        return kv_capacity_of(self.timing, self.kv_capacity)
 
     def reading(self) -> dict[str, Any]:
         """The trace options (:data:`slolab.problems.TRACE_OPTIONS`) of this set-up."""
@@ -357,8 +368,10 @@ def simulate_summary(
 
     The keys of :func:`slolab.sim.metrics.summary` (cost included), with ``wall_s`` the wall
     time of the whole call (building the instance included), ``simulate_s`` the engine's and
-    ``stall`` why the run stalled ("" unless ``stalled`` > 0), plus ``instance``, ``policy``, ``router``, ``mode``, ``servers``, ``timing``,
-    ``autoscale`` and ``startup_s``; a router that reports on its own decisions (a
+    ``stall`` why the run stalled ("" unless ``stalled`` > 0, or ``rejected_held`` > 0: requests a
+    router held that no server took by the end), plus ``instance``, ``policy``, ``router``, ``mode``, ``servers``, ``timing``,
+    ``kv_capacity`` (tokens per server) and ``kv_capacity_source`` (``--kv-capacity``, ``preset
+    NAME`` or ``default``), ``autoscale`` and ``startup_s``; a router that reports on its own decisions (a
     ``summary()`` method, as PolyServe's controller) adds its figures as ``router_*``. With
     ``token_budget``, also ``token_budget``: the tokens per iteration a budgeted policy ran at
     (``--token-budget auto`` resolved; None for other policies). With ``idle_oracle``, also
@@ -373,6 +386,15 @@ def simulate_summary(
     summary["wall_s"] = time.perf_counter() - start
     summary["simulate_s"] = outcome.wall_s
     summary["stall"] = outcome.info.get("stall", "")
+    summary["rejected_held"] = held = int(outcome.info.get("rejected_held", 0))
+    if held and not summary["stalled"]:
+        router = sched.decode_router if sched.router is None else sched.router
+        made = type(router)
+        summary["stall"] = (
+            f"router {made.__module__}:{made.__qualname__} held {held} request(s) in a central "
+            f"queue that no server took by the end of the run (t={outcome.end_s:.6g} s); they "
+            "are rejected"
+        )
     if token_budget:
         summary["token_budget"] = getattr(sched.policy, "token_budget", None)
     if idle_oracle:
@@ -390,6 +412,8 @@ def simulate_summary(
             "mode": setup.mode,
             "servers": setup.servers,
             "timing": setup.timing,
+            "kv_capacity": int(instance.cluster.kv_capacity_tokens),
+            "kv_capacity_source": setup.kv_capacity_used()[1],
             "autoscale": setup.autoscale or "none",
             "startup_s": instance.cluster.startup_s,
         }
@@ -432,9 +456,11 @@ def capacity_search(
     """
     from slolab.heuristics.policies import policy_entry
     from slolab.instances import mean_rate
+    from slolab.sim.metrics import check_attainable
 
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
+    check_attainable(setup.instance(rate), definition)
     if setup.arrivals is None:
         if rate is not None:
             raise ValueError(
@@ -575,10 +601,17 @@ def capacity_notes(
         )
     elif found.capped_low:
         instance, outcome, _ = setup.simulate(hi)
+        stalled = int(outcome.info.get("stalled", 0))
+        why = (
+            f"the run stalled: {setup.policy} left {stalled} request(s) waiting with nothing "
+            "left to run (no valid attainment; slolab simulate --rate shows the stall)"
+            if stalled
+            else missed_at(instance, outcome, definition)
+        )
         note = (
             f"{setup.policy} can never meet {found.target:.0%} {definition} attainment on "
             f"{setup.servers} server{'s' if setup.servers != 1 else ''}: at {hi:.4g} req/s "
-            f"(1/{SEARCH_SPAN} of the first probe) " + missed_at(instance, outcome, definition)
+            f"(1/{SEARCH_SPAN} of the first probe) " + why
         )
         arrivals = instance.workload.arrival_s
         distinct = len(np.unique(arrivals))

@@ -122,6 +122,10 @@ _SERVING_COLUMNS = {
     # requests rejected because the run stalled, and why (the row's error says so too)
     "stalled": "int64",
     "stall": "string",
+    # requests a router held that no server took by the end (a stall too)
+    "rejected_held": "int64",
+    "kv_capacity": "int64",
+    "kv_capacity_source": "string",
     "attainment_deadline": "float64",
     "attainment_ttft+mean-tpot": "float64",
     "attainment_ttft+max-tpot": "float64",
@@ -405,7 +409,9 @@ def _deploy_rows(task: Task) -> list[dict[str, Any]]:
             definition=payload["definition"],
             policy=payload["policy"],
             seed=payload["seed"],
-            prices=None if payload["prices"] is None else read_prices(payload["prices"]),
+            prices=None
+            if payload["prices"] is None
+            else read_prices(payload["prices"], payload["gpus"]),
             refused=refused,
             max_rounds=payload["max_rounds"],
             cache=_capacity_cache(payload.get("capacity_cache")),
@@ -438,7 +444,7 @@ STALLED_RUN = "StalledRun"
 def _without_stalled_attainment(summary: dict[str, Any]) -> dict[str, Any]:
     """``summary`` as a row: when its run stalled, the attainments dropped (they are no valid
     attainment) and ``error`` set to the stall's reason."""
-    if not summary.get("stalled"):
+    if not (summary.get("stalled") or summary.get("rejected_held")):
         return summary
     kept = {k: v for k, v in summary.items() if not k.startswith("attainment")}
     return {**kept, "error": summary["stall"], "error_type": STALLED_RUN}

@@ -695,7 +695,7 @@ def _deploy_tasks(reader: _Reader, spec: Mapping[str, Any], sweep: str, threads:
                     f"no such file (relative to {reader.folder})",
                 )
             try:
-                read_prices(path)
+                read_prices(path, [gpu for gpus in gpu_sets for gpu in gpus])
             except ValueError as error:
                 raise reader.fail(f"{where}.prices", options["prices"], str(error)) from None
             prices_reference, options["prices"] = _file_reference(path), str(path)

@@ -44,8 +44,12 @@ __all__ = [
 
 
 def _servers(load: float) -> int:
-    """Servers a load (in servers) needs: its ceiling, forgiving the solver tolerance."""
-    return max(0, math.ceil(load - LOAD_TOLERANCE))
+    """Servers a load (in servers) needs: its ceiling, forgiving the solver tolerance, and at
+    least one for any traffic (a pool sent requests needs a server to run them, however light
+    the load: a class of 0.00003 servers of load is 1 server, not 0)."""
+    if load <= 0:
+        return 0
+    return max(1, math.ceil(load - LOAD_TOLERANCE))
 
 
 def single_configuration_plans(data: DeploymentData) -> dict[int, DeploymentPlan]:

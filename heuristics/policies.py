@@ -320,8 +320,15 @@ def make_scheduler(
 
 
 def make_router(name: str) -> Router:
-    """A fresh router ``name``; ValueError listing the known ones."""
-    return router_factory(name)()
+    """A fresh router ``name``; ValueError listing the known ones, or naming the methods a
+    router ``name`` made lacks (a policy class given as a router, say)."""
+    router = router_factory(name)()
+    if not callable(getattr(router, "route", None)):
+        raise ValueError(
+            f"router {name!r} made a {type(router).__name__}, which lacks the Router method "
+            "route(request, servers, now)"
+        )
+    return router
 
 
 def router_factory(name: str) -> Callable[[], Any]:

@@ -12,6 +12,7 @@ configuration and the fraction ``x_kc`` of class ``k`` sent to configuration ``c
     \\min \\sum_c p_c n_c \\quad \\text{s.t.} \\quad
     \\sum_c x_{kc} = 1 \\;\\; \\forall k, \\qquad
     \\sum_k \\frac{\\lambda_k x_{kc}}{\\mu_{kc}} \\le n_c \\;\\; \\forall c, \\qquad
+    x_{kc} \\le n_c \\;\\; \\forall k: \\lambda_k > 0, \\qquad
     x_{kc} \\ge 0, \\;\\; x_{kc} = 0 \\text{ if } \\mu_{kc} = 0, \\qquad
     n_c \\in \\mathbb{Z}, \\; L_c \\le n_c \\le U_c.
 
@@ -277,7 +278,8 @@ def replica_bounds(
         need = sum(
             data.servers_needed(c, k) for k in range(len(data.classes)) if data.capacity[c][k] > 0
         )
-        upper.append(max(low[c], math.ceil(need - LOAD_TOLERANCE)))
+        # any traffic at all needs a server, however light (a load below the tolerance too)
+        upper.append(max(low[c], int(need > 0), math.ceil(need - LOAD_TOLERANCE)))
     return low, tuple(upper)
 
 
@@ -352,7 +354,7 @@ def solve_milp(
     """The cheapest plan by the MILP of the module docstring, on HiGHS.
 
     Variables: ``n_c`` integer in :func:`replica_bounds`, ``x_kc`` in [0, 1] where
-    ``mu_kc > 0``. Rows: :func:`_assign_rows` and :func:`_load_rows`.
+    ``mu_kc > 0``. Rows: :func:`_assign_rows`, :func:`_load_rows` and :func:`_served_rows`.
 
     Parameters
     ----------
@@ -382,6 +384,7 @@ def solve_milp(
         h.changeColCost(n_conf + j, 0.0)
     _assign_rows(h, data, columns, n_conf)
     _load_rows(h, data, columns, n_conf)
+    _served_rows(h, data, columns, n_conf)
     h.run()
     runtime = time.perf_counter() - start
     model_status = h.getModelStatus()
@@ -420,6 +423,17 @@ def _load_rows(h: Any, data: DeploymentData, columns: list[tuple[int, int]], n_c
         h.addRow(-math.inf, 0.0, len(index), np.array(index, dtype=np.int32), np.array(value))
 
 
+def _served_rows(h: Any, data: DeploymentData, columns: list[tuple[int, int]], n_conf: int) -> None:
+    """Traffic only where a server is bought: ``x_kc - n_c <= 0`` for each class ``k`` with
+    traffic and configuration ``c``. The load rows imply it up to the solver's tolerance; a
+    class far below one server of load (``lambda_k / mu_kc`` under the tolerance) would
+    otherwise fit on 0 servers."""
+    for j, (k, c) in enumerate(columns):
+        if data.rates[k] > 0:
+            index = np.array([c, n_conf + j], dtype=np.int32)
+            h.addRow(-math.inf, 0.0, 2, index, np.array([-1.0, 1.0]))
+
+
 def _status(highspy: Any, model_status: Any, primal_status: int) -> Status:
     kind = highspy.HighsModelStatus
     if model_status == kind.kOptimal:
@@ -453,7 +467,10 @@ def assignment_at(data: DeploymentData, replicas: Sequence[int]) -> DeploymentPl
     for j, (k, c) in enumerate(columns):
         a_ub[c, j] = data.servers_needed(c, k) if data.rates[k] > 0 else 0.0
     a_ub[:, m] = -1.0
-    bounds = [(0.0, 1.0)] * m + [(None, None)]
+    # traffic only where a server is bought (see _served_rows)
+    bounds = [(0.0, 0.0 if replicas[c] == 0 and data.rates[k] > 0 else 1.0) for k, c in columns] + [
+        (None, None)
+    ]
     found = linprog(
         cost,
         A_ub=a_ub,
@@ -470,14 +487,22 @@ def assignment_at(data: DeploymentData, replicas: Sequence[int]) -> DeploymentPl
 
 
 def solve_brute_force(
-    data: DeploymentData, *, lower: Sequence[int] | None = None, max_vectors: int = 200_000
+    data: DeploymentData,
+    *,
+    lower: Sequence[int] | None = None,
+    max_vectors: int = 200_000,
+    time_limit: float | None = None,
 ) -> DeploymentResult:
     """The cheapest plan by enumeration: every replica vector within :func:`replica_bounds`,
     cheapest first, until one carries the traffic (:func:`assignment_at`).
 
     Exact (OPTIMAL) for instances with at most ``max_vectors`` replica vectors; larger ones
-    are refused (ValueError).
+    are refused (ValueError). With ``time_limit`` (seconds) the enumeration stops when it
+    runs out: TIME_LIMIT with no plan, its bound the cost of the first vector not decided
+    (every cheaper one was refused).
     """
+    import scipy.optimize  # noqa: F401  (loaded before the clock starts: the LPs use it)
+
     start = time.perf_counter()
     low, up = replica_bounds(data, lower)
     count = math.prod(u - lo + 1 for lo, u in zip(low, up, strict=True))
@@ -490,6 +515,12 @@ def solve_brute_force(
         key=lambda n: (sum(p * v for p, v in zip(data.prices, n, strict=True)), n),
     )
     for replicas in vectors:
+        if time_limit is not None and time.perf_counter() - start > time_limit:
+            bound = float(sum(p * v for p, v in zip(data.prices, replicas, strict=True)))
+            runtime = time.perf_counter() - start
+            return DeploymentResult(
+                Status.TIME_LIMIT, None, math.inf, bound, runtime, "brute-force"
+            )
         plan = assignment_at(data, replicas)
         if plan is not None:
             cost = plan_cost(data, plan)
@@ -511,6 +542,7 @@ class DeploymentModel(ExactModel):
     """
 
     sense = "min"
+    backends = ("highs", "brute")
 
     @property
     def data(self) -> DeploymentData:
@@ -523,7 +555,7 @@ class DeploymentModel(ExactModel):
         if backend.name == "highs":
             found = solve_milp(self.data, time_limit=time_limit)
         elif backend.name == "brute":
-            found = solve_brute_force(self.data)
+            found = solve_brute_force(self.data, time_limit=time_limit)
         else:
             raise ValueError(
                 f"the deployment model runs on highs (the MILP) or brute (the enumeration), "

@@ -798,6 +798,8 @@ class DispatchBound(ExactModel):
         self.integral = integral
         self.lp_method = lp_method
 
+    backends = ("highs",)
+
     def supports(self) -> frozenset[str]:
         """HiGHS only (through highspy; the binary variant through SciPy's ``milp``)."""
         return frozenset({"milp"})

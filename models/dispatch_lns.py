@@ -1273,6 +1273,8 @@ class DispatchLns(ExactModel):
         self.buckets = buckets
         self.starts = starts
 
+    backends = ("highs",)
+
     def supports(self) -> frozenset[str]:
         """HiGHS (the bound, through SciPy's ``milp``); the search itself is in Python."""
         return frozenset({"milp"})

@@ -666,6 +666,8 @@ class TdgHorizonBound(ExactModel):
             )
         ]
 
+    backends = ("highs",)
+
     def supports(self) -> frozenset[str]:
         """HiGHS only: the LP goes to highspy directly (see the module docstring)."""
         return frozenset({"milp"})

@@ -422,6 +422,8 @@ class TdgHorizonBranchPrice(ExactModel):
         self.chain = chain
         self.root_share = float(root_share)
 
+    backends = ("highs",)
+
     def supports(self) -> frozenset[str]:
         """HiGHS for the root, SCIP for the tree: solved as ``"highs"``."""
         return frozenset({"milp"})

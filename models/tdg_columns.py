@@ -474,6 +474,8 @@ class TdgHorizonColumns(ExactModel):
         return gain
 
     # -- the master -------------------------------------------------------------------------------
+    backends = ("highs",)
+
     def supports(self) -> frozenset[str]:
         """HiGHS only: the master goes to highspy directly."""
         return frozenset({"milp"})

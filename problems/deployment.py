@@ -99,7 +99,13 @@ def plan_scheduler(instance: Instance, plan: DeploymentPlan) -> Scheduler:
     fleet = fleet_instance(instance, names, [plan.replicas[c] for c in present])
     fleet = dataclasses.replace(fleet, settings={**instance.settings, "plan": plan.to_dict()})
     shares = [[row[c] for c in present] for row in plan.fractions]
-    shares = [[v / sum(row) for v in row] for row in shares]
+    for k, row in enumerate(shares):
+        if data.rates[k] > 0 and not sum(row) > 0:
+            raise ValueError(
+                f"the plan sends class {data.classes[k]} only to configurations it buys no "
+                "server of"
+            )
+    shares = [[v / sum(row) if sum(row) > 0 else 1.0 / len(row) for v in row] for row in shares]
     router = PlanRouter(instance.settings["class_of"], names, shares)
     policy = str(instance.settings.get("policy", "sarathi"))
     policies = PoolPolicies.build(

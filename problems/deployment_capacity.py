@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import logging
 import math
 import os
 import time
@@ -41,6 +42,7 @@ import numpy as np
 from slolab.instances.records import Cluster, Instance
 from slolab.models.deployment import DeploymentData
 from slolab.problems.deployment import DEFAULT_CONFIGURATIONS
+from slolab.problems.registry import OptionValueError
 from slolab.solvers.capacity import ProbeVerdict, capacity
 
 __all__ = [
@@ -254,8 +256,10 @@ def configuration_names(
     return names, refused
 
 
-def read_prices(path: str | Path) -> dict[str, float]:
-    """GPU prices per GPU-hour from a CSV file with the columns ``gpu,usd_per_gpu_hour``.
+def read_prices(path: str | Path, gpus: Sequence[str] = ()) -> dict[str, float]:
+    """GPU prices per GPU-hour from a CSV file with the columns ``gpu,usd_per_gpu_hour``;
+    every GPU of ``gpus`` (the grid's) must have a line (a missing one would otherwise take
+    the profiles' dated price unseen).
 
     Raises
     ------
@@ -299,7 +303,18 @@ def read_prices(path: str | Path) -> dict[str, float]:
                 f"{', '.join(sorted(known))}"
             )
         prices[gpu] = price
+    missing = [gpu for gpu in dict.fromkeys(gpus) if gpu not in prices]
+    if missing:
+        raise ValueError(
+            f"{path}: no price for GPU {', '.join(missing)} of the grid (it lists "
+            f"{', '.join(prices) or 'none'}); add a line gpu,usd_per_gpu_hour for each"
+        )
     return prices
+
+
+def _gpus_of(names: Sequence[str]) -> list[str]:
+    """The GPU types of configurations ``MODEL/GPU/tpN`` (a name not of that form: none)."""
+    return [name.split("/")[1] for name in names if name.count("/") == 2]
 
 
 def configuration_price(name: str, prices: dict[str, float] | None = None) -> float:
@@ -346,9 +361,14 @@ def trace_instance(
 
     if not (math.isfinite(traffic) and traffic > 0):
         raise ValueError(f"traffic must be a number > 0, got {traffic!r}")
+    from slolab.timing.presets import DEFAULT_KV_CAPACITY_TOKENS
+
+    # the cut's own cluster runs nothing: each fleet pool and capacity probe runs at its
+    # configuration's own KV capacity (fleet_instance, _class_instance)
     instance = serving_instance(
         trace,
         seed=seed,
+        kv_capacity_tokens=DEFAULT_KV_CAPACITY_TOKENS,
         timing=reference_configuration(configurations),
         slos=slos,
         rate=rate,
@@ -458,6 +478,11 @@ class CapacityCache:
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         self.directory = None if directory is None else Path(directory)
+        if self.directory is not None and self.directory.exists() and not self.directory.is_dir():
+            raise ValueError(
+                f"capacity cache {self.directory}: a file, not a directory (give a directory to "
+                "keep the capacity searches in)"
+            )
         self._memory: dict[str, dict[str, Any]] = {}
         self.searches_reused = 0
         self.probes_saved = 0
@@ -473,15 +498,36 @@ class CapacityCache:
         )
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def get(self, key: str) -> dict[str, Any] | None:
-        """The entry stored under ``key`` (None: none)."""
+    def get(self, key: str, needs: Sequence[str] = ()) -> dict[str, Any] | None:
+        """The entry stored under ``key`` (None: none). An entry in the directory that is not
+        a JSON object holding a number under each field of ``needs`` is named in a warning and
+        treated as absent (measured again, and rewritten)."""
         if key in self._memory:
             return self._memory[key]
         if self.directory is None:
             return None
+        path = self.directory / f"{key}.json"
         try:
-            entry = json.loads((self.directory / f"{key}.json").read_text())
-        except (OSError, ValueError):
+            entry = json.loads(path.read_text())
+        except OSError:
+            return None
+        except ValueError:
+            entry = None
+        bad = next(
+            (
+                field
+                for field in needs
+                if not isinstance(entry, dict)
+                or isinstance(entry.get(field), bool)
+                or not isinstance(entry.get(field), int | float)
+            ),
+            None,
+        )
+        if entry is None or bad is not None:
+            what = "is not JSON" if entry is None else f"has no number under {bad!r}"
+            logging.getLogger("slolab").warning(
+                "capacity cache entry %s %s: measured again", path, what
+            )
             return None
         self._memory[key] = entry
         return entry
@@ -693,7 +739,7 @@ def class_targets(
                 key = _run_key(
                     cache, "solo", whole, members, configuration, definition, policy, seed
                 )
-                entry = cache.get(key)
+                entry = cache.get(key, ("attainment",))
                 if entry is not None:
                     cache.probes_saved += 1
                     best = max(best, float(entry["attainment"]))
@@ -705,7 +751,9 @@ def class_targets(
             )
             make = functools.partial(pool_policy, instance, configuration, policy)
             probe = _class_probe(solo, make, definition, target, seed, False, poisson=False)
-            attainment = probe(1.0 / SOLO_GAP_S).attainment
+            verdict = probe(1.0 / SOLO_GAP_S)
+            _refuse_stall(verdict.stalled, policy, classes.names[k], configuration, "alone")
+            attainment = verdict.attainment
             if cache is not None:
                 cache.put(key, {"attainment": attainment})
             best = max(best, attainment)
@@ -719,6 +767,17 @@ def class_targets(
             "requests meet their SLO"
         )
     return tuple(max(0.0, a - (reach - target)) for a in ceilings)
+
+
+def _refuse_stall(stalled: int, policy: str, name: str, configuration: str, how: str) -> None:
+    """One line when a class's run stalled: no attainment to hold a class to or measure a
+    capacity by."""
+    if stalled:
+        raise ValueError(
+            f"policy {policy} stalled on class {name} ({how} on {configuration}): {stalled} "
+            "request(s) left waiting with nothing to run, no valid attainment (slolab simulate "
+            "shows the stall)"
+        )
 
 
 def measure_capacities(
@@ -768,6 +827,8 @@ def measure_capacities(
     whole = _instance_fingerprint(instance) if cache is not None else ""
     rows: list[list[float]] = [[0.0] * len(classes.names) for _ in configurations]
     probes = early_count = 0
+    #: per class, the best attainment of a search's lowest-rate probe that missed its target
+    floor: dict[int, float] = {}
     bar = tqdm(
         total=len(configurations) * len(classes.names),
         desc="capacities",
@@ -800,7 +861,7 @@ def measure_capacities(
                         stream_requests,
                         start_rate,
                     )
-                    entry = cache.get(key)
+                    entry = cache.get(key, ("capacity", "probes"))
                 if cache is not None and entry is not None:
                     cache.searches_reused += 1
                     cache.probes_saved += int(entry["probes"])
@@ -817,7 +878,14 @@ def measure_capacities(
                         progress=False,
                         floor_first=True,
                     )
+                    if found.stop_reason == "stalled":
+                        _refuse_stall(
+                            found.stalled[-1], policy, classes.names[k], configuration, "streamed"
+                        )
                     found_capacity = found.capacity
+                    if found.capped_low:
+                        lowest = min(found.probes)[1]
+                        floor[k] = max(floor.get(k, 0.0), lowest)
                     probes += len(found.probes)
                     early_count += found.n_early
                     if cache is not None:
@@ -836,6 +904,19 @@ def measure_capacities(
                 bar.set_postfix(configuration=configuration, cls=classes.names[k])
     finally:
         bar.close()
+    for k in range(len(classes.names)):
+        if targets[k] > 0 and all(row[k] == 0 for row in rows):
+            seen = (
+                f" (at best {floor[k]:.4f}, an upper bound when the probe stopped early)"
+                if k in floor
+                else ""
+            )
+            raise ValueError(
+                f"class {classes.names[k]} is held to {targets[k]:.4f}, at or near its ceiling "
+                "(every request alone on an idle server), and no configuration of "
+                f"{', '.join(configurations)} keeps that even at 1/1024 of its rate{seen}: its "
+                "target sits at the idle ceiling; give a lower --target"
+            )
     return CapacityTable(
         tuple(configurations),
         classes.names,
@@ -904,7 +985,11 @@ def deployment_instance(
     (:func:`measure_capacities`, probes of ``stream_requests`` requests) stored in the
     settings as the decision problem's data (:func:`capacity_data`; prices from the CSV file
     ``prices``, :func:`read_prices`, else the presets')."""
-    price_table = None if prices is None else read_prices(prices)
+    if not 0 < target <= 1:
+        raise OptionValueError(
+            f"target must be an attainment in (0, 1], got {target}",
+            f"--target must be an attainment in (0, 1], got {target}",
+        )
     names = (
         [c.strip() for c in configurations.split(",") if c.strip()]
         if isinstance(configurations, str)
@@ -912,6 +997,7 @@ def deployment_instance(
     )
     if not names:
         raise ValueError("give at least one configuration")
+    price_table = None if prices is None else read_prices(prices, _gpus_of(names))
     base = trace_instance(trace, names, seed=seed, limit=limit, traffic=traffic, **reading)
     classes = request_classes(base)
     table = measure_capacities(

@@ -64,7 +64,14 @@ CLUSTER_OPTIONS: tuple[Option, ...] = (
     SEED,
     Option("mode", str, "colocated", "serving mode", choices=MODES),
     Option("prefill_servers", int, 0, "disaggregated: servers in the prefill pool", minimum=0),
-    Option("kv_capacity", int, 200_000, "KV-cache capacity per server in tokens", minimum=1),
+    Option(
+        "kv_capacity",
+        int,
+        None,
+        "KV-cache capacity per server in tokens (default: the timing preset's, e.g. 50790 for "
+        "llama2-70b/a100/tp2; 200000 for a preset that declares none)",
+        minimum=1,
+    ),
     Option(
         "max_batch_tokens",
         int,

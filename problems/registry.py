@@ -330,11 +330,12 @@ class Problem:
         return self.models[0] if self.models else None
 
     def method_names(self) -> list[str]:
-        """Declared method names: heuristics and baselines, aliases, bare solver names."""
+        """Declared method names: heuristics and baselines, aliases, bare solver names (those
+        its default model runs on)."""
         names = [h.name for h in self.heuristics]
         names += sorted(self.aliases)
         if self.models:
-            names += [s for s in SOLVER_NAMES if s not in names]
+            names += [s for s in _bare_solvers(self.models[0]) if s not in names]
         return names
 
     def method_help(self, extra: tuple[str, ...] = ()) -> str:
@@ -528,3 +529,11 @@ def build_model(name: str, instance: Any, **options: Any) -> ExactModel:
 
     _load()
     return build(name, instance, **{**_MODEL_OPTIONS.get(name, {}), **options})
+
+
+def _bare_solvers(model: str) -> tuple[str, ...]:
+    """The solvers of :data:`SOLVER_NAMES` the model ``model`` runs on (a bare solver name in a
+    method list is the problem's default model on that solver)."""
+    from slolab.solvers.registry import model_refuses
+
+    return tuple(s for s in SOLVER_NAMES if model_refuses(model, s) is None)

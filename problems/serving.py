@@ -36,7 +36,7 @@ def serving_instance(
     limit: int | None = None,
     mode: str = "colocated",
     prefill_servers: int = 0,
-    kv_capacity_tokens: int = 200_000,
+    kv_capacity_tokens: int | None = None,
     max_batch_size: int = 256,
     max_batch_tokens: int = 2048,
     name: str | None = None,
@@ -59,6 +59,9 @@ def serving_instance(
         SLO scheme, or several joined by ``+`` applied in order (``"polyserve+proserve"``:
         PolyServe's SLOs, then ProServe's priorities); ``slo_params`` go to every scheme that
         accepts them.
+    kv_capacity_tokens : int, optional
+        KV-cache tokens per server (None: the preset's, else 200,000:
+        :func:`slolab.timing.presets.kv_capacity_of`).
     **reading
         How the trace is read (``format``, ``columns``, ``time_unit``, ``arrivals``, ``cv``,
         ``zero_output``, ``max_request_tokens``): see :func:`slolab.instances.read_workload`.
@@ -75,7 +78,7 @@ def serving_instance(
         tdg_token_weights,
     )
     from slolab.timing import resolve_timing
-    from slolab.timing.presets import preset_kv_bytes_per_token
+    from slolab.timing.presets import kv_capacity_of, preset_kv_bytes_per_token
 
     if trace is None:
         raise ValueError("a serving instance needs a trace (a file or a vendored trace name)")
@@ -86,7 +89,7 @@ def serving_instance(
         wl = assign_schemes(wl, slos, seed=seed, timing=model, params=slo_params)
     cluster = Cluster(
         servers=servers,
-        kv_capacity_tokens=kv_capacity_tokens,
+        kv_capacity_tokens=kv_capacity_of(model, kv_capacity_tokens)[0],
         mode=mode,
         prefill_servers=prefill_servers,
         max_batch_size=max_batch_size,

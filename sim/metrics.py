@@ -167,6 +167,22 @@ def met(instance: Instance, outcome: Outcome, definition: str = "deadline") -> n
     return request_table(instance, outcome)[f"met_{definition}"].to_numpy()
 
 
+def check_attainable(instance: Instance, definition: str) -> None:
+    """ValueError, in one line, when ``definition`` judges no request of ``instance``: ``e2e``
+    on SLOs with no end-to-end deadline (its attainment would be NaN)."""
+    check_definition(definition)
+    if definition != "e2e":
+        return
+    wl = instance.workload
+    deadlines = np.asarray(wl["e2e_slo_s"], dtype=float) if "e2e_slo_s" in wl.columns else ()
+    if not np.isfinite(deadlines).any():
+        slos = instance.settings.get("slos", "given")
+        raise ValueError(
+            f"--definition e2e: the SLOs ({slos}) give no request an end-to-end deadline; use "
+            "deadline, ttft+mean-tpot or ttft+max-tpot, or SLOs with one"
+        )
+
+
 def attainment(instance: Instance, outcome: Outcome, definition: str = "deadline") -> float:
     """Fraction of requests meeting their SLO (for ``e2e``: of those that have an e2e SLO)."""
     return attainment_from_table(request_table(instance, outcome), definition)

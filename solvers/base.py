@@ -220,6 +220,8 @@ class ExactModel:
     #: True for a model whose :meth:`solve_with` runs a search that draws its own progress bar
     #: (:class:`slolab.solvers.search.Search`), so a caller draws none around it.
     draws_progress: ClassVar[bool] = False
+    #: The backends it runs on (None: every backend of a formulation :meth:`supports` names).
+    backends: ClassVar[tuple[str, ...] | None] = None
     #: Silences the progress bar of a model that draws one (``--quiet``, ``--json``, compare).
     quiet: bool = False
 

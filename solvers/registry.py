@@ -101,7 +101,12 @@ def _unavailable_reason(name: str) -> str | None:
 def solvers_for(model: ExactModel) -> list[str]:
     """Registered backends whose formulation kind ``model`` implements."""
     kinds = model.supports()
-    return [name for name in _BACKENDS if get_backend(name).formulation in kinds]
+    return [
+        name
+        for name in _BACKENDS
+        if get_backend(name).formulation in kinds
+        and (model.backends is None or name in model.backends)
+    ]
 
 
 def register_model(name: str) -> Callable[[ModelClass], ModelClass]:
@@ -155,6 +160,18 @@ def get_model(name: str) -> type[ExactModel]:
         known = ", ".join(sorted(_MODELS)) or "(none)"
         raise ValueError(f"unknown model {name!r}; known models: {known}")
     return _MODELS[name]
+
+
+def model_refuses(name: str, solver: str) -> str | None:
+    """Why model ``name`` does not run on backend ``solver`` (one line), or None when it does:
+    checked before any method of a list runs. The model's formulations are read from its class
+    (:meth:`ExactModel.supports` reads no instance data)."""
+    cls = get_model(name)
+    model = cls.__new__(cls)
+    runs_on = solvers_for(model)
+    if solver in runs_on:
+        return None
+    return f"model {name!r} does not run on {solver!r}; it runs on: {', '.join(runs_on) or 'none'}"
 
 
 def build_model(name: str, instance: Any, **options: Any) -> ExactModel:
@@ -223,6 +240,11 @@ def solve(
         )
     check_time_limit(time_limit)
     backend_class = get_backend(solver)
+    if model.backends is not None and solver not in model.backends:
+        raise ValueError(
+            f"model {model_label(model)!r} does not run on {solver!r}; it runs on: "
+            f"{', '.join(solvers_for(model))}"
+        )
     if backend_class.formulation not in model.supports():
         label = FORMULATION_LABELS.get(backend_class.formulation, backend_class.formulation)
         supported = ", ".join(solvers_for(model)) or "none"

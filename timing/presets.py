@@ -11,7 +11,7 @@
 ``"opt-6.7b-a100-slos"``                SLOs-Serve batch timer, OPT-6.7B on A100 (two lines)
 ``"opt-30b-4gpu-slos"``                 SLOs-Serve batch timer, OPT-30B on 4 GPUs, speculative
 ``"sa-qwen2.5-7b-v100"``                SA-ordering paper's predictor, Qwen2.5-7B on 2x V100
-``"MODEL/GPU/tpN"``                     generated from Vidur's profiles for 7 models on A100,
+``"MODEL/GPU/tpN"``                     generated from Vidur's profiles for 8 models on A100,
                                         H100 and A40 at TP 1-8 (:mod:`slolab.timing.generated`),
                                         e.g. ``"llama2-70b/h100/tp4"``
 ======================================  ===========================================================
@@ -406,6 +406,34 @@ def preset_kv_bytes_per_token(timing: str | TimingModel) -> int | None:
     available_presets()
     shape = _SHAPES.get(name) or getattr(_GENERATED.get(name), "shape", None)
     return shape.kv_bytes_per_token if shape is not None else None
+
+
+#: KV-cache tokens per server where neither ``--kv-capacity`` nor the preset gives one (the
+#: hand-written presets declare no memory).
+DEFAULT_KV_CAPACITY_TOKENS = 200_000
+
+
+def preset_kv_capacity(timing: str | TimingModel) -> int | None:
+    """KV-cache tokens per server a preset declares (a generated preset ``MODEL/GPU/tpN``: what
+    its GPUs' memory leaves after the weights), or None when it declares none."""
+    name = timing if isinstance(timing, str) else getattr(timing, "name", "")
+    available_presets()
+    info = _GENERATED.get(name)
+    return None if info is None else int(info.kv_capacity_tokens)
+
+
+def kv_capacity_of(timing: str | TimingModel, given: int | None = None) -> tuple[int, str]:
+    """The KV-cache tokens per server a run uses and where they come from: ``given`` (the
+    ``--kv-capacity`` flag), else the preset's (:func:`preset_kv_capacity`), else
+    :data:`DEFAULT_KV_CAPACITY_TOKENS`; the source is ``"--kv-capacity"``, ``"preset NAME"``
+    or ``"default"``."""
+    if given is not None:
+        return int(given), "--kv-capacity"
+    own = preset_kv_capacity(timing)
+    if own is not None:
+        name = timing if isinstance(timing, str) else getattr(timing, "name", "")
+        return own, f"preset {name}"
+    return DEFAULT_KV_CAPACITY_TOKENS, "default"
 
 
 def preset_source(name: str) -> str:

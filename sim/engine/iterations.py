@@ -41,6 +41,16 @@ WINDOW_CHUNK = 128
 SMALL_DECODE = 16
 
 
+def _repeated(ids: list[int]) -> int:
+    """The first request id that ``ids`` holds twice."""
+    seen: set[int] = set()
+    for r in ids:
+        if r in seen:
+            return int(r)
+        seen.add(r)
+    raise ValueError("no request appears twice")
+
+
 class Iterations(EngineCore):
     """Decisions, iteration starts, decode windows and commits (a part of the engine)."""
 
@@ -50,7 +60,11 @@ class Iterations(EngineCore):
             return
         batch = self.policy.next_batch(server.view)
         if not isinstance(batch, Batch):
-            raise PolicyError(f"policy returned {type(batch).__name__}, expected Batch")
+            policy = type(self.policy)
+            raise PolicyError(
+                f"policy {policy.__module__}:{policy.__qualname__} returned "
+                f"{type(batch).__name__} on server {server.id} at t={self.now}, expected a Batch"
+            )
         now = self.now
         for r in batch.reject:
             r = int(r)
@@ -181,7 +195,9 @@ class Iterations(EngineCore):
                 f"server {sid} t={now}: batch of {n_seq} sequences exceeds max_batch_size {server.max_batch_size}"
             )
         if len(set(every)) != len(every):
-            raise PolicyError(f"server {sid} t={now}: a request appears twice in one batch")
+            raise PolicyError(
+                f"server {sid} t={now}: request {_repeated(every)} appears twice in one batch"
+            )
         tokens = prefill_tokens + len(dids)
         if server.max_batch_tokens and tokens > server.max_batch_tokens:
             raise PolicyError(
@@ -258,7 +274,8 @@ class Iterations(EngineCore):
                 return
             if len(set(ids.tolist())) != len(ids):
                 raise PolicyError(
-                    f"server {server.id} t={now}: a request appears twice in one batch"
+                    f"server {server.id} t={now}: request {_repeated(ids.tolist())} appears "
+                    "twice in one batch"
                 )
         s = len(ids)
         if s > server.max_batch_size:
@@ -329,7 +346,9 @@ class Iterations(EngineCore):
                 f"server {sid} t={now}: static batch of {s} exceeds max_batch_size {server.max_batch_size}"
             )
         if len(set(members)) != s:
-            raise PolicyError(f"server {sid} t={now}: a request appears twice in one batch")
+            raise PolicyError(
+                f"server {sid} t={now}: request {_repeated(members)} appears twice in one batch"
+            )
         alloc = int(sum(int(self.prompt[r] + self.output[r]) for r in members))
         if server.kv + alloc > server.kv_capacity:
             raise PolicyError(

@@ -110,6 +110,14 @@ class Routing(EngineCore):
         """The index in ``views`` that ``router`` picks for request ``r`` (or HOLD); PolicyError
         when it is out of range (``kind``: "" or "decode ", for the message)."""
         k = router.route(r, views, self.now)
+        if isinstance(k, bool) or not isinstance(k, int | np.integer):
+            made = type(router)
+            raise PolicyError(
+                f"{kind}router {made.__module__}:{made.__qualname__} returned {k!r} for request "
+                f"{r} at t={self.now}, expected a server index in 0..{len(views) - 1} or HOLD "
+                f"({HOLD})"
+            )
+        k = int(k)
         if k == HOLD:
             return HOLD
         if not 0 <= k < len(views):

@@ -44,7 +44,10 @@ def test_docs_grid_expands_over_models_gpu_sets_and_traffic(tmp_path: Path) -> N
 
 def test_prices_file_enters_the_key_by_name_and_content(tmp_path: Path) -> None:
     """The same prices file in two folders gives one key; other prices, another key."""
-    body = '[[deploy]]\ntraces = ["azure_conv_2023"]\nmodels = ["llama2-7b"]\nprices = "p.csv"\n'
+    body = (
+        '[[deploy]]\ntraces = ["azure_conv_2023"]\nmodels = ["llama2-7b"]\ngpus = [["h100"]]\n'
+        'prices = "p.csv"\n'
+    )
     keys = []
     for folder, price in (("a", 1.5), ("b", 1.5), ("c", 2.5)):
         (tmp_path / folder).mkdir()

@@ -63,7 +63,10 @@ def test_keyboard_interrupt_in_a_policy_still_stops_the_run(tmp_path, monkeypatc
 def test_slolab_own_errors_keep_their_form(tmp_path, monkeypatch):
     """A plugin returning a non-Batch gets slolab's PolicyError, not a plugin failure."""
     mine = write_policies(tmp_path, monkeypatch, "notbatch_sim")
-    with pytest.raises(PolicyError, match=r"^policy returned int, expected Batch$"):
+    with pytest.raises(
+        PolicyError,
+        match=r"^policy notbatch_sim:NotABatch returned int on server 0 at t=\S+, expected a Batch$",
+    ):
         run(random_instance(0, n=5), mine.NotABatch(), seed=0)
 
 
