@@ -1,0 +1,419 @@
+"""Serving overheads the kernel profiles miss, as named terms of the timing model, fitted to
+real serving measurements.
+
+A generated preset prices the GPU kernels of an iteration (Vidur's per-layer profiles, the
+all-reduces, attention from the model shape). A serving engine adds, per iteration (docs/timing.md,
+"Serving overheads"):
+
+``iteration_s``
+    CPU-side time of every iteration: scheduling, preparing the inputs, sampling and returning
+    tokens, the launches a CUDA graph does not hide.
+``prefill_seq_s``
+    per prefill chunk in the batch (its metadata, its attention launch).
+``decode_seq_s``
+    per decoding sequence (its sampling and bookkeeping).
+``allreduce_latency_s``
+    per all-reduce and per ``log2(tp)`` at ``tp > 1``: the latency floor of tensor-parallel
+    communication beyond the profiled one (two all-reduces per layer; decode's are latency
+    bound), ``2 * layers * log2(tp) * allreduce_latency_s`` per iteration.
+``kernel_time_scale``
+    a factor on the profile-built time: the engine's kernels against the profiler's.
+
+So ``T_served(x) = kernel_time_scale * T_preset(x) + iteration_s + prefill_seq_s *
+num_prefill_seqs + decode_seq_s * num_decode_seqs + 2 * layers * log2(tp) *
+allreduce_latency_s``: the same four-line roofline with every line rescaled and shifted, so the
+engine pays nothing more per iteration. The terms are fitted per serving engine (one
+:class:`ServingOverheads` per calibration of ``data/measured/overheads.json``, written by
+``python -m slolab.timing.overheads``); a term the data cannot pin down is fixed at its neutral
+value and the file says why.
+
+The named generated presets are unchanged; ``MODEL/GPU/tpN/calibrated`` applies the vLLM 0.11
+calibration where its runs cover the GPU and the TP degree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from slolab.timing.base import FEATURES, LinearTiming
+from slolab.timing.forms import RooflineTiming
+from slolab.timing.generated import (
+    generated_preset,
+    model_shape,
+    roofline_from_fits,
+    vidur_fits_table,
+)
+from slolab.timing.measured import MEASURED_DIR, IterationSample, iteration_samples
+from slolab.timing.shapes import TransformerShape
+
+__all__ = [
+    "CALIBRATED_SUFFIX",
+    "OVERHEAD_TERMS",
+    "ServingOverheads",
+    "apply_overheads",
+    "base_refusal",
+    "base_timing",
+    "calibrated_preset_names",
+    "calibrated_timing",
+    "calibration",
+    "calibrations",
+    "fit_overheads",
+    "main",
+    "opt_shape",
+]
+
+logger = logging.getLogger("slolab")
+
+OVERHEADS_JSON = MEASURED_DIR / "overheads.json"
+CALIBRATED_SUFFIX = "/calibrated"
+#: The calibration the ``/calibrated`` presets apply.
+DEFAULT_CALIBRATION = "vllm-0.11"
+#: The additive terms, in the order of the fit's columns.
+OVERHEAD_TERMS: tuple[str, ...] = (
+    "iteration_s",
+    "prefill_seq_s",
+    "decode_seq_s",
+    "allreduce_latency_s",
+)
+_PREFILL_SEQS = FEATURES.index("num_prefill_seqs")
+_DECODE_SEQS = FEATURES.index("num_decode_seqs")
+#: OPT shapes (Hugging Face ``config.json`` of facebook/opt-13b and facebook/opt-66b):
+#: layers, width, heads, MLP width (ReLU, not gated).
+OPT_CONFIGS: dict[str, tuple[int, int, int, int]] = {
+    "opt-13b": (40, 5120, 40, 20480),
+    "opt-66b": (64, 9216, 72, 36864),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ServingOverheads:
+    """The serving terms of one engine (see the module docstring), seconds.
+
+    Attributes
+    ----------
+    engine : str
+        Calibration name (``vllm-0.11``).
+    iteration_s, prefill_seq_s, decode_seq_s, allreduce_latency_s : float
+        The additive terms, each >= 0.
+    kernel_time_scale : float
+        Factor on the profile-built time, > 0.
+    fitted_on : tuple of str
+        Sources the terms were fitted on.
+    notes : dict
+        Per term fixed at its neutral value, why.
+    """
+
+    engine: str
+    iteration_s: float = 0.0
+    prefill_seq_s: float = 0.0
+    decode_seq_s: float = 0.0
+    allreduce_latency_s: float = 0.0
+    kernel_time_scale: float = 1.0
+    fitted_on: tuple[str, ...] = ()
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in OVERHEAD_TERMS:
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(
+                    f"{name} must be a finite number >= 0, got {value} ({self.engine})"
+                )
+        if not (math.isfinite(self.kernel_time_scale) and self.kernel_time_scale > 0):
+            raise ValueError(
+                f"kernel_time_scale must be > 0, got {self.kernel_time_scale} ({self.engine})"
+            )
+
+    def intercept_s(self, num_layers: int, tp: int) -> float:
+        """The per-iteration part: ``iteration_s + 2 * layers * log2(tp) * allreduce_latency_s``."""
+        return self.iteration_s + 2 * num_layers * math.log2(tp) * self.allreduce_latency_s
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        record = asdict(self)
+        record["fitted_on"] = list(self.fitted_on)
+        return record
+
+
+def apply_overheads(
+    model: RooflineTiming, overheads: ServingOverheads, num_layers: int, tp: int, name: str
+) -> RooflineTiming:
+    """``model`` with the serving terms: every line scaled by ``kernel_time_scale``, its
+    intercept raised by :meth:`ServingOverheads.intercept_s` and the per-sequence terms added."""
+    lines = []
+    for k, line in enumerate(model.lines):
+        scale = overheads.kernel_time_scale
+        coefficients = {f: scale * v for f, v in line.coefficients.items()}
+        for feature, value in (
+            ("num_prefill_seqs", overheads.prefill_seq_s),
+            ("num_decode_seqs", overheads.decode_seq_s),
+        ):
+            if value:
+                coefficients[feature] = coefficients.get(feature, 0.0) + value
+        intercept = scale * line.intercept_s + overheads.intercept_s(num_layers, tp)
+        lines.append(LinearTiming(intercept, coefficients, name=f"{name}[{k}]"))
+    return RooflineTiming(lines, name=name)
+
+
+def opt_shape(model: str) -> TransformerShape:
+    """The shape of an OPT model of :data:`OPT_CONFIGS` (layer parameters ``4 h^2 + 2 h m``)."""
+    layers, hidden, heads, mlp = OPT_CONFIGS[model]
+    return TransformerShape(
+        model,
+        layers,
+        hidden,
+        heads,
+        hidden // heads,
+        float(layers * (4 * hidden**2 + 2 * hidden * mlp)),
+    )
+
+
+def _proxy_timing(model: str, gpu: str, tp: int) -> RooflineTiming:
+    """A model without a Vidur profile, priced from the profiled model on the same GPU and TP
+    whose layers are closest in parameters: its fitted floor, intercept and slope scaled by the
+    layer count, and the floor and slope also by parameters per layer; all-reduces and
+    attention from the model's own shape (:func:`~slolab.timing.generated.roofline_from_fits`)."""
+    shape = opt_shape(model)
+    per_layer = shape.non_embedding_params / shape.num_layers
+    table = vidur_fits_table()
+    candidates = []
+    for key, per_tp in table["token_parallel"].items():
+        reference, profiled_gpu = key.split("/")
+        if profiled_gpu == gpu and str(tp) in per_tp:
+            ref = model_shape(reference, table)
+            ref_per_layer = ref.non_embedding_params / ref.num_layers
+            candidates.append(
+                (abs(math.log(per_layer / ref_per_layer)), reference, ref, ref_per_layer)
+            )
+    if not candidates:
+        raise ValueError(f"{model}/{gpu}/tp{tp}: no profiled model on {gpu} at TP {tp}")
+    _, reference, ref, ref_per_layer = min(candidates)
+    fits = table["token_parallel"][f"{reference}/{gpu}"][str(tp)]
+    layers = shape.num_layers / ref.num_layers
+    params = per_layer / ref_per_layer
+    scaled = {
+        "floor_s": fits["floor_s"] * layers * params,
+        "intercept_s": fits["intercept_s"] * layers,
+        "slope_s": fits["slope_s"] * layers * params,
+    }
+    return roofline_from_fits(f"{model}/{gpu}/tp{tp}~{reference}", shape, gpu, tp, scaled)
+
+
+@functools.cache
+def base_timing(model: str, gpu: str, tp: int) -> tuple[RooflineTiming, int]:
+    """The uncalibrated timing of ``model`` on ``tp`` GPUs ``gpu`` and its layer count: the
+    generated preset, or for OPT the shape-scaled proxy of :func:`_proxy_timing`."""
+    if model in OPT_CONFIGS:
+        return _proxy_timing(model, gpu, tp), OPT_CONFIGS[model][0]
+    info = generated_preset(f"{model}/{gpu}/tp{tp}")
+    return info.timing_model(), info.shape.num_layers
+
+
+def _regressors(sample: IterationSample) -> tuple[float, np.ndarray]:
+    """The base time of a sample's iterations and the sums of the terms' features."""
+    model, layers = base_timing(sample.model, sample.gpu, sample.tp)
+    base = float(model.times(sample.features).sum())
+    k = sample.iterations
+    features = np.array(
+        [
+            k,
+            sample.features[:, _PREFILL_SEQS].sum(),
+            sample.features[:, _DECODE_SEQS].sum(),
+            k * 2 * layers * math.log2(sample.tp),
+        ]
+    )
+    return base, features
+
+
+def predict(samples: Sequence[IterationSample], overheads: ServingOverheads | None) -> np.ndarray:
+    """Predicted mean iteration time of each sample, with the terms (or without, for None)."""
+    out = np.empty(len(samples))
+    for i, sample in enumerate(samples):
+        base, features = _regressors(sample)
+        if overheads is None:
+            out[i] = base / sample.iterations
+            continue
+        terms = np.array([getattr(overheads, name) for name in OVERHEAD_TERMS])
+        out[i] = (overheads.kernel_time_scale * base + features @ terms) / sample.iterations
+    return out
+
+
+def measured(samples: Sequence[IterationSample]) -> np.ndarray:
+    """Measured mean iteration time of each sample."""
+    return np.array([s.measured_s / s.iterations for s in samples])
+
+
+def fit_overheads(
+    samples: Sequence[IterationSample],
+    engine: str,
+    terms: Sequence[str],
+    notes: dict[str, str] | None = None,
+) -> ServingOverheads:
+    """Fit ``kernel_time_scale`` and the named additive ``terms`` (the others stay 0) by least
+    squares on the relative error of every sample's time, terms >= 0 and the scale in
+    [0.5, 2] (``scipy.optimize.lsq_linear``)."""
+    from scipy.optimize import lsq_linear
+
+    unknown = set(terms) - set(OVERHEAD_TERMS)
+    if unknown:
+        raise ValueError(f"unknown terms {sorted(unknown)}; known: {', '.join(OVERHEAD_TERMS)}")
+    columns = [OVERHEAD_TERMS.index(t) for t in terms]
+    rows, target = [], []
+    for sample in samples:
+        base, features = _regressors(sample)
+        weight = 1.0 / sample.measured_s
+        rows.append(np.concatenate([[base], features[columns]]) * weight)
+        target.append(1.0)
+    lower = [0.5] + [0.0] * len(columns)
+    upper = [2.0] + [np.inf] * len(columns)
+    solution = lsq_linear(np.array(rows), np.array(target), bounds=(lower, upper)).x
+    values = dict(zip(terms, (float(v) for v in solution[1:]), strict=True))
+    return ServingOverheads(
+        engine,
+        kernel_time_scale=float(solution[0]),
+        fitted_on=tuple(sorted({s.source for s in samples})),
+        notes=dict(notes or {}),
+        **values,
+    )
+
+
+#: Per calibration: which samples (by source), which terms are fitted, and why the others are
+#: fixed. The reasons are findings about the data, checked by the fit's own collinearity.
+CALIBRATIONS: dict[str, dict[str, Any]] = {
+    "vllm-0.11": {
+        "sources": ("inference-sim",),
+        "terms": ("iteration_s", "prefill_seq_s"),
+        "notes": {
+            "decode_seq_s": "not supported: every isolated decode step runs at batch 1, where a "
+            "per-sequence term cannot be told from the per-iteration one",
+            "allreduce_latency_s": "not supported: every vLLM 0.11 run is at TP 1",
+        },
+    },
+    "vllm-distserve": {
+        "sources": ("distserve",),
+        "terms": OVERHEAD_TERMS,
+        "notes": {},
+    },
+}
+
+
+def calibration_samples(
+    name: str, samples: Sequence[IterationSample] | None = None
+) -> list[IterationSample]:
+    """The samples calibration ``name`` is fitted on."""
+    sources = CALIBRATIONS[name]["sources"]
+    pool = iteration_samples() if samples is None else samples
+    return [s for s in pool if _family(s) in sources and base_refusal(s.model, s.gpu, s.tp) is None]
+
+
+def base_refusal(model: str, gpu: str, tp: int) -> str | None:
+    """Why :func:`base_timing` cannot price ``model`` on ``tp`` GPUs ``gpu`` (None if it can)."""
+    try:
+        base_timing(model, gpu, tp)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def _family(sample: IterationSample) -> str:
+    """``distserve`` or ``inference-sim`` (every run of the latter has its own source name)."""
+    return "distserve" if sample.source == "distserve" else "inference-sim"
+
+
+def fit_calibration(
+    name: str, samples: Sequence[IterationSample] | None = None
+) -> ServingOverheads:
+    """Fit calibration ``name`` (of :data:`CALIBRATIONS`) on its samples (or on ``samples``)."""
+    spec = CALIBRATIONS[name]
+    chosen = calibration_samples(name) if samples is None else list(samples)
+    return fit_overheads(chosen, name, spec["terms"], spec["notes"])
+
+
+@functools.cache
+def calibrations(path: Path = OVERHEADS_JSON) -> dict[str, ServingOverheads]:
+    """The fitted calibrations of ``data/measured/overheads.json``, by name."""
+    document = json.loads(path.read_text())
+    out = {}
+    for name, record in document["calibrations"].items():
+        record = dict(record)
+        record["fitted_on"] = tuple(record["fitted_on"])
+        out[name] = ServingOverheads(**record)
+    return out
+
+
+def calibration(name: str = DEFAULT_CALIBRATION) -> ServingOverheads:
+    """One stored calibration; unknown names raise and list the known ones."""
+    known = calibrations()
+    if name not in known:
+        raise ValueError(f"unknown calibration {name!r}; known: {', '.join(sorted(known))}")
+    return known[name]
+
+
+def calibrated_timing(
+    model: str, gpu: str, tp: int, name: str = DEFAULT_CALIBRATION
+) -> RooflineTiming:
+    """The timing of ``model`` on ``tp`` GPUs ``gpu`` with calibration ``name`` applied."""
+    base, layers = base_timing(model, gpu, tp)
+    return apply_overheads(
+        base, calibration(name), layers, tp, f"{model}/{gpu}/tp{tp}{CALIBRATED_SUFFIX}"
+    )
+
+
+#: GPUs and TP degrees the default calibration's runs cover.
+CALIBRATED_COVERAGE: dict[str, tuple[int, ...]] = {"h100": (1,)}
+
+
+def calibrated_preset_names() -> list[str]:
+    """``MODEL/GPU/tpN/calibrated`` for every generated preset the default calibration's runs
+    cover (GPU and TP degree), sorted."""
+    from slolab.timing.generated import generated_preset_names
+
+    names = []
+    for name in generated_preset_names():
+        _, gpu, tp = name.split("/")
+        if int(tp[2:]) in CALIBRATED_COVERAGE.get(gpu, ()):
+            names.append(name + CALIBRATED_SUFFIX)
+    return names
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Fit every calibration on the vendored measurements and write ``overheads.json``."""
+    parser = argparse.ArgumentParser(description="Fit the serving-overhead terms")
+    parser.add_argument("--out", type=Path, default=OVERHEADS_JSON)
+    args = parser.parse_args(argv)
+    fitted = {}
+    for name in CALIBRATIONS:
+        overheads = fit_calibration(name)
+        fitted[name] = overheads.to_record()
+        chosen = calibration_samples(name)
+        error = predict(chosen, overheads) / measured(chosen) - 1
+        logger.info(
+            "%s: %s; median |error| %.1f%% over %d samples",
+            name,
+            ", ".join(
+                f"{k}={getattr(overheads, k):.4g}" for k in ("kernel_time_scale", *OVERHEAD_TERMS)
+            ),
+            100 * float(np.median(np.abs(error))),
+            len(chosen),
+        )
+    document = {
+        "units": "seconds (kernel_time_scale: a factor)",
+        "command": "python -m slolab.timing.overheads",
+        "calibrations": fitted,
+    }
+    args.out.write_text(json.dumps(document, indent=2) + "\n")
+    calibrations.cache_clear()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    main()
