@@ -298,7 +298,7 @@ def read_inference_sim_runs(path: str | Path = INFERENCE_SIM_MANIFEST) -> list[M
             ("prefix_tokens", int),
         ):
             value = entry.get(field)
-            if not isinstance(value, kind) or (kind is int and value < 0):
+            if not isinstance(value, kind) or (isinstance(value, int) and value < 0):
                 line = _line_of(text, name, field)
                 raise ValueError(
                     f"{path}: line {line}: field {name}/{field}, value {value!r}: must be a {kind.__name__}"

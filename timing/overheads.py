@@ -69,6 +69,7 @@ __all__ = [
     "fit_overheads",
     "main",
     "opt_shape",
+    "real_hardware_error",
 ]
 
 logger = logging.getLogger("slolab")
@@ -339,15 +340,58 @@ def fit_calibration(
 
 
 @functools.cache
-def calibrations(path: Path = OVERHEADS_JSON) -> dict[str, ServingOverheads]:
-    """The fitted calibrations of ``data/measured/overheads.json``, by name."""
-    document = json.loads(path.read_text())
+def _stored(path: Path = OVERHEADS_JSON) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(path.read_text())
+    return document
+
+
+def calibrations_from(records: dict[str, dict[str, Any]]) -> dict[str, ServingOverheads]:
+    """:class:`ServingOverheads` from their JSON records, by name."""
     out = {}
-    for name, record in document["calibrations"].items():
-        record = dict(record)
-        record["fitted_on"] = tuple(record["fitted_on"])
-        out[name] = ServingOverheads(**record)
+    for name, record in records.items():
+        fields = dict(record)
+        fields["fitted_on"] = tuple(fields["fitted_on"])
+        out[name] = ServingOverheads(**fields)
     return out
+
+
+def calibrations() -> dict[str, ServingOverheads]:
+    """The fitted calibrations of ``data/measured/overheads.json``, by name."""
+    return calibrations_from(_stored()["calibrations"])
+
+
+def _preset_errors(overheads: ServingOverheads) -> dict[str, dict[str, Any]]:
+    """Per generated preset a vLLM 0.11 run covers, and its calibrated variant: the median
+    |relative error| of its iteration times (prefill and decode samples pooled) and the count;
+    for the calibrated variant the terms are fitted without that preset's runs (held out), and
+    the in-sample error is given beside it."""
+    samples = calibration_samples(DEFAULT_CALIBRATION)
+    out: dict[str, dict[str, Any]] = {}
+    for key in sorted({(s.model, s.gpu, s.tp) for s in samples}):
+        chosen = [s for s in samples if (s.model, s.gpu, s.tp) == key]
+        name = f"{key[0]}/{key[1]}/tp{key[2]}"
+        truth = measured(chosen)
+        rest = [s for s in samples if (s.model, s.gpu, s.tp) != key]
+        held = fit_calibration(DEFAULT_CALIBRATION, rest)
+        rows = ((name, None, None), (name + CALIBRATED_SUFFIX, held, overheads))
+        for preset_name, terms, in_sample in rows:
+            error = np.abs(predict(chosen, terms) / truth - 1)
+            record: dict[str, Any] = {
+                "median_abs_rel_error": float(np.median(error)),
+                "samples": len(chosen),
+            }
+            if in_sample is not None:
+                fitted = np.abs(predict(chosen, in_sample) / truth - 1)
+                record["in_sample_median_abs_rel_error"] = float(np.median(fitted))
+            record["sources"] = sorted({s.source for s in chosen})
+            out[preset_name] = record
+    return out
+
+
+def real_hardware_error(name: str) -> dict[str, Any] | None:
+    """The measured error of preset ``name`` against real serving (None: not measured)."""
+    errors: dict[str, dict[str, Any]] = _stored().get("real_hardware_error", {})
+    return errors.get(name)
 
 
 def calibration(name: str = DEFAULT_CALIBRATION) -> ServingOverheads:
@@ -409,9 +453,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "units": "seconds (kernel_time_scale: a factor)",
         "command": "python -m slolab.timing.overheads",
         "calibrations": fitted,
+        "real_hardware_error": _preset_errors(calibrations_from(fitted)[DEFAULT_CALIBRATION]),
     }
     args.out.write_text(json.dumps(document, indent=2) + "\n")
-    calibrations.cache_clear()
+    _stored.cache_clear()
 
 
 if __name__ == "__main__":
