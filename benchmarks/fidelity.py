@@ -21,6 +21,12 @@ model). Prints the tables, writes ``benchmarks/out/fidelity_iterations.csv`` and
 iteration time, log-log, one colour per TP; before and held-out). Asserts nothing about the
 numbers: they are measurements of the model.
 
+:func:`figures` gathers the same numbers, rounded, for ``python -m slolab.benchmarks.results``
+(part ``fidelity``): the test suite guards them and docs/timing.md shows them
+(:mod:`slolab.benchmarks.render`), with verdicts on the targets: median |error| held out at
+most 10% per iteration group and 15% for the TTFT and end-to-end p50 of each run, and a trend
+with TP of at most 10 points.
+
 Usage: ``python -m slolab.benchmarks.fidelity [--no-requests]``.
 """
 
@@ -29,6 +35,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -44,18 +51,27 @@ from slolab.timing.measured import (
 )
 from slolab.timing.overheads import (
     CALIBRATIONS,
+    OVERHEAD_TERMS,
+    SCALE_TERMS,
     ServingOverheads,
     apply_overheads,
     base_refusal,
     base_timing,
     calibration_samples,
+    calibrations_from,
     fit_calibration,
     measured,
     predict,
+    preset_errors,
 )
 
 OUT = Path(__file__).parent / "out"
 VARIANTS = ("before", "fit", "held-out")
+#: The issue's targets, held out: median |error| of iteration times and of request TTFT and
+#: end-to-end p50, and the trend with TP (percentage points, largest TP minus smallest).
+ITERATION_TARGET = 0.10
+REQUEST_TARGET = 0.15
+TREND_TARGET_POINTS = 10.0
 
 
 def _group(sample: IterationSample) -> tuple[str, str, str, int]:
@@ -222,6 +238,101 @@ def tp_trend(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _round(x: float, digits: int = 4) -> float:
+    """A relative error or a term to ``digits`` significant digits (a least-squares fit's
+    last digits move with the build)."""
+    return float(f"{float(x):.{digits}g}")
+
+
+def figures(with_requests: bool = True) -> dict[str, Any]:
+    """The benchmark's numbers, rounded, for the results command: the fitted terms, per group
+    and phase the median signed error and the 90th percentile of |error| of the iteration
+    times under each variant, each run's request percentiles, the trend with TP, and the
+    verdicts on the targets (held out)."""
+    _, summary, fitted = iteration_table()
+    calibrations = {
+        name: {k: _round(getattr(o, k)) for k in (*SCALE_TERMS, *OVERHEAD_TERMS)}
+        for name, o in fitted.items()
+    }
+    iterations = [
+        {
+            "kind": f"{r.source}/{r.model}/{r.gpu}/tp{r.tp}/{r.phase}/{r.variant}",
+            "samples": int(r.n),
+            "median_error": _round(r.median_error),
+            "p90_abs_error": _round(r.p90_abs_error),
+        }
+        for r in summary.itertuples()
+    ]
+    trend = [
+        {
+            "kind": f"{r.source}/{r.phase}/{r.variant}",
+            "tp_low": int(r.tp_low),
+            "tp_high": int(r.tp_high),
+            "trend_points": _round(r.trend_points, 3),
+        }
+        for r in tp_trend(summary).itertuples()
+    ]
+    requests = []
+    if with_requests:
+        for r in request_table(fitted).to_dict("records"):
+            row = {"kind": f"{r['source']}/{r['variant']}", "requests": int(r["requests"])}
+            row |= {k: _round(v) for k, v in r.items() if str(k).endswith("_error")}
+            requests.append(row)
+    held = summary[summary.variant == "held-out"]
+    missed = [
+        f"{r.source} {r.model} TP {r.tp} {r.phase} {100 * r.median_error:+.1f}%"
+        for r in held.itertuples()
+        if abs(r.median_error) > ITERATION_TARGET
+    ]
+    verdicts = {
+        "iterations_held_out_within_10pct": "holds"
+        if not missed
+        else f"does not hold in {len(missed)} of {len(held)} groups: " + "; ".join(missed)
+    }
+    if with_requests:
+        late = [
+            f"{r['kind'].rsplit('/', 1)[0]} {m} {100 * r[f'{m}_p50_error']:+.1f}%"
+            for r in requests
+            if r["kind"].endswith("/held-out")
+            for m in ("ttft", "e2e")
+            if abs(r[f"{m}_p50_error"]) > REQUEST_TARGET
+        ]
+        verdicts["requests_held_out_ttft_e2e_p50_within_15pct"] = (
+            "holds" if not late else "does not hold: " + "; ".join(late)
+        )
+    steep = [
+        f"{t['kind']} {t['trend_points']:+.1f} points (TP {t['tp_low']} to {t['tp_high']})"
+        for t in trend
+        if t["kind"].endswith("/held-out") and abs(t["trend_points"]) > TREND_TARGET_POINTS
+    ]
+    verdicts["tp_trend_held_out_within_10_points"] = (
+        "holds" if not steep else "does not hold: " + "; ".join(steep)
+    )
+    stored = {name: o.to_record() for name, o in fitted.items()}
+    presets = [
+        {
+            "kind": name,
+            "samples": int(r["samples"]),
+            "median_abs_rel_error": _round(r["median_abs_rel_error"]),
+            "in_sample_median_abs_rel_error": _round(r["in_sample_median_abs_rel_error"])
+            if "in_sample_median_abs_rel_error" in r
+            else None,
+        }
+        for name, r in preset_errors(calibrations_from(stored)).items()
+    ]
+    return {
+        "figures": {
+            "calibrations": calibrations,
+            "presets": presets,
+            "iterations": iterations,
+            "requests": requests,
+            "tp_trend": trend,
+            "not_replayed": not_replayed(),
+        },
+        "verdicts": verdicts,
+    }
+
+
 def draw(samples: pd.DataFrame, path: Path) -> None:
     """Predicted against measured iteration time, log-log, one colour per TP."""
     import matplotlib
@@ -275,14 +386,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     samples, summary, fitted = iteration_table()
     for name, overheads in fitted.items():
         terms = ", ".join(
-            f"{k}={getattr(overheads, k):.4g}"
-            for k in (
-                "kernel_time_scale",
-                "iteration_s",
-                "prefill_seq_s",
-                "decode_seq_s",
-                "allreduce_latency_s",
-            )
+            f"{k}={getattr(overheads, k):.4g}" for k in (*SCALE_TERMS, *OVERHEAD_TERMS)
         )
         print(f"calibration {name}: {terms}")
     for line in not_replayed():

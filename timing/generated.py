@@ -58,7 +58,9 @@ WEIGHT_BYTES = 2
 BYTES_PER_GB = 2**30
 #: Node whose all-reduce profile a server of N GPUs pays (N GPUs of one NVSwitch node).
 NODE_KIND = "dgx"
-_NAME = re.compile(r"^(?P<model>[^/]+)/(?P<gpu>[^/]+)/tp(?P<tp>\d+)$")
+#: Suffix of a generated preset with the serving terms of :mod:`slolab.timing.overheads`.
+CALIBRATED_SUFFIX = "/calibrated"
+_NAME = re.compile(r"^(?P<model>[^/]+)/(?P<gpu>[^/]+)/tp(?P<tp>\d+)(?:/calibrated)?$")
 
 
 @functools.cache

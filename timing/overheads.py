@@ -18,17 +18,24 @@ all-reduces, attention from the model shape). A serving engine adds, per iterati
     bound), ``2 * layers * log2(tp) * allreduce_latency_s`` per iteration.
 ``kernel_time_scale``
     a factor on the profile-built time: the engine's kernels against the profiler's.
+``token_time_scale``
+    a factor on the per-token part of every line only (the work that grows with the batch:
+    token-parallel compute, attention, KV reads), not on the intercepts (the weight reads and
+    the profiled floors): faster or slower compute kernels at the same memory traffic.
 
-So ``T_served(x) = kernel_time_scale * T_preset(x) + iteration_s + prefill_seq_s *
+So ``T_served(x) = kernel_time_scale * T_preset'(x) + iteration_s + prefill_seq_s *
 num_prefill_seqs + decode_seq_s * num_decode_seqs + 2 * layers * log2(tp) *
-allreduce_latency_s``: the same four-line roofline with every line rescaled and shifted, so the
-engine pays nothing more per iteration. The terms are fitted per serving engine (one
-:class:`ServingOverheads` per calibration of ``data/measured/overheads.json``, written by
-``python -m slolab.timing.overheads``); a term the data cannot pin down is fixed at its neutral
-value and the file says why.
+allreduce_latency_s``, where ``T_preset'`` is the preset with every line's per-token
+coefficients multiplied by ``token_time_scale``: the same four-line roofline with every line
+rescaled and shifted, so the engine pays nothing more per iteration. The terms are fitted per
+serving engine (one :class:`ServingOverheads` per calibration of
+``data/measured/overheads.json``, written by ``python -m slolab.timing.overheads``); a term the
+data cannot pin down is fixed at its neutral value and the file says why.
 
-The named generated presets are unchanged; ``MODEL/GPU/tpN/calibrated`` applies the vLLM 0.11
-calibration where its runs cover the GPU and the TP degree.
+The named generated presets are unchanged. ``MODEL/GPU/tpN/calibrated`` exists for every
+generated preset and applies the terms of :data:`CALIBRATED_TERMS`, each from the calibration
+whose data supports it and on the GPUs it was measured on where it is a kernel-speed term
+(:func:`calibrated_overheads`; docs/timing.md says which terms are extrapolated).
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ import numpy as np
 from slolab.timing.base import FEATURES, LinearTiming
 from slolab.timing.forms import RooflineTiming
 from slolab.timing.generated import (
+    CALIBRATED_SUFFIX,
     generated_preset,
     model_shape,
     roofline_from_fits,
@@ -57,11 +65,14 @@ from slolab.timing.shapes import TransformerShape
 
 __all__ = [
     "CALIBRATED_SUFFIX",
+    "CALIBRATED_TERMS",
     "OVERHEAD_TERMS",
+    "SCALE_TERMS",
     "ServingOverheads",
     "apply_overheads",
     "base_refusal",
     "base_timing",
+    "calibrated_overheads",
     "calibrated_preset_names",
     "calibrated_timing",
     "calibration",
@@ -69,14 +80,15 @@ __all__ = [
     "fit_overheads",
     "main",
     "opt_shape",
+    "preset_errors",
     "real_hardware_error",
 ]
 
 logger = logging.getLogger("slolab")
 
 OVERHEADS_JSON = MEASURED_DIR / "overheads.json"
-CALIBRATED_SUFFIX = "/calibrated"
-#: The calibration the ``/calibrated`` presets apply.
+#: The calibration whose runs give the ``/calibrated`` presets their engine terms (and their
+#: real-hardware error).
 DEFAULT_CALIBRATION = "vllm-0.11"
 #: The additive terms, in the order of the fit's columns.
 OVERHEAD_TERMS: tuple[str, ...] = (
@@ -85,6 +97,11 @@ OVERHEAD_TERMS: tuple[str, ...] = (
     "decode_seq_s",
     "allreduce_latency_s",
 )
+#: The factors, fitted or fixed at 1.
+SCALE_TERMS: tuple[str, ...] = ("kernel_time_scale", "token_time_scale")
+#: ``token_time_scale`` is fitted on a grid (the roofline's maximum is not linear in it): a
+#: coarse pass of 0.05, then 0.01 around the best point, within these bounds.
+TOKEN_SCALE_BOUNDS = (0.5, 1.5)
 _PREFILL_SEQS = FEATURES.index("num_prefill_seqs")
 _DECODE_SEQS = FEATURES.index("num_decode_seqs")
 #: OPT shapes (Hugging Face ``config.json`` of facebook/opt-13b and facebook/opt-66b):
@@ -107,6 +124,8 @@ class ServingOverheads:
         The additive terms, each >= 0.
     kernel_time_scale : float
         Factor on the profile-built time, > 0.
+    token_time_scale : float
+        Factor on the per-token coefficients of every line (not on the intercepts), > 0.
     fitted_on : tuple of str
         Sources the terms were fitted on.
     notes : dict
@@ -119,6 +138,7 @@ class ServingOverheads:
     decode_seq_s: float = 0.0
     allreduce_latency_s: float = 0.0
     kernel_time_scale: float = 1.0
+    token_time_scale: float = 1.0
     fitted_on: tuple[str, ...] = ()
     notes: dict[str, str] = field(default_factory=dict)
 
@@ -129,10 +149,10 @@ class ServingOverheads:
                 raise ValueError(
                     f"{name} must be a finite number >= 0, got {value} ({self.engine})"
                 )
-        if not (math.isfinite(self.kernel_time_scale) and self.kernel_time_scale > 0):
-            raise ValueError(
-                f"kernel_time_scale must be > 0, got {self.kernel_time_scale} ({self.engine})"
-            )
+        for name in SCALE_TERMS:
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be > 0, got {value} ({self.engine})")
 
     def intercept_s(self, num_layers: int, tp: int) -> float:
         """The per-iteration part: ``iteration_s + 2 * layers * log2(tp) * allreduce_latency_s``."""
@@ -148,12 +168,14 @@ class ServingOverheads:
 def apply_overheads(
     model: RooflineTiming, overheads: ServingOverheads, num_layers: int, tp: int, name: str
 ) -> RooflineTiming:
-    """``model`` with the serving terms: every line scaled by ``kernel_time_scale``, its
-    intercept raised by :meth:`ServingOverheads.intercept_s` and the per-sequence terms added."""
+    """``model`` with the serving terms: every line scaled by ``kernel_time_scale`` (its
+    per-token coefficients also by ``token_time_scale``), its intercept raised by
+    :meth:`ServingOverheads.intercept_s` and the per-sequence terms added."""
     lines = []
     for k, line in enumerate(model.lines):
         scale = overheads.kernel_time_scale
-        coefficients = {f: scale * v for f, v in line.coefficients.items()}
+        per_token = scale * overheads.token_time_scale
+        coefficients = {f: per_token * v for f, v in line.coefficients.items()}
         for feature, value in (
             ("num_prefill_seqs", overheads.prefill_seq_s),
             ("num_decode_seqs", overheads.decode_seq_s),
@@ -219,9 +241,30 @@ def base_timing(model: str, gpu: str, tp: int) -> tuple[RooflineTiming, int]:
     return info.timing_model(), info.shape.num_layers
 
 
-def _regressors(sample: IterationSample) -> tuple[float, np.ndarray]:
-    """The base time of a sample's iterations and the sums of the terms' features."""
-    model, layers = base_timing(sample.model, sample.gpu, sample.tp)
+@functools.cache
+def _token_scaled(model: str, gpu: str, tp: int, token_time_scale: float) -> RooflineTiming:
+    """:func:`base_timing` with every line's per-token coefficients times ``token_time_scale``."""
+    base, _ = base_timing(model, gpu, tp)
+    if token_time_scale == 1.0:
+        return base
+    return RooflineTiming(
+        [
+            LinearTiming(
+                line.intercept_s,
+                {f: token_time_scale * v for f, v in line.coefficients.items()},
+                name=line.name,
+            )
+            for line in base.lines
+        ],
+        name=base.name,
+    )
+
+
+def _regressors(sample: IterationSample, token_time_scale: float = 1.0) -> tuple[float, np.ndarray]:
+    """The base time of a sample's iterations (per-token coefficients times
+    ``token_time_scale``) and the sums of the terms' features."""
+    _, layers = base_timing(sample.model, sample.gpu, sample.tp)
+    model = _token_scaled(sample.model, sample.gpu, sample.tp, token_time_scale)
     base = float(model.times(sample.features).sum())
     k = sample.iterations
     features = np.array(
@@ -238,8 +281,9 @@ def _regressors(sample: IterationSample) -> tuple[float, np.ndarray]:
 def predict(samples: Sequence[IterationSample], overheads: ServingOverheads | None) -> np.ndarray:
     """Predicted mean iteration time of each sample, with the terms (or without, for None)."""
     out = np.empty(len(samples))
+    token = 1.0 if overheads is None else overheads.token_time_scale
     for i, sample in enumerate(samples):
-        base, features = _regressors(sample)
+        base, features = _regressors(sample, token)
         if overheads is None:
             out[i] = base / sample.iterations
             continue
@@ -258,29 +302,53 @@ def fit_overheads(
     engine: str,
     terms: Sequence[str],
     notes: dict[str, str] | None = None,
+    scales: Sequence[str] = ("kernel_time_scale",),
 ) -> ServingOverheads:
-    """Fit ``kernel_time_scale`` and the named additive ``terms`` (the others stay 0) by least
-    squares on the relative error of every sample's time, terms >= 0 and the scale in
-    [0.5, 2] (``scipy.optimize.lsq_linear``)."""
+    """Fit the factors named in ``scales`` (of :data:`SCALE_TERMS`; the other one stays 1) and
+    the named additive ``terms`` (the others stay 0) by least squares on the relative error of
+    every sample's time: terms >= 0, ``kernel_time_scale`` in [0.5, 2] (``scipy.optimize.
+    lsq_linear``), ``token_time_scale`` on a grid within :data:`TOKEN_SCALE_BOUNDS` (coarse
+    0.05, then 0.01), each grid point solved for the rest."""
     from scipy.optimize import lsq_linear
 
-    unknown = set(terms) - set(OVERHEAD_TERMS)
+    unknown = (set(terms) - set(OVERHEAD_TERMS)) | (set(scales) - set(SCALE_TERMS))
     if unknown:
-        raise ValueError(f"unknown terms {sorted(unknown)}; known: {', '.join(OVERHEAD_TERMS)}")
+        known = ", ".join((*OVERHEAD_TERMS, *SCALE_TERMS))
+        raise ValueError(f"unknown terms {sorted(unknown)}; known: {known}")
     columns = [OVERHEAD_TERMS.index(t) for t in terms]
-    rows, target = [], []
-    for sample in samples:
-        base, features = _regressors(sample)
-        weight = 1.0 / sample.measured_s
-        rows.append(np.concatenate([[base], features[columns]]) * weight)
-        target.append(1.0)
-    lower = [0.5] + [0.0] * len(columns)
-    upper = [2.0] + [np.inf] * len(columns)
-    solution = lsq_linear(np.array(rows), np.array(target), bounds=(lower, upper)).x
-    values = dict(zip(terms, (float(v) for v in solution[1:]), strict=True))
+    fit_kernel = "kernel_time_scale" in scales
+
+    def solve(token: float) -> tuple[float, np.ndarray]:
+        rows, target = [], []
+        for sample in samples:
+            base, features = _regressors(sample, token)
+            weight = 1.0 / sample.measured_s
+            if fit_kernel:
+                rows.append(np.concatenate([[base], features[columns]]) * weight)
+                target.append(1.0)
+            else:
+                rows.append(features[columns] * weight)
+                target.append(1.0 - base * weight)
+        lower = [0.5] * fit_kernel + [0.0] * len(columns)
+        upper = [2.0] * fit_kernel + [np.inf] * len(columns)
+        result = lsq_linear(np.array(rows), np.array(target), bounds=(lower, upper))
+        return float(result.cost), result.x
+
+    token = 1.0
+    if "token_time_scale" in scales:
+        low, high = TOKEN_SCALE_BOUNDS
+        coarse = np.round(np.arange(low, high + 1e-9, 0.05), 2)
+        best = min(coarse, key=lambda t: solve(float(t))[0])
+        fine = np.round(np.arange(best - 0.04, best + 0.04 + 1e-9, 0.01), 2)
+        fine = fine[(fine >= low) & (fine <= high)]
+        token = float(min(fine, key=lambda t: solve(float(t))[0]))
+    _, solution = solve(token)
+    kernel = float(solution[0]) if fit_kernel else 1.0
+    values = dict(zip(terms, (float(v) for v in solution[int(fit_kernel) :]), strict=True))
     return ServingOverheads(
         engine,
-        kernel_time_scale=float(solution[0]),
+        kernel_time_scale=kernel,
+        token_time_scale=token,
         fitted_on=tuple(sorted({s.source for s in samples})),
         notes=dict(notes or {}),
         **values,
@@ -293,16 +361,25 @@ CALIBRATIONS: dict[str, dict[str, Any]] = {
     "vllm-0.11": {
         "sources": ("inference-sim",),
         "terms": ("iteration_s", "prefill_seq_s"),
+        "scales": ("token_time_scale",),
         "notes": {
             "decode_seq_s": "not supported: every isolated decode step runs at batch 1, where a "
             "per-sequence term cannot be told from the per-iteration one",
             "allreduce_latency_s": "not supported: every vLLM 0.11 run is at TP 1",
+            "kernel_time_scale": "fixed at 1: on one GPU a factor on the whole time trades off "
+            "against iteration_s (fitted on CodeLlama-34B alone it was 0.87 with 3.65 ms per "
+            "iteration, and Llama-2-7B decode came out 35% slow held out); token_time_scale "
+            "leaves the weight-read floor alone",
         },
     },
     "vllm-distserve": {
         "sources": ("distserve",),
         "terms": OVERHEAD_TERMS,
-        "notes": {},
+        "scales": ("kernel_time_scale",),
+        "notes": {
+            "token_time_scale": "fixed at 1: on the older engine's fits it runs to the bound of "
+            "its grid with no gain held out",
+        },
     },
 }
 
@@ -336,7 +413,7 @@ def fit_calibration(
     """Fit calibration ``name`` (of :data:`CALIBRATIONS`) on its samples (or on ``samples``)."""
     spec = CALIBRATIONS[name]
     chosen = calibration_samples(name) if samples is None else list(samples)
-    return fit_overheads(chosen, name, spec["terms"], spec["notes"])
+    return fit_overheads(chosen, name, spec["terms"], spec["notes"], spec["scales"])
 
 
 @functools.cache
@@ -360,11 +437,11 @@ def calibrations() -> dict[str, ServingOverheads]:
     return calibrations_from(_stored()["calibrations"])
 
 
-def _preset_errors(overheads: ServingOverheads) -> dict[str, dict[str, Any]]:
+def preset_errors(fitted: dict[str, ServingOverheads]) -> dict[str, dict[str, Any]]:
     """Per generated preset a vLLM 0.11 run covers, and its calibrated variant: the median
     |relative error| of its iteration times (prefill and decode samples pooled) and the count;
-    for the calibrated variant the terms are fitted without that preset's runs (held out), and
-    the in-sample error is given beside it."""
+    for the calibrated variant the vLLM 0.11 terms are fitted without that preset's runs (held
+    out), and the in-sample error is given beside it."""
     samples = calibration_samples(DEFAULT_CALIBRATION)
     out: dict[str, dict[str, Any]] = {}
     for key in sorted({(s.model, s.gpu, s.tp) for s in samples}):
@@ -373,7 +450,14 @@ def _preset_errors(overheads: ServingOverheads) -> dict[str, dict[str, Any]]:
         truth = measured(chosen)
         rest = [s for s in samples if (s.model, s.gpu, s.tp) != key]
         held = fit_calibration(DEFAULT_CALIBRATION, rest)
-        rows = ((name, None, None), (name + CALIBRATED_SUFFIX, held, overheads))
+        rows = (
+            (name, None, None),
+            (
+                name + CALIBRATED_SUFFIX,
+                calibrated_overheads(key[1], {**fitted, DEFAULT_CALIBRATION: held}),
+                calibrated_overheads(key[1], fitted),
+            ),
+        )
         for preset_name, terms, in_sample in rows:
             error = np.abs(predict(chosen, terms) / truth - 1)
             record: dict[str, Any] = {
@@ -381,8 +465,8 @@ def _preset_errors(overheads: ServingOverheads) -> dict[str, dict[str, Any]]:
                 "samples": len(chosen),
             }
             if in_sample is not None:
-                fitted = np.abs(predict(chosen, in_sample) / truth - 1)
-                record["in_sample_median_abs_rel_error"] = float(np.median(fitted))
+                inside = np.abs(predict(chosen, in_sample) / truth - 1)
+                record["in_sample_median_abs_rel_error"] = float(np.median(inside))
             record["sources"] = sorted({s.source for s in chosen})
             out[preset_name] = record
     return out
@@ -402,31 +486,50 @@ def calibration(name: str = DEFAULT_CALIBRATION) -> ServingOverheads:
     return known[name]
 
 
-def calibrated_timing(
-    model: str, gpu: str, tp: int, name: str = DEFAULT_CALIBRATION
-) -> RooflineTiming:
-    """The timing of ``model`` on ``tp`` GPUs ``gpu`` with calibration ``name`` applied."""
+#: What the ``/calibrated`` presets apply, term by term: the calibration the term comes from and
+#: the GPUs it applies to (None: every GPU). The CPU-side terms of the serving engine
+#: (``iteration_s``, ``prefill_seq_s``) are the engine's, not the GPU's: vLLM 0.11's, measured on
+#: an H100 at TP 1, applied to every GPU and TP. ``token_time_scale`` is a statement about kernel
+#: speed on the GPU it was measured on: H100 only. ``allreduce_latency_s`` comes from the only
+#: measurements at several TP degrees, DistServe's older vLLM on A100-80GB, applied at every
+#: TP > 1 on every GPU. The other terms stay neutral (``decode_seq_s`` 0, ``kernel_time_scale``
+#: 1): they belong to the older engine (docs/timing.md, "The calibrated presets").
+CALIBRATED_TERMS: dict[str, tuple[str, tuple[str, ...] | None]] = {
+    "iteration_s": (DEFAULT_CALIBRATION, None),
+    "prefill_seq_s": (DEFAULT_CALIBRATION, None),
+    "token_time_scale": (DEFAULT_CALIBRATION, ("h100",)),
+    "allreduce_latency_s": ("vllm-distserve", None),
+}
+
+
+def calibrated_overheads(
+    gpu: str, fitted: dict[str, ServingOverheads] | None = None
+) -> ServingOverheads:
+    """The terms a ``/calibrated`` preset on ``gpu`` applies (:data:`CALIBRATED_TERMS`), taken
+    from ``fitted`` (default: the stored calibrations)."""
+    known = calibrations() if fitted is None else fitted
+    values: dict[str, float] = {}
+    sources = set()
+    for term, (name, gpus) in CALIBRATED_TERMS.items():
+        if gpus is None or gpu in gpus:
+            values[term] = getattr(known[name], term)
+            sources.update(known[name].fitted_on)
+    return ServingOverheads(f"calibrated/{gpu}", fitted_on=tuple(sorted(sources)), **values)
+
+
+def calibrated_timing(model: str, gpu: str, tp: int) -> RooflineTiming:
+    """The timing of ``model`` on ``tp`` GPUs ``gpu`` with :func:`calibrated_overheads`."""
     base, layers = base_timing(model, gpu, tp)
     return apply_overheads(
-        base, calibration(name), layers, tp, f"{model}/{gpu}/tp{tp}{CALIBRATED_SUFFIX}"
+        base, calibrated_overheads(gpu), layers, tp, f"{model}/{gpu}/tp{tp}{CALIBRATED_SUFFIX}"
     )
 
 
-#: GPUs and TP degrees the default calibration's runs cover.
-CALIBRATED_COVERAGE: dict[str, tuple[int, ...]] = {"h100": (1,)}
-
-
 def calibrated_preset_names() -> list[str]:
-    """``MODEL/GPU/tpN/calibrated`` for every generated preset the default calibration's runs
-    cover (GPU and TP degree), sorted."""
+    """``MODEL/GPU/tpN/calibrated`` for every generated preset, sorted."""
     from slolab.timing.generated import generated_preset_names
 
-    names = []
-    for name in generated_preset_names():
-        _, gpu, tp = name.split("/")
-        if int(tp[2:]) in CALIBRATED_COVERAGE.get(gpu, ()):
-            names.append(name + CALIBRATED_SUFFIX)
-    return names
+    return [name + CALIBRATED_SUFFIX for name in generated_preset_names()]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -443,17 +546,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         logger.info(
             "%s: %s; median |error| %.1f%% over %d samples",
             name,
-            ", ".join(
-                f"{k}={getattr(overheads, k):.4g}" for k in ("kernel_time_scale", *OVERHEAD_TERMS)
-            ),
+            ", ".join(f"{k}={getattr(overheads, k):.4g}" for k in (*SCALE_TERMS, *OVERHEAD_TERMS)),
             100 * float(np.median(np.abs(error))),
             len(chosen),
         )
     document = {
-        "units": "seconds (kernel_time_scale: a factor)",
+        "units": "seconds (kernel_time_scale, token_time_scale: factors)",
         "command": "python -m slolab.timing.overheads",
         "calibrations": fitted,
-        "real_hardware_error": _preset_errors(calibrations_from(fitted)[DEFAULT_CALIBRATION]),
+        "real_hardware_error": preset_errors(calibrations_from(fitted)),
     }
     args.out.write_text(json.dumps(document, indent=2) + "\n")
     _stored.cache_clear()

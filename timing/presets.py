@@ -352,16 +352,12 @@ def _register_generated() -> None:
 
 
 def _register_calibrated() -> None:
-    """Register ``MODEL/GPU/tpN/calibrated``: a generated preset with the serving terms of
-    the vLLM 0.11 calibration (:mod:`slolab.timing.overheads`), where its runs cover it."""
+    """Register ``MODEL/GPU/tpN/calibrated`` for every generated preset: its timing with the
+    serving terms of :data:`slolab.timing.overheads.CALIBRATED_TERMS`."""
     import dataclasses
     import functools
 
-    from slolab.timing.overheads import (
-        DEFAULT_CALIBRATION,
-        calibrated_preset_names,
-        calibrated_timing,
-    )
+    from slolab.timing.overheads import calibrated_preset_names, calibrated_timing
 
     for name in calibrated_preset_names():
         if name in _BUILDERS:
@@ -369,11 +365,17 @@ def _register_calibrated() -> None:
         base = _GENERATED[name.rsplit("/", 1)[0]]
         _GENERATED[name] = dataclasses.replace(base, name=name)
         build = functools.partial(calibrated_timing, base.model, base.gpu, base.tp)
+        kernel = (
+            "vLLM 0.11's per-token kernel factor (measured on H100)"
+            if base.gpu == "h100"
+            else "no kernel factor (measured on H100 only)"
+        )
         register_preset(
             name,
             build,
-            f"{base.source()}; plus the serving terms of the {DEFAULT_CALIBRATION} calibration "
-            "fitted on inference-sim's vLLM 0.11 runs (Apache-2.0); see docs/timing.md",
+            f"{base.source()}; plus vLLM 0.11's per-iteration and per-prefill serving terms "
+            f"(inference-sim's H100 runs, Apache-2.0), {kernel}, and the all-reduce latency "
+            "floor fitted on DistServe's A100 vLLM fits (Apache-2.0); see docs/timing.md",
         )
 
 

@@ -11,6 +11,7 @@ from slolab.timing.measured import IterationSample
 from slolab.timing.overheads import (
     ServingOverheads,
     apply_overheads,
+    calibrated_overheads,
     calibration,
     fit_overheads,
     opt_shape,
@@ -74,15 +75,60 @@ def test_opt_shape_counts_layer_parameters():
     assert opt_shape("opt-13b").non_embedding_params == 12_582_912_000
 
 
-def test_calibrated_preset_is_the_generated_one_with_the_vllm_terms():
-    """A decode step at batch 1 costs scale * uncalibrated + the per-iteration time."""
-    terms = calibration("vllm-0.11")
+def test_token_scale_touches_the_per_token_part_only():
+    """A factor 0.8 on the per-token coefficients leaves a line's intercept (weight reads)."""
+    base = RooflineTiming([LinearTiming(0.01, {"prefill_tokens": 1e-4})], name="base")
+    terms = ServingOverheads("test", token_time_scale=0.8, iteration_s=0.001)
+    model = apply_overheads(base, terms, num_layers=10, tp=1, name="served")
+    # 0.01 + 0.8 * 100 * 1e-4 + 0.001 = 0.01 + 0.008 + 0.001 = 0.019
+    assert model.time_of(prefill_tokens=100) == pytest.approx(0.019)
+
+
+def test_fit_recovers_a_known_token_scale_on_its_grid():
+    """Times made with token_time_scale 0.85 and 0.5 ms per iteration give both back."""
+    truth = ServingOverheads("truth", iteration_s=0.0005, token_time_scale=0.85)
+    samples = []
+    for chunk in (64, 512, 2048, 4096):
+        row = np.array([[chunk, 0, 0, 0, chunk * (chunk + 1) / 2, 1, 0]], dtype=float)
+        samples.append(IterationSample("s", "llama2-7b", "h100", 1, "prefill", row, 1.0))
+    for context in (100, 1000, 3000):
+        row = np.array([[0, 1, 1, context, 0, 0, 0]], dtype=float)
+        samples.append(IterationSample("s", "llama2-7b", "h100", 1, "decode", row, 1.0))
+    times = predict(samples, truth)
+    samples = [
+        IterationSample(s.source, s.model, s.gpu, s.tp, s.phase, s.features, float(t))
+        for s, t in zip(samples, times, strict=True)
+    ]
+    fitted = fit_overheads(samples, "fit", ("iteration_s",), scales=("token_time_scale",))
+    assert fitted.token_time_scale == 0.85
+    assert fitted.kernel_time_scale == 1.0
+    assert fitted.iteration_s == pytest.approx(0.0005, rel=1e-6)
+
+
+def test_calibrated_preset_takes_each_term_from_its_calibration():
+    """On an H100 the vLLM 0.11 terms and its token factor; the all-reduce floor from
+    DistServe's fits; on an A100 no token factor."""
+    vllm, distserve = calibration("vllm-0.11"), calibration("vllm-distserve")
+    h100, a100 = calibrated_overheads("h100"), calibrated_overheads("a100")
+    assert (h100.iteration_s, h100.prefill_seq_s) == (vllm.iteration_s, vllm.prefill_seq_s)
+    assert h100.token_time_scale == vllm.token_time_scale == 0.9
+    assert a100.token_time_scale == 1.0 and a100.iteration_s == vllm.iteration_s
+    assert h100.allreduce_latency_s == a100.allreduce_latency_s == distserve.allreduce_latency_s
+    # the older engine's own factor and per-sequence term are not applied
+    assert (h100.kernel_time_scale, h100.decode_seq_s) == (1.0, 0.0)
+
+
+def test_calibrated_preset_adds_the_floor_per_tp_step():
+    """A Llama-2-70B decode step at batch 1 on 8 A100s pays 2 * 80 * log2(8) all-reduce
+    floors and the per-iteration time more than the generated preset (no token factor on
+    A100; the per-token part of a batch-1 step below the weight-read floor)."""
+    terms = calibrated_overheads("a100")
     shape = {"decode_tokens": 1, "num_decode_seqs": 1, "decode_kv_tokens": 1}
-    plain = preset("llama2-7b/h100/tp1").time_of(**shape)
-    served = preset("llama2-7b/h100/tp1/calibrated").time_of(**shape)
-    # decode_seq_s is fixed at 0 (batch-1 data cannot tell it from iteration_s)
-    assert terms.decode_seq_s == 0.0
-    assert served == pytest.approx(terms.kernel_time_scale * plain + terms.iteration_s, rel=1e-12)
+    plain = preset("llama2-70b/a100/tp8").time_of(**shape)
+    served = preset("llama2-70b/a100/tp8/calibrated").time_of(**shape)
+    # 2 * 80 * 3 = 480 all-reduces' floors, plus iteration_s
+    extra = 480 * terms.allreduce_latency_s + terms.iteration_s
+    assert served == pytest.approx(plain + extra, rel=1e-12)
 
 
 def test_presets_state_real_hardware_error_or_not_measured():
