@@ -41,6 +41,7 @@ whose data supports it and on the GPUs it was measured on where it is a kernel-s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import logging
@@ -508,13 +509,13 @@ def calibrated_overheads(
     """The terms a ``/calibrated`` preset on ``gpu`` applies (:data:`CALIBRATED_TERMS`), taken
     from ``fitted`` (default: the stored calibrations)."""
     known = calibrations() if fitted is None else fitted
-    values: dict[str, float] = {}
-    sources = set()
+    applied = ServingOverheads(f"calibrated/{gpu}")
+    sources: set[str] = set()
     for term, (name, gpus) in CALIBRATED_TERMS.items():
         if gpus is None or gpu in gpus:
-            values[term] = getattr(known[name], term)
+            applied = dataclasses.replace(applied, **{term: getattr(known[name], term)})
             sources.update(known[name].fitted_on)
-    return ServingOverheads(f"calibrated/{gpu}", fitted_on=tuple(sorted(sources)), **values)
+    return dataclasses.replace(applied, fitted_on=tuple(sorted(sources)))
 
 
 def calibrated_timing(model: str, gpu: str, tp: int) -> RooflineTiming:

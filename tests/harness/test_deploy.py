@@ -181,7 +181,7 @@ def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
         (["--model", "llama2-7b", "--gpus", "tpu"], "unknown GPU 'tpu'; known: "),
         (
             ["--model", "llama2-70b", "--gpus", "a40", "--tp", "1"],
-            "the data supports no configuration of the grid: llama2-70b/a40/tp1: ",
+            "the data supports no configuration of the grid: llama2-70b/a40/tp1/calibrated: ",
         ),
         (["--model", "llama2-7b", "--tp", "one"], "--tp must list integers >= 1, got 'one'"),
         (["--model", "llama2-7b", "--policy", "sarathi,edf"], "--policy with --model takes one"),
