@@ -20,7 +20,7 @@ and writes ``benchmarks/out/deployment.csv`` (a row as soon as it is measured).
 
 Usage: ``python benchmarks/deployment.py [--requests 200] [--traffic 1] [--traces ...]
 [--models ...] [--gpus a100 h100 a40 | --gpu-sets h100,a100,a40 h100 ...] [--tps 1 2 4 8]
-[--out deployment.csv]``
+[--uncalibrated] [--out deployment.csv]``
 """
 
 from __future__ import annotations
@@ -50,12 +50,14 @@ def one_case(
     gpus: tuple[str, ...] = GPUS,
     tps: tuple[int, ...] = TPS,
     cache: deploy.CapacityCache | None = None,
+    calibrated: bool = True,
 ) -> dict:
     """The planner on one trace and model at ``traffic`` times the cut trace's rate, over the
-    grid ``gpus`` x ``tps`` (capacities already in ``cache`` read); one row."""
+    grid ``gpus`` x ``tps`` (capacities already in ``cache`` read; the calibrated presets
+    unless ``calibrated`` is False); one row."""
     load = os.getloadavg()[0]
     start = time.perf_counter()
-    configurations, _ = deploy.configuration_names(model, gpus, tps)
+    configurations, _ = deploy.configuration_names(model, gpus, tps, calibrated=calibrated)
     instance = deploy.trace_instance(trace, configurations, limit=requests, seed=0, traffic=traffic)
     report = deploy.plan_deployment(instance, configurations, target=target, seed=0, cache=cache)
     wall = time.perf_counter() - start
@@ -100,6 +102,11 @@ def main() -> None:
     parser.add_argument(
         "--tps", nargs="+", type=int, default=list(TPS), help="tensor-parallel degrees of the grid"
     )
+    parser.add_argument(
+        "--uncalibrated",
+        action="store_true",
+        help="the profile-only presets MODEL/GPU/tpN instead of MODEL/GPU/tpN/calibrated",
+    )
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     path = OUT / args.out
@@ -123,6 +130,7 @@ def main() -> None:
                         gpus,
                         tuple(args.tps),
                         cache,
+                        calibrated=not args.uncalibrated,
                     )
                 except ValueError as error:  # a target out of reach of the grid, in one line
                     rows.append({"trace": trace, "model": model, "note": str(error)})

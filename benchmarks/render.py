@@ -278,6 +278,106 @@ def _deployment(p: dict[str, Any]) -> list[str]:
     ]
 
 
+def _fidelity(p: dict[str, Any]) -> list[str]:
+    f = p["figures"]
+
+    def ms(x: float) -> str:
+        return f"{1e3 * x:.3g} ms" if x >= 1e-3 else f"{1e6 * x:.3g} us"
+
+    calibrations = [
+        [
+            f"`{name}`",
+            f"{c['kernel_time_scale']:.3g}",
+            f"{c['token_time_scale']:.3g}",
+            ms(c["iteration_s"]),
+            ms(c["prefill_seq_s"]),
+            ms(c["decode_seq_s"]),
+            ms(c["allreduce_latency_s"]),
+        ]
+        for name, c in f["calibrations"].items()
+    ]
+    presets = [
+        [
+            f"`{r['kind']}`",
+            _pct(r["median_abs_rel_error"])
+            + (" (held out)" if r["in_sample_median_abs_rel_error"] is not None else ""),
+            r["samples"],
+            "-"
+            if r["in_sample_median_abs_rel_error"] is None
+            else _pct(r["in_sample_median_abs_rel_error"]),
+        ]
+        for r in f["presets"]
+    ]
+    groups: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in f["iterations"]:
+        group, variant = r["kind"].rsplit("/", 1)
+        groups.setdefault(group, {})[variant] = r
+
+    def cell(r: dict[str, Any]) -> str:
+        return f"{100 * r['median_error']:+.1f} / {100 * r['p90_abs_error']:.1f}"
+
+    iterations = [
+        [*group.split("/"), *(cell(v[k]) for k in ("before", "fit", "held-out"))]
+        for group, v in groups.items()
+    ]
+    requests = [
+        [
+            *r["kind"].rsplit("/", 1),
+            *(
+                f"{100 * r[k]:+.1f}"
+                for k in ("ttft_p50_error", "ttft_p90_error", "tpot_p50_error", "e2e_p50_error")
+            ),
+            f"{100 * r['e2e_p90_error']:+.1f}",
+        ]
+        for r in f["requests"]
+    ]
+    trend = "; ".join(
+        f"{t['kind'].replace('/', ' ')} {t['trend_points']:+.1f}" for t in f["tp_trend"]
+    )
+    return [
+        "## Timing fidelity",
+        "",
+        "The serving terms fitted by `python -m slolab.timing.overheads` on the vendored "
+        "measurements (`slolab/timing/data/measured/`):",
+        "",
+        *_table(
+            [
+                "calibration",
+                "kernel_time_scale",
+                "token_time_scale",
+                "iteration_s",
+                "prefill_seq_s",
+                "decode_seq_s",
+                "allreduce_latency_s",
+            ],
+            calibrations,
+        ),
+        "",
+        "Real-hardware error per preset: median |relative error| of its iteration times "
+        "against the vLLM 0.11 runs (prefill and decode pooled); for the calibrated variant "
+        "the terms fitted without that preset's runs. Every other preset: not measured.",
+        "",
+        *_table(["preset", "real-hardware median error", "samples", "in-sample"], presets),
+        "",
+        "Iteration times, median signed error / 90th percentile of |error| (%); `fit`: terms "
+        "fitted on all of the source; `held-out`: fitted without the part evaluated "
+        "(inference-sim: that run; DistServe: that TP degree, both models):",
+        "",
+        *_table(["source", "model", "gpu", "tp", "phase", "before", "fit", "held-out"], iterations),
+        "",
+        "Requests through the engine, signed error of the percentile (%):",
+        "",
+        *_table(
+            ["source", "variant", "TTFT p50", "TTFT p90", "TPOT p50", "e2e p50", "e2e p90"],
+            requests,
+        ),
+        "",
+        f"Trend with TP (median error at the largest TP minus the smallest, points): {trend}.",
+        "",
+        *_verdicts(p),
+    ]
+
+
 SECTIONS = {
     "engine": _engine,
     "sa-ordering": _sa,
@@ -287,6 +387,7 @@ SECTIONS = {
     "hyperflexis": _hyperflexis,
     "colocated": _colocated,
     "deployment": _deployment,
+    "fidelity": _fidelity,
 }
 
 
@@ -349,6 +450,7 @@ PAPER_PAGES = {
     "polyserve": "polyserve.md",
     "hyperflexis": "hyperflexis.md",
     "deployment": "deployment.md",
+    "fidelity": "timing.md",
 }
 
 

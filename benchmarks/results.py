@@ -479,6 +479,18 @@ def deployment(quick: bool) -> dict[str, Any]:
     }
 
 
+def fidelity(quick: bool) -> dict[str, Any]:
+    """The timing model against real serving (``benchmarks/fidelity.py``): the serving terms
+    fitted on the vendored measurements, the error of iteration times and of each run's
+    request percentiles before, fitted and held out, each preset's real-hardware error, and
+    verdicts on the targets. Small enough that both profiles run all of it."""
+    from slolab.benchmarks.fidelity import figures
+
+    start = time.perf_counter()
+    data = figures()
+    return {**data, "timing": {"wall_s": time.perf_counter() - start}}
+
+
 PAPERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "engine": engine,
     "sa-ordering": sa_ordering,
@@ -488,6 +500,7 @@ PAPERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "hyperflexis": hyperflexis,
     "colocated": colocated,
     "deployment": deployment,
+    "fidelity": fidelity,
 }
 QUIET = False
 

@@ -455,15 +455,21 @@ def cmd_presets(a: argparse.Namespace) -> int:
     if a.json:
         _print_json(rows)
         return 0
-    print(f"{'name':<26} {'$/h':>6} {'KV tokens':>10} {'fit err med/max':>15}  source")
+    print(
+        f"{'name':<34} {'$/h':>6} {'KV tokens':>10} {'fit err med/max':>15} "
+        f"{'real err med':>12}  source"
+    )
     for r in rows:
         if r["gpu"] is None:
-            print(f"{r['name']:<26} {'':>6} {'':>10} {'':>15}  {r['source']}")
+            print(f"{r['name']:<34} {'':>6} {'':>10} {'':>15} {'':>12}  {r['source']}")
             continue
         error = f"{r['fit_median_rel_error']:.1%}/{r['fit_max_rel_error']:.1%}"
+        real = r["real_median_abs_rel_error"]
+        real_text = "not measured" if real is None else f"{real:.1%}"
         price = f"{r['price_usd_per_hour']:.2f}"
         print(
-            f"{r['name']:<26} {price:>6} {r['kv_capacity_tokens']:>10} {error:>15}  {r['source']}"
+            f"{r['name']:<34} {price:>6} {r['kv_capacity_tokens']:>10} {error:>15} "
+            f"{real_text:>12}  {r['source']}"
         )
     return 0
 

@@ -479,6 +479,13 @@ def add_parser(
         "--tp", default="1,2,4,8", help="comma-separated tensor-parallel degrees (default: 1,2,4,8)"
     )
     deploy.add_argument(
+        "--uncalibrated",
+        action="store_true",
+        help="the generated presets as profiled (MODEL/GPU/tpN), without the serving terms "
+        "measured on real serving that the default MODEL/GPU/tpN/calibrated adds "
+        "(docs/timing.md)",
+    )
+    deploy.add_argument(
         "--prices",
         default=None,
         help="CSV file with the columns gpu,usd_per_gpu_hour (default: the profiles' dated prices)",
@@ -551,7 +558,7 @@ DEPLOY_IGNORES = {
     "max_batch_size": "each pool runs the preset's cluster defaults",
 }
 #: The flags ``plan`` uses only with ``--model``.
-DEPLOY_ONLY = ("gpus", "tp", "prices", "max_rounds", "capacity_cache")
+DEPLOY_ONLY = ("gpus", "tp", "uncalibrated", "prices", "max_rounds", "capacity_cache")
 
 
 def refuse_unused(args: argparse.Namespace) -> None:
@@ -709,7 +716,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         raise ValueError(f"--target must be an attainment in (0, 1], got {args.target}")
     if args.max_rounds < 1:
         raise ValueError(f"--max-rounds must be >= 1, got {args.max_rounds}")
-    configurations, refused = configuration_names(args.model, gpus, tps)
+    configurations, refused = configuration_names(
+        args.model, gpus, tps, calibrated=not args.uncalibrated
+    )
     prices = read_prices(args.prices, gpus) if args.prices else None
     setup = ServingSetup.from_namespace(
         argparse.Namespace(**{**vars(args), "servers": 1, "policy": policies[0]}),

@@ -392,7 +392,10 @@ def _deploy_rows(task: Task) -> list[dict[str, Any]]:
     }
     try:
         configurations, refused = configuration_names(
-            payload["model"], payload["gpus"], payload["tps"]
+            payload["model"],
+            payload["gpus"],
+            payload["tps"],
+            calibrated=payload.get("calibrated", True),
         )
         instance = trace_instance(
             payload["trace"],

@@ -63,6 +63,7 @@ _DEPLOY_OPTIONS: dict[str, Any] = {
     "definition": "deadline",
     "max_rounds": 8,
     "prices": None,
+    "calibrated": True,
 }
 _DEPLOY_KEYS = (*_DEPLOY_AXES, *_DEPLOY_OPTIONS)
 
@@ -668,6 +669,8 @@ def _deploy_tasks(reader: _Reader, spec: Mapping[str, Any], sweep: str, threads:
         for name in ("slos", "policy", "definition", "prices"):
             if name in group:
                 options[name] = reader.value(group, where, name, str)
+        if "calibrated" in group:
+            options["calibrated"] = reader.value(group, where, "calibrated", bool)
         if options["definition"] not in DEFINITIONS:
             raise reader.fail(
                 f"{where}.definition", options["definition"], f"known: {', '.join(DEFINITIONS)}"

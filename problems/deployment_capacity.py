@@ -226,10 +226,12 @@ def check_grid_names(model: str, gpus: Sequence[str]) -> None:
 
 
 def configuration_names(
-    model: str, gpus: Sequence[str], tps: Sequence[int]
+    model: str, gpus: Sequence[str], tps: Sequence[int], calibrated: bool = True
 ) -> tuple[list[str], dict[str, str]]:
-    """The generated presets ``MODEL/GPU/tpN`` of the grid the data supports, and why each
-    of the others is refused (name -> one line).
+    """The generated presets of the grid the data supports, and why each of the others is
+    refused (name -> one line): ``MODEL/GPU/tpN/calibrated`` (the profile's timing with the
+    serving terms measured on real serving, :mod:`slolab.timing.overheads`; docs/timing.md),
+    or with ``calibrated=False`` the profile-only ``MODEL/GPU/tpN``.
 
     Raises
     ------
@@ -237,13 +239,14 @@ def configuration_names(
         For a model or GPU the profiles do not have (naming the known ones), or when the data
         supports no configuration of the grid.
     """
-    from slolab.timing.generated import preset_refusal
+    from slolab.timing.generated import CALIBRATED_SUFFIX, preset_refusal
 
     check_grid_names(model, gpus)
+    suffix = CALIBRATED_SUFFIX if calibrated else ""
     names, refused = [], {}
     for gpu in gpus:
         for tp in tps:
-            name = f"{model}/{gpu}/tp{tp}"
+            name = f"{model}/{gpu}/tp{tp}{suffix}"
             why = preset_refusal(name)
             if why is None:
                 names.append(name)

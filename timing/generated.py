@@ -40,6 +40,7 @@ __all__ = [
     "generated_preset_names",
     "model_shape",
     "preset_refusal",
+    "roofline_from_fits",
     "refused_presets",
     "vidur_fits_table",
     "weight_bytes",
@@ -57,7 +58,9 @@ WEIGHT_BYTES = 2
 BYTES_PER_GB = 2**30
 #: Node whose all-reduce profile a server of N GPUs pays (N GPUs of one NVSwitch node).
 NODE_KIND = "dgx"
-_NAME = re.compile(r"^(?P<model>[^/]+)/(?P<gpu>[^/]+)/tp(?P<tp>\d+)$")
+#: Suffix of a generated preset with the serving terms of :mod:`slolab.timing.overheads`.
+CALIBRATED_SUFFIX = "/calibrated"
+_NAME = re.compile(r"^(?P<model>[^/]+)/(?P<gpu>[^/]+)/tp(?P<tp>\d+)(?:/calibrated)?$")
 
 
 @functools.cache
@@ -153,30 +156,8 @@ class GeneratedPreset:
 
     def timing_model(self) -> RooflineTiming:
         """The iteration-time model (see the module docstring)."""
-        table = vidur_fits_table()
-        fits = table["token_parallel"][f"{self.model}/{self.gpu}"][str(self.tp)]
-        parts = [_token_lines(fits["floor_s"], fits["intercept_s"], fits["slope_s"])]
-        if self.tp > 1:
-            reduce = table["all_reduce"][f"{self.gpu}_{NODE_KIND}"][str(self.tp)]
-            per_iteration = 2 * self.shape.num_layers
-            bytes_per_token = self.shape.hidden_size * 2
-            parts.append(
-                _token_lines(
-                    per_iteration * reduce["floor_s"],
-                    per_iteration * reduce["intercept_s"],
-                    per_iteration * reduce["slope_s"] * bytes_per_token,
-                )
-            )
-        spec = table["gpus"][self.gpu]
-        accelerator = Accelerator(
-            self.gpu, spec["hbm_tb_per_s"] * 1e12, spec["fp16_dense_tflops"] * 1e12
-        )
-        terms = {k: v / self.tp for k, v in attention_terms(self.shape, accelerator).items()}
-        lines = [_sum_lines(combo) for combo in _combinations(parts)]
-        return RooflineTiming(
-            [with_terms(line, terms, f"{self.name}[{k}]") for k, line in enumerate(lines)],
-            name=self.name,
-        )
+        fits = vidur_fits_table()["token_parallel"][f"{self.model}/{self.gpu}"][str(self.tp)]
+        return roofline_from_fits(self.name, self.shape, self.gpu, self.tp, fits)
 
     def source(self) -> str:
         """Where the preset's numbers come from, in one line."""
@@ -187,6 +168,34 @@ class GeneratedPreset:
             f"the shape / {self.tp}; {self.kv_capacity_tokens} KV tokens, "
             f"${self.price_usd_per_hour:.2f}/h ({spec['price_date']}); see docs/timing.md"
         )
+
+
+def roofline_from_fits(
+    name: str, shape: TransformerShape, gpu: str, tp: int, fits: dict[str, float]
+) -> RooflineTiming:
+    """The four-line roofline of the module docstring for a model ``shape`` on ``tp`` GPUs
+    of type ``gpu``, from its token-parallel fit ``fits`` (``floor_s``, ``intercept_s``,
+    ``slope_s``) and the table's all-reduce fit and GPU peak rates."""
+    table = vidur_fits_table()
+    parts = [_token_lines(fits["floor_s"], fits["intercept_s"], fits["slope_s"])]
+    if tp > 1:
+        reduce = table["all_reduce"][f"{gpu}_{NODE_KIND}"][str(tp)]
+        per_iteration = 2 * shape.num_layers
+        bytes_per_token = shape.hidden_size * 2
+        parts.append(
+            _token_lines(
+                per_iteration * reduce["floor_s"],
+                per_iteration * reduce["intercept_s"],
+                per_iteration * reduce["slope_s"] * bytes_per_token,
+            )
+        )
+    spec = table["gpus"][gpu]
+    accelerator = Accelerator(gpu, spec["hbm_tb_per_s"] * 1e12, spec["fp16_dense_tflops"] * 1e12)
+    terms = {k: v / tp for k, v in attention_terms(shape, accelerator).items()}
+    lines = [_sum_lines(combo) for combo in _combinations(parts)]
+    return RooflineTiming(
+        [with_terms(line, terms, f"{name}[{k}]") for k, line in enumerate(lines)], name=name
+    )
 
 
 def _token_lines(floor_s: float, intercept_s: float, slope_s: float) -> list[LinearTiming]:

@@ -348,6 +348,35 @@ def _register_generated() -> None:
             info = generated_preset(name)
             _GENERATED[name] = info
             register_preset(name, info.timing_model, info.source())
+    _register_calibrated()
+
+
+def _register_calibrated() -> None:
+    """Register ``MODEL/GPU/tpN/calibrated`` for every generated preset: its timing with the
+    serving terms of :data:`slolab.timing.overheads.CALIBRATED_TERMS`."""
+    import dataclasses
+    import functools
+
+    from slolab.timing.overheads import calibrated_preset_names, calibrated_timing
+
+    for name in calibrated_preset_names():
+        if name in _BUILDERS:
+            continue
+        base = _GENERATED[name.rsplit("/", 1)[0]]
+        _GENERATED[name] = dataclasses.replace(base, name=name)
+        build = functools.partial(calibrated_timing, base.model, base.gpu, base.tp)
+        kernel = (
+            "vLLM 0.11's per-token kernel factor (measured on H100)"
+            if base.gpu == "h100"
+            else "no kernel factor (measured on H100 only)"
+        )
+        register_preset(
+            name,
+            build,
+            f"{base.source()}; plus vLLM 0.11's per-iteration and per-prefill serving terms "
+            f"(inference-sim's H100 runs, Apache-2.0), {kernel}, and the all-reduce latency "
+            "floor fitted on DistServe's A100 vLLM fits (Apache-2.0); see docs/timing.md",
+        )
 
 
 #: The generated presets registered so far, with their GPUs, price and KV capacity.
@@ -446,11 +475,15 @@ def preset_table() -> list[dict[str, Any]]:
     """One record per preset: name, form, source, time of a decode step at batch 1, and for a
     generated preset its GPU, TP degree, GPUs per server, price ($/h), KV capacity (tokens)
     and the median and largest relative error of its fit against the profile (None for the
-    other presets)."""
+    other presets), and the median |relative error| of its iteration times against real
+    serving measurements (``real_median_abs_rel_error``; None where no source covers it)."""
+    from slolab.timing.overheads import real_hardware_error
+
     records = []
     for name in available_presets():
         model = preset(name)
         info = _GENERATED.get(name)
+        real = real_hardware_error(name)
         records.append(
             {
                 "name": name,
@@ -466,6 +499,7 @@ def preset_table() -> list[dict[str, Any]]:
                 "kv_capacity_tokens": None if info is None else info.kv_capacity_tokens,
                 "fit_median_rel_error": None if info is None else info.iteration_median_rel_error,
                 "fit_max_rel_error": None if info is None else info.iteration_max_rel_error,
+                "real_median_abs_rel_error": None if real is None else real["median_abs_rel_error"],
                 "source": _SOURCES[name],
             }
         )

@@ -244,8 +244,9 @@ _GENERATED_LINKS: dict[str, tuple[float, float, str]] = {
 
 
 def _register_generated() -> None:
-    """Start-up presets of the timing presets generated from the Vidur table: the same
-    transfer-time derivation, from the FP16 weights the KV arithmetic uses."""
+    """Start-up presets of the timing presets generated from the Vidur table (and their
+    calibrated variants, which load the same weights): the same transfer-time derivation,
+    from the FP16 weights the KV arithmetic uses."""
     from slolab.timing.generated import WEIGHT_BYTES, generated_preset, generated_preset_names
 
     for name in generated_preset_names():
@@ -255,6 +256,14 @@ def _register_generated() -> None:
         host, d2d, hardware = _GENERATED_LINKS[info.gpu]
         params = round(info.weight_bytes / WEIGHT_BYTES)
         _PRESETS[name] = _derived(name, params, info.tp, host, d2d, f"{info.tp} {hardware}")
+    from slolab.timing.overheads import CALIBRATED_SUFFIX, calibrated_preset_names
+
+    for name in calibrated_preset_names():
+        if name not in _PRESETS:
+            info = generated_preset(name.removesuffix(CALIBRATED_SUFFIX))
+            host, d2d, hardware = _GENERATED_LINKS[info.gpu]
+            params = round(info.weight_bytes / WEIGHT_BYTES)
+            _PRESETS[name] = _derived(name, params, info.tp, host, d2d, f"{info.tp} {hardware}")
 
 
 def available_startup_presets() -> list[str]:

@@ -157,11 +157,12 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 
 def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
-    """--json prints one object: the per-configuration table, the loops, the saving."""
+    """--json prints one object: the per-configuration table (the calibrated presets by
+    default), the loops, the saving."""
     code, out, _ = _cli(capsys, "--model", "llama2-7b", "--gpus", "h100", "--tp", "1", "--json")
     assert code == 0
     record = json.loads(out)
-    assert [c["name"] for c in record["configurations"]] == [H100]
+    assert [c["name"] for c in record["configurations"]] == [H100 + "/calibrated"]
     assert sum(c["requests"] for c in record["classes"]) == 24
     mixed = record["mixed"]
     assert mixed["met"] == (mixed["attainment"] >= 0.9)
@@ -181,7 +182,7 @@ def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
         (["--model", "llama2-7b", "--gpus", "tpu"], "unknown GPU 'tpu'; known: "),
         (
             ["--model", "llama2-70b", "--gpus", "a40", "--tp", "1"],
-            "the data supports no configuration of the grid: llama2-70b/a40/tp1: ",
+            "the data supports no configuration of the grid: llama2-70b/a40/tp1/calibrated: ",
         ),
         (["--model", "llama2-7b", "--tp", "one"], "--tp must list integers >= 1, got 'one'"),
         (["--model", "llama2-7b", "--policy", "sarathi,edf"], "--policy with --model takes one"),
@@ -194,6 +195,20 @@ def test_cli_bad_input_is_one_line(
     code, _, err = _cli(capsys, *argv)
     assert code == 2
     assert err.count("\n") == 1 and message in err
+
+
+def test_uncalibrated_grid_is_the_profile_only_presets() -> None:
+    """The planner's grid: MODEL/GPU/tpN/calibrated by default, MODEL/GPU/tpN without the
+    calibration, the same refusals either way."""
+    calibrated, refused = deploy.configuration_names("llama2-70b", ["h100"], [1, 8])
+    profile, refused_profile = deploy.configuration_names(
+        "llama2-70b", ["h100"], [1, 8], calibrated=False
+    )
+    assert calibrated == ["llama2-70b/h100/tp8/calibrated"]
+    assert profile == ["llama2-70b/h100/tp8"]
+    # TP 1 refused for its weights either way, under the name asked for
+    assert list(refused) == ["llama2-70b/h100/tp1/calibrated"]
+    assert list(refused_profile) == ["llama2-70b/h100/tp1"]
 
 
 def test_cli_bad_prices_file_names_line_field_value(

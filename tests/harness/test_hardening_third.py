@@ -283,11 +283,12 @@ def test_plan_model_ignored_flags(flag, value, why, capsys):
         ("--prices", "p.csv"),
         ("--max-rounds", "2"),
         ("--capacity-cache", "cache"),
+        ("--uncalibrated", None),
     ],
 )
 def test_plan_without_model_ignored_deployment_flags(flag, value, capsys):
     """plan without --model refuses the deployment planner's flags."""
-    assert main(["plan", "azure_conv_2023", flag, value]) == 2
+    assert main(["plan", "azure_conv_2023", flag] + ([value] if value else [])) == 2
     assert one_error_line(capsys) == f"{flag} applies to plan --model only (the deployment planner)"
 
 

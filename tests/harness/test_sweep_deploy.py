@@ -42,6 +42,18 @@ def test_docs_grid_expands_over_models_gpu_sets_and_traffic(tmp_path: Path) -> N
     assert first["tps"] == [1, 2, 4, 8] and first["limit"] == 4000 and first["target"] == 0.9
 
 
+def test_calibrated_presets_are_the_default_and_false_plans_on_the_profile_ones(
+    tmp_path: Path,
+) -> None:
+    """Without the key a task plans on the calibrated presets; ``calibrated = false`` is
+    another task (another key) on the profile-only presets."""
+    body = '[[deploy]]\ntraces = ["azure_conv_2023"]\nmodels = ["llama2-7b"]\n'
+    default = load_spec(write_spec(tmp_path, body)).tasks[0]
+    profile = load_spec(write_spec(tmp_path, body + "calibrated = false\n")).tasks[0]
+    assert default.payload["calibrated"] is True and profile.payload["calibrated"] is False
+    assert default.key != profile.key
+
+
 def test_prices_file_enters_the_key_by_name_and_content(tmp_path: Path) -> None:
     """The same prices file in two folders gives one key; other prices, another key."""
     body = (
@@ -73,6 +85,10 @@ def test_prices_file_enters_the_key_by_name_and_content(tmp_path: Path) -> None:
         ('models = ["llama2-7b"]\npolicy = "polyserve"\n', r"deploy\[0\]\.policy = 'polyserve'"),
         ('models = ["llama2-7b"]\nprices = "none.csv"\n', r"deploy\[0\]\.prices = 'none.csv'"),
         ('models = ["llama2-7b"]\nreplicas = 2\n', r"deploy\[0\]\.replicas = 2: unknown key"),
+        (
+            'models = ["llama2-7b"]\ncalibrated = "yes"\n',
+            r"deploy\[0\]\.calibrated = 'yes': must be bool",
+        ),
     ],
 )
 def test_bad_deploy_specs_fail_in_one_line(tmp_path: Path, body: str, message: str) -> None:
