@@ -5,7 +5,9 @@ Every figure of those pages is formatted here from the data that ``python -m
 slolab.benchmarks.results --docs`` wrote; they are never edited by hand (a test renders the
 committed JSON and compares it with the committed pages). A per-paper page holds its paper's
 section between the two markers :func:`block_markers` gives, at the head of its results
-section; the rest of that section is the page's dated archive of longer studies.
+section; the rest of that section is the page's dated archive of longer studies. Each
+section ends with the figures drawn from its paper's data (``docs/results/NAME.svg``, drawn
+by the same command: :mod:`slolab.harness.figures`), when that data has them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,17 @@ def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
 
 def _verdicts(paper: dict[str, Any]) -> list[str]:
     return [f"- `{key}`: {value}" for key, value in paper["verdicts"].items()]
+
+
+def _figures(data: dict[str, Any], name: str) -> list[str]:
+    """The figures drawn from paper ``name``'s data, as images with their captions (paths
+    relative to docs/)."""
+    from slolab.harness.figures import result_figures
+
+    lines = []
+    for figure in result_figures(data, name):
+        lines += ["", f"![{figure.caption}](results/{figure.name}.svg)", "", f"*{figure.caption}.*"]
+    return lines
 
 
 def _engine(p: dict[str, Any]) -> list[str]:
@@ -317,7 +330,7 @@ def render(data: dict[str, Any]) -> str:
             f"{', '.join(earlier)} come from earlier runs, named in their sections."
         )
     for name, paper in data["papers"].items():
-        section = SECTIONS[name](paper)
+        section = SECTIONS[name](paper) + _figures(data, name)
         run = _run(data, name)
         if run is not h:
             section[1:1] = ["", f"From an earlier run than the header's: {_when(run)}."]
@@ -365,7 +378,7 @@ def render_block(data: dict[str, Any], name: str) -> str:
     """Paper ``name``'s block for its own page: the run's date and commit, then its section
     of docs/results.md one heading level down."""
     run = _run(data, name)
-    body = SECTIONS[name](data["papers"][name])
+    body = SECTIONS[name](data["papers"][name]) + _figures(data, name)
     title, rest = body[0].removeprefix("## "), body[1:]
     same = run is data["header"]
     lines = [
