@@ -335,7 +335,37 @@ def render(data: dict[str, Any]) -> str:
         if run is not h:
             section[1:1] = ["", f"From an earlier run than the header's: {_when(run)}."]
         lines += ["", *section]
+    lines += ["", *_figures_section()]
     return "\n".join(lines) + "\n"
+
+
+def _figures_section() -> list[str]:
+    """How the figures above are drawn, and how to draw them from one's own data."""
+    from slolab.harness.figures import KINDS
+
+    sources = {
+        "attainment-vs-rate": "capacity rows or `capacity --json` (probes, capacity, target); "
+        "simulate rows at set rates",
+        "latency-cdf": "the results JSON only (TTFT and TPOT quantiles per tier)",
+        "gaps": "compare rows or `compare --json` (gap intervals per method and size)",
+        "cost-vs-traffic": "deploy rows of a sweep store (`[[deploy]]` with several `traffic`)",
+        "pareto": "`pareto --json` (the front), with `compare --json` of the same window "
+        "(where each heuristic lands)",
+        "fidelity": "records with `measured_s` and `predicted_s` (iteration times)",
+    }
+    return [
+        "## Figures",
+        "",
+        "Each section above ends with its figures, drawn by this command from the JSON it "
+        "wrote (never by running anything again) into `docs/results/*.svg`, in one style "
+        "(`slolab.harness.plots`: a colour and marker per policy kept across figures, legends "
+        "outside the data). Each SVG names in its metadata the paper, the run and a SHA-256 "
+        "of the data it was drawn from. `slolab plot SOURCE ... [--figure KIND] [-o DIR] "
+        "[--format png]` draws the same figures from a sweep store, `--json` outputs (several "
+        "files read as one) or a results JSON:",
+        "",
+        *_table(["figure (`--figure`)", "drawn from"], [[f"`{k}`", sources[k]] for k in KINDS]),
+    ]
 
 
 def _run(data: dict[str, Any], name: str) -> dict[str, Any]:
