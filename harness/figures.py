@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,7 +81,7 @@ def _polyserve_attainment(p: dict[str, Any]) -> dict[str, Any] | None:
         "target": s["target"],
         "capacities": [{"policy": k, "capacity": v["capacity"]} for k, v in long.items()],
         "title": f"Long prompts: first {f['long_requests']:,} Mooncake conversation requests, "
-        "8 servers (hollow: a probe stopped early, its bound)",
+        "8 servers",
     }
 
 
@@ -356,7 +356,7 @@ def read_rows(sources: Sequence[str | Path]) -> pd.DataFrame:
     return rows
 
 
-def _kind_of(row: dict[str, Any]) -> str:
+def _kind_of(row: Mapping[Any, Any]) -> str:
     """The kind of task a command's ``--json`` record comes from."""
     if "probes" in row and "capacity" in row:
         return "capacity"
@@ -387,7 +387,7 @@ def _setting(rows: pd.DataFrame) -> list[str]:
     return labels if len(set(labels)) > 1 else [""] * len(labels)
 
 
-def _probes(row: dict[str, Any]) -> list[tuple[float, float, bool]]:
+def _probes(row: Mapping[Any, Any]) -> list[tuple[float, float, bool]]:
     probes = row["probes"]
     if isinstance(probes, str):
         probes = json.loads(probes)

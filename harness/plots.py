@@ -34,7 +34,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -76,11 +76,11 @@ FIXED: dict[str, tuple[int, int, int]] = {
     "slos-serve": (1, 0, 0),
     "sarathi": (0, 1, 1),
     "vllm": (2, 2, 2),
-    "polyserve": (3, 3, 0),
+    "polyserve": (3, 3, 2),
     "random": (6, 4, 3),
     "chunk": (4, 5, 1),
     "minimal": (5, 6, 2),
-    "hyperflexis": (5, 6, 0),
+    "hyperflexis": (5, 6, 3),
     "hyperflexis-scaling": (5, 7, 1),
     "hyperflexis-pm": (5, 4, 2),
     "round-robin": (6, 1, 3),
@@ -102,6 +102,9 @@ FIXED: dict[str, tuple[int, int, int]] = {
     "disaggregated": (2, 3, 2),
     "front": (7, 0, 0),
 }
+
+#: Legend labels of marks rather than data (listed after the policies).
+MARKS = ("stopped early (a bound)", "SLO", "SLO range", "predicted = measured")
 
 #: Quantile levels of the latency CDFs: every 2.5 %, and 99 %.
 LEVELS: tuple[float, ...] = tuple(sorted({round(k / 40, 3) for k in range(41)} | {0.99}))
@@ -158,7 +161,7 @@ def _styled(draw: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, path: str | Path | None = None, **kwargs: Any) -> Any:
         import matplotlib
 
-        with matplotlib.rc_context(RC):
+        with matplotlib.rc_context(cast(Any, RC)):
             fig = draw(*args, **kwargs)
         if path is not None:
             save(fig, path)
@@ -183,7 +186,7 @@ def save(fig: Any, path: str | Path, *, description: str | None = None) -> Path:
     if description is not None:
         meta["Description"] = description
     path.parent.mkdir(parents=True, exist_ok=True)
-    with matplotlib.rc_context(RC):
+    with matplotlib.rc_context(cast(Any, RC)):
         fig.savefig(path, format=kind, dpi=150, bbox_inches="tight", metadata=meta)
     return path
 
@@ -222,6 +225,10 @@ def _legend(fig: Any, axes: Any, title: str | None = None) -> None:
     for ax in np.ravel(axes):
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             seen.setdefault(label, handle)
+    # the policies first, then the marks (target, SLOs, bounds, diagonal)
+    seen = dict(
+        sorted(seen.items(), key=lambda item: item[0] in MARKS or item[0].startswith("target"))
+    )
     if seen:
         top_right = np.atleast_2d(axes)[0, -1]
         top_right.legend(
@@ -233,6 +240,14 @@ def _legend(fig: Any, axes: Any, title: str | None = None) -> None:
             borderaxespad=0.0,
             frameon=False,
         )
+
+
+def _plain_log(axis: Any) -> None:
+    """Log scale with its ticks written as plain numbers (0.5, 2, 100), not powers."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 @contextlib.contextmanager
@@ -282,6 +297,16 @@ def attainment_vs_rate(
                     color=s.color,
                     label="_bound",
                 )
+                # one legend entry for every hollow marker
+                ax.plot(
+                    [],
+                    [],
+                    linestyle="none",
+                    marker="o",
+                    markerfacecolor="white",
+                    color="#555555",
+                    label="stopped early (a bound)",
+                )
         if caps is not None:
             mine = (
                 caps if name is None or panel not in caps else caps[caps[panel].astype(str) == name]
@@ -309,7 +334,8 @@ def attainment_vs_rate(
             )
         rates = g["rate"].to_numpy(dtype=float)
         if len(rates) and rates.min() > 0 and rates.max() / rates.min() > 8:
-            ax.set_xscale("log", base=2)
+            ax.set_xscale("log")
+            _plain_log(ax.xaxis)
         ax.set_xlabel("arrival rate (req/s)")
         ax.set_ylim(0.0, 1.02)
         if name is not None:
@@ -419,7 +445,9 @@ def latency_cdfs(
                     ax.axvline(
                         lo, color="#555555", linestyle="--", linewidth=1.0, label="SLO", gid="slo"
                     )
-            ax.set_xscale("log")
+            if metric == "ttft":
+                ax.set_xscale("log")
+                _plain_log(ax.xaxis)
             ax.set_ylim(0.0, 1.02)
             ax.set_xlabel(METRICS[metric])
             if row == 0:
@@ -513,13 +541,20 @@ def cost_vs_traffic(
     fig, axes = _figure(len(panels))
     style = styles(frame["fleet"])
     for ax, (name, g) in zip(axes[0], panels, strict=True):
-        for fleet, gf in g.groupby("fleet", sort=False):
+        for k, (fleet, gf) in enumerate(g.groupby("fleet", sort=False)):
             cost = pd.to_numeric(gf["cost_per_hour"], errors="coerce")
             gf = gf[np.isfinite(cost)].assign(cost_per_hour=cost).sort_values("traffic")
+            # each later line's markers smaller, so equal costs stay visible one behind another
             ax.plot(
-                gf["traffic"], gf["cost_per_hour"], label=str(fleet), **style[str(fleet)].line()
+                gf["traffic"],
+                gf["cost_per_hour"],
+                label=str(fleet),
+                markersize=max(8.0 - 1.8 * k, 3.0),
+                **style[str(fleet)].line(),
             )
-        ax.set_xlabel("traffic (x the trace's own rate)")
+        levels = sorted(set(g["traffic"].astype(float)))
+        ax.set_xticks(levels, [f"x{v:g}" for v in levels])
+        ax.set_xlabel("traffic (multiple of the trace's own rate)")
         ax.set_ylim(bottom=0.0)
         if name is not None:
             ax.set_title(name)
