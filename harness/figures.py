@@ -33,6 +33,7 @@ from typing import Any
 
 import pandas as pd
 from slolab.harness import plots
+from slolab.harness.output import add_output_flags
 
 #: The figures ``slolab plot --figure`` draws, and the plot function of each.
 KINDS: dict[str, Callable[..., Any]] = {
@@ -540,29 +541,43 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         choices=["svg", "png"],
         help="file format (repeatable; default: svg)",
     )
+    add_output_flags(p, json_help="print the files written as one JSON object", quiet=False)
     p.set_defaults(func=cmd_plot)
     return p
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    """``slolab plot``: write each figure and print its path."""
+    """``slolab plot``: write each figure and print its path (``--json``: the paths as one
+    object)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ValueError(
+            "slolab plot needs matplotlib: pip install matplotlib (the dev extra has it)"
+        ) from None
+    written = _plot(args)
+    if args.json:
+        print(json.dumps({"figures": [str(path) for path in written]}))
+    else:
+        for path in written:
+            print(path)
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> list[Path]:
     formats = args.format or ["svg"]
     out = Path(args.out)
     if len(args.sources) == 1 and Path(args.sources[0]).is_file():
-        text = Path(args.sources[0]).read_text()
         try:
-            value = json.loads(text)
+            value = json.loads(Path(args.sources[0]).read_text())
         except json.JSONDecodeError:
             value = None
         if isinstance(value, dict) and "papers" in value and "header" in value:
-            written = draw_results(
-                value, out, source=Path(args.sources[0]).name, formats=formats, kinds=args.figure
-            )
+            source = Path(args.sources[0]).name
+            written = draw_results(value, out, source=source, formats=formats, kinds=args.figure)
             if not written:
                 raise ValueError(f"{args.sources[0]}: none of the figures asked for has its data")
-            for path in written:
-                print(path)
-            return 0
+            return written
     rows = read_rows(args.sources)
     kinds = args.figure or drawable(rows)
     if not kinds:
@@ -570,9 +585,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
             "the sources can draw no figure (kinds of rows: "
             f"{', '.join(sorted(map(str, rows['task_kind'].unique())))})"
         )
+    names = ", ".join(str(s) for s in args.sources)
+    written = []
     for kind in kinds:
         fig = KINDS[kind](**tables_from_rows(rows, kind))
-        names = ", ".join(str(s) for s in args.sources)
         for fmt in formats:
-            print(plots.save(fig, out / f"{kind}.{fmt}", description=f"slolab {kind} from {names}"))
-    return 0
+            path = out / f"{kind}.{fmt}"
+            written.append(plots.save(fig, path, description=f"slolab {kind} from {names}"))
+    return written

@@ -171,3 +171,11 @@ def test_rows_without_a_kind_are_inferred():
     assert figures._kind_of({"policy": "x", "attainment": 1.0}) == "simulate"
     assert figures._kind_of({"mixed_cost": 1.0}) == "deploy"
     assert figures._kind_of({}) == "unknown"
+
+
+def test_plot_json_prints_the_files_as_one_object(tmp_path, capsys):
+    """``--json`` prints ``{"figures": [paths]}`` and nothing else."""
+    src = _write(tmp_path / "c.json", CAPACITY)
+    assert main(["plot", str(src), "--json", "-o", str(tmp_path)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == {"figures": [str(tmp_path / "attainment-vs-rate.svg")]}
