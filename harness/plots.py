@@ -607,6 +607,19 @@ def pareto_front(
                     color=s.color,
                     label=str(method),
                 )
+            # past its dearest point the front stays at its best attainment
+            right = float(mine["cost_server_s"].max()) if len(mine) else -math.inf
+            last = g.iloc[-1]
+            if right > float(last["cost_server_s"]):
+                ax.plot(
+                    [last["cost_server_s"], right],
+                    [last["attainment"]] * 2,
+                    color="#000000",
+                    linestyle="-",
+                    linewidth=1.0,
+                    label="_front reach",
+                    gid="front-reach",
+                )
         ax.set_xlabel("cost (server-seconds)")
         ax.set_ylim(-0.02, 1.02)
         if name is not None:
