@@ -179,3 +179,17 @@ def test_plot_json_prints_the_files_as_one_object(tmp_path, capsys):
     assert main(["plot", str(src), "--json", "-o", str(tmp_path)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed == {"figures": [str(tmp_path / "attainment-vs-rate.svg")]}
+
+
+def test_simulate_json_at_set_rates_draws_attainment_against_rate(tmp_path, capsys):
+    """``simulate --rate R --json`` records the rate: runs at two rates make one curve."""
+    files = []
+    for rate in (2.0, 8.0):
+        argv = ["simulate", "azure_conv_2023", "--limit", "30", "--rate", str(rate), "--json"]
+        assert main(argv) in (0, 1)
+        record = json.loads(capsys.readouterr().out)
+        assert record["rate"] == rate
+        files.append(_write(tmp_path / f"sim-{rate:g}.json", record))
+    args = figures.tables_from_rows(figures.read_rows(files), "attainment-vs-rate")
+    assert args["table"]["rate"].tolist() == [2.0, 8.0]
+    assert args["table"]["policy"].unique().tolist() == ["sarathi"]

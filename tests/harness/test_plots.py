@@ -216,6 +216,10 @@ def test_pareto_front_steps_and_places_each_heuristic():
     assert sorted(lines) == ["exact front", "hyperflexis", "round-robin"]
     assert lines["exact front"].get_drawstyle() == "steps-post"
     np.testing.assert_allclose(lines["exact front"].get_xdata(), [0.16, 0.25, 0.8])
+    # past its dearest point (0.8) the front holds attainment 1.0 out to the dearest heuristic
+    (reach,) = [ln for ln in fig.axes[0].get_lines() if ln.get_gid() == "front-reach"]
+    np.testing.assert_allclose(reach.get_xdata(), [0.8, 2.0])
+    np.testing.assert_allclose(reach.get_ydata(), [1.0, 1.0])
     assert fig.axes[0].get_xlabel() == "cost (server-seconds)"
 
 
