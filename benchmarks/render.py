@@ -345,7 +345,7 @@ def _figures_section() -> list[str]:
 
     sources = {
         "attainment-vs-rate": "capacity rows or `capacity --json` (probes, capacity, target); "
-        "simulate rows at set rates",
+        "simulate rows or `simulate --rate R --json` at set rates",
         "latency-cdf": "the results JSON only (TTFT and TPOT quantiles per tier)",
         "gaps": "compare rows or `compare --json` (gap intervals per method and size)",
         "cost-vs-traffic": "deploy rows of a sweep store (`[[deploy]]` with several `traffic`)",
