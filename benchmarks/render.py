@@ -5,7 +5,9 @@ Every figure of those pages is formatted here from the data that ``python -m
 slolab.benchmarks.results --docs`` wrote; they are never edited by hand (a test renders the
 committed JSON and compares it with the committed pages). A per-paper page holds its paper's
 section between the two markers :func:`block_markers` gives, at the head of its results
-section; the rest of that section is the page's dated archive of longer studies.
+section; the rest of that section is the page's dated archive of longer studies. Each
+section ends with the figures drawn from its paper's data (``docs/results/NAME.svg``, drawn
+by the same command: :mod:`slolab.harness.figures`), when that data has them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,17 @@ def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
 
 def _verdicts(paper: dict[str, Any]) -> list[str]:
     return [f"- `{key}`: {value}" for key, value in paper["verdicts"].items()]
+
+
+def _figures(data: dict[str, Any], name: str) -> list[str]:
+    """The figures drawn from paper ``name``'s data, as images with their captions (paths
+    relative to docs/)."""
+    from slolab.harness.figures import result_figures
+
+    lines = []
+    for figure in result_figures(data, name):
+        lines += ["", f"![{figure.caption}](results/{figure.name}.svg)", "", f"*{figure.caption}.*"]
+    return lines
 
 
 def _engine(p: dict[str, Any]) -> list[str]:
@@ -418,12 +431,42 @@ def render(data: dict[str, Any]) -> str:
             f"{', '.join(earlier)} come from earlier runs, named in their sections."
         )
     for name, paper in data["papers"].items():
-        section = SECTIONS[name](paper)
+        section = SECTIONS[name](paper) + _figures(data, name)
         run = _run(data, name)
         if run is not h:
             section[1:1] = ["", f"From an earlier run than the header's: {_when(run)}."]
         lines += ["", *section]
+    lines += ["", *_figures_section()]
     return "\n".join(lines) + "\n"
+
+
+def _figures_section() -> list[str]:
+    """How the figures above are drawn, and how to draw them from one's own data."""
+    from slolab.harness.figures import KINDS
+
+    sources = {
+        "attainment-vs-rate": "capacity rows or `capacity --json` (probes, capacity, target); "
+        "simulate rows or `simulate --rate R --json` at set rates",
+        "latency-cdf": "the results JSON only (TTFT and TPOT quantiles per tier)",
+        "gaps": "compare rows or `compare --json` (gap intervals per method and size)",
+        "cost-vs-traffic": "deploy rows of a sweep store (`[[deploy]]` with several `traffic`)",
+        "pareto": "`pareto --json` (the front), with `compare --json` of the same window "
+        "(where each heuristic lands)",
+        "fidelity": "records with `measured_s` and `predicted_s` (iteration times)",
+    }
+    return [
+        "## Figures",
+        "",
+        "Each section above ends with its figures, drawn by this command from the JSON it "
+        "wrote (never by running anything again) into `docs/results/*.svg`, in one style "
+        "(`slolab.harness.plots`: a colour and marker per policy kept across figures, legends "
+        "outside the data). Each SVG names in its metadata the paper, the run and a SHA-256 "
+        "of the data it was drawn from. `slolab plot SOURCE ... [--figure KIND] [-o DIR] "
+        "[--format png]` draws the same figures from a sweep store, `--json` outputs (several "
+        "files read as one) or a results JSON:",
+        "",
+        *_table(["figure (`--figure`)", "drawn from"], [[f"`{k}`", sources[k]] for k in KINDS]),
+    ]
 
 
 def _run(data: dict[str, Any], name: str) -> dict[str, Any]:
@@ -467,7 +510,7 @@ def render_block(data: dict[str, Any], name: str) -> str:
     """Paper ``name``'s block for its own page: the run's date and commit, then its section
     of docs/results.md one heading level down."""
     run = _run(data, name)
-    body = SECTIONS[name](data["papers"][name])
+    body = SECTIONS[name](data["papers"][name]) + _figures(data, name)
     title, rest = body[0].removeprefix("## "), body[1:]
     same = run is data["header"]
     lines = [

@@ -3,8 +3,10 @@
 Each paper (``--only``; default all) contributes a function ``PAPER(quick) -> dict`` built on
 the benchmark scripts' own functions. Its dict has ``figures`` (statuses, optima, capacities,
 attainments at fixed rates, gaps: deterministic, guarded by ``tests/results``), ``verdicts``
-(each paper claim re-measured, a short string computed from the figures; guarded) and
-``timing`` (wall and CPU seconds; never guarded). Two sizes: ``--quick`` (the sizes the test
+(each paper claim re-measured, a short string computed from the figures; guarded),
+``series`` (what the figures are drawn from beyond the guarded numbers: capacity probes,
+latency quantiles, gap intervals, fronts; never guarded) and ``timing`` (wall and CPU
+seconds; never guarded). Two sizes: ``--quick`` (the sizes the test
 suite guards, a few minutes on 2 cores) and the full profile (the sizes docs/results.md shows,
 370 s on 2 idle cores, 690 s when they are shared; the last run's time is ``wall_s`` in the
 header of docs/results/full.json).
@@ -14,7 +16,10 @@ Writes ``results-{quick,full}.json`` and a CSV per paper under ``--out`` (defaul
 load average before and after, python and key package versions. The full profile with
 ``--docs`` also writes ``docs/results/full.json`` and renders docs/results.md and the results
 block at the head of each per-paper page's results section from it
-(:mod:`slolab.benchmarks.render`). The guard's stored values are rewritten on purpose with
+(:mod:`slolab.benchmarks.render`). Every run also draws the standard figures from the data
+it wrote (:mod:`slolab.harness.figures`; never by running anything again): SVGs under
+``--out``/figures (``--png`` adds PNGs), and with ``--docs`` the SVGs the pages show, in
+``docs/results/``. The guard's stored values are rewritten on purpose with
 ``python -m pytest tests/results --force-regen`` (pytest-regressions), which shows each moved
 figure's before and after in the diff of ``tests/results/*.yml``.
 
@@ -22,7 +27,7 @@ The studies of hours (300 s bounds on 500-request windows, 300,000-request runs)
 of either profile: the per-paper pages keep them as dated archive notes.
 
 Usage: ``python -m slolab.benchmarks.results [--quick] [--only PAPER ...] [--out DIR] [--docs]
-[--quiet]``
+[--png] [--quiet]``
 """
 
 from __future__ import annotations
@@ -89,10 +94,11 @@ def sa_ordering(quick: bool) -> dict[str, Any]:
 
     sizes, batches = ([6, 8], [1, 4]) if quick else ([6, 8, 10, 12], [1, 2, 4])
     inst_seeds, sa_seeds = ([1], [0]) if quick else ([1, 2], [0, 1, 2])
-    cells, timing = [], {"highs_s": 0.0}
+    cells, timing, intervals = [], {"highs_s": 0.0}, []
     for n in sizes:
         for b in batches:
             optima, statuses, gaps = [], [], {m: [] for m in ("sa", "sjf", "fcfs", "edf")}
+            lows: dict[str, list[float]] = {m: [] for m in gaps}
             for s in inst_seeds:
                 inst = sa_snapshot(n, b, seed=1000 * n + 10 * b + s)
                 for sa_seed in sa_seeds:
@@ -106,10 +112,20 @@ def sa_ordering(quick: bool) -> dict[str, Any]:
                         optima.append(solver_value(ex["objective"]))
                     for _, r in frame[frame["kind"] == "heuristic"].iterrows():
                         gaps[r["method"]].append(float(r["gap_hi"]))
+                        lows[r["method"]].append(float(r["gap_lo"]))
             cell = {"n": n, "b": b, "statuses": statuses, "optima": optima}
             for m, values in gaps.items():
                 cell[f"{m}_mean"] = ratio(np.mean(values))
                 cell[f"{m}_worst"] = ratio(np.max(values))
+                intervals.append(
+                    {
+                        "n": n,
+                        "b": b,
+                        "method": m,
+                        "gap_lo": ratio(np.mean(lows[m])),
+                        "gap_hi": cell[f"{m}_mean"],
+                    }
+                )
             cells.append(cell)
     sa_mean = ratio(np.mean([c["sa_mean"] for c in cells]))
     sa_worst = ratio(max(c["sa_worst"] for c in cells))
@@ -127,6 +143,7 @@ def sa_ordering(quick: bool) -> dict[str, Any]:
             "all_proved": proved,
         },
         "verdicts": {"sa_within_1pct_of_optimum": verdict},
+        "series": {"gaps": intervals},
         "timing": timing,
     }
 
@@ -156,9 +173,15 @@ def slos_serve(quick: bool) -> dict[str, Any]:
                 f"holds: {x:.2f}x" if x >= 1.5 else f"does not hold: {x:.2f}x < 1.5x"
             )
         table.append(entry)
+    probes = [
+        {"replicas": row["replicas"], "policy": row["policy"], "rate": rate, "attainment": att}
+        for row in rows
+        for rate, att in row["probe_points"]
+    ]
     return {
         "figures": {"requests": n, "rel_tol": rel_tol, "capacity": table},
         "verdicts": verdicts,
+        "series": {"target": 0.9, "probes": probes},
         "timing": {"wall_s": time.perf_counter() - start},
     }
 
@@ -167,15 +190,23 @@ def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(float(x)) else None
 
 
-def _capacity(setup: Any, rel_tol: float) -> dict[str, Any]:
+def _capacity(setup: Any, rel_tol: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A capacity search's figures, and its probes (``rate``, ``attainment``, ``bound``: a
+    probe stopped early, its attainment the bound it proved)."""
     from slolab.harness.serving import capacity_search
 
     found, _ = capacity_search(setup, rel_tol=rel_tol, max_probes=14, rate=1.0)
-    return {
+    early = found.early or (False,) * found.n_probes
+    probes = [
+        {"rate": float(r), "attainment": float(a), "bound": bool(e)}
+        for (r, a), e in zip(found.probes, early, strict=True)
+    ]
+    figures = {
         "capacity": float(found.capacity),
         "bracket": [_finite(found.bracket[0]), _finite(found.bracket[1])],
         "probes": int(found.n_probes),
     }
+    return figures, probes
 
 
 def polyserve(quick: bool) -> dict[str, Any]:
@@ -207,14 +238,16 @@ def polyserve(quick: bool) -> dict[str, Any]:
     for policy in ("polyserve", "chunk", "random"):
         cap, probes, budget = best_goodput(scale, trace, n, policy, "colocated", fluid)
         conv[policy] = {"goodput": float(cap), "probes": int(probes), "token_budget": budget}
-    long = {}
+    long, long_probes = {}, []
     for policy in ("polyserve", "random"):
         setup = dataclasses.replace(setup_of(long_n, "colocated"), policy=policy)
         summary = simulate_summary(setup, 0.01)
+        found, probes = _capacity(setup, scale.rel_tol)
         long[policy] = {
             "attainment_at_0.01": float(summary["attainment"]),
             "finished": int(summary["finished"]),
-        } | _capacity(setup, scale.rel_tol)
+        } | found
+        long_probes += [{"policy": policy} | p for p in probes]
     x = ratio(conv["polyserve"]["goodput"] / conv["chunk"]["goodput"])
     share = ratio(conv["polyserve"]["goodput"] / fluid)
     at = {k: v["attainment_at_0.01"] for k, v in long.items()}
@@ -251,8 +284,13 @@ def polyserve(quick: bool) -> dict[str, Any]:
             "mooncake_conversation": long,
         },
         "verdicts": verdicts,
+        "series": {"target": 0.9, "mooncake_probes": long_probes},
         "timing": {"wall_s": time.perf_counter() - start},
     }
+
+
+#: The policies whose latency distributions the co-located part records (at its first rate).
+HEADLINE_POLICIES = ("sarathi", "polyserve", "slos-serve", "hyperflexis")
 
 
 def colocated(quick: bool) -> dict[str, Any]:
@@ -260,19 +298,31 @@ def colocated(quick: bool) -> dict[str, Any]:
 
     The first 300 (quick) or 2,000 (full) Azure conversation requests, trace arrivals
     time-scaled to each rate, 2 servers, PolyServe's SLOs. A policy that does not run
-    co-located is listed with the reason.
+    co-located is listed with the reason. The series keep the TTFT and mean-TPOT quantiles
+    per SLO tier of :data:`HEADLINE_POLICIES` at the first rate.
     """
-    from slolab.harness.serving import ServingSetup, simulate_summary
+    from slolab.harness.plots import LEVELS, latency_quantiles
+    from slolab.harness.serving import ServingSetup
     from slolab.heuristics.policies import policy_names
+    from slolab.sim import metrics
     from slolab.sim.policy import PolicyError
 
     n = 300 if quick else 2000
     rates = (24.0, 64.0)
-    rows, skipped, walls = [], {}, {}
+    rows, skipped, walls, latency = [], {}, {}, []
     for policy in tqdm(policy_names(), desc="policies", leave=False, disable=QUIET):
         setup = ServingSetup("azure_conv_2023", policy=policy, servers=2, limit=n, slos="polyserve")
+        runs = []
         try:
-            runs = [simulate_summary(setup, rate) for rate in rates]
+            for rate in rates:
+                start = time.perf_counter()
+                instance, outcome, _ = setup.simulate(rate)
+                runs.append(metrics.summary(instance, outcome))
+                runs[-1]["wall_s"] = time.perf_counter() - start
+                if policy in HEADLINE_POLICIES and rate == rates[0]:
+                    latency += _quantile_records(
+                        latency_quantiles(instance, outcome, policy=policy)
+                    )
         except (ValueError, TypeError, PolicyError) as err:
             skipped[policy] = str(err).splitlines()[0][:120]
             continue
@@ -288,8 +338,27 @@ def colocated(quick: bool) -> dict[str, Any]:
     return {
         "figures": {"requests": n, "rates": list(rates), "policies": rows, "not_run": skipped},
         "verdicts": {},
+        "series": {"latency": {"rate": rates[0], "levels": list(LEVELS), "runs": latency}},
         "timing": {"wall_s": walls},
     }
+
+
+def _quantile_records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """:func:`slolab.harness.plots.latency_quantiles`'s long table as one record per
+    (policy, tier, metric): its quantiles (s, 6 decimals; None past the finished requests)
+    and the tier's SLO range."""
+    records = []
+    for (policy, tier, metric), g in table.groupby(["policy", "tier", "metric"], sort=False):
+        records.append(
+            {
+                "policy": policy,
+                "tier": int(tier) if isinstance(tier, int | np.integer) else str(tier),
+                "metric": metric,
+                "values_s": [None if v is None or v != v else ratio(v) for v in g["value_s"]],
+                "slo_s": [g["slo_lo_s"].iloc[0], g["slo_hi_s"].iloc[0]],
+            }
+        )
+    return records
 
 
 def proserve(quick: bool) -> dict[str, Any]:
@@ -358,10 +427,13 @@ def proserve(quick: bool) -> dict[str, Any]:
 
 def hyperflexis(quick: bool) -> dict[str, Any]:
     """HyperFlexis: ``dispatch-scale`` windows by HiGHS, CP-SAT and exhaustive search
-    (``benchmarks/hyperflexis.py``'s exact part; 10 s per solve quick, 30 s full)."""
-    from slolab.benchmarks.hyperflexis import exact
+    (``benchmarks/hyperflexis.py``'s exact part; 10 s per solve quick, 30 s full). The series
+    keep the exact cost-attainment front of 4-request windows (one quick, three full; the
+    benchmark's Pareto part) and where each heuristic lands."""
+    from slolab.benchmarks.hyperflexis import exact, pareto
 
     start = time.perf_counter()
+    front = pareto(quick, seeds=(0,) if quick else (0, 1, 2), write=False)
     # full: windows up to 5 requests (6-8 take minutes per solve; archive notes keep them)
     frame = exact(quick, sizes=None if quick else (2, 3, 4, 5))
     rows = [
@@ -383,6 +455,18 @@ def hyperflexis(quick: bool) -> dict[str, Any]:
     return {
         "figures": {"windows": rows, "largest_proved": largest},
         "verdicts": {"backends_agree": "holds" if agree else "does not hold: proved optima differ"},
+        "series": {
+            "front": [
+                {
+                    "window": int(r["seed"]),
+                    "method": r["method"],
+                    "status": r["status"],
+                    "cost_server_s": ratio(r["cost_server_s"]),
+                    "attainment": ratio(r["attainment"]),
+                }
+                for _, r in front.iterrows()
+            ]
+        },
         "timing": {"wall_s": time.perf_counter() - start},
     }
 
@@ -428,6 +512,10 @@ DEPLOYMENT_FULL = (
     ("azure_code_2023", "llama2-7b", 200, (("h100", "a100", "a40"), ("h100",))),
     ("azure_conv_2023", "llama2-70b", 200, (("h100", "a100"), ("h100",))),
 )
+#: Traffic levels (multiples of the cut trace's rate) at which the first case's largest grid
+#: is planned again for the cost-against-traffic series (1 is the case itself).
+DEPLOYMENT_TRAFFIC_QUICK = (1.0,)
+DEPLOYMENT_TRAFFIC_FULL = (1.0, 2.0, 4.0)
 
 
 def deployment(quick: bool) -> dict[str, Any]:
@@ -439,8 +527,10 @@ def deployment(quick: bool) -> dict[str, Any]:
     from slolab.harness import deploy
 
     start = time.perf_counter()
-    rows, dearer = [], []
-    for trace, model, requests, grids in DEPLOYMENT_QUICK if quick else DEPLOYMENT_FULL:
+    rows, dearer, traffic = [], [], []
+    cases = DEPLOYMENT_QUICK if quick else DEPLOYMENT_FULL
+    levels = DEPLOYMENT_TRAFFIC_QUICK if quick else DEPLOYMENT_TRAFFIC_FULL
+    for k, (trace, model, requests, grids) in enumerate(cases):
         cache = deploy.CapacityCache()
         costs: dict[tuple[str, ...], float] = {}
         for gpus in tqdm(grids, desc=f"{trace} {model}", leave=False, disable=QUIET):
@@ -448,6 +538,16 @@ def deployment(quick: bool) -> dict[str, Any]:
             instance = deploy.trace_instance(trace, names, limit=requests, seed=0)
             report = deploy.plan_deployment(instance, names, target=0.9, seed=0, cache=cache)
             record = report.to_record()
+            if k == 0 and gpus == grids[0]:
+                traffic += _fleet_costs(f"{trace}/{model}/{'+'.join(gpus)}", 1.0, record)
+                for level in levels[1:]:
+                    more = deploy.trace_instance(
+                        trace, names, limit=requests, seed=0, traffic=level
+                    )
+                    again = deploy.plan_deployment(more, names, target=0.9, seed=0, cache=cache)
+                    traffic += _fleet_costs(
+                        f"{trace}/{model}/{'+'.join(gpus)}", level, again.to_record()
+                    )
             costs[gpus] = float(record["mixed_cost"])
             rows.append(
                 {
@@ -475,8 +575,30 @@ def deployment(quick: bool) -> dict[str, Any]:
     return {
         "figures": {"cases": rows},
         "verdicts": {"larger_grid_never_dearer": verdict},
+        "series": {"traffic": traffic},
         "timing": {"wall_s": time.perf_counter() - start},
     }
+
+
+def _fleet_costs(case: str, traffic: float, record: dict[str, Any]) -> list[dict[str, Any]]:
+    """One plan's fleets as cost-against-traffic records: the verified mixed and single
+    answers ($/h, with their simulated attainment) and the MILP's optimum on the measured
+    capacities (a price, not simulated)."""
+    return [
+        {
+            "case": case,
+            "traffic": traffic,
+            "fleet": fleet,
+            "cost_per_hour": _finite(record[f"{key}_cost"]),
+            "attainment": _finite(record[f"{key}_attainment"]) if key != "optimum" else None,
+            "plan": record[f"{key}_fleet"] if key != "optimum" else None,
+        }
+        for fleet, key in (
+            ("mixed", "mixed"),
+            ("single", "single"),
+            ("optimum on capacities", "optimum"),
+        )
+    ]
 
 
 def fidelity(quick: bool) -> dict[str, Any]:
@@ -613,6 +735,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="full profile: also write docs/results/full.json and render docs/results.md "
         "and each per-paper page's results block",
     )
+    ap.add_argument("--png", action="store_true", help="also draw each figure as PNG")
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     args = ap.parse_args(argv)
     if args.docs and args.quick:
@@ -622,6 +745,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     data = run_papers(names, args.quick)
     path = write(data, args.out)
     print(f"wrote {path} ({data['header']['wall_s']} s)")
+    formats = ("svg", "png") if args.png else ("svg",)
+    for figure in draw_figures(path, args.out / "figures", formats, required=args.docs):
+        print(f"drew {figure}")
     for name, paper in data["papers"].items():
         for key, verdict in paper["verdicts"].items():
             print(f"{name}: {key}: {verdict}")
@@ -641,9 +767,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             data = old
         DOCS_JSON.parent.mkdir(parents=True, exist_ok=True)
         DOCS_JSON.write_text(json.dumps(data, indent=1) + "\n")
-        for page in update_docs(data):
+        for figure in draw_figures(DOCS_JSON, DOCS_JSON.parent, ("svg",), required=True):
+            print(f"drew {figure}")
+        for page in update_docs(json.loads(DOCS_JSON.read_text())):
             print(f"rendered {page}")
     return data
+
+
+def draw_figures(source: Path, out: Path, formats: tuple[str, ...], required: bool) -> list[Path]:
+    """The standard figures drawn from the JSON file ``source`` (what this run wrote) into
+    ``out`` (:func:`slolab.harness.figures.draw_results`). Without matplotlib they are skipped
+    with a note, unless ``required`` (``--docs``)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        if required:
+            raise
+        print("figures not drawn: matplotlib is not installed (the dev extra installs it)")
+        return []
+    from slolab.harness.figures import draw_results
+
+    data = json.loads(source.read_text())
+    name = str(source.relative_to(ROOT)) if source.is_relative_to(ROOT) else source.name
+    return draw_results(data, out, source=name, formats=formats)
 
 
 if __name__ == "__main__":

@@ -210,6 +210,7 @@ def bench_capacity(
                     "capacity_req_s": res.capacity,
                     "per_gpu_req_s": res.capacity / servers,
                     "probes": res.n_probes,
+                    "probe_points": [[float(r), float(a)] for r, a in res.probes],
                     "monotone": res.monotone,
                     "dp_calls": len(calls),
                     "dp_mean_ms": 1e3 * float(np.mean(calls)) if calls else float("nan"),
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     print(exact.drop(columns="part").to_string(index=False))
     cap = pd.DataFrame(bench_capacity(n_req, replicas, tol, args.seed))
     print("\nCapacity at 90% deadline attainment (ChatBot, Azure conv)")
-    print(cap.drop(columns="part").to_string(index=False))
+    print(cap.drop(columns=["part", "probe_points"]).to_string(index=False))
     table = pd.concat([*frames, exact, cap], ignore_index=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out, index=False)

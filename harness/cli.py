@@ -958,10 +958,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_output_flags(p, quiet=False)
     p.set_defaults(func=cmd_check_policy)
 
-    from slolab.harness import plan, sweep
+    from slolab.harness import figures, plan, sweep
 
     sweep.add_parser(sub)
     plan.add_parser(sub, _add_serving_args)
+    figures.add_parser(sub)
     _traceback_after_command(parser)
     return parser
 

@@ -369,9 +369,11 @@ def simulate_summary(
     The keys of :func:`slolab.sim.metrics.summary` (cost included), with ``wall_s`` the wall
     time of the whole call (building the instance included), ``simulate_s`` the engine's and
     ``stall`` why the run stalled ("" unless ``stalled`` > 0, or ``rejected_held`` > 0: requests a
-    router held that no server took by the end), plus ``instance``, ``policy``, ``router``, ``mode``, ``servers``, ``timing``,
-    ``kv_capacity`` (tokens per server) and ``kv_capacity_source`` (``--kv-capacity``, ``preset
-    NAME`` or ``default``), ``autoscale`` and ``startup_s``; a router that reports on its own decisions (a
+    router held that no server took by the end), plus ``instance``, ``rate`` (the arrival rate
+    asked for, req/s; None for the trace's own arrivals), ``policy``, ``router``, ``mode``,
+    ``servers``, ``timing``, ``kv_capacity`` (tokens per server) and ``kv_capacity_source``
+    (``--kv-capacity``, ``preset NAME`` or ``default``), ``autoscale`` and ``startup_s``; a
+    router that reports on its own decisions (a
     ``summary()`` method, as PolyServe's controller) adds its figures as ``router_*``. With
     ``token_budget``, also ``token_budget``: the tokens per iteration a budgeted policy ran at
     (``--token-budget auto`` resolved; None for other policies). With ``idle_oracle``, also
@@ -407,6 +409,7 @@ def simulate_summary(
     summary.update(
         {
             "instance": instance.name,
+            "rate": rate,
             "policy": setup.policy,
             "router": setup.router_name,
             "mode": setup.mode,
