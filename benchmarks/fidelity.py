@@ -249,7 +249,7 @@ def figures(with_requests: bool = True) -> dict[str, Any]:
     and phase the median signed error and the 90th percentile of |error| of the iteration
     times under each variant, each run's request percentiles, the trend with TP, and the
     verdicts on the targets (held out)."""
-    _, summary, fitted = iteration_table()
+    samples, summary, fitted = iteration_table()
     calibrations = {
         name: {k: _round(getattr(o, k)) for k in (*SCALE_TERMS, *OVERHEAD_TERMS)}
         for name, o in fitted.items()
@@ -321,6 +321,7 @@ def figures(with_requests: bool = True) -> dict[str, Any]:
         for name, r in preset_errors(calibrations_from(stored)).items()
     ]
     return {
+        "series": {"samples": fidelity_samples(samples)},
         "figures": {
             "calibrations": calibrations,
             "presets": presets,
@@ -333,41 +334,31 @@ def figures(with_requests: bool = True) -> dict[str, Any]:
     }
 
 
+def fidelity_samples(samples: pd.DataFrame) -> list[dict[str, Any]]:
+    """Every replayed iteration before calibration and held out, as the figure's points:
+    measured and predicted seconds (4 significant digits), labelled by variant and TP."""
+    kept = samples[samples.variant.isin(("before", "held-out"))]
+    return [
+        {
+            "label": f"{r.variant}, TP {int(r.tp)}",
+            "source": r.source,
+            "phase": r.phase,
+            "measured_s": _round(r.measured_s),
+            "predicted_s": _round(r.predicted_s),
+        }
+        for r in kept.itertuples()
+    ]
+
+
 def draw(samples: pd.DataFrame, path: Path) -> None:
-    """Predicted against measured iteration time, log-log, one colour per TP."""
-    import matplotlib
+    """Predicted against measured iteration time, log-log, one colour per variant and TP
+    (:func:`slolab.harness.plots.predicted_vs_measured`, the results command's figure)."""
+    from slolab.harness import plots
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6), sharex=True, sharey=True)
-    colours = {1: "tab:blue", 2: "tab:orange", 4: "tab:green", 8: "tab:red"}
-    for ax, variant in zip(axes, ("before", "held-out"), strict=True):
-        frame = samples[samples.variant == variant]
-        for tp, part in frame.groupby("tp"):
-            for phase, marker in (("prefill", "o"), ("decode", "x")):
-                sel = part[part.phase == phase]
-                ax.scatter(
-                    1e3 * sel.measured_s,
-                    1e3 * sel.predicted_s,
-                    s=10,
-                    marker=marker,
-                    color=colours.get(int(tp), "black"),
-                    label=f"TP {tp} {phase}",
-                    alpha=0.7,
-                )
-        low = 1e3 * min(frame.measured_s.min(), frame.predicted_s.min()) * 0.8
-        high = 1e3 * max(frame.measured_s.max(), frame.predicted_s.max()) * 1.25
-        ax.plot([low, high], [low, high], color="grey", lw=0.8)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_title(f"{variant}")
-        ax.set_xlabel("measured iteration time (ms)")
-    axes[0].set_ylabel("slolab iteration time (ms)")
-    axes[1].legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, format="svg")
-    plt.close(fig)
+    fig = plots.predicted_vs_measured(
+        fidelity_samples(samples), title="iteration times: slolab against real serving"
+    )
+    plots.save(fig, path)
 
 
 def _percent(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:

@@ -149,6 +149,13 @@ def _proserve_gaps(p: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def _fidelity(p: dict[str, Any]) -> dict[str, Any] | None:
+    rows = p.get("series", {}).get("samples")
+    if not rows:
+        return None
+    return {"table": pd.DataFrame(rows), "title": "iteration times: slolab against real serving"}
+
+
 def _hyperflexis_pareto(p: dict[str, Any]) -> dict[str, Any] | None:
     rows = p.get("series", {}).get("front")
     if not rows:
@@ -252,6 +259,14 @@ RESULT_FIGURES: tuple[ResultFigure, ...] = (
         "TTFT and mean-TPOT distributions per SLO tier (dashed: the tier's TPOT SLO; grey: its "
         "TTFT SLO range)",
         _colocated_latency,
+    ),
+    ResultFigure(
+        "fidelity",
+        "fidelity",
+        "fidelity",
+        "Iteration times predicted against measured on real vLLM serving (log-log): the "
+        "generated presets before calibration and the calibrated terms held out",
+        _fidelity,
     ),
     ResultFigure(
         "deployment-cost",
