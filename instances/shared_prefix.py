@@ -63,7 +63,10 @@ def shared_prefix_workload(
         raise TypeError(f"seed must be an int, got {seed!r}")
     if system_prompt_tokens < 0:
         raise ValueError(f"system_prompt_tokens must be >= 0, got {system_prompt_tokens}")
-    fractions = (("system_fraction", system_fraction), ("conversation_fraction", conversation_fraction))
+    fractions = (
+        ("system_fraction", system_fraction),
+        ("conversation_fraction", conversation_fraction),
+    )
     for name, p in fractions:
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"{name} must be in [0, 1], got {p}")

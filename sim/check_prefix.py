@@ -59,7 +59,12 @@ class CacheReplay:
         ):
             self.hits.setdefault(r, deque()).append((s, t, k))
         evictions = sorted(
-            zip(log.evict_s.tolist(), log.evict_server.tolist(), log.evict_block.tolist(), strict=True)
+            zip(
+                log.evict_s.tolist(),
+                log.evict_server.tolist(),
+                log.evict_block.tolist(),
+                strict=True,
+            )
         )
         self.evictions: list[deque[tuple[float, int]]] = [deque() for _ in range(n_servers)]
         for t, s, key in evictions:
@@ -86,7 +91,9 @@ class CacheReplay:
             if key not in users:
                 bad(f"server {s} at {t:.9g}s: evicts block {key}, which is not resident")
             elif users[key]:
-                bad(f"server {s} at {t:.9g}s: evicts block {key}, which {users[key]} request(s) use")
+                bad(
+                    f"server {s} at {t:.9g}s: evicts block {key}, which {users[key]} request(s) use"
+                )
             else:
                 del users[key]
                 self.unreferenced[s] -= self.b
@@ -97,7 +104,9 @@ class CacheReplay:
         self.admitted[r] = True
         queue = self.hits.get(r)
         if not queue:
-            bad(f"server {s} iteration at {start:.9g}s: admission of request {r} has no logged lookup")
+            bad(
+                f"server {s} iteration at {start:.9g}s: admission of request {r} has no logged lookup"
+            )
             return 0
         s_hit, t_hit, skip = queue.popleft()
         where = f"server {s} iteration at {start:.9g}s: request {r}"

@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from slolab.sim.engine.caching import Caching
 from slolab.sim.engine.servers import (
     DEPARTED,
     NO_IDS,
@@ -18,7 +19,6 @@ from slolab.sim.engine.servers import (
     PendingIteration,
     ServerState,
 )
-from slolab.sim.engine.caching import Caching
 from slolab.sim.engine.state import EV_DECIDE, EV_END
 from slolab.sim.outcome import PHASE_DECODE, PHASE_PREFILL, PHASE_STATIC
 from slolab.sim.policy import Batch, PolicyError
