@@ -30,6 +30,7 @@ independently (:func:`slolab.sim.check`).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -54,11 +55,12 @@ def block_keys(hash_ids: Sequence[int], prompt_tokens: int, block_tokens: int) -
     return [int(hash_ids[k // per]) * per + k % per for k in range(full)]
 
 
-def hash_ids_error(ids: Any, prompt_tokens: int) -> str:
+def hash_ids_error(ids: Any, prompt_tokens: int, *, items: bool = True) -> str:
     """Why ``ids`` is not the ``hash_ids`` of a prompt of ``prompt_tokens`` tokens ("" if it
-    is): a list of integers, one per started 512-token block."""
-    if not isinstance(ids, list | tuple | np.ndarray) or not all(
-        isinstance(x, int | np.integer) and not isinstance(x, bool) for x in ids
+    is): a list of integers (each item checked unless ``items`` is False), one per started
+    512-token block."""
+    if not isinstance(ids, list | tuple | np.ndarray) or (
+        items and not all(isinstance(x, int | np.integer) and not isinstance(x, bool) for x in ids)
     ):
         return f"hash_ids must be a list of integers, got {ids!r}"
     blocks = -(-int(prompt_tokens) // HASH_ID_TOKENS)
@@ -71,7 +73,9 @@ def hash_ids_error(ids: Any, prompt_tokens: int) -> str:
 
 
 def workload_block_ids(workload: Workload) -> np.ndarray:
-    """The ``hash_ids`` column, checked (ValueError naming the row otherwise)."""
+    """The ``hash_ids`` column, checked (ValueError naming the row otherwise): a list per
+    row with one id per started 512-token block (the items are checked as each request's
+    block keys are first read, :meth:`PrefixCaching.keys`)."""
     if "hash_ids" not in workload:
         raise ValueError(
             "prefix caching needs the workload's hash_ids column (Mooncake's prompt block ids, "
@@ -80,7 +84,7 @@ def workload_block_ids(workload: Workload) -> np.ndarray:
     ids = workload["hash_ids"]
     prompt = workload.prompt_tokens
     for r in range(len(workload)):
-        why = hash_ids_error(ids[r], int(prompt[r]))
+        why = hash_ids_error(ids[r], int(prompt[r]), items=False)
         if why:
             raise ValueError(f"{why} (row {r})")
     return ids
@@ -109,8 +113,9 @@ class ServerCache:
         self.block_tokens = block_tokens
         # resident blocks: key -> number of running requests using it (0: unreferenced)
         self.ref: dict[int, int] = {}
-        # unreferenced resident blocks, least recently released first
-        self.lru: dict[int, None] = {}
+        # unreferenced resident blocks, least recently released first (an OrderedDict: taking
+        # the first of a plain dict again and again scans the holes its deletions leave)
+        self.lru: OrderedDict[int, None] = OrderedDict()
         # KV tokens counted more than once in the requests' holdings: (users - 1) * b per block
         self.shared = 0
         # renewed when a block becomes resident or leaves (memo holds lookups of that version)
@@ -154,16 +159,6 @@ class ServerCache:
         del self.lru[key]
         return True
 
-    def add(self, key: int) -> None:
-        """A running request computed block ``key``: it is resident and used by the request (a
-        copy already resident is the one kept)."""
-        if key in self.ref:
-            self.pin(key)
-            return
-        self.ref[key] = 1
-        self.version += 1
-        self.memo.clear()
-
     def release(self, keys: list[int]) -> None:
         """A request stops using ``keys``: released from the last to the first."""
         ref, lru, b = self.ref, self.lru, self.block_tokens
@@ -181,8 +176,7 @@ class ServerCache:
         out: list[int] = []
         lru, ref = self.lru, self.ref
         while excess_tokens > 0 and lru:
-            key = next(iter(lru))
-            del lru[key]
+            key = lru.popitem(last=False)[0]
             del ref[key]
             out.append(key)
             excess_tokens -= self.block_tokens
@@ -210,7 +204,8 @@ class PrefixCaching:
         # admitted with its hit applied (until a preemption): its remaining prefill is its own
         self.admitted = [False] * n
         self.hit_log: list[tuple[int, int, float, int, int]] = []
-        self.evict_log: list[tuple[int, float, int]] = []
+        # evictions: servers, times, block keys
+        self.evict_log: tuple[list[int], list[float], list[int]] = ([], [], [])
 
     def new_cache(self) -> ServerCache:
         return ServerCache(self.block_tokens)
@@ -219,6 +214,9 @@ class PrefixCaching:
         """Keys of request ``r``'s full prompt blocks."""
         k = self._keys[r]
         if k is None:
+            why = hash_ids_error(self.ids[r], self.prompt[r])
+            if why:
+                raise ValueError(f"{why} (row {r})")
             k = self._keys[r] = block_keys(self.ids[r], self.prompt[r], self.block_tokens)
         return k
 
@@ -240,7 +238,7 @@ class PrefixCaching:
     def record(self, servers: int, caches: Sequence[ServerCache | None]) -> PrefixCacheLog:
         """The run's :class:`PrefixCacheLog`."""
         hits = self.hit_log
-        ev = self.evict_log
+        ev_server, ev_s, ev_block = self.evict_log
         stats = np.zeros((servers, 6), dtype=np.int64)
         for s, c in enumerate(caches):
             if c is not None:
@@ -259,9 +257,9 @@ class PrefixCaching:
             hit_s=np.array([h[2] for h in hits], dtype=float),
             hit_tokens=np.array([h[3] for h in hits], dtype=np.int64),
             queried_tokens=np.array([h[4] for h in hits], dtype=np.int64),
-            evict_server=np.array([e[0] for e in ev], dtype=np.int64),
-            evict_s=np.array([e[1] for e in ev], dtype=float),
-            evict_block=np.array([e[2] for e in ev], dtype=np.int64),
+            evict_server=np.array(ev_server, dtype=np.int64),
+            evict_s=np.array(ev_s, dtype=float),
+            evict_block=np.array(ev_block, dtype=np.int64),
             server_stats=stats,
         )
 

@@ -50,18 +50,31 @@ class Caching(EngineCore):
             server.kv_shared = cache.shared
         return taken
 
-    def _cache_add(self, server: ServerState, cache: ServerCache, r: int) -> None:
-        """Request ``r``'s prompt blocks completed by its prefill so far become resident."""
+    def _cache_add(self, server: ServerState, cache: ServerCache, r: int, done: int) -> None:
+        """Request ``r``'s prompt blocks before block ``done``, completed by its prefill so far,
+        become resident (those from its next block on)."""
         pc = self.prefix
         keys = pc.keys(r)
         j = pc.next_block[r]
-        done = min(int(self.prefilled[r]), pc.prompt[r]) // cache.block_tokens
-        if j >= done:
-            return
         pins = pc.pins[r]
+        ref, lru = cache.ref, cache.lru
+        new = False
         for key in keys[j:done]:
-            cache.add(key)
+            users = ref.get(key)
+            if users is None:
+                # a new resident block (ServerCache.add, inline: the hot path)
+                ref[key] = 1
+                new = True
+            elif users:
+                ref[key] = users + 1
+                cache.shared += cache.block_tokens
+            else:
+                ref[key] = 1
+                del lru[key]
             pins.append(key)
+        if new:
+            cache.version += 1
+            cache.memo.clear()
         pc.next_block[r] = done
         server.kv_shared = cache.shared
 
@@ -77,8 +90,15 @@ class Caching(EngineCore):
         """Evict unreferenced blocks until the resident KV, with ``growth`` tokens more to come
         (a decode window's later iterations), fits the server's capacity."""
         excess = (
-            server.kv - server.kv_shared + cache.free_cached_tokens + growth - server.kv_capacity
+            server.kv
+            - server.kv_shared
+            + len(cache.lru) * cache.block_tokens
+            + growth
+            - server.kv_capacity
         )
         if excess > 0:
-            now, sid = self.now, server.id
-            self.prefix.evict_log.extend((sid, now, key) for key in cache.evict(excess))
+            keys = cache.evict(excess)
+            log = self.prefix.evict_log
+            log[0].extend([server.id] * len(keys))
+            log[1].extend([self.now] * len(keys))
+            log[2].extend(keys)

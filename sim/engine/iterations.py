@@ -136,15 +136,7 @@ class Iterations(Caching):
         alloc = 0
         attn = 0.0
         cache = server.cache
-        if cache is not None:
-            # unreferenced cached tokens the admitted requests may take back: what the batch
-            # leaves free, each prefill entry counted with its chunk and a first token
-            budget = (
-                server.kv_capacity
-                - (server.kv - server.kv_shared)
-                - sum(int(c) + 1 for _, c in batch.prefill)
-                - len(batch.decode)
-            )
+        budget: int | None = None
         for r, c in batch.prefill:
             r = int(r)
             c = int(c)
@@ -160,6 +152,15 @@ class Iterations(Caching):
                 server.prefilling.append(r)
                 server.prefilling_t = None
                 if cache is not None:
+                    if budget is None:
+                        # unreferenced cached tokens the admitted requests may take back: what
+                        # the batch leaves free, each prefill entry with its chunk and a token
+                        budget = (
+                            server.kv_capacity
+                            - (server.kv - server.kv_shared)
+                            - sum(int(c) + 1 for _, c in batch.prefill)
+                            - len(batch.decode)
+                        )
                     budget -= self._cache_admit(server, cache, r, budget)
                     if prefilled[r]:
                         # a chunk sized for the whole prompt is cut to what the cache leaves
@@ -215,7 +216,11 @@ class Iterations(Caching):
                 f"{server.kv_capacity - used} of {server.kv_capacity} are free"
             )
         server.kv += alloc
-        if cache is not None:
+        if (
+            cache is not None
+            and server.kv - server.kv_shared + len(cache.lru) * cache.block_tokens
+            > server.kv_capacity
+        ):
             self._cache_evict(server, cache)
         row = [0.0] * N_FEATURES
         row[F_PREFILL_TOKENS] = float(prefill_tokens)
@@ -484,7 +489,10 @@ class Iterations(Caching):
             prefilled[r] += c
             self.held[r] += c
             if cache is not None:
-                self._cache_add(server, cache, r)
+                pc = self.prefix
+                done = min(int(prefilled[r]), pc.prompt[r]) // cache.block_tokens
+                if done > pc.next_block[r]:
+                    self._cache_add(server, cache, r, done)
             if prefilled[r] == self.prefill_target[r]:
                 self.token_times[self.offsets[r] + gen[r]] = end
                 gen[r] += 1
