@@ -56,6 +56,7 @@ from slolab.sim.outcome import (
     pool_seconds,
     server_lives,
 )
+from slolab.sim.prefix_cache import cache_log
 from slolab.sim.static import member_token_offsets
 from slolab.timing.base import (
     F_DECODE_KV,
@@ -127,7 +128,7 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
         return ["token_offsets do not match the workload's output_tokens"]
     kv_held: dict[int, dict[int, int]] = {s: {} for s in range(n_servers)}
     caching = bool(cl.prefix_block_tokens) and cl.mode != "static"
-    if caching != (outcome.prefix_cache is not None):
+    if caching != (cache_log(outcome) is not None):
         return [
             "the cluster caches prefixes but the outcome has no prefix-cache log"
             if caching

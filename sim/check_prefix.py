@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+from slolab.sim.prefix_cache import cache_log
 
 if TYPE_CHECKING:
     from slolab.instances.records import Instance
@@ -35,7 +36,7 @@ class CacheReplay:
     """Resident blocks per server, each with its users, rebuilt from the log."""
 
     def __init__(self, instance: Instance, outcome: Outcome, n_servers: int) -> None:
-        log = outcome.prefix_cache
+        log = cache_log(outcome)
         assert log is not None
         self.b = int(instance.cluster.prefix_block_tokens)
         wl = instance.workload

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 from slolab.sim.outcome import pool_seconds, server_lives
+from slolab.sim.prefix_cache import cache_log
 
 if TYPE_CHECKING:
     from slolab.instances.records import Instance, Workload
@@ -520,8 +521,9 @@ def summary(instance: Instance, outcome: Outcome) -> dict[str, Any]:
             "wall_s": outcome.wall_s,
         }
     )
-    if outcome.prefix_cache is not None:
-        res["prefix_cache"] = outcome.prefix_cache.summary()
+    log = cache_log(outcome)
+    if log is not None:
+        res["prefix_cache"] = log.summary()
     if "tier" in instance.workload and len(np.unique(instance.workload["tier"])) > 1:
         tiers, counts = np.unique(instance.workload["tier"], return_counts=True)
         res["attainment_by_tier"] = attainment_by_tier(instance, outcome, t)

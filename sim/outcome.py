@@ -20,7 +20,6 @@ import numpy as np
 
 if TYPE_CHECKING:
     from slolab.instances.records import Cluster
-    from slolab.sim.prefix_cache import PrefixCacheLog
     from slolab.sim.scaling import ScaleEvent
 
 PHASE_PREFILL, PHASE_DECODE, PHASE_STATIC = 0, 1, 2
@@ -92,9 +91,12 @@ class Outcome:
     cost_server_s : float
         Server-seconds from switch-on to switch-off, summed over servers (nan when not
         recorded); ``cost_by_pool`` splits it by pool.
-    prefix_cache : PrefixCacheLog, optional
-        With prefix caching on (``Cluster.prefix_block_tokens``): every hit and eviction and
-        each server's counts (:class:`slolab.sim.prefix_cache.PrefixCacheLog`); None when off.
+    info : dict
+        The run's notes: ``iterations``, ``stopped_early``, ``rejected_held``, ``stalled`` and
+        ``stall``, and with prefix caching on (``Cluster.prefix_block_tokens``)
+        ``prefix_cache``: every hit and eviction and each server's counts
+        (:class:`slolab.sim.prefix_cache.PrefixCacheLog`; read it with
+        :func:`slolab.sim.prefix_cache.cache_log`).
     """
 
     server: np.ndarray
@@ -140,7 +142,6 @@ class Outcome:
     scale_events: tuple[ScaleEvent, ...] = ()
     cost_server_s: float = float("nan")
     cost_by_pool: dict[str, float] = field(default_factory=dict)
-    prefix_cache: PrefixCacheLog | None = None
 
     @property
     def n_requests(self) -> int:

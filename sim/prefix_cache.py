@@ -40,6 +40,7 @@ from slolab.instances.records import HASH_ID_TOKENS
 
 if TYPE_CHECKING:
     from slolab.instances.records import Instance, Workload
+    from slolab.sim.outcome import Outcome
 
 
 def block_keys(hash_ids: Sequence[int], prompt_tokens: int, block_tokens: int) -> list[int]:
@@ -264,9 +265,15 @@ class PrefixCaching:
         )
 
 
+def cache_log(outcome: Outcome) -> PrefixCacheLog | None:
+    """What the prefix caches did in the run of ``outcome`` (``outcome.info["prefix_cache"]``),
+    None when caching was off."""
+    return outcome.info.get("prefix_cache")
+
+
 @dataclass(frozen=True, eq=False)
 class PrefixCacheLog:
-    """What the prefix caches did in a run (``Outcome.prefix_cache``).
+    """What the prefix caches did in a run (``Outcome.info["prefix_cache"]``).
 
     Attributes
     ----------

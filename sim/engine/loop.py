@@ -271,6 +271,15 @@ class Engine(Routing, Ticks, Iterations):
                 "stalled": self.stalled,
                 "stall": self.stall,
                 "stalled_requests": np.flatnonzero(self.rejected_stalled),
+                **(
+                    {}
+                    if self.prefix is None
+                    else {
+                        "prefix_cache": self.prefix.record(
+                            len(self.servers), [x.cache for x in self.servers]
+                        )
+                    }
+                ),
             },
             rejected_kv=self.rejected_kv,
             rejected_s=self.rejected_at,
@@ -288,9 +297,6 @@ class Engine(Routing, Ticks, Iterations):
             server_origin=np.array([x.origin for x in srv], dtype=np.int64),
             scale_events=tuple(self.scale_events),
             cost_server_s=math.fsum(life.tolist()),
-            prefix_cache=None
-            if self.prefix is None
-            else self.prefix.record(len(self.servers), [x.cache for x in self.servers]),
             cost_by_pool=pool_seconds(
                 ServerLives(pool, on, on, on, off, pool, tuple(p.name for p in self.pools)),
                 self.scale_events,

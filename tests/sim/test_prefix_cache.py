@@ -13,6 +13,7 @@ from slolab.instances.readers import TraceError, read_mooncake
 from slolab.instances.records import Cluster, Instance, Workload
 from slolab.instances.shared_prefix import shared_prefix_workload
 from slolab.sim import check, metrics, run
+from slolab.sim.prefix_cache import cache_log
 from slolab.timing.base import LinearTiming
 
 # T = 10 ms + 1 ms per prefill token + 2 ms per decode token + 1 us per unit of attention work
@@ -41,7 +42,7 @@ def test_hit_skips_cached_blocks_and_charges_their_attention():
     # B at t=1: blocks inside its first 39 tokens: 39 // 16 = 2, both resident -> skips 32,
     # prefills 8: 0.010 + 0.008 + 1e-6 * 8 * (32 + 9 / 2) = 0.018292 -> first token at 1.018292
     np.testing.assert_allclose(out.tokens_of(1), [1.018292], rtol=1e-12)
-    assert out.prefix_cache.hit_tokens.tolist() == [0, 32]
+    assert cache_log(out).hit_tokens.tolist() == [0, 32]
     summary = metrics.summary(inst, out)["prefix_cache"]
     # 32 of 80 prompt tokens skipped; hits 0 + 2 blocks, misses 2 + 0
     assert (summary["hit_rate"], summary["hits"], summary["misses"]) == (0.4, 2, 2)
@@ -55,7 +56,7 @@ def test_unreferenced_blocks_are_evicted_least_recently_released_first():
         [40, 40, 40], [1, 1, 1], [0.0, 1.0, 2.0], [[7], [9], [7]], kv_capacity_tokens=60
     )
     out = run(inst, PrefillFirstFCFS(), seed=0)
-    log = out.prefix_cache
+    log = cache_log(out)
     # A leaves blocks 7*32 = 224 and 225 (released tail first: 225 is the older);
     # C at t=1 holds 41 and 41 + 32 cached > 60: evicts 225; C leaves 288, 289 (289 older);
     # B at t=2 finds 224 only: skips 16, holds 16 + 24 + 1 = 41, 41 + 32 > 60: evicts 289
@@ -91,7 +92,7 @@ def test_caching_without_repeats_changes_nothing(seed):
         assert a.preemptions.sum() == 0
         np.testing.assert_array_equal(a.token_times, b.token_times)
         np.testing.assert_array_equal(a.it_kv_tokens, b.it_kv_tokens)
-        assert b.prefix_cache.hit_tokens.sum() == 0
+        assert cache_log(b).hit_tokens.sum() == 0
         assert check(on, b) == []
 
 
@@ -114,7 +115,7 @@ def test_random_repeated_prefixes_pass_the_checker(seed, mode):
     for policy in (PrefillFirstFCFS(), SarathiFCFS(token_budget=128)):
         out = run(inst, policy, seed=seed)
         assert check(inst, out) == []
-        assert out.prefix_cache.hit_tokens.sum() > 0
+        assert cache_log(out).hit_tokens.sum() > 0
 
 
 def test_checker_refuses_a_hit_beyond_the_cached_prefix_and_a_hidden_eviction():
@@ -122,15 +123,18 @@ def test_checker_refuses_a_hit_beyond_the_cached_prefix_and_a_hidden_eviction():
     inst = instance([40, 40], [2, 1], [0.0, 1.0], [[7], [7]])
     out = run(inst, PrefillFirstFCFS(), seed=0)
     forged = dataclasses.replace(
-        out.prefix_cache, hit_tokens=out.prefix_cache.hit_tokens + np.array([16, 0])
+        cache_log(out), hit_tokens=cache_log(out).hit_tokens + np.array([16, 0])
     )
     # request 0 skips 16 tokens of an empty cache
-    assert any("skips 16" in v for v in check(inst, dataclasses.replace(out, prefix_cache=forged)))
+    assert any(
+        "skips 16" in v
+        for v in check(inst, dataclasses.replace(out, info={**out.info, "prefix_cache": forged}))
+    )
     inst = instance(
         [40, 40, 40], [1, 1, 1], [0.0, 1.0, 2.0], [[7], [9], [7]], kv_capacity_tokens=60
     )
     out = run(inst, PrefillFirstFCFS(), seed=0)
-    log = out.prefix_cache
+    log = cache_log(out)
     hidden = dataclasses.replace(
         log,
         evict_server=log.evict_server[:0],
@@ -138,7 +142,7 @@ def test_checker_refuses_a_hit_beyond_the_cached_prefix_and_a_hidden_eviction():
         evict_block=log.evict_block[:0],
     )
     # C at t=1: 41 resident and 32 cached exceed 60
-    violations = check(inst, dataclasses.replace(out, prefix_cache=hidden))
+    violations = check(inst, dataclasses.replace(out, info={**out.info, "prefix_cache": hidden}))
     assert any("41 KV tokens resident and 32 cached exceed capacity 60" in v for v in violations)
 
 
@@ -149,9 +153,9 @@ def test_cache_aware_router_follows_the_cached_prefix():
     plain = run(inst, PrefillFirstFCFS(), RoundRobin(), seed=0)
     # 32 of 40 tokens cached on server 0: 0.8 > cache_threshold 0.3
     assert aware.server.tolist() == [0, 0]
-    assert aware.prefix_cache.hit_tokens.tolist() == [0, 32]
+    assert cache_log(aware).hit_tokens.tolist() == [0, 32]
     assert plain.server.tolist() == [0, 1]
-    assert plain.prefix_cache.hit_tokens.tolist() == [0, 0]
+    assert cache_log(plain).hit_tokens.tolist() == [0, 0]
     assert check(inst, aware) == [] and check(inst, plain) == []
 
 
