@@ -78,6 +78,9 @@ class ServingSetup:
         :meth:`kv_capacity_used`).
     max_batch_tokens, max_batch_size : int
         Token budget and most sequences per iteration.
+    prefix_cache : str
+        Prefix caching: ``off``, ``auto`` (512-token blocks when the trace has block ids) or a
+        block size (:func:`slolab.problems.serving.prefix_block_tokens`).
     autoscale : str or None
         Scaler name (:func:`slolab.heuristics.scalers.elastic_setup`); None: fixed servers.
     min_servers, max_servers, scale_metric, scale_upper, scale_lower
@@ -111,6 +114,7 @@ class ServingSetup:
     kv_capacity: int | None = _DEFAULT["kv_capacity"]
     max_batch_tokens: int = _DEFAULT["max_batch_tokens"]
     max_batch_size: int = _DEFAULT["max_batch_size"]
+    prefix_cache: str = _DEFAULT["prefix_cache"]
     autoscale: str | None = _DEFAULT["autoscale"]
     min_servers: int = _DEFAULT["min_servers"]
     max_servers: int = _DEFAULT["max_servers"]
@@ -208,6 +212,7 @@ class ServingSetup:
             kv_capacity_tokens=self.kv_capacity,
             max_batch_tokens=self.max_batch_tokens,
             max_batch_size=self.max_batch_size,
+            prefix_cache=self.prefix_cache,
             **self.reading(),
         )
 

@@ -14,6 +14,7 @@ from slolab.heuristics.baselines import (
     SarathiFCFS,
     StaticFCFS,
 )
+from slolab.heuristics.cache_routing import CacheAwareParams, CacheAwareRouter
 from slolab.heuristics.hyperflexis import (
     DispatcherParams,
     HoldRouter,
@@ -54,6 +55,8 @@ from slolab.heuristics.slos_serve import SLOsServeParams, SLOsServePolicy
 from slolab.heuristics.slos_serve_dp import DPDecision, algorithm2, pb_star, slos_dp
 
 __all__ = [
+    "CacheAwareParams",
+    "CacheAwareRouter",
     "DPDecision",
     "DispatcherParams",
     "HoldRouter",

@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 from slolab.instances.hints import SuggestingError, Suggestion, worded
 from slolab.instances.records import (
+    HASH_ID_TOKENS,
     MAX_REQUEST_TOKENS,
     STANDARD_COLUMNS,
     Workload,
@@ -825,6 +826,18 @@ def read_mooncake(
                     isinstance(x, int) and not isinstance(x, bool) for x in ids
                 ):
                     raise _field_error(path, number, "hash_ids", "a list of integers", ids)
+                prompt_length = record["input_length"]
+                if isinstance(prompt_length, int) and not isinstance(prompt_length, bool):
+                    blocks = -(-prompt_length // HASH_ID_TOKENS)
+                    if prompt_length > 0 and len(ids) != blocks:
+                        raise _field_error(
+                            path,
+                            number,
+                            "hash_ids",
+                            f"one id per {HASH_ID_TOKENS}-token block of the prompt "
+                            f"({blocks} for input_length {prompt_length})",
+                            ids if len(ids) <= 8 else f"{len(ids)} ids",
+                        )
                 hashes.append(ids)
     if not times:
         raise _error(path, 1, "no requests in the file")

@@ -460,6 +460,11 @@ class Cluster:
     move_s : float
         Seconds a server moved to another pool needs, once drained, before it serves there
         (reconfiguration; its weights stay loaded).
+    prefix_block_tokens : int
+        Prefix caching (:mod:`slolab.sim.prefix_cache`): tokens per KV block of each server's
+        prefix cache, a divisor of 512 (the tokens per id of the workload's ``hash_ids``
+        column: 512 as Mooncake's ids, 16 as vLLM's blocks); 0 (the default) turns caching off
+        and every prompt is prefilled in full.
     """
 
     servers: int = 1
@@ -473,6 +478,7 @@ class Cluster:
     pools: tuple[Pool, ...] = ()
     startup_s: float = 0.0
     move_s: float = 0.0
+    prefix_block_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.servers < 1 and not (self.pools and self.servers == 0):
@@ -506,6 +512,7 @@ class Cluster:
             )
         _check_delay("cluster", "startup_s", self.startup_s)
         _check_delay("cluster", "move_s", self.move_s)
+        _check_prefix_block_tokens(self.prefix_block_tokens)
         if not isinstance(self.pools, tuple):
             object.__setattr__(self, "pools", tuple(self.pools))
         if self.pools:
@@ -614,7 +621,27 @@ class Cluster:
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}
         out["pools"] = [p.to_dict() for p in self.pools]
+        if not self.prefix_block_tokens:
+            # caching off: the file reads as it did before the field existed
+            del out["prefix_block_tokens"]
         return out
+
+
+#: Tokens per id of a workload's ``hash_ids`` column (Mooncake's prefix blocks).
+HASH_ID_TOKENS = 512
+
+
+def _check_prefix_block_tokens(value: Any) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | np.integer)
+        or value < 0
+        or (value and HASH_ID_TOKENS % value)
+    ):
+        raise ValueError(
+            f"prefix_block_tokens must be 0 (no prefix cache) or a divisor of {HASH_ID_TOKENS} "
+            f"(16, 32, ..., 512), got {value!r}"
+        )
 
 
 def _freeze(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:

@@ -62,6 +62,7 @@ def read_workload(
     max_request_tokens: int | None = None,
     limit: int | None = None,
     order_only: bool = False,
+    keep_hash_ids: bool = False,
 ) -> Workload:
     """Read a trace and give it its arrival process or rate.
 
@@ -98,6 +99,9 @@ def read_workload(
         The caller uses only the order of the requests (a snapshot queues them all at one
         time): a length-only trace read without ``arrivals`` keeps its file order, with
         arrivals 1 s apart, instead of raising.
+    keep_hash_ids : bool
+        A trace with prompt block ids (Mooncake) keeps them as the ``hash_ids`` column (prefix
+        caching reads it); other formats have none and ignore this.
 
     Returns
     -------
@@ -151,6 +155,8 @@ def read_workload(
         if arrivals is None and order_only:
             arrivals, rate = "uniform", 1.0
         return read_trace(path, name, arrivals=arrivals, rate=rate, seed=seed, cv=cv, **opts)
+    if keep_hash_ids and name == "mooncake":
+        opts["keep_hash_ids"] = True
     workload = read_trace(path, name, **opts)
     if arrivals is not None:
         assert rate is not None

@@ -81,6 +81,14 @@ CLUSTER_OPTIONS: tuple[Option, ...] = (
         "SLO, at most this cap (2048 with no cap); simulate prints the budget used",
     ),
     Option("max_batch_size", int, 256, "most sequences per iteration", minimum=1),
+    Option(
+        "prefix_cache",
+        str,
+        "off",
+        "prefix caching in every server: off, auto (512-token blocks when the trace carries "
+        "prompt block ids, as Mooncake's hash_ids; off otherwise), or the block size in tokens "
+        "(a divisor of 512, e.g. 16 as vLLM)",
+    ),
 )
 
 #: The scheduler and its routers.

@@ -15,6 +15,7 @@ from slolab.problems.registry import (
     TRACE_OPTIONS,
     Heuristic,
     Objective,
+    OptionValueError,
     Problem,
     register_problem,
 )
@@ -40,6 +41,7 @@ def serving_instance(
     max_batch_size: int = 256,
     max_batch_tokens: int = 2048,
     name: str | None = None,
+    prefix_cache: str | int = "off",
     **reading: Any,
 ) -> Instance:
     """A serving instance: a (rescaled, cut) real trace with SLOs on a cluster.
@@ -62,6 +64,10 @@ def serving_instance(
     kv_capacity_tokens : int, optional
         KV-cache tokens per server (None: the preset's, else 200,000:
         :func:`slolab.timing.presets.kv_capacity_of`).
+    prefix_cache : str or int
+        Prefix caching in every server (:func:`prefix_block_tokens`): ``"off"``, ``"auto"``
+        (512-token blocks when the trace has prompt block ids, Mooncake's ``hash_ids``) or a
+        block size in tokens.
     **reading
         How the trace is read (``format``, ``columns``, ``time_unit``, ``arrivals``, ``cv``,
         ``zero_output``, ``max_request_tokens``): see :func:`slolab.instances.read_workload`.
@@ -84,7 +90,8 @@ def serving_instance(
         raise ValueError("a serving instance needs a trace (a file or a vendored trace name)")
     path = resolve_trace(trace)
     model = resolve_timing(timing)
-    wl = read_workload(path, rate=rate, seed=seed, limit=limit, **reading)
+    wanted = str(prefix_cache).strip().lower() not in ("off", "0")
+    wl = read_workload(path, rate=rate, seed=seed, limit=limit, keep_hash_ids=wanted, **reading)
     if slos and slos != "none":
         wl = assign_schemes(wl, slos, seed=seed, timing=model, params=slo_params)
     cluster = Cluster(
@@ -94,6 +101,7 @@ def serving_instance(
         prefill_servers=prefill_servers,
         max_batch_size=max_batch_size,
         max_batch_tokens=max_batch_tokens,
+        prefix_block_tokens=prefix_block_tokens(prefix_cache, "hash_ids" in wl),
     )
     # the KV cache a disaggregated cluster moves: the preset's model's, when it names one
     kv_bytes = preset_kv_bytes_per_token(model)
@@ -111,6 +119,34 @@ def serving_instance(
         # ProServe's TDG weights come with its priorities (Sec. 5.1: from the data set's lengths)
         settings.update(tdg_token_weights(wl))
     return Instance(label, wl, cluster, model, problem="serving", settings=settings)
+
+
+def prefix_block_tokens(value: str | int, has_block_ids: bool) -> int:
+    """Tokens per prefix-cache block for ``--prefix-cache value`` (0: off): ``off``; ``auto``
+    (512 when the trace has block ids, else off); or a block size, a divisor of 512, which
+    needs a trace with block ids."""
+    text = str(value).strip().lower()
+    if text in ("off", "0"):
+        return 0
+    if text == "auto":
+        return 512 if has_block_ids else 0
+    try:
+        size = int(text)
+    except ValueError:
+        size = -1
+    if size < 1 or 512 % size:
+        raise OptionValueError(
+            f"prefix_cache must be off, auto or a block size dividing 512, got {value!r}",
+            f"--prefix-cache must be off, auto or a block size dividing 512 (16, 32, ..., 512), "
+            f"got {value!r}",
+        )
+    if not has_block_ids:
+        raise OptionValueError(
+            "prefix caching needs a trace with prompt block ids (Mooncake's hash_ids)",
+            f"--prefix-cache {value} needs a trace with prompt block ids (Mooncake's hash_ids); "
+            "use --prefix-cache off",
+        )
+    return size
 
 
 def serving_problem_instance(

@@ -20,6 +20,9 @@ Rules checked (each violation is one line naming the rule, server, iteration and
 - every emitted token's time is the end of the iteration that produced it, and tokens never
   produced are ``inf``;
 - KV tokens resident on a server never exceed its capacity and equal the logged figure;
+- prefix caching (:mod:`slolab.sim.check_prefix`): a request never skips more prefill than
+  its cached prefix when it started, only unreferenced blocks are evicted, and the resident
+  blocks count against the capacity (shared ones once);
 - at most ``max_batch_size`` sequences and ``max_batch_tokens`` tokens per iteration;
 - disaggregated: decode happens only on decode servers, after the KV transfer arrived; a
   decode server prefills only to recompute a request it preempted;
@@ -43,6 +46,7 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
+from slolab.sim.check_prefix import CacheReplay, caching_servers
 from slolab.sim.engine import warm_start_state
 from slolab.sim.outcome import (
     PHASE_DECODE,
@@ -52,6 +56,7 @@ from slolab.sim.outcome import (
     pool_seconds,
     server_lives,
 )
+from slolab.sim.prefix_cache import cache_log
 from slolab.sim.static import member_token_offsets
 from slolab.timing.base import (
     F_DECODE_KV,
@@ -122,12 +127,23 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
     if not np.array_equal(offs, outcome.token_offsets):
         return ["token_offsets do not match the workload's output_tokens"]
     kv_held: dict[int, dict[int, int]] = {s: {} for s in range(n_servers)}
+    caching = bool(cl.prefix_block_tokens) and cl.mode != "static"
+    if caching != (cache_log(outcome) is not None):
+        return [
+            "the cluster caches prefixes but the outcome has no prefix-cache log"
+            if caching
+            else "the outcome has a prefix-cache log but the cluster caches no prefixes"
+        ]
+    cache = CacheReplay(instance, outcome, n_servers) if caching else None
+    caches = caching_servers(role_of) & caching
     # warm-started requests enter their server already holding their KV
     warm_queue: dict[int, list[tuple[float, int]]] = {s: [] for s in range(n_servers)}
     warm = warm_start_state(instance)
     if warm is not None:
         running, remaining, gen0 = warm
         for r in np.flatnonzero(running).tolist():
+            if cache is not None:
+                cache.admitted[r] = True
             prefilled[r] = prompt[r] - remaining[r]
             generated[r] = gen0[r]
             expect[offs[r] : offs[r] + gen0[r]] = np.nan
@@ -193,6 +209,11 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
             target[r] = prompt[r] + generated[r]
             prefilled[r] = 0
             recompute[s].add(r)
+            if caches[s]:
+                cache.preempted(s, r)  # type: ignore[union-attr]
+        cached_here = bool(caches[s])
+        if cached_here:
+            cache.evict_until(s, start, bad)  # type: ignore[union-attr]
         a, b = int(eo[i]), int(eo[i + 1])
         reqs = outcome.entry_request[a:b]
         phases = outcome.entry_phase[a:b]
@@ -225,6 +246,7 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
             continue
         feats = np.zeros(N_FEATURES)
         emitted: list[int] = []
+        chunked: list[int] = []
         for r, ph, c in zip(reqs.tolist(), phases.tolist(), toks.tolist(), strict=True):
             served_on.setdefault(r, set()).add(s)
             if start < arrival[r] - 1e-12:
@@ -234,6 +256,14 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
             if ph == PHASE_PREFILL:
                 if role == "decode" and r not in recompute[s]:
                     bad(f"{where}: decode server runs a prefill of request {r}")
+                if cached_here and not cache.admitted[r]:  # type: ignore[union-attr]
+                    skip = cache.admit(s, r, start, bad)  # type: ignore[union-attr]
+                    if skip:
+                        prefilled[r] = skip
+                        kv_held[s][r] = skip
+                    chunked.append(r)
+                elif cached_here:
+                    chunked.append(r)
                 left = int(target[r] - prefilled[r])
                 if not 1 <= c <= left:
                     bad(f"{where}: prefill chunk of {c} tokens for request {r} with {left} left")
@@ -294,14 +324,28 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
         if not _close(end - start, model_t):
             bad(f"{where}: lasts {end - start:.12g}s but the timing model gives {model_t:.12g}s")
         resident = sum(kv_held[s].values())
-        if resident > kv_cap[s]:
-            bad(f"{where}: {resident} KV tokens resident exceed capacity {kv_cap[s]}")
+        unreferenced = 0
+        if cached_here:
+            resident -= cache.shared[s]  # type: ignore[union-attr]
+            unreferenced = cache.unreferenced[s]  # type: ignore[union-attr]
+        if resident + unreferenced > kv_cap[s]:
+            bad(
+                f"{where}: {resident} KV tokens resident"
+                + (f" and {unreferenced} cached" if unreferenced else "")
+                + f" exceed capacity {kv_cap[s]}"
+            )
         if resident != int(outcome.it_kv_tokens[i]):
             bad(f"{where}: {resident} KV tokens resident but {int(outcome.it_kv_tokens[i])} logged")
+        for r in chunked:
+            cache.computed(s, r, int(prefilled[r]))  # type: ignore[union-attr]
         for r in emitted:
             if generated[r] >= output[r] or (role == "prefill" and prefilled[r] == target[r]):
                 kv_held[s].pop(r, None)
+                if cached_here:
+                    cache.release(s, r)  # type: ignore[union-attr]
 
+    if cache is not None and len(v) < max_violations:
+        cache.leftover(bad)
     if len(v) < max_violations:
         _check_lives(instance, outcome, lives, server_pools, last_end, bad)
     if len(v) < max_violations:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 from slolab.sim.outcome import pool_seconds, server_lives
+from slolab.sim.prefix_cache import cache_log
 
 if TYPE_CHECKING:
     from slolab.instances.records import Instance, Workload
@@ -489,6 +490,8 @@ def summary(instance: Instance, outcome: Outcome) -> dict[str, Any]:
     ``cost_by_pool``, ``servers_max`` and ``scale_events`` (scaling actions executed).
     ``utilization`` is busy time over cost. A workload with more than one tier (its ``tier``
     column) also gets ``attainment_by_tier`` and ``requests_by_tier`` (keyed by the tier).
+    With prefix caching on, ``prefix_cache`` holds the caches' hits, misses, evictions, hit
+    rate and prefill tokens saved (:meth:`slolab.sim.prefix_cache.PrefixCacheLog.summary`).
     """
     t = request_table(instance, outcome)
     n = len(t)
@@ -534,6 +537,9 @@ def summary(instance: Instance, outcome: Outcome) -> dict[str, Any]:
             "wall_s": outcome.wall_s,
         }
     )
+    log = cache_log(outcome)
+    if log is not None:
+        res["prefix_cache"] = log.summary()
     if "tier" in instance.workload and len(np.unique(instance.workload["tier"])) > 1:
         tiers, counts = np.unique(instance.workload["tier"], return_counts=True)
         res["attainment_by_tier"] = attainment_by_tier(instance, outcome, t)

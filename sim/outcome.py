@@ -95,6 +95,12 @@ class Outcome:
     cost_server_s : float
         Server-seconds from switch-on to switch-off, summed over servers (nan when not
         recorded); ``cost_by_pool`` splits it by pool.
+    info : dict
+        The run's notes: ``iterations``, ``stopped_early``, ``rejected_held``, ``stalled`` and
+        ``stall``, and with prefix caching on (``Cluster.prefix_block_tokens``)
+        ``prefix_cache``: every hit and eviction and each server's counts
+        (:class:`slolab.sim.prefix_cache.PrefixCacheLog`; read it with
+        :func:`slolab.sim.prefix_cache.cache_log`).
     """
 
     server: np.ndarray

@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from slolab.sim.engine.caching import Caching
 from slolab.sim.engine.servers import (
     DEPARTED,
     NO_IDS,
@@ -18,7 +19,7 @@ from slolab.sim.engine.servers import (
     PendingIteration,
     ServerState,
 )
-from slolab.sim.engine.state import EV_DECIDE, EV_END, EngineCore
+from slolab.sim.engine.state import EV_DECIDE, EV_END
 from slolab.sim.outcome import PHASE_DECODE, PHASE_PREFILL, PHASE_STATIC
 from slolab.sim.policy import Batch, PolicyError
 from slolab.sim.static import member_token_offsets
@@ -51,7 +52,7 @@ def _repeated(ids: list[int]) -> int:
     raise ValueError("no request appears twice")
 
 
-class Iterations(EngineCore):
+class Iterations(Caching):
     """Decisions, iteration starts, decode windows and commits (a part of the engine)."""
 
     # -- decisions -------------------------------------------------------------------------
@@ -112,6 +113,11 @@ class Iterations(EngineCore):
             raise PolicyError(
                 f"server {server.id} t={self.now}: cannot preempt request {r}: not running here"
             )
+        cache = server.cache
+        if cache is not None:
+            self._cache_release(server, cache, r)
+            self.prefix.admitted[r] = False
+            self.prefix.next_block[r] = 0
         server.kv -= self.kv_held(r)
         self.prefill_target[r] = self.prompt[r] + self.generated[r]
         self.prefilled[r] = 0
@@ -143,6 +149,8 @@ class Iterations(EngineCore):
         prefill_tokens = 0
         alloc = 0
         attn = 0.0
+        cache = server.cache
+        budget: int | None = None
         for r, c in batch.prefill:
             r = int(r)
             c = int(c)
@@ -157,6 +165,20 @@ class Iterations(EngineCore):
                 self._admit(server, r)
                 server.prefilling.append(r)
                 server.prefilling_t = None
+                if cache is not None:
+                    if budget is None:
+                        # unreferenced cached tokens the admitted requests may take back: what
+                        # the batch leaves free, each prefill entry with its chunk and a token
+                        budget = (
+                            server.kv_capacity
+                            - (server.kv - server.kv_shared)
+                            - sum(int(c) + 1 for _, c in batch.prefill)
+                            - len(batch.decode)
+                        )
+                    budget -= self._cache_admit(server, cache, r, budget)
+                    if prefilled[r]:
+                        # a chunk sized for the whole prompt is cut to what the cache leaves
+                        c = min(c, int(target[r] - prefilled[r]))
             else:
                 raise PolicyError(
                     f"server {sid} t={now}: request {r} cannot prefill here (not waiting or prefilling)"
@@ -203,12 +225,19 @@ class Iterations(EngineCore):
             raise PolicyError(
                 f"server {sid} t={now}: batch of {tokens} tokens exceeds max_batch_tokens {server.max_batch_tokens}"
             )
-        if server.kv + alloc > server.kv_capacity:
+        used = server.kv - server.kv_shared
+        if used + alloc > server.kv_capacity:
             raise PolicyError(
                 f"server {sid} t={now}: batch needs {alloc} KV tokens but only "
-                f"{server.kv_capacity - server.kv} of {server.kv_capacity} are free"
+                f"{server.kv_capacity - used} of {server.kv_capacity} are free"
             )
         server.kv += alloc
+        if (
+            cache is not None
+            and server.kv - server.kv_shared + len(cache.lru) * cache.block_tokens
+            > server.kv_capacity
+        ):
+            self._cache_evict(server, cache)
         row = [0.0] * N_FEATURES
         row[F_PREFILL_TOKENS] = float(prefill_tokens)
         row[F_DECODE_TOKENS] = row[F_NUM_DECODE] = float(len(dids))
@@ -228,7 +257,7 @@ class Iterations(EngineCore):
         p.decode_ids = dids
         if self.record:
             p.features = np.array(row)
-        p.kv = server.kv
+        p.kv = server.kv - server.kv_shared
         server.pending = p
         server.busy_s += dur
         self._push(p.end, server, EV_END)
@@ -286,10 +315,11 @@ class Iterations(EngineCore):
             raise PolicyError(
                 f"server {server.id} t={now}: batch of {s} tokens exceeds max_batch_tokens {server.max_batch_tokens}"
             )
-        if (server.kv_capacity - server.kv) // s < 1:
+        free = server.kv_capacity - (server.kv - server.kv_shared)
+        if free // s < 1:
             raise PolicyError(
                 f"server {server.id} t={now}: batch needs {s} KV tokens but only "
-                f"{server.kv_capacity - server.kv} of {server.kv_capacity} are free"
+                f"{free} of {server.kv_capacity} are free"
             )
         self._open_window(server, ids, batch.wake_at_s)
 
@@ -300,7 +330,7 @@ class Iterations(EngineCore):
         s = len(ids)
         gen = self.generated[ids]
         k_fin = int((self.output[ids] - gen).min())
-        k_mem = (server.kv_capacity - server.kv) // s
+        k_mem = (server.kv_capacity - (server.kv - server.kv_shared)) // s
         if k_mem < 1:
             # memory ran out while the batch repeated: the policy decides (e.g. preempts)
             self._decide(server)
@@ -325,8 +355,11 @@ class Iterations(EngineCore):
             f = f[:k]
             extendable = False
         server.kv += s
+        if server.cache is not None:
+            # the window's memory is taken at its start (its later iterations' tokens too)
+            self._cache_evict(server, server.cache, s * (k - 1))
         server.window = DecodeWindow(
-            ids, times[:-1], times[1:], dur, f, server.kv, extendable, wake_at_s
+            ids, times[:-1], times[1:], dur, f, server.kv - server.kv_shared, extendable, wake_at_s
         )
         self._push(float(times[-1]), server, EV_END)
 
@@ -377,6 +410,8 @@ class Iterations(EngineCore):
     # -- commits -------------------------------------------------------------------------
     def _finish(self, server: ServerState, r: int) -> None:
         server.kv -= self.kv_held(r)
+        if server.cache is not None:
+            self._cache_release(server, server.cache, r)
         self._retry_due = True
 
     def _finish_decoding(
@@ -397,6 +432,10 @@ class Iterations(EngineCore):
             h = int(held[r])
             server.kv -= h
             server.decoding_kv -= h
+        cache = server.cache
+        if cache is not None:
+            for r in done:
+                self._cache_release(server, cache, r)
         self._retry_due = True
         server.decoding_changed()
 
@@ -464,9 +503,15 @@ class Iterations(EngineCore):
             # the server's cached array lists its decoding requests in their order
             self._finish_decoding(server, done, at if dids is server.decoding_arr else None)
         # prefill chunks
+        cache = server.cache
         for r, c in zip(p.prefill_ids, p.prefill_tokens, strict=True):
             prefilled[r] += c
             self.held[r] += c
+            if cache is not None:
+                pc = self.prefix
+                done = min(int(prefilled[r]), pc.prompt[r]) // cache.block_tokens
+                if done > pc.next_block[r]:
+                    self._cache_add(server, cache, r, done)
             if prefilled[r] == self.prefill_target[r]:
                 self.token_times[self.offsets[r] + gen[r]] = end
                 gen[r] += 1

@@ -281,6 +281,15 @@ class Engine(Routing, Ticks, Iterations):
                 "stall": self.stall,
                 "stalled_requests": np.flatnonzero(self.rejected_stalled),
                 "unservable": dict(sorted(self.unservable.items())),
+                **(
+                    {}
+                    if self.prefix is None
+                    else {
+                        "prefix_cache": self.prefix.record(
+                            len(self.servers), [x.cache for x in self.servers]
+                        )
+                    }
+                ),
             },
             rejected_kv=self.rejected_kv,
             rejected_s=self.rejected_at,

@@ -199,12 +199,16 @@ class Routing(EngineCore):
         self.held[r] = self.prefilled[r] + g
         self.token_times[self.offsets[r] : self.offsets[r] + g] = np.nan
         self.first_scheduled[r] = self.now
-        if server.kv + int(self.held[r]) > server.kv_capacity:
+        used = server.kv - server.kv_shared
+        if used + int(self.held[r]) > server.kv_capacity:
             raise ValueError(
                 f"warm-started request {r} holds {int(self.held[r])} KV tokens; server {server.id} "
-                f"has {server.kv_capacity - server.kv} free"
+                f"has {server.kv_capacity - used} free"
             )
         server.kv += int(self.held[r])
+        if self.prefix is not None:
+            # admitted before the run: its prefill goes on from where the snapshot left it
+            self.prefix.admitted[r] = True
         if remaining[r] > 0:
             server.prefilling.append(r)
             server.prefilling_t = None

@@ -141,6 +141,8 @@ class ServerState:
         "first_pool",
         "view",
         "time_of_row",
+        "cache",
+        "kv_shared",
     )
 
     def __init__(self, engine: Engine, sid: int, pool: int, state: int, origin: int = -1) -> None:
@@ -167,6 +169,14 @@ class ServerState:
         # up to date wherever either changes
         self.decoding_kv = 0
         self.kv = 0
+        # prefix caching: its block cache (None: off, or a decode or static server) and the KV
+        # tokens ``kv`` counts more than once (blocks several running requests share); the KV
+        # resident for its requests is ``kv - kv_shared``
+        prefix = engine.prefix
+        self.cache = (
+            prefix.new_cache() if prefix is not None and self.role in ("mixed", "prefill") else None
+        )
+        self.kv_shared = 0
         self.window: DecodeWindow | None = None
         self.pending: PendingIteration | None = None
         self.version = 0
@@ -385,9 +395,9 @@ class Server:
         s = self._s
         w = s.window
         if w is None:
-            return s.kv
+            return s.kv - s.kv_shared
         started = int(w.starts[: w.keep].searchsorted(self._e.now, side="right"))
-        return s.kv + len(w.ids) * max(started - 1, 0)
+        return s.kv - s.kv_shared + len(w.ids) * max(started - 1, 0)
 
     @property
     def kv_free_tokens(self) -> int:
@@ -399,9 +409,14 @@ class Server:
 
     # -- requests ------------------------------------------------------------------------
     def remaining_prefill(self, r: int) -> int:
-        """Prompt (or recompute) tokens request ``r`` still has to prefill."""
+        """Prompt (or recompute) tokens request ``r`` still has to prefill (here, for a request
+        not admitted yet: less the prefix this server's prefix cache holds now)."""
         e = self._e
-        return int(e.prefill_target[r] - e.prefilled[r])
+        left = int(e.prefill_target[r] - e.prefilled[r])
+        cache = self._s.cache
+        if cache is not None and e.prefilled[r] == 0 and not e.prefix.admitted[r]:  # type: ignore[union-attr]
+            left -= e.prefix.cached_tokens(cache, r)  # type: ignore[union-attr]
+        return left
 
     def generated(self, r: int) -> int:
         """Output tokens request ``r`` has emitted so far."""
@@ -476,6 +491,17 @@ def state_key(server: Server) -> tuple[object, ...]:
     server on it."""
     s = server._s
     return (s.version, s.pending, s.window, server.waiting, server.prefilling, server.decoding)
+
+
+def cached_prefix_tokens(server: Server, r: int) -> int:
+    """Tokens of request ``r``'s prompt resident in the server's prefix cache now (its longest
+    cached prefix, at most ``prompt - 1`` tokens; 0 without a cache): what a cache-aware
+    router reads."""
+    s = server._s
+    prefix = server._e.prefix
+    if s.cache is None or prefix is None:
+        return 0
+    return prefix.cached_tokens(s.cache, r)
 
 
 def decoding_kv(server: Server) -> int:

@@ -15,6 +15,7 @@ import numpy as np
 from slolab.sim.engine.servers import READY, STARTING, Server, ServerState
 from slolab.sim.metrics import deadline_slos
 from slolab.sim.policy import Policy, Router
+from slolab.sim.prefix_cache import PrefixCaching
 from slolab.sim.scaling import ScaleAction, ScaleEvent, ScalePlan, Scaler
 from slolab.timing.base import TimingModel
 from slolab.timing.presets import preset
@@ -101,6 +102,10 @@ class EngineCore:
         self.transfer_done = np.full(n, np.inf)
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.warm = warm_start_state(instance)
+        # prefix caching (None: off); servers of a prefill or mixed role each keep a cache
+        self.prefix = (
+            PrefixCaching(instance) if cl.prefix_block_tokens and cl.mode != "static" else None
+        )
         self.now = 0.0
         self.servers: list[ServerState] = []
         for k, p in enumerate(self.pools):

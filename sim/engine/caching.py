@@ -1,0 +1,104 @@
+"""Prefix caching in the engine: a request's cached prefix taken over when it is admitted, the
+blocks it computes made resident, its blocks released when it leaves, and unreferenced blocks
+evicted when memory is needed (the cache itself: :mod:`slolab.sim.prefix_cache`).
+
+Every move here runs only on a server with a cache (``ServerState.cache``); with caching off
+the engine never calls them and its arithmetic is what it was.
+"""
+
+from __future__ import annotations
+
+from slolab.sim.engine.servers import ServerState
+from slolab.sim.engine.state import EngineCore
+from slolab.sim.prefix_cache import PrefixCaching, ServerCache
+
+
+class Caching(EngineCore):
+    """Prefix-cache moves (a part of the engine, a base of its iterations)."""
+
+    prefix: PrefixCaching
+
+    def _cache_admit(self, server: ServerState, cache: ServerCache, r: int, budget: int) -> int:
+        """Request ``r`` (waiting, nothing prefilled) is admitted on ``server``: it takes over
+        its longest cached prefix, taking back at most ``budget`` tokens of unreferenced
+        blocks (the memory its batch leaves), and holds those tokens. Returns the
+        unreferenced tokens it took back."""
+        pc = self.prefix
+        b = cache.block_tokens
+        keys = pc.keys(r)
+        limit = pc.hit_limit(r)
+        k = cache.cached_blocks(keys, limit, max(budget, 0) // b)
+        taken = 0
+        for key in keys[:k]:
+            if cache.pin(key):
+                taken += b
+        skip = k * b
+        target = int(self.prefill_target[r])
+        cache.lookups += 1
+        cache.hit_blocks += k
+        cache.miss_blocks += max(limit, 0) - k
+        cache.hit_tokens += skip
+        cache.queried_tokens += target
+        pc.pins[r] = keys[:k]
+        pc.next_block[r] = k
+        pc.admitted[r] = True
+        pc.hit_log.append((r, server.id, self.now, skip, target))
+        if skip:
+            self.prefilled[r] = skip
+            self.held[r] = skip
+            server.kv += skip
+            server.kv_shared = cache.shared
+        return taken
+
+    def _cache_add(self, server: ServerState, cache: ServerCache, r: int, done: int) -> None:
+        """Request ``r``'s prompt blocks before block ``done``, completed by its prefill so far,
+        become resident (those from its next block on)."""
+        pc = self.prefix
+        keys = pc.keys(r)
+        j = pc.next_block[r]
+        pins = pc.pins[r]
+        ref, lru = cache.ref, cache.lru
+        new = False
+        for key in keys[j:done]:
+            users = ref.get(key)
+            if users is None:
+                # a new resident block (ServerCache.add, inline: the hot path)
+                ref[key] = 1
+                new = True
+            elif users:
+                ref[key] = users + 1
+                cache.shared += cache.block_tokens
+            else:
+                ref[key] = 1
+                del lru[key]
+            pins.append(key)
+        if new:
+            cache.version += 1
+            cache.memo.clear()
+        pc.next_block[r] = done
+        server.kv_shared = cache.shared
+
+    def _cache_release(self, server: ServerState, cache: ServerCache, r: int) -> None:
+        """Request ``r`` leaves ``server`` (finished, preempted, or its prefill handed on): its
+        blocks stay resident, unreferenced unless another request uses them."""
+        pc = self.prefix
+        cache.release(pc.pins[r])
+        pc.pins[r] = []
+        server.kv_shared = cache.shared
+
+    def _cache_evict(self, server: ServerState, cache: ServerCache, growth: int = 0) -> None:
+        """Evict unreferenced blocks until the resident KV, with ``growth`` tokens more to come
+        (a decode window's later iterations), fits the server's capacity."""
+        excess = (
+            server.kv
+            - server.kv_shared
+            + len(cache.lru) * cache.block_tokens
+            + growth
+            - server.kv_capacity
+        )
+        if excess > 0:
+            keys = cache.evict(excess)
+            log = self.prefix.evict_log
+            log[0].extend([server.id] * len(keys))
+            log[1].extend([self.now] * len(keys))
+            log[2].extend(keys)

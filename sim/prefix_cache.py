@@ -1,0 +1,324 @@
+"""Prefix caching: the KV blocks of a shared prompt prefix reused across requests on a server.
+
+A workload describes its prompts' content by the column ``hash_ids`` (Mooncake's convention:
+the id of each 512-token block of the prompt, equal ids meaning equal content up to the end
+of that block, so an id names its whole prefix). A server with a prefix cache
+(``Cluster.prefix_block_tokens = b``, a divisor of 512) keeps KV blocks of ``b`` tokens keyed
+by those ids (block ``k`` of a prompt is the ``k % (512 / b)``-th piece of its id
+``hash_ids[k * b // 512]``). Only full blocks are cached, as in vLLM.
+
+- **A hit.** When a request is admitted (its first prefill chunk starts), its longest prefix
+  of blocks resident on the server is taken over: the request skips those tokens and prefills
+  the rest, whose attention over the cached prefix the timing model still charges. At least
+  one prompt token is always computed (the first output token needs its logits), so the hit
+  covers at most the blocks inside the first ``prompt - 1`` tokens.
+- **Sharing.** A resident block is held once, whatever number of running requests use it; a
+  block a request computes becomes resident (and visible to later requests) when the
+  iteration computing its last token ends.
+- **Eviction.** A block no running request uses stays resident, unreferenced, until memory is
+  needed: then unreferenced blocks leave, least recently released first (a request releases
+  its blocks from the last to the first, so a prompt's tail leaves before its head).
+- **Memory.** Resident blocks count against the server's KV capacity. Policies see the KV the
+  running requests hold, each shared block counted once, as used memory, and unreferenced
+  blocks as free memory (taken back when needed), as vLLM reports its free blocks.
+
+This module holds the data structures (one :class:`ServerCache` per server, the run's
+:class:`PrefixCaching`) and the record an Outcome carries (:class:`PrefixCacheLog`); the
+engine makes the moves (:mod:`slolab.sim.engine.iterations`) and the checker verifies them
+independently (:func:`slolab.sim.check`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from slolab.instances.records import HASH_ID_TOKENS
+
+if TYPE_CHECKING:
+    from slolab.instances.records import Instance, Workload
+    from slolab.sim.outcome import Outcome
+
+
+def block_keys(hash_ids: Sequence[int], prompt_tokens: int, block_tokens: int) -> list[int]:
+    """Keys of the full ``block_tokens``-token blocks of a prompt, from its 512-token ids.
+
+    Block ``k`` is piece ``k % m`` of id ``hash_ids[k // m]`` with ``m = 512 / block_tokens``,
+    keyed ``id * m + k % m`` (one-to-one over the integers).
+    """
+    full = prompt_tokens // block_tokens
+    per = HASH_ID_TOKENS // block_tokens
+    if per == 1:
+        return [int(h) for h in hash_ids[:full]]
+    return [int(hash_ids[k // per]) * per + k % per for k in range(full)]
+
+
+def hash_ids_error(ids: Any, prompt_tokens: int, *, items: bool = True) -> str:
+    """Why ``ids`` is not the ``hash_ids`` of a prompt of ``prompt_tokens`` tokens ("" if it
+    is): a list of integers (each item checked unless ``items`` is False), one per started
+    512-token block."""
+    if not isinstance(ids, list | tuple | np.ndarray) or (
+        items and not all(isinstance(x, int | np.integer) and not isinstance(x, bool) for x in ids)
+    ):
+        return f"hash_ids must be a list of integers, got {ids!r}"
+    blocks = -(-int(prompt_tokens) // HASH_ID_TOKENS)
+    if len(ids) != blocks:
+        return (
+            f"hash_ids must hold one id per {HASH_ID_TOKENS}-token block of the prompt "
+            f"({prompt_tokens} tokens: {blocks}), got {len(ids)}"
+        )
+    return ""
+
+
+def workload_block_ids(workload: Workload) -> np.ndarray:
+    """The ``hash_ids`` column, checked (ValueError naming the row otherwise): a list per
+    row with one id per started 512-token block (the items are checked as each request's
+    block keys are first read, :meth:`PrefixCaching.keys`)."""
+    if "hash_ids" not in workload:
+        raise ValueError(
+            "prefix caching needs the workload's hash_ids column (Mooncake's prompt block ids, "
+            "or slolab.instances.scenarios.shared_prefix_workload's)"
+        )
+    ids = workload["hash_ids"]
+    prompt = workload.prompt_tokens
+    for r in range(len(workload)):
+        why = hash_ids_error(ids[r], int(prompt[r]), items=False)
+        if why:
+            raise ValueError(f"{why} (row {r})")
+    return ids
+
+
+class ServerCache:
+    """One server's block cache: resident blocks with their reference counts, and the
+    unreferenced ones in the order they were released (least recent first)."""
+
+    __slots__ = (
+        "block_tokens",
+        "ref",
+        "lru",
+        "shared",
+        "version",
+        "memo",
+        "lookups",
+        "queried_tokens",
+        "hit_tokens",
+        "hit_blocks",
+        "miss_blocks",
+        "evictions",
+    )
+
+    def __init__(self, block_tokens: int) -> None:
+        self.block_tokens = block_tokens
+        # resident blocks: key -> number of running requests using it (0: unreferenced)
+        self.ref: dict[int, int] = {}
+        # unreferenced resident blocks, least recently released first (an OrderedDict: taking
+        # the first of a plain dict again and again scans the holes its deletions leave)
+        self.lru: OrderedDict[int, None] = OrderedDict()
+        # KV tokens counted more than once in the requests' holdings: (users - 1) * b per block
+        self.shared = 0
+        # renewed when a block becomes resident or leaves (memo holds lookups of that version)
+        self.version = 0
+        self.memo: dict[int, int] = {}
+        self.lookups = 0
+        self.queried_tokens = 0
+        self.hit_tokens = 0
+        self.hit_blocks = 0
+        self.miss_blocks = 0
+        self.evictions = 0
+
+    @property
+    def free_cached_tokens(self) -> int:
+        """Tokens of unreferenced resident blocks (free to take back when memory is needed)."""
+        return len(self.lru) * self.block_tokens
+
+    def cached_blocks(self, keys: list[int], limit: int, lru_budget: int | None = None) -> int:
+        """How many of the first ``limit`` ``keys`` are resident, counted from the first; with
+        ``lru_budget``, also stop at the first unreferenced block beyond that many."""
+        ref = self.ref
+        k = 0
+        for key in keys[:limit]:
+            users = ref.get(key)
+            if users is None:
+                break
+            if lru_budget is not None and users == 0:
+                if lru_budget <= 0:
+                    break
+                lru_budget -= 1
+            k += 1
+        return k
+
+    def pin(self, key: int) -> bool:
+        """A running request uses resident block ``key``; True if it was unreferenced."""
+        users = self.ref[key]
+        self.ref[key] = users + 1
+        if users:
+            self.shared += self.block_tokens
+            return False
+        del self.lru[key]
+        return True
+
+    def release(self, keys: list[int]) -> None:
+        """A request stops using ``keys``: released from the last to the first."""
+        ref, lru, b = self.ref, self.lru, self.block_tokens
+        for key in reversed(keys):
+            users = ref[key] - 1
+            ref[key] = users
+            if users:
+                self.shared -= b
+            else:
+                lru[key] = None
+
+    def evict(self, excess_tokens: int) -> list[int]:
+        """Unreferenced blocks, least recently released first, until ``excess_tokens`` are
+        freed (or none is left); returns their keys."""
+        out: list[int] = []
+        lru, ref = self.lru, self.ref
+        while excess_tokens > 0 and lru:
+            key = lru.popitem(last=False)[0]
+            del ref[key]
+            out.append(key)
+            excess_tokens -= self.block_tokens
+        if out:
+            self.evictions += len(out)
+            self.version += 1
+            self.memo.clear()
+        return out
+
+
+class PrefixCaching:
+    """The prefix-cache state of one run: each request's block keys, the blocks it uses on its
+    server and the next block it will add, and the logs of hits and evictions."""
+
+    def __init__(self, instance: Instance) -> None:
+        self.block_tokens = int(instance.cluster.prefix_block_tokens)
+        wl = instance.workload
+        self.ids = workload_block_ids(wl)
+        self.prompt: list[int] = wl.prompt_tokens.tolist()
+        n = len(wl)
+        self._keys: list[list[int] | None] = [None] * n
+        # blocks each request uses on its current server, and the index of its next block
+        self.pins: list[list[int]] = [[] for _ in range(n)]
+        self.next_block = [0] * n
+        # admitted with its hit applied (until a preemption): its remaining prefill is its own
+        self.admitted = [False] * n
+        self.hit_log: list[tuple[int, int, float, int, int]] = []
+        # evictions: servers, times, block keys
+        self.evict_log: tuple[list[int], list[float], list[int]] = ([], [], [])
+
+    def new_cache(self) -> ServerCache:
+        return ServerCache(self.block_tokens)
+
+    def keys(self, r: int) -> list[int]:
+        """Keys of request ``r``'s full prompt blocks."""
+        k = self._keys[r]
+        if k is None:
+            why = hash_ids_error(self.ids[r], self.prompt[r])
+            if why:
+                raise ValueError(f"{why} (row {r})")
+            k = self._keys[r] = block_keys(self.ids[r], self.prompt[r], self.block_tokens)
+        return k
+
+    def hit_limit(self, r: int) -> int:
+        """Most blocks a hit of request ``r`` covers: those inside its first ``prompt - 1``
+        tokens."""
+        return (self.prompt[r] - 1) // self.block_tokens
+
+    def cached_tokens(self, cache: ServerCache, r: int) -> int:
+        """Tokens of request ``r``'s prompt resident in ``cache`` (its longest cached prefix,
+        at most ``prompt - 1`` tokens)."""
+        hit = cache.memo.get(r)
+        if hit is None:
+            hit = cache.memo[r] = (
+                cache.cached_blocks(self.keys(r), self.hit_limit(r)) * self.block_tokens
+            )
+        return hit
+
+    def record(self, servers: int, caches: Sequence[ServerCache | None]) -> PrefixCacheLog:
+        """The run's :class:`PrefixCacheLog`."""
+        hits = self.hit_log
+        ev_server, ev_s, ev_block = self.evict_log
+        stats = np.zeros((servers, 6), dtype=np.int64)
+        for s, c in enumerate(caches):
+            if c is not None:
+                stats[s] = (
+                    c.lookups,
+                    c.hit_blocks,
+                    c.miss_blocks,
+                    c.evictions,
+                    c.hit_tokens,
+                    c.queried_tokens,
+                )
+        return PrefixCacheLog(
+            block_tokens=self.block_tokens,
+            hit_request=np.array([h[0] for h in hits], dtype=np.int64),
+            hit_server=np.array([h[1] for h in hits], dtype=np.int64),
+            hit_s=np.array([h[2] for h in hits], dtype=float),
+            hit_tokens=np.array([h[3] for h in hits], dtype=np.int64),
+            queried_tokens=np.array([h[4] for h in hits], dtype=np.int64),
+            evict_server=np.array(ev_server, dtype=np.int64),
+            evict_s=np.array(ev_s, dtype=float),
+            evict_block=np.array(ev_block, dtype=np.int64),
+            server_stats=stats,
+        )
+
+
+def cache_log(outcome: Outcome) -> PrefixCacheLog | None:
+    """What the prefix caches did in the run of ``outcome`` (``outcome.info["prefix_cache"]``),
+    None when caching was off."""
+    return outcome.info.get("prefix_cache")
+
+
+@dataclass(frozen=True, eq=False)
+class PrefixCacheLog:
+    """What the prefix caches did in a run (``Outcome.info["prefix_cache"]``).
+
+    Attributes
+    ----------
+    block_tokens : int
+        Tokens per cached block.
+    hit_request, hit_server, hit_s, hit_tokens, queried_tokens : arrays (admissions,)
+        Every admission of a request to a caching server (its first prefill chunk, again after
+        a preemption): the request, the server, the time, the prompt tokens it skipped (its
+        cached prefix taken over) and the tokens it had to prefill without a cache.
+    evict_server, evict_s, evict_block : arrays (evictions,)
+        Every block evicted: the server, the time, the block's key.
+    server_stats : int array (servers, 6)
+        Per server: lookups, hit blocks, missed blocks (full prompt blocks a hit could have
+        covered and did not), evicted blocks, tokens skipped, tokens queried.
+    """
+
+    block_tokens: int
+    hit_request: np.ndarray
+    hit_server: np.ndarray
+    hit_s: np.ndarray
+    hit_tokens: np.ndarray
+    queried_tokens: np.ndarray
+    evict_server: np.ndarray
+    evict_s: np.ndarray
+    evict_block: np.ndarray
+    server_stats: np.ndarray = field(default_factory=lambda: np.zeros((0, 6), dtype=np.int64))
+
+    def summary(self) -> dict[str, Any]:
+        """Per run: ``hits`` and ``misses`` (blocks), ``evictions`` (blocks), ``hit_rate``
+        (tokens skipped over tokens queried, vLLM's prefix-cache hit rate), and
+        ``prefill_tokens_saved``; ``by_server`` the same per server."""
+        st = self.server_stats
+
+        def row(x: np.ndarray) -> dict[str, Any]:
+            lookups, hits, misses, evictions, saved, queried = (int(v) for v in x)
+            return {
+                "lookups": lookups,
+                "hits": hits,
+                "misses": misses,
+                "evictions": evictions,
+                "hit_rate": saved / queried if queried else 0.0,
+                "prefill_tokens_saved": saved,
+            }
+
+        out = row(st.sum(axis=0) if len(st) else np.zeros(6, dtype=np.int64))
+        out["block_tokens"] = self.block_tokens
+        out["by_server"] = [row(x) for x in st]
+        return out

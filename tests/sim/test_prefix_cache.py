@@ -1,0 +1,194 @@
+"""Prefix caching in the engine: hits, attention over the cached prefix, sharing, LRU eviction,
+the checker's replay, the cache-aware router and the synthetic shared-prefix workload."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from sim_cases import random_instance
+from slolab.heuristics.baselines import PrefillFirstFCFS, RoundRobin, SarathiFCFS
+from slolab.heuristics.cache_routing import CacheAwareRouter
+from slolab.instances.readers import TraceError, read_mooncake
+from slolab.instances.records import Cluster, Instance, Workload
+from slolab.instances.shared_prefix import shared_prefix_workload
+from slolab.sim import check, metrics, run
+from slolab.sim.prefix_cache import cache_log
+from slolab.timing.base import LinearTiming
+
+# T = 10 ms + 1 ms per prefill token + 2 ms per decode token + 1 us per unit of attention work
+TIMING = LinearTiming(
+    0.010, {"prefill_tokens": 0.001, "decode_tokens": 0.002, "prefill_attention_work": 1e-6}
+)
+
+
+def instance(prompts, outputs, arrivals, ids, **cluster):
+    wl = Workload(
+        {
+            "arrival_s": arrivals,
+            "prompt_tokens": prompts,
+            "output_tokens": outputs,
+            "hash_ids": np.array([list(x) for x in ids] + [None], dtype=object)[:-1],
+        }
+    )
+    fields = {"servers": 1, "prefix_block_tokens": 16, **cluster}
+    return Instance("cache", wl, Cluster(**fields), TIMING)
+
+
+def test_hit_skips_cached_blocks_and_charges_their_attention():
+    """A repeated 40-token prompt skips its 2 cached 16-token blocks and pays their attention."""
+    inst = instance([40, 40], [2, 1], [0.0, 1.0], [[7], [7]])
+    out = run(inst, PrefillFirstFCFS(), seed=0)
+    # B at t=1: blocks inside its first 39 tokens: 39 // 16 = 2, both resident -> skips 32,
+    # prefills 8: 0.010 + 0.008 + 1e-6 * 8 * (32 + 9 / 2) = 0.018292 -> first token at 1.018292
+    np.testing.assert_allclose(out.tokens_of(1), [1.018292], rtol=1e-12)
+    assert cache_log(out).hit_tokens.tolist() == [0, 32]
+    summary = metrics.summary(inst, out)["prefix_cache"]
+    # 32 of 80 prompt tokens skipped; hits 0 + 2 blocks, misses 2 + 0
+    assert (summary["hit_rate"], summary["hits"], summary["misses"]) == (0.4, 2, 2)
+    assert summary["prefill_tokens_saved"] == 32
+    assert check(inst, out) == []
+
+
+def test_unreferenced_blocks_are_evicted_least_recently_released_first():
+    """Within 60 KV tokens, a new prompt evicts the tail block of the previous one first."""
+    inst = instance(
+        [40, 40, 40], [1, 1, 1], [0.0, 1.0, 2.0], [[7], [9], [7]], kv_capacity_tokens=60
+    )
+    out = run(inst, PrefillFirstFCFS(), seed=0)
+    log = cache_log(out)
+    # A leaves blocks 7*32 = 224 and 225 (released tail first: 225 is the older);
+    # C at t=1 holds 41 and 41 + 32 cached > 60: evicts 225; C leaves 288, 289 (289 older);
+    # B at t=2 finds 224 only: skips 16, holds 16 + 24 + 1 = 41, 41 + 32 > 60: evicts 289
+    assert log.evict_block.tolist() == [225, 289]
+    assert log.evict_s.tolist() == [1.0, 2.0]
+    assert log.hit_tokens.tolist() == [0, 0, 16]
+    assert out.entry_tokens[out.entry_request == 2].tolist() == [24]
+    assert check(inst, out) == []
+
+
+def test_blocks_shared_by_running_requests_count_once():
+    """Two running requests with the same 32-token prompt hold its 2 blocks once."""
+    inst = instance([32, 32], [3, 3], [0.0, 0.0], [[5], [5]])
+    out = run(inst, PrefillFirstFCFS(), seed=0)
+    # iteration 1: each prefills 32 (+1 first token): 33 + 33 = 66 (nothing cached yet);
+    # iteration 2: each decodes one more: 34 + 34 less the 2 shared blocks (32) = 36
+    assert out.it_kv_tokens[:2].tolist() == [66, 36]
+    assert check(inst, out) == []
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_caching_without_repeats_changes_nothing(seed):
+    """With no block repeated, caching on emits every token at the same time as caching off."""
+    base = random_instance(seed)
+    ids = np.array([[1000 + r] for r in range(base.n_requests)] + [None], dtype=object)[:-1]
+    wl = base.workload.with_columns(hash_ids=ids)
+    off = dataclasses.replace(base, workload=wl)
+    on = dataclasses.replace(off, cluster=dataclasses.replace(off.cluster, prefix_block_tokens=16))
+    for policy in (PrefillFirstFCFS, SarathiFCFS):
+        a = run(off, policy(), seed=0)
+        b = run(on, policy(), seed=0)
+        # no block repeats and no preemption (a recompute would find its own blocks)
+        assert a.preemptions.sum() == 0
+        np.testing.assert_array_equal(a.token_times, b.token_times)
+        np.testing.assert_array_equal(a.it_kv_tokens, b.it_kv_tokens)
+        assert cache_log(b).hit_tokens.sum() == 0
+        assert check(on, b) == []
+
+
+@pytest.mark.parametrize("mode", ["colocated", "disaggregated"])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_random_repeated_prefixes_pass_the_checker(seed, mode):
+    """Seeded runs with prefixes drawn from 5, preemptions and both modes: checker clean."""
+    base = random_instance(seed, kv=1500, n=60)
+    rng = np.random.default_rng(seed)
+    ids = np.array([[int(x)] for x in rng.integers(0, 5, base.n_requests)] + [None], dtype=object)
+    wl = base.workload.with_columns(hash_ids=ids[:-1])
+    cluster = dataclasses.replace(
+        base.cluster,
+        prefix_block_tokens=16,
+        servers=3 if mode == "disaggregated" else 2,
+        mode=mode,
+        prefill_servers=1 if mode == "disaggregated" else 0,
+    )
+    inst = dataclasses.replace(base, workload=wl, cluster=cluster)
+    for policy in (PrefillFirstFCFS(), SarathiFCFS(token_budget=128)):
+        out = run(inst, policy, seed=seed)
+        assert check(inst, out) == []
+        assert cache_log(out).hit_tokens.sum() > 0
+
+
+def test_checker_refuses_a_hit_beyond_the_cached_prefix_and_a_hidden_eviction():
+    """A hit forged 16 tokens longer, and evictions left out of the log, are each reported."""
+    inst = instance([40, 40], [2, 1], [0.0, 1.0], [[7], [7]])
+    out = run(inst, PrefillFirstFCFS(), seed=0)
+    forged = dataclasses.replace(
+        cache_log(out), hit_tokens=cache_log(out).hit_tokens + np.array([16, 0])
+    )
+    # request 0 skips 16 tokens of an empty cache
+    assert any(
+        "skips 16" in v
+        for v in check(inst, dataclasses.replace(out, info={**out.info, "prefix_cache": forged}))
+    )
+    inst = instance(
+        [40, 40, 40], [1, 1, 1], [0.0, 1.0, 2.0], [[7], [9], [7]], kv_capacity_tokens=60
+    )
+    out = run(inst, PrefillFirstFCFS(), seed=0)
+    log = cache_log(out)
+    hidden = dataclasses.replace(
+        log,
+        evict_server=log.evict_server[:0],
+        evict_s=log.evict_s[:0],
+        evict_block=log.evict_block[:0],
+    )
+    # C at t=1: 41 resident and 32 cached exceed 60
+    violations = check(inst, dataclasses.replace(out, info={**out.info, "prefix_cache": hidden}))
+    assert any("41 KV tokens resident and 32 cached exceed capacity 60" in v for v in violations)
+
+
+def test_cache_aware_router_follows_the_cached_prefix():
+    """The repeat goes where its prefix is cached; round robin sends it to the other server."""
+    inst = instance([40, 40], [2, 1], [0.0, 1.0], [[7], [7]], servers=2)
+    aware = run(inst, PrefillFirstFCFS(), CacheAwareRouter(), seed=0)
+    plain = run(inst, PrefillFirstFCFS(), RoundRobin(), seed=0)
+    # 32 of 40 tokens cached on server 0: 0.8 > cache_threshold 0.3
+    assert aware.server.tolist() == [0, 0]
+    assert cache_log(aware).hit_tokens.tolist() == [0, 32]
+    assert plain.server.tolist() == [0, 1]
+    assert cache_log(plain).hit_tokens.tolist() == [0, 0]
+    assert check(inst, aware) == [] and check(inst, plain) == []
+
+
+def test_shared_prefix_workload_turns_extend_the_previous_prompt():
+    """Every request a turn: prompts grow by the previous answer and the new text."""
+    wl = Workload(
+        {"arrival_s": [0.0, 1.0, 2.0], "prompt_tokens": [100, 50, 30], "output_tokens": [10, 20, 5]}
+    )
+    out = shared_prefix_workload(
+        wl,
+        seed=0,
+        system_prompt_tokens=512,
+        system_fraction=1.0,
+        conversation_fraction=1.0,
+        turns=3,
+    )
+    # 512 + 100 = 612; 612 + 10 + 50 = 672; 672 + 20 + 30 = 722; each keeps the whole blocks
+    # of the previous prompt (612 // 512 = 1: the system block 0) and gets one new id
+    assert out.prompt_tokens.tolist() == [612, 672, 722]
+    assert [list(x) for x in out["hash_ids"]] == [[0, 1], [0, 2], [0, 3]]
+
+
+def test_mooncake_block_count_mismatch_is_one_line(tmp_path):
+    """hash_ids with 1 id for a 1,000-token prompt (2 blocks) names file, line, field, value."""
+    path = tmp_path / "bad.jsonl"
+    rows = [
+        {"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]},
+        {"timestamp": 1, "input_length": 1000, "output_length": 5, "hash_ids": [3]},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(TraceError) as err:
+        read_mooncake(path, keep_hash_ids=True)
+    message = str(err.value)
+    assert "\n" not in message
+    assert "bad.jsonl" in message and "line 2" in message and "hash_ids" in message
+    assert "[3]" in message
