@@ -49,10 +49,12 @@ __all__ = ["TIME_STEP_S", "TiColumn", "TimeIndexedMaster", "TimeIndexedBound", "
 
 #: Grid step of the node times (s).
 TIME_STEP_S = 0.05
-#: Columns added per pricing round at most (the most negative).
-COLUMNS_PER_ROUND = 400
+#: Paths added per pricing round at most (the best ending at distinct sink ticks).
+PATHS_PER_ROUND = 20
 #: A column prices out below this reduced cost (s).
 PRICE_TOL = 1e-7
+#: Dual smoothing: the priced duals are this share of the best bound's plus the rest of the LP's.
+SMOOTHING = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +83,9 @@ class TimeIndexedBound:
 
 
 class TimeIndexedMaster:
-    """The time-indexed master at ratio ``lambda`` for a snapshot (see the module docstring).
+    """The time-indexed master at ratio ``lambda`` for a snapshot (see the module docstring):
+    columns are paths of batches through the grid of nodes ``(q, t)``, priced by a dynamic
+    programme over the grid.
 
     Parameters
     ----------
@@ -113,15 +117,11 @@ class TimeIndexedMaster:
         #: node times: ticks 0 .. late - 1 at ``tick * step``; tick ``late`` is past them all
         self.late = max(1, int(math.floor(max(horizon, 0.0) / self.step)) + 1)
         self.times = np.append(np.arange(self.late) * self.step, math.inf)
-        self.columns: list[TiColumn] = []
-        self._keys: set[TiColumn] = set()
+        self.paths: list[tuple[TiColumn, ...]] = []
+        self._keys: set[tuple[TiColumn, ...]] = set()
         self._highs: Any = None
 
-    # -- layout -----------------------------------------------------------------------------------
-    def node(self, q: int, tick: int) -> int:
-        """Row of node ``(q, tick)`` (``q < N``); covering rows come first."""
-        return self.n + q * (self.late + 1) + tick
-
+    # -- batches on the grid ----------------------------------------------------------------------
     def end_tick(self, tick: int, duration: float) -> int:
         """Grid tick a batch started at ``tick`` ends at, rounded down (``late`` past the
         grid or from the late node)."""
@@ -134,10 +134,12 @@ class TimeIndexedMaster:
         """``d_S (N - q - s) + sum e_r(s) - |claimed| / lambda`` (s)."""
         s = len(col.members)
         execs = self.execs[list(col.members), s]
-        return float(execs.max() * (self.n - col.q - s) + execs.sum() - len(col.claimed) / self.ratio)
+        return float(
+            execs.max() * (self.n - col.q - s) + execs.sum() - len(col.claimed) / self.ratio
+        )
 
     def column(self, members: tuple[int, ...], q: int, tick: int) -> TiColumn:
-        """The column of ``members`` at node ``(q, tick)``: its end tick and every member whose
+        """The batch of ``members`` at node ``(q, tick)``: its end tick and every member whose
         latest start the node's time reaches."""
         s = len(members)
         members = tuple(sorted(int(r) for r in members))
@@ -146,56 +148,45 @@ class TimeIndexedMaster:
         claimed = tuple(r for r in members if self.latest[r, s] >= t)
         return TiColumn(members, q, tick, self.end_tick(tick, duration), claimed)
 
-    def plan_columns(self, plan: Any) -> list[TiColumn]:
+    def plan_path(self, plan: Any) -> tuple[TiColumn, ...]:
         """The path of a plan on the grid (starts rounded down batch by batch)."""
         cols, q, tick = [], 0, 0
         for batch in plan:
             col = self.column(tuple(batch), q, tick)
             cols.append(col)
             q, tick = q + len(batch), col.end_tick
-        return cols
+        return tuple(cols)
 
     # -- the LP -----------------------------------------------------------------------------------
-    def _entries(self, col: TiColumn) -> tuple[list[int], list[float]]:
-        s = len(col.members)
-        rows = list(col.members) + [self.node(col.q, col.tick)]
-        vals = [1.0] * s + [1.0]
-        if col.q + s < self.n:
-            rows.append(self.node(col.q + s, col.end_tick))
-            vals.append(-1.0)
-        return rows, vals
-
-    def _build(self) -> Any:
+    def add(self, paths: list[tuple[TiColumn, ...]]) -> int:
+        """Add the new ones of ``paths`` (rows: each request covered once, one path); how many."""
         import highspy
 
-        highs = highspy.Highs()
-        highs.setOptionValue("output_flag", False)
-        highs.setOptionValue("threads", 1)
-        highs.setOptionValue("solver", "simplex")
-        nodes = self.n * (self.late + 1)
-        lower = np.concatenate([np.ones(self.n), np.zeros(nodes)])
-        lower[self.node(0, 0)] = 1.0
-        highs.addRows(len(lower), lower, lower.copy(), 0, np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0))
-        return highs
-
-    def add(self, cols: list[TiColumn]) -> int:
-        """Add the new ones of ``cols``; how many."""
-        fresh = [c for c in cols if c not in self._keys]
+        fresh = [p for p in dict.fromkeys(paths) if p not in self._keys]
         if not fresh:
             return 0
         if self._highs is None:
-            self._highs = self._build()
+            highs = highspy.Highs()
+            highs.setOptionValue("output_flag", False)
+            highs.setOptionValue("threads", 1)
+            ones = np.ones(self.n + 1)
+            empty = np.zeros(0, dtype=np.int32)
+            highs.addRows(self.n + 1, ones, ones.copy(), 0, empty, empty, np.zeros(0))
+            self._highs = highs
         starts, idx, val = [], [], []
-        for c in fresh:
-            rows, vals = self._entries(c)
+        for path in fresh:
+            count = np.bincount(
+                np.concatenate([np.asarray(c.members) for c in path]), minlength=self.n
+            )
+            rows = np.flatnonzero(count)
             starts.append(len(idx))
-            idx += rows
-            val += vals
-            self._keys.add(c)
-        self.columns.extend(fresh)
+            idx += rows.tolist() + [self.n]
+            val += count[rows].astype(float).tolist() + [1.0]
+            self._keys.add(path)
+        self.paths.extend(fresh)
         self._highs.addCols(
             len(fresh),
-            np.array([self.cost(c) for c in fresh]),
+            np.array([sum(self.cost(c) for c in p) for p in fresh]),
             np.zeros(len(fresh)),
             np.full(len(fresh), np.inf),
             len(idx),
@@ -206,7 +197,8 @@ class TimeIndexedMaster:
         return len(fresh)
 
     def solve(self, deadline: float) -> tuple[float, np.ndarray] | None:
-        """The LP's optimum and row duals; None when not optimal by ``deadline``."""
+        """The LP's optimum and row duals (``pi`` per request, then the path row's
+        ``sigma``); None when not optimal by ``deadline``."""
         import highspy
 
         left = deadline - time.perf_counter()
@@ -222,75 +214,125 @@ class TimeIndexedMaster:
         )
 
     # -- pricing ----------------------------------------------------------------------------------
-    def price(self, duals: np.ndarray, most: int = COLUMNS_PER_ROUND) -> tuple[list[TiColumn], float]:
-        """The ``most`` columns of least reduced cost below ``-PRICE_TOL`` and the least reduced
-        cost over *every* column (exact: see the module docstring)."""
+    def price(
+        self, duals: np.ndarray, most: int = PATHS_PER_ROUND
+    ) -> tuple[list[tuple[TiColumn, ...]], float]:
+        """The least reduced cost over every path (``rc`` = its cost less ``sum_r count_r pi_r``
+        less ``sigma``) and the best paths ending at the ``most`` best sink ticks whose reduced
+        cost is below ``-PRICE_TOL``.
+
+        A dynamic programme over the nodes by ``q``: an arc from ``(q, t)`` is a size ``s``
+        and a leader ``j`` (largest ``(e_r(s), r)`` of the batch), its members ``j`` and the
+        ``s - 1`` cheapest of ``e_r(s) - pi_r - [L_r(s) >= t] / lambda`` below ``j`` (the
+        best batch of that arc whatever ``q``), costing that plus ``e_j(s) (N - q - s)`` and
+        ending at ``(q + s, floor_grid(t + e_j(s)))``. Paths may repeat a request (the LP's
+        covering rows count each repeat); every plan is one of them."""
         n, b, late = self.n, self.b, self.late
-        pi = duals[:n]
-        phi = duals[n:].reshape(n, late + 1)  # node duals, q < N
-        phi_end = np.vstack([phi, np.zeros((1, late + 1))])  # q = N: no row
+        pi, sigma = duals[:n], float(duals[n])
         times = self.times
-        best_rc, found = math.inf, []
+        ticks = late + 1
+        # arc tables per (size, leader position): batch value per tick and end tick
+        arcs: list[tuple[int, int, np.ndarray, np.ndarray, float, np.ndarray]] = []
         for s in range(1, b + 1):
             order = np.lexsort((np.arange(n), self.execs[:, s]))
             e = self.execs[order, s]
-            # value of a member at each tick: e - pi - [claimed] / lambda
             claim = self.latest[order, s][None, :] >= times[:, None]  # (ticks, n)
             value = e[None, :] - pi[order][None, :] - claim / self.ratio
-            # the s - 1 smallest values among the requests before each leader, per tick
-            small = np.full((late + 1, max(s - 1, 0)), math.inf)
+            small = np.full((ticks, max(s - 1, 0)), math.inf)
             for i in range(n):
-                lead = value[:, i]
-                extra = small.sum(axis=1) if s > 1 else np.zeros(late + 1)
-                if np.isfinite(extra).all() or s == 1:
-                    sets = lead + extra  # (ticks,)
-                    d = e[i]
-                    end = np.full(late + 1, late)
-                    end[:late] = np.minimum(late, np.floor((times[:late] + d) / self.step + 1e-12))
-                    qs = np.arange(n - s + 1)
-                    rc = (
-                        sets[None, :]
-                        + d * (n - qs - s)[:, None]
-                        - phi[qs]
-                        + phi_end[qs[:, None] + s, end[None, :]]
+                if i >= s - 1:
+                    sets = value[:, i] + (small.sum(axis=1) if s > 1 else 0.0)
+                    end = np.full(ticks, late)
+                    end[:late] = np.minimum(
+                        late, np.floor((times[:late] + e[i]) / self.step + 1e-12)
                     )
-                    best_rc = min(best_rc, float(rc.min()))
-                    for q, k in zip(*np.nonzero(rc < -PRICE_TOL), strict=True):
-                        found.append((float(rc[q, k]), i, s, int(q), int(k), order))
+                    arcs.append((s, i, sets, end, float(e[i]), order))
                 if s > 1:
-                    merged = np.concatenate([small, value[:, i : i + 1]], axis=1)
-                    small = np.sort(merged, axis=1)[:, : s - 1]
-        found.sort(key=lambda f: f[0])
-        cols = []
-        for _, i, s, q, k, order in found[:most]:
-            value_k = self.execs[order, s] - pi[order] - (self.latest[order, s] >= times[k]) / self.ratio
-            below = np.argsort(value_k[:i], kind="stable")[: s - 1]
-            members = (int(order[i]),) + tuple(int(order[j]) for j in below)
-            cols.append(self.column(members, q, k))
-        return cols, best_rc
+                    small = np.sort(np.concatenate([small, value[:, i : i + 1]], axis=1), axis=1)[
+                        :, : s - 1
+                    ]
+        best = np.full((n + 1, ticks), math.inf)
+        best[0, 0] = 0.0
+        pred = np.full((n + 1, ticks, 3), -1, dtype=np.int64)  # (previous tick, arc, size)
+        for q in range(n):
+            here = best[q]
+            live = np.isfinite(here)
+            if not live.any():
+                continue
+            for a, (s, _, sets, end, d, _) in enumerate(arcs):
+                if q + s > n:
+                    continue
+                cand = np.where(live, here + sets + d * (n - q - s), math.inf)
+                # per end tick the least candidate (several start ticks may end at one)
+                by_value = np.argsort(cand, kind="stable")
+                targets, first = np.unique(end[by_value], return_index=True)
+                winners = by_value[first]
+                better = cand[winners] < best[q + s, targets]
+                k, target = winners[better], targets[better]
+                best[q + s, target] = cand[k]
+                pred[q + s, target, 0] = k
+                pred[q + s, target, 1] = a
+                pred[q + s, target, 2] = s
+        sinks = best[n] - sigma
+        rc_min = float(sinks.min())
+        chosen = np.flatnonzero(sinks < -PRICE_TOL)
+        chosen = chosen[np.argsort(sinks[chosen], kind="stable")[:most]]
+        paths = []
+        for k in chosen:
+            batches = []
+            q, tick = n, int(k)
+            while q > 0:
+                prev, a, s = (int(v) for v in pred[q, tick])
+                _, i, _, _, _, order = arcs[a]
+                value_k = (
+                    self.execs[order, s]
+                    - pi[order]
+                    - (self.latest[order, s] >= times[prev]) / self.ratio
+                )
+                below = np.argsort(value_k[:i], kind="stable")[: s - 1]
+                members = (int(order[i]), *(int(order[j]) for j in below))
+                q -= s
+                batches.append(self.column(members, q, prev))
+                tick = prev
+            paths.append(tuple(reversed(batches)))
+        return paths, rc_min
 
-    def lagrangian(self, duals: np.ndarray, best_rc: float) -> float:
-        """``sum pi + phi_(0,0) + N min(0, rc_min)``: a lower bound on ``min F`` over plans."""
-        return float(duals[: self.n].sum() + duals[self.node(0, 0)] + self.n * min(0.0, best_rc))
+    def lagrangian(self, duals: np.ndarray, rc_min: float) -> float:
+        """``sum pi + sigma + min(0, rc_min)``: a lower bound on ``min F`` over plans (every
+        plan is one path)."""
+        return float(duals[: self.n].sum() + duals[self.n] + min(0.0, rc_min))
 
     def generate(self, plan: Any, deadline: float) -> tuple[float, bool]:
-        """Column generation from ``plan``'s path until no column prices out or ``deadline``:
-        the best Lagrangian bound on ``min F`` and whether it converged (-inf when no round
-        finished)."""
-        self.add(self.plan_columns(plan))
+        """Column generation from ``plan``'s path until no path prices out or ``deadline``,
+        with the duals smoothed towards those of the best Lagrangian bound so far (Wentges:
+        half way; at the LP's own duals when the smoothed ones price nothing out): the best
+        Lagrangian bound on ``min F`` and whether it converged (-inf when no round finished)."""
+        self.add([self.plan_path(plan)])
         best = -math.inf
+        center: np.ndarray | None = None
         while True:
             got = self.solve(deadline)
             if got is None:
                 return best, False
-            _, duals = got
-            cols, rc = self.price(duals)
-            best = max(best, self.lagrangian(duals, rc))
-            if rc >= -PRICE_TOL or not cols:
+            value, duals = got
+            if center is None:
+                center = duals
+            paths: list[tuple[TiColumn, ...]] = []
+            for share in (SMOOTHING, 0.0):
+                priced = share * center + (1.0 - share) * duals
+                paths, rc_min = self.price(priced)
+                bound = self.lagrangian(priced, rc_min)
+                if bound > best:
+                    best, center = bound, priced
+                if paths:
+                    break
+            if not paths:
+                return max(best, value), True
+            if best >= value - PRICE_TOL * (1.0 + abs(value)):
                 return best, True
             if time.perf_counter() >= deadline:
                 return best, False
-            self.add(cols)
+            self.add(paths)
 
 
 def time_indexed_bound(
@@ -310,14 +352,14 @@ def time_indexed_bound(
     start = time.perf_counter()
     deadline = start + time_limit
     result = TimeIndexedBound(bound=math.inf)
-    known: list[TiColumn] = []
+    known: list[tuple[TiColumn, ...]] = []
     lo, lam = incumbent, incumbent
     for _ in range(steps):
         master = TimeIndexedMaster(problem, lam, step_s)
-        master.add([c for c in known])
+        master.add(known)
         lb, converged = master.generate(plan, deadline)
-        known = master.columns
-        result.ticks, result.columns = master.late, len(master.columns)
+        known = master.paths
+        result.ticks, result.columns = master.late, len(master.paths)
         result.tried.append({"ratio": lam, "f_lower": lb, "converged": float(converged)})
         if math.isfinite(lb):
             result.bound = min(result.bound, lam * (1.0 + max(0.0, -lb) / latency_floor_s))

@@ -17,30 +17,34 @@ from slolab.solvers import Status, solve
 from sa_ordering_cases import random_ordering_instance
 
 
-def test_pricing_is_the_least_reduced_cost_of_every_column():
-    """Random duals on a 5-request snapshot (B = 2): the least reduced cost the pricing
-    reports equals the least over every (members, node) column, and each column it returns
-    has the reduced cost it was priced at or better than the tolerance."""
-    problem = as_problem(random_ordering_instance(4, 5, 2))
+def test_pricing_is_the_least_reduced_cost_of_every_path():
+    """Random duals on a 4-request snapshot (B = 2): the least reduced cost the pricing's
+    programme reports equals the least over every path listed (every sequence of batches whose
+    sizes add up to N, repeats allowed), and the best path it returns has that reduced cost."""
+    problem = as_problem(random_ordering_instance(4, 4, 2))
     master = TimeIndexedMaster(problem, ratio=1.0, step_s=0.05)
     rng = np.random.default_rng(0)
     n = problem.n_requests
-    duals = rng.normal(0, 1.0, n + n * (master.late + 1))
-    cols, best = master.price(duals, most=50)
+    duals = rng.normal(0, 1.0, n + 1)
+    paths, best = master.price(duals, most=5)
 
-    def reduced(col):
-        s = len(col.members)
-        end = 0.0 if col.q + s >= n else duals[master.node(col.q + s, col.end_tick)]
-        return master.cost(col) - duals[list(col.members)].sum() - duals[master.node(col.q, col.tick)] + end
+    def reduced(path):
+        members = [r for c in path for r in c.members]
+        return sum(master.cost(c) for c in path) - duals[members].sum() - duals[n]
 
-    listed = math.inf
-    for s in range(1, problem.batch_size + 1):
-        for members in itertools.combinations(range(n), s):
-            for q in range(n - s + 1):
-                for tick in range(master.late + 1):
-                    listed = min(listed, reduced(master.column(members, q, tick)))
-    assert best == pytest.approx(listed, abs=1e-9)
-    assert cols and min(reduced(c) for c in cols) == pytest.approx(listed, abs=1e-9)
+    def listed(q, tick):
+        if q == n:
+            yield ()
+            return
+        for s in range(1, min(problem.batch_size, n - q) + 1):
+            for members in itertools.combinations(range(n), s):
+                col = master.column(members, q, tick)
+                for rest in listed(q + s, col.end_tick):
+                    yield (col, *rest)
+
+    least = min(reduced(path) for path in listed(0, 0))
+    assert best == pytest.approx(least, abs=1e-9)
+    assert paths and reduced(paths[0]) == pytest.approx(least, abs=1e-9)
 
 
 def test_plan_path_costs_at_most_its_f():
@@ -51,7 +55,7 @@ def test_plan_path_costs_at_most_its_f():
     plan, value = SAOrderingModel(inst).starting_plan()
     for step in (0.01, 0.2):
         master = TimeIndexedMaster(problem, ratio=value.g, step_s=step)
-        cost = sum(master.cost(c) for c in master.plan_columns(plan))
+        cost = sum(master.cost(c) for c in master.plan_path(plan))
         # F of the plan at lambda = G is 0
         assert cost <= value.total_latency_s - value.met_requests / value.g + 1e-9
 
