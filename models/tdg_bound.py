@@ -270,10 +270,11 @@ class TdgHorizonBound(ExactModel):
 
     Notes
     -----
-    One class of about 770 lines, on purpose: the bucket LP (:meth:`build_lp`), the rows
+    One class of about 810 lines, on purpose: the bucket LP (:meth:`build_lp`), the rows
     each round adds (:meth:`_completion_rows`, :meth:`_leader_cuts`, :meth:`_start_cuts`,
-    picked by :meth:`_violated_rows`) and the rounds themselves (:meth:`_solve_lp`,
-    :meth:`_solve_integral`) all read one column layout (the ``lp`` mapping of index arrays
+    :meth:`_burst_cuts`, picked by :meth:`_violated_rows`) and the rounds themselves
+    (:meth:`_solve_lp`, :meth:`_solve_integral`) all read one column layout (the ``lp``
+    mapping of index arrays
     :meth:`build_lp` returns, with the leader columns) and the window's derived times
     (:meth:`prompt_work_s`, :meth:`decode_work_s`, ...). They are one formulation with its
     separation routines; apart, every part would take that layout and those times as
@@ -912,7 +913,9 @@ class TdgHorizonBound(ExactModel):
         rows: list[Row] = []
         if self.burst_rows:
             rows += self._burst_cuts(values, lp, most)
-        leader_cuts = self._leader_cuts(values, iterations, lp["leaders"], most) if lp["leaders"] else []
+        leader_cuts = (
+            self._leader_cuts(values, iterations, lp["leaders"], most) if lp["leaders"] else []
+        )
         for s, e, leaders in leader_cuts:
             # N_e - N_s - sum x_qq >= 0, written -N_e + N_s + sum x_qq <= 0 (N_0 = 0)
             cols = [int(iterations[e - 1])] + ([int(iterations[s - 1])] if s >= 1 else [])

@@ -225,9 +225,9 @@ class TdgHorizonColumns(ExactModel):
 
     Notes
     -----
-    One class of about 780 lines, on purpose: the master's rows (:meth:`_master`, the chain
-    rows with them), the per-request pricing tables and DP (:meth:`price`), the Lagrangian
-    bound (:meth:`lagrangian`), the rounds (:meth:`generate`), the integer master and the
+    One class of about 870 lines, on purpose: the master's rows (:meth:`_master`, the chain
+    and burst rows with them), the per-request pricing tables and DP (:meth:`price`), the
+    Lagrangian bound (:meth:`lagrangian`), the rounds (:meth:`generate`), the integer master and the
     runs' columns (:meth:`integer_master`, :meth:`run_columns`) all read one layout: each
     request's bucket range, its work and gain tables, and the master's row indices. Apart,
     every part would take those tables and indices as arguments, and the pricing would read
@@ -930,7 +930,9 @@ class TdgHorizonColumns(ExactModel):
                 idx += cols
                 val += [float(self.data.first_gain[r])] * len(cols)
             row = int(highs.getNumRow())
-            self._add_rows(highs, np.full(1, -highs.getInfinity()), np.full(1, capacity), [0], idx, val)
+            self._add_rows(
+                highs, np.full(1, -highs.getInfinity()), np.full(1, capacity), [0], idx, val
+            )
             layout["rows"].append((members, capacity))
             layout["highs"].append(row)
             for r in members.tolist():

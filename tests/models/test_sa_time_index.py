@@ -5,16 +5,15 @@ bound is at least brute force's G*."""
 from __future__ import annotations
 
 import itertools
-import math
 import time
 
 import numpy as np
 import pytest
+from sa_ordering_cases import random_ordering_instance
 from slolab.models.sa_columns import latency_floor
 from slolab.models.sa_ordering import SAOrderingModel, as_problem
 from slolab.models.sa_time_index import TimeIndexedMaster, time_indexed_bound
 from slolab.solvers import Status, solve
-from sa_ordering_cases import random_ordering_instance
 
 
 def test_pricing_is_the_least_reduced_cost_of_every_path():

@@ -59,10 +59,14 @@ def test_hand_capacity_two_prompts_cannot_share():
     """Two 10 ms prompts released at 0, deadlines 25 ms, setup 10 ms: together 30 ms, one
     after the other 20 and 40 ms, so one of them: the heavier, 6."""
     # 10 + 10 + 10 = 30 > 25 (shared); 10 + 10 = 20 <= 25, then 40 > 25 (one each)
-    f = burst_capacity(0.0, np.array([0.025, 0.025]), np.array([0.01, 0.01]), np.array([3.0, 6.0]), 0.01)
+    f = burst_capacity(
+        0.0, np.array([0.025, 0.025]), np.array([0.01, 0.01]), np.array([3.0, 6.0]), 0.01
+    )
     assert f == pytest.approx(6.0)
     # with deadlines 30 ms they share one iteration ending at 30 ms: both, 9
-    f = burst_capacity(0.0, np.array([0.03, 0.03]), np.array([0.01, 0.01]), np.array([3.0, 6.0]), 0.01)
+    f = burst_capacity(
+        0.0, np.array([0.03, 0.03]), np.array([0.01, 0.01]), np.array([3.0, 6.0]), 0.01
+    )
     assert f == pytest.approx(9.0)
 
 
@@ -110,7 +114,9 @@ def test_table_is_the_capacity_of_each_interval_set():
     table = burst_table(arrival, deadline, work, weights, t_c, arrival + t_c + work)
     for s, start in enumerate(table.starts):
         for e, end in enumerate(table.ends):
-            members = table.requests[(arrival[table.requests] >= start) & (deadline[table.requests] <= end)]
+            members = table.requests[
+                (arrival[table.requests] >= start) & (deadline[table.requests] <= end)
+            ]
             f = burst_capacity(start, deadline[members], work[members], weights[members], t_c)
             assert table.capacity[s, e] == pytest.approx(f, rel=1e-8, abs=1e-8)
 
@@ -120,13 +126,17 @@ def test_hand_window_rows_reach_the_optimum():
     and the column master give 7.5, with the burst rows 6, the optimum."""
     inst = two_prompts()
     # F({A, B}) = 6 (they cannot share: 10 + 10 + 10 > 25 ms), so 3 g_A + 6 g_B <= 6
-    without = solve(TdgHorizonBound(inst, spacing_s=SPACING_S, family="bucket"), "highs", time_limit=30)
+    without = solve(
+        TdgHorizonBound(inst, spacing_s=SPACING_S, family="bucket"), "highs", time_limit=30
+    )
     bound = solve(
         TdgHorizonBound(inst, spacing_s=SPACING_S, family="bucket", burst_rows=True),
         "highs",
         time_limit=30,
     )
-    columns = solve(TdgHorizonColumns(inst, spacing_s=SPACING_S, burst=True), "highs", time_limit=30)
+    columns = solve(
+        TdgHorizonColumns(inst, spacing_s=SPACING_S, burst=True), "highs", time_limit=30
+    )
     assert without.bound == pytest.approx(7.5, abs=1e-4)
     assert bound.bound == pytest.approx(6.0, abs=1e-4)
     assert bound.details["families"]["bucket+burst"] == pytest.approx(6.0, abs=1e-4)
@@ -169,7 +179,9 @@ def test_battery_optimum_below_rows_below_former(inst):
             assert res.status == Status.OPTIMAL
             got[family, burst] = res.bound
     for burst in (False, True):
-        res = solve(TdgHorizonColumns(inst, spacing_s=SPACING_S, burst=burst), "highs", time_limit=60)
+        res = solve(
+            TdgHorizonColumns(inst, spacing_s=SPACING_S, burst=burst), "highs", time_limit=60
+        )
         assert res.status == Status.OPTIMAL
         got["columns", burst] = res.bound
     for kind in ("bucket", "chain", "columns"):
