@@ -173,7 +173,9 @@ class TimeIndexedMaster:
             empty = np.zeros(0, dtype=np.int32)
             highs.addRows(self.n + 1, ones, ones.copy(), 0, empty, empty, np.zeros(0))
             self._highs = highs
-        starts, idx, val = [], [], []
+        starts: list[int] = []
+        idx: list[int] = []
+        val: list[float] = []
         for path in fresh:
             count = np.bincount(
                 np.concatenate([np.asarray(c.members) for c in path]), minlength=self.n
