@@ -355,6 +355,51 @@ def part_latency(sizes: list[int], repeats: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def part_ti(specs: list[str], limit: float, step_s: float) -> pd.DataFrame:
+    """The time-indexed network's bound (:func:`slolab.models.sa_time_index.time_indexed_bound`)
+    per snapshot spec ``NAME[@RATIO]`` (a shipped name, or ``N:SEED`` for ``sa_snapshot(N, 4,
+    seed=SEED)``; ``RATIO`` the first ratio tried, default the deterministic starting plan's
+    G), seeded with the starting plan, within ``limit`` seconds on a grid of ``step_s``."""
+    import os
+
+    from slolab.models.sa_ordering import SAOrderingModel, as_problem
+    from slolab.models.sa_time_index import time_indexed_bound
+
+    rows = []
+    for spec in specs:
+        name, _, ratio = spec.partition("@")
+        if ":" in name:
+            n, seed = (int(v) for v in name.split(":"))
+            inst = sa_snapshot(n, 4, seed=seed)
+        else:
+            inst = load_shipped(name)
+        problem = as_problem(inst)
+        plan, value = SAOrderingModel(inst).starting_plan()
+        start, cpu = time.perf_counter(), time.process_time()
+        floor = latency_floor(problem, plan, start + limit / 8)
+        left = limit - (time.perf_counter() - start)
+        got = time_indexed_bound(
+            problem, plan, float(ratio) if ratio else value.g, floor, left, step_s=step_s
+        )
+        rows.append(
+            {
+                "snapshot": name,
+                "first_ratio": float(ratio) if ratio else value.g,
+                "latency_floor_s": floor,
+                "bound": got.bound,
+                "ratios": len(got.tried),
+                "converged": sum(int(t["converged"]) for t in got.tried),
+                "tried": ";".join(f"{t['ratio']:.6f}:{t['f_lower']:.3f}" for t in got.tried),
+                "paths": got.columns,
+                "ticks": got.ticks,
+                "wall_s": time.perf_counter() - start,
+                "cpu_s": time.process_time() - cpu,
+                "load_average": os.getloadavg()[0],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def report_bp(frame: pd.DataFrame) -> None:
     """Print the branch-and-price part: every run, then the proved rate per N and method."""
     print("\nBranch-and-price against the column method and the arc MILP (B = 4):")
@@ -440,6 +485,19 @@ def main() -> None:
         help="seconds of the column method for the incumbent of the cuts part (default: 20)",
     )
     ap.add_argument(
+        "--ti-only",
+        action="store_true",
+        help="run the time-indexed network's bound only (on --ti-snapshots)",
+    )
+    ap.add_argument(
+        "--ti-snapshots",
+        default="sa-azure-n40-b4,40:2",
+        help="snapshots NAME[@RATIO] (shipped name or N:SEED; RATIO the first ratio tried), "
+        "comma-separated (default: sa-azure-n40-b4,40:2)",
+    )
+    ap.add_argument("--ti-limit", type=float, default=240.0, help="seconds per snapshot")
+    ap.add_argument("--ti-step", type=float, default=0.05, help="grid step of node times (s)")
+    ap.add_argument(
         "--tag",
         default="",
         help="suffix of the CSV files written (sa_ordering_bp-TAG.csv, ...), so that runs "
@@ -460,6 +518,13 @@ def main() -> None:
             ap.error(f"--cuts-seeds must be >= 1, got {args.cuts_seeds}")
         if not args.cuts_limit > 0:
             ap.error(f"--cuts-limit must be > 0, got {args.cuts_limit}")
+    if args.ti_only:
+        OUT.mkdir(exist_ok=True)
+        frame = part_ti([v for v in args.ti_snapshots.split(",") if v], args.ti_limit, args.ti_step)
+        print(frame.drop(columns=["tried"]).to_string(index=False))
+        frame.to_csv(out("sa_ordering_ti"), index=False)
+        print(f"wrote {out('sa_ordering_ti')}")
+        return
     if args.cuts_only:
         OUT.mkdir(exist_ok=True)
         frame = part_cuts(cut_sizes, args.cuts_seeds, args.cuts_limit)

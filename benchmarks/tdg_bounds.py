@@ -15,7 +15,9 @@ For each trace (Azure conversation and code 2023), load (low, medium, high) and 
   place, with ``columns-chain`` the same with the ``chain`` family's rows in its master
   (``chain=True``), with ``columns-bp`` (``columns-bp-chain``) the column master with integral
   completed-iteration counts by branch-and-price on SCIP ``tdg-horizon-columns-bp`` (with the
-  ``chain`` rows), with ``both`` both ``bound`` and ``columns`` (``U`` the least);
+  ``chain`` rows), with ``both`` both ``bound`` and ``columns`` (``U`` the least), with
+  ``bound-burst`` and ``columns-burst`` the bound and the column master with the
+  burst-capacity rows (``burst_rows=True``, ``burst=True``);
 - ``lns``: the replay-scored steering search, within ``--lns-limit`` seconds; with
   ``--lns-master S`` also ``lns-master``: the same search with its last ``S`` seconds given
   to the integer restricted master's steerings (``steered_search(master_limit=S)``), replayed
@@ -52,7 +54,16 @@ SIZES = (25, 50, 100, 200, 500)
 #: its master: ``columns-chain``), the column master with integral iteration counts by
 #: branch-and-price (``columns-bp``, ``columns-bp-chain``), or the least of ``bound`` and
 #: ``columns``.
-BOUND_METHODS = ("bound", "columns", "columns-chain", "columns-bp", "columns-bp-chain", "both")
+BOUND_METHODS = (
+    "bound",
+    "bound-burst",
+    "columns",
+    "columns-chain",
+    "columns-burst",
+    "columns-bp",
+    "columns-bp-chain",
+    "both",
+)
 
 
 def one_window(
@@ -95,9 +106,16 @@ def one_window(
     if bound_method not in BOUND_METHODS:
         raise ValueError(f"bound_method must be one of {', '.join(BOUND_METHODS)}")
     cpu = time.process_time()
-    model: Any = TdgHorizonBound(inst, max_pairs=max_pairs)
-    if bound_method in ("columns", "columns-chain"):
-        model = TdgHorizonColumns(inst, max_pairs=max_pairs, chain=bound_method == "columns-chain")
+    model: Any = TdgHorizonBound(
+        inst, max_pairs=max_pairs, burst_rows=bound_method == "bound-burst"
+    )
+    if bound_method in ("columns", "columns-chain", "columns-burst"):
+        model = TdgHorizonColumns(
+            inst,
+            max_pairs=max_pairs,
+            chain=bound_method == "columns-chain",
+            burst=bound_method == "columns-burst",
+        )
     if bound_method in ("columns-bp", "columns-bp-chain"):
         model = TdgHorizonBranchPrice(
             inst, max_pairs=max_pairs, chain=bound_method == "columns-bp-chain"
@@ -105,7 +123,7 @@ def one_window(
     bound = solve(model, "highs", time_limit=bound_limit)
     bound_cpu_s = time.process_time() - cpu
     columns: dict[str, Any] = {}
-    if bound_method != "bound":
+    if bound_method not in ("bound", "bound-burst"):
         cpu = time.process_time()
         got = bound
         if bound_method == "both":
@@ -120,6 +138,7 @@ def one_window(
             "rounds": got.details.get("rounds"),
             "master": got.details.get("master"),
             "cuts": sum(r.get("cuts", 0) for r in got.details.get("history", [])),
+            "burst_rows": sum(r.get("burst_rows", 0) for r in got.details.get("history", [])),
             "root": got.details.get("columns_bound"),
             "root_status": got.details.get("columns_status"),
             "scip": got.details.get("scip_bound"),
@@ -204,6 +223,8 @@ def one_window(
                 "bound_bucket_s": bucket_s,
                 "bound_chain": families.get("chain", float("nan")),
                 "bound_chain_integral": families.get("chain-integral", float("nan")),
+                "bound_chain_burst": families.get("chain+burst", float("nan")),
+                "bound_chain_integral_burst": families.get("chain-integral+burst", float("nan")),
                 "bound_tightest": bound.details.get("tightest"),
                 "bound_rounds": sum(level.get("rounds", 0) for level in levels),
                 "bound_cuts": sum(level.get("cuts", 0) for level in levels),
@@ -224,6 +245,7 @@ def one_window(
                 "bound_columns_rounds": columns.get("rounds"),
                 "bound_columns_master": columns.get("master"),
                 "bound_columns_cuts": columns.get("cuts"),
+                "bound_columns_burst_rows": columns.get("burst_rows"),
                 "bound_bp_root": columns.get("root"),
                 "bound_bp_root_status": columns.get("root_status"),
                 "bound_bp_scip": columns.get("scip"),
@@ -287,7 +309,8 @@ def main(argv: list[str] | None = None) -> None:
         default="bound",
         help="U from tdg-horizon-bound (bound), tdg-horizon-columns (columns), the same with the "
         "chain family's rows (columns-chain), the columns with integral iteration counts by "
-        "branch-and-price (columns-bp, columns-bp-chain) or the least of bound and columns "
+        "branch-and-price (columns-bp, columns-bp-chain), the bound or the columns with the "
+        "burst-capacity rows (bound-burst, columns-burst) or the least of bound and columns "
         "(both; each within --bound-limit)",
     )
     parser.add_argument(

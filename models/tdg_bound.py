@@ -84,6 +84,7 @@ from slolab.models.proserve import (
     HorizonData,
     require_affine,
 )
+from slolab.models.tdg_burst import BurstTable, burst_table
 from slolab.solvers.base import ExactModel, Result, Status
 from slolab.solvers.highs import backend_highs, highs_lp, lp_round, run_highs_for
 from slolab.solvers.registry import register_model
@@ -261,13 +262,19 @@ class TdgHorizonBound(ExactModel):
         Add the start rows (:meth:`_start_cuts`: an iteration starts after the arrivals of
         what it holds) in the integral phase's rounds (default); False gives the former
         integral phase. The LP rounds never use them (they moved no LP optimum measurably).
+    burst_rows : bool
+        Add the burst-capacity rows ``sum_(r in S) w1_r g1_r <= F(S)`` over the interval sets
+        (:mod:`slolab.models.tdg_burst`), separated in every round of every family (the
+        ``bucket`` family then runs in rounds too) and in the integral phase. Default False:
+        the former rounds. The families' names get ``+burst`` (``bucket+burst``, ...).
 
     Notes
     -----
-    One class of about 770 lines, on purpose: the bucket LP (:meth:`build_lp`), the rows
+    One class of about 810 lines, on purpose: the bucket LP (:meth:`build_lp`), the rows
     each round adds (:meth:`_completion_rows`, :meth:`_leader_cuts`, :meth:`_start_cuts`,
-    picked by :meth:`_violated_rows`) and the rounds themselves (:meth:`_solve_lp`,
-    :meth:`_solve_integral`) all read one column layout (the ``lp`` mapping of index arrays
+    :meth:`_burst_cuts`, picked by :meth:`_violated_rows`) and the rounds themselves
+    (:meth:`_solve_lp`, :meth:`_solve_integral`) all read one column layout (the ``lp``
+    mapping of index arrays
     :meth:`build_lp` returns, with the leader columns) and the window's derived times
     (:meth:`prompt_work_s`, :meth:`decode_work_s`, ...). They are one formulation with its
     separation routines; apart, every part would take that layout and those times as
@@ -288,6 +295,7 @@ class TdgHorizonBound(ExactModel):
         family: str = "chain",
         integral: bool = True,
         start_rows: bool = True,
+        burst_rows: bool = False,
     ) -> None:
         super().__init__(instance)
         if family not in FAMILIES:
@@ -296,6 +304,8 @@ class TdgHorizonBound(ExactModel):
         self.family = family
         self.integral = integral
         self.start_rows = start_rows
+        self.burst_rows = burst_rows
+        self._burst: BurstTable | None = None
         self.data = HorizonData.of(instance, max_iterations=1)
         self.t_c, coef = require_affine(instance.timing, BOUND_MODEL)
         if (coef < 0).any() or self.t_c < 0:
@@ -347,6 +357,21 @@ class TdgHorizonBound(ExactModel):
 
     def _deadlines_finite(self) -> np.ndarray:
         return np.isfinite(self.data.first_deadline_s)
+
+    def burst(self) -> BurstTable:
+        """The burst capacities of the window's interval sets (:func:`burst_table`; built once):
+        first-token deadlines plus the on-time tolerance, each prompt's least work."""
+        if self._burst is None:
+            d = self.data
+            self._burst = burst_table(
+                d.arrival_s,
+                d.first_deadline_s + ON_TIME_TOL_S,
+                self.prompt_work_s(),
+                d.first_gain,
+                self.t_c,
+                self.earliest_first_token_s(),
+            )
+        return self._burst
 
     def last_deadline_s(self) -> np.ndarray:
         d = self.data
@@ -553,6 +578,7 @@ class TdgHorizonBound(ExactModel):
             "bounds": grid.bounds,
             "leaders": leaders,
             "first_tokens": np.array(sorted(g1_of.values()), dtype=np.int64),
+            "first_token_of": g1_of,
             "iteration_rows": iteration_rows,
             "capacity_rows": np.arange(nrow - B, nrow),
         }
@@ -781,11 +807,15 @@ class TdgHorizonBound(ExactModel):
             value = float(highs.getInfo().objective_function_value) + lp["fixed_gain"]
             rounds.append(value)
             round_s.append(time.perf_counter() - start)
+            tag = "+burst" if self.burst_rows else ""
             families.setdefault("bucket", value)
-            if self.family != "chain":
+            if self.family == "chain":
+                families["chain" + tag] = value
+            elif tag:
+                families["bucket" + tag] = value
+            else:
                 converged = True
                 break
-            families["chain"] = value
             cuts, _ = self._violated_rows(highs, lp)
             if not cuts:
                 converged = True
@@ -803,7 +833,7 @@ class TdgHorizonBound(ExactModel):
         if integral and converged and lp["leaders"] and left > MIP_MIN_S:
             value, mip = self._solve_integral(highs, lp, left)
             if value is not None:
-                families["chain-integral"] = value
+                families["chain-integral" + ("+burst" if self.burst_rows else "")] = value
             integral_done = mip["status"] == "Optimal"
         return {
             "spacing_s": grid.spacing_s,
@@ -883,7 +913,12 @@ class TdgHorizonBound(ExactModel):
         iterations = lp["iterations"]
         most = max(CUTS_PER_ROUND, self.data.n)
         rows: list[Row] = []
-        for s, e, leaders in self._leader_cuts(values, iterations, lp["leaders"], most):
+        if self.burst_rows:
+            rows += self._burst_cuts(values, lp, most)
+        leader_cuts = (
+            self._leader_cuts(values, iterations, lp["leaders"], most) if lp["leaders"] else []
+        )
+        for s, e, leaders in leader_cuts:
             # N_e - N_s - sum x_qq >= 0, written -N_e + N_s + sum x_qq <= 0 (N_0 = 0)
             cols = [int(iterations[e - 1])] + ([int(iterations[s - 1])] if s >= 1 else [])
             coefs = [-1.0] + ([1.0] if s >= 1 else [])
@@ -896,6 +931,21 @@ class TdgHorizonBound(ExactModel):
             )
         starts = self._start_cuts(values, lp, most) if start_rows else []
         return rows + starts, len(starts)
+
+    def _burst_cuts(self, values: np.ndarray, lp: dict[str, Any], most: int) -> list[Row]:
+        """The burst-capacity rows ``sum_(r in S) w1_r g1_r <= F(S)`` most violated at
+        ``values`` (:meth:`BurstTable.violated`; at most ``most``). A request without a ``g1``
+        column (its first token cannot be on time on this grid) has no term."""
+        table = self.burst()
+        g1_of = lp["first_token_of"]
+        cols = np.array([g1_of.get(int(r), -1) for r in table.requests], dtype=np.int64)
+        present = cols >= 0
+        gain = np.where(present, values[np.maximum(cols, 0)], 0.0) * table.weights
+        rows: list[Row] = []
+        for mask, capacity in table.violated(gain, most):
+            chosen = mask & present
+            rows.append((cols[chosen], table.weights[chosen], capacity))
+        return rows
 
     def _start_cuts(self, values: np.ndarray, lp: dict[str, Any], most: int) -> list[Row]:
         """The most violated start rows at ``values`` (at most ``most``; docs/proserve.md,

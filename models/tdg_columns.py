@@ -217,12 +217,17 @@ class TdgHorizonColumns(ExactModel):
         Add the ``chain`` family's leader columns and rows (L1-L3, and the interval rows (L4)
         in rounds) to the master (docs/proserve.md, "The chain family in the column master").
         Default False: not the integer master's, and no narrower on the measured windows.
+    burst : bool
+        Add the burst-capacity rows ``sum_(r in S) w1_r g1_r <= F(S)`` over the interval sets
+        (:mod:`slolab.models.tdg_burst`, the bound's table), ``g1_r`` the sum of ``lam`` over
+        ``r``'s on-time columns, separated in the rounds (docs/proserve.md, "Burst-capacity
+        rows"). Default False: the former master and rounds.
 
     Notes
     -----
-    One class of about 780 lines, on purpose: the master's rows (:meth:`_master`, the chain
-    rows with them), the per-request pricing tables and DP (:meth:`price`), the Lagrangian
-    bound (:meth:`lagrangian`), the rounds (:meth:`generate`), the integer master and the
+    One class of about 870 lines, on purpose: the master's rows (:meth:`_master`, the chain
+    and burst rows with them), the per-request pricing tables and DP (:meth:`price`), the
+    Lagrangian bound (:meth:`lagrangian`), the rounds (:meth:`generate`), the integer master and the
     runs' columns (:meth:`integer_master`, :meth:`run_columns`) all read one layout: each
     request's bucket range, its work and gain tables, and the master's row indices. Apart,
     every part would take those tables and indices as arguments, and the pricing would read
@@ -238,6 +243,7 @@ class TdgHorizonColumns(ExactModel):
         spacing_s: float | None = None,
         max_pairs: int = DEFAULT_MAX_PAIRS,
         chain: bool = False,
+        burst: bool = False,
     ) -> None:
         super().__init__(instance)
         self.relaxation = TdgHorizonBound(
@@ -258,6 +264,7 @@ class TdgHorizonColumns(ExactModel):
         self.chain = chain
         #: the chain family's layout (None without it): leaders in deadline order, pairs
         self.leaders: dict[str, Any] | None = self._leader_layout() if chain else None
+        self.burst = burst
 
     # -- per-request data -------------------------------------------------------------------------
     def _request_table(self, r: int) -> dict[str, Any]:
@@ -486,6 +493,7 @@ class TdgHorizonColumns(ExactModel):
         mu: dict[int, np.ndarray],
         deadline: float = math.inf,
         chain: tuple[ChainRows, np.ndarray] | None = None,
+        burst: tuple[list[tuple[np.ndarray, float]], np.ndarray] | None = None,
     ) -> tuple[float, dict[int, list[tuple[float, Column]]]] | None:
         """The Lagrangian bound at multipliers ``pi >= 0`` (bucket time, per bucket) and ``mu
         >= 0`` (iterations, per request and bucket of its range; both clipped at 0), and each
@@ -503,7 +511,12 @@ class TdgHorizonColumns(ExactModel):
         ``chain``: the master's ``chain`` rows and their multipliers ``y >= 0`` (clipped at
         0): a column's terms in them are a constant per completion bucket, added in its
         pricing; each leader column ``x`` in [0, 1] adds ``max(0, -(A_x^T y)_x)``; the (L4)
-        rows' terms in ``N`` join its coefficients ``c_j``."""
+        rows' terms in ``N`` join its coefficients ``c_j``.
+
+        ``burst``: the master's burst rows (each: its requests, ``F(S)``) and their
+        multipliers ``z >= 0`` (clipped at 0): ``sum_S z_S F(S)`` joins the constant and a
+        column of ``r`` whose first token is on time pays ``w1_r sum_(S ∋ r) z_S`` (a constant
+        per completion bucket, added in its pricing)."""
         pi = np.maximum(np.asarray(pi, dtype=float), 0.0)
         value = self.fixed_gain + float(pi @ np.diff(self.grid.bounds))
         coef = -self.t_c * (pi - np.append(pi[1:], 0.0))
@@ -514,14 +527,24 @@ class TdgHorizonColumns(ExactModel):
             ax, an = rows.transposed(y, self.leaders["count"], self.grid.buckets)
             value += float(np.maximum(0.0, -ax).sum())
             coef -= an
+        burst_price: dict[int, float] = {}
+        if burst is not None:
+            z = np.maximum(np.asarray(burst[1], dtype=float), 0.0)
+            for (members, capacity), z_s in zip(burst[0], z, strict=True):
+                value += float(z_s) * capacity
+                for r in members.tolist():
+                    burst_price[int(r)] = burst_price.get(int(r), 0.0) + float(z_s)
         priced: dict[int, list[tuple[float, Column]]] = {}
         for r in self.requests:
             buckets = self.bucket_range(r)
             mu_r = np.maximum(np.asarray(mu[r], dtype=float), 0.0)
             extra = None
+            t = self.tables[r]
             if chain is not None and y is not None:
-                t = self.tables[r]
                 extra = chain[0].column_terms(r, y, t["first_ok"], t["first"])
+            if burst_price.get(int(r), 0.0) > 0:
+                paid = -burst_price[int(r)] * t["first_gain"]
+                extra = paid if extra is None else extra + paid
             got = self.price(r, pi[buckets], mu_r, most=COLUMNS_PER_ROUND, extra=extra)
             priced[r] = got
             if got:
@@ -625,8 +648,18 @@ class TdgHorizonColumns(ExactModel):
             multipliers = None
             if chain is not None:
                 multipliers = (chain, dual[np.asarray(chain.highs, dtype=np.int64)])
+            burst_multipliers = None
+            if self.burst:
+                burst_multipliers = (
+                    master["burst"]["rows"],
+                    dual[np.asarray(master["burst"]["highs"], dtype=np.int64)],
+                )
             got = self.lagrangian(
-                dual[master["time_rows"]], mu, deadline=deadline, chain=multipliers
+                dual[master["time_rows"]],
+                mu,
+                deadline=deadline,
+                chain=multipliers,
+                burst=burst_multipliers,
             )
             if got is None:
                 break
@@ -641,10 +674,13 @@ class TdgHorizonColumns(ExactModel):
             cuts: list[tuple[int, int, np.ndarray]] = []
             if chain is not None:
                 cuts = self._interval_rows(highs, master)
+            burst_rows = self._burst_rows(highs, master) if self.burst else 0
             rounds.append({"master": z, "lagrangian": value, "columns": len(found)})
             if chain is not None:
                 rounds[-1]["cuts"] = len(cuts)
-            if not found and not cuts:
+            if self.burst:
+                rounds[-1]["burst_rows"] = burst_rows
+            if not found and not cuts and not burst_rows:
                 converged = True
                 break
             if found:
@@ -671,8 +707,8 @@ class TdgHorizonColumns(ExactModel):
         primal, never a value; its value is at most the master's optimum over all columns."""
         import highspy
 
-        if self.chain:
-            raise ValueError("the integer master is built without the chain family's rows")
+        if self.chain or self.burst:
+            raise ValueError("the integer master is built without the chain or burst rows")
         got = self.generate(backend, time_limit * (1.0 - mip_share))
         highs = got.highs
         for run in runs:
@@ -869,6 +905,42 @@ class TdgHorizonColumns(ExactModel):
         self._add_chain_rows(highs, chain, since)
         return cuts
 
+    def _burst_rows(self, highs: Any, master: dict[str, Any]) -> int:
+        """The burst-capacity rows most violated by the master's last solution
+        (:meth:`~slolab.models.tdg_burst.BurstTable.violated`, at most ``max(200, n)``), added
+        to the master: ``sum_(r in S) w1_r sum_(p of r on time) lam_p <= F(S)``; how many."""
+        table = self.relaxation.burst()
+        if not len(table.requests):
+            return 0
+        values = np.asarray(highs.getSolution().col_value)
+        first = int(highs.getNumCol()) - len(master["columns"])
+        kept = np.zeros(self.data.n)
+        lam_cols: dict[int, list[int]] = {}
+        for i, col in enumerate(master["columns"]):
+            if self.first_token_kept(col):
+                kept[col.request] += values[first + i]
+                lam_cols.setdefault(col.request, []).append(first + i)
+        gain = kept[table.requests] * table.weights
+        layout = master["burst"]
+        found = table.violated(gain, max(CUTS_PER_ROUND, self.data.n))
+        for mask, capacity in found:
+            members = table.requests[mask]
+            idx: list[int] = []
+            val: list[float] = []
+            for r in members.tolist():
+                cols = lam_cols.get(int(r), [])
+                idx += cols
+                val += [float(self.data.first_gain[r])] * len(cols)
+            row = int(highs.getNumRow())
+            self._add_rows(
+                highs, np.full(1, -highs.getInfinity()), np.full(1, capacity), [0], idx, val
+            )
+            layout["rows"].append((members, capacity))
+            layout["highs"].append(row)
+            for r in members.tolist():
+                layout["of"].setdefault(int(r), []).append(row)
+        return len(found)
+
     def _master(self, highs: Any) -> dict[str, Any]:
         """The master with the iteration counts ``N_j`` and one empty column per request
         (minimised as ``-gain``), and where its rows are."""
@@ -931,6 +1003,8 @@ class TdgHorizonColumns(ExactModel):
             chain = self.chain_rows()
             self._add_chain_rows(highs, chain, 0)
             master["chain"] = chain
+        if self.burst:
+            master["burst"] = {"rows": [], "highs": [], "of": {}}
         self._add_columns(highs, master, [self.empty_column(int(r)) for r in self.requests])
         return master
 
@@ -978,6 +1052,11 @@ class TdgHorizonColumns(ExactModel):
             chain: ChainRows | None = master.get("chain")
             if chain is not None and col.complete >= 0 and col.request in chain.first:
                 rows, coef = self._chain_terms(chain, col, rows, coef)
+            if "burst" in master and self.first_token_kept(col):
+                mine = master["burst"]["of"].get(col.request, [])
+                weight = float(self.data.first_gain[col.request])
+                rows = np.concatenate([rows, np.asarray(mine, dtype=np.int64)])
+                coef = np.concatenate([coef, np.full(len(mine), weight)])
             idx.append(rows.astype(np.int32))
             val.append(coef)
             count += len(rows)
