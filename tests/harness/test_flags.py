@@ -60,6 +60,7 @@ def test_each_declared_flag_reaches_its_field(command):
         "mode": "disaggregated",
         "prefill_servers": "1",
         "kv_capacity": "1000",
+        "prefix_cache": "16",
         "max_batch_tokens": "4096",
         "max_batch_size": "8",
         "router": "random",

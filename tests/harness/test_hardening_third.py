@@ -391,7 +391,8 @@ def test_plan_model_said_out_of_reach_for_a_stalled_policy(plugins, capsys):
     assert main([*args, "--tp", "1", "--policy", "odd:Empty", "--quiet"]) == 2
     line = one_error_line(capsys)
     assert line.startswith("policy odd:Empty stalled on class "), line
-    assert "(alone on llama2-7b/a100/tp1)" in line and "no valid attainment" in line
+    # plan --model plans on the calibrated presets by default
+    assert "(alone on llama2-7b/a100/tp1/calibrated)" in line and "no valid attainment" in line
 
 
 def test_capacity_note_named_a_stall_as_misses(plugins, capsys):
