@@ -46,6 +46,9 @@ from slolab.solvers.base import Status
 
 __all__ = [
     "MODES",
+    "check_link",
+    "modes_dict",
+    "print_modes",
     "ModesAnswer",
     "PDFleetRun",
     "PDLoop",
@@ -567,6 +570,7 @@ class ModesAnswer:
     co: Any = None
     pd: PDReport | None = None
     wall_s: float = 0.0
+    refusals: tuple[tuple[str, str], ...] = ()
 
     @property
     def answer(self) -> str:
@@ -605,36 +609,45 @@ def plan_modes(
     start = time.perf_counter()
     classes = request_classes(instance)
     co = pd = None
+    refusals: list[tuple[str, str]] = []
     if mode in ("co", "both"):
-        co = plan_deployment(
-            instance,
-            configurations,
-            target=target,
-            definition=definition,
-            policy=policy,
-            seed=seed,
-            prices=prices,
-            refused=refused,
-            classes=classes,
-            max_rounds=max_rounds,
-            progress=progress,
-            cache=cache,
-        )
+        try:
+            co = plan_deployment(
+                instance,
+                configurations,
+                target=target,
+                definition=definition,
+                policy=policy,
+                seed=seed,
+                prices=prices,
+                refused=refused,
+                classes=classes,
+                max_rounds=max_rounds,
+                progress=progress,
+                cache=cache,
+            )
+        except ValueError as error:
+            refusals.append(("co", str(error)))
     if mode in ("pd", "both"):
-        pd = plan_pd_deployment(
-            instance,
-            configurations,
-            target=target,
-            link=link,
-            definition=definition,
-            policy=policy,
-            seed=seed,
-            prices=prices,
-            classes=classes,
-            max_rounds=max_rounds,
-            progress=progress,
-        )
-    return ModesAnswer(co, pd, time.perf_counter() - start)
+        try:
+            pd = plan_pd_deployment(
+                instance,
+                configurations,
+                target=target,
+                link=link,
+                definition=definition,
+                policy=policy,
+                seed=seed,
+                prices=prices,
+                classes=classes,
+                max_rounds=max_rounds,
+                progress=progress,
+            )
+        except ValueError as error:
+            refusals.append(("pd", str(error)))
+    if co is None and pd is None:
+        raise ValueError(refusals[0][1])
+    return ModesAnswer(co, pd, time.perf_counter() - start, tuple(refusals))
 
 
 def modes_record(answer: ModesAnswer) -> dict[str, Any]:
@@ -658,3 +671,114 @@ def modes_record(answer: ModesAnswer) -> dict[str, Any]:
 def _co_first_attainment(report: Any) -> float:
     run = report.mixed.rounds[0].run
     return math.nan if run is None else run.attainment
+
+
+def check_link(link: str, gpus: Sequence[str]) -> None:
+    """ValueError in one line unless ``link`` joins the pools of every GPU type of ``gpus``:
+    an unknown link or a bandwidth <= 0 (:func:`slolab.timing.links.gpu_link_bytes_per_s`),
+    NVLink between GPU types (it joins the GPUs of one node)."""
+    from slolab.timing.links import gpu_link_bytes_per_s
+
+    for gpu in gpus:
+        gpu_link_bytes_per_s(link, gpu)
+    if link == "nvlink" and len(set(gpus)) > 1:
+        raise ValueError(
+            f"--kv-link nvlink joins the GPUs of one node: give one GPU type (got "
+            f"{', '.join(gpus)}) or a link between nodes (infiniband-ndr, ethernet-100g, ...)"
+        )
+
+
+def modes_dict(answer: ModesAnswer, classes: RequestClasses) -> dict[str, Any]:
+    """What ``slolab plan --model ... --mode pd|both --json`` prints: the co-located report
+    (``co``, :meth:`slolab.harness.deploy.DeploymentReport.to_dict`), the disaggregated one
+    (``pd``, :meth:`PDReport.to_dict`), the answer, the refusals and the flat row."""
+    co = None
+    if answer.co is not None:
+        co = answer.co.to_dict()
+        for entry, count in zip(co["classes"], classes.counts, strict=True):
+            entry["requests"] = count
+    return {
+        "answer": answer.answer,
+        "co": co,
+        "pd": None if answer.pd is None else answer.pd.to_dict(),
+        "refused_modes": {mode: why for mode, why in answer.refusals},
+        "row": modes_record(answer),
+        "wall_s": answer.wall_s,
+    }
+
+
+def print_modes(answer: ModesAnswer, classes: RequestClasses, heading: str) -> None:
+    """The disaggregated answer (and the co-located one beside it) as text."""
+    print(heading)
+    pd = answer.pd
+    for mode, why in answer.refusals:
+        print(f"  {'co-located' if mode == 'co' else 'disaggregated'}: refused: {why}")
+    if pd is not None:
+        targets = pd.capacities.targets
+        for k, name in enumerate(classes.names):
+            print(
+                f"  class {name}: {classes.counts[k]} requests, {classes.rates[k]:.4g} req/s, "
+                f"prefill held to {targets.prefill_target[k]:.3f}, decode to "
+                f"{targets.decode_target[k]:.3f}"
+            )
+        data = pd.data
+        width = max(
+            24, *(len(n) for n in (*data.prefill.configurations, *data.decode.configurations))
+        )
+        print(
+            f"{'configuration':<{width}} {'$/h each':>9}  capacity req/s per class (prefill | decode)"
+        )
+        names = sorted(set(data.prefill.configurations) | set(data.decode.configurations))
+        for name in names:
+            cells = []
+            for part in (data.prefill, data.decode):
+                if name in part.configurations:
+                    row = part.capacity[part.configurations.index(name)]
+                    cells.append(" ".join(f"{v:8.3g}" for v in row))
+                else:
+                    cells.append("-")
+            price = (data.prefill.prices + data.decode.prices)[
+                (data.prefill.configurations + data.decode.configurations).index(name)
+            ]
+            print(f"{name:<{width}} {price:>9.2f}  {cells[0]} | {cells[1]}")
+        for why in pd.refused.values():
+            print(f"  refused: {why}")
+        links = ", ".join(
+            f"{name} {bw / 1e9:.4g} GB/s"
+            for name, bw in zip(data.prefill.configurations, data.link_bandwidth, strict=True)
+        )
+        print(f"KV link {pd.link} per prefill server: {links} (transfers queued per link)")
+        print(
+            f"capacities (pd): {pd.capacities.probes} simulations ({pd.capacities.early} stopped "
+            f"early) in {pd.capacities.wall_s:.1f} s"
+        )
+        pair = "none" if math.isinf(pd.best_pair_cost) else f"${pd.best_pair_cost:.2f}/h"
+        print(
+            f"on the measured capacities: optimum ${pd.optimum.cost:.2f}/h (MILP, "
+            f"{pd.optimum.status.value}), greedy ${pd.greedy_cost:.2f}/h, best pair {pair}"
+        )
+        for number, found in enumerate(pd.loop.rounds, start=1):
+            if found.run is None or found.result.plan is None:
+                continue
+            print(
+                f"  round {number} ({found.how}): {pd_fleet_text(data, found.result.plan)} "
+                f"${found.result.cost:.2f}/h, attainment {found.run.attainment:.3f} (TTFT "
+                f"{found.run.ttft_attainment:.3f})"
+            )
+        print(f"disaggregated: {pd.loop.summary()}")
+        if pd.trimmed is not None:
+            plan, run = pd.trimmed
+            print(
+                f"disaggregated trimmed: {pd_fleet_text(data, plan)} ${pd.cost:.2f}/h, "
+                f"attainment {run.attainment:.3f}"
+            )
+    if answer.co is not None:
+        co = answer.co
+        fleet = "none" if co.mixed_trimmed is None else co.to_record()["mixed_fleet"]
+        cost = "-" if math.isinf(co.mixed_cost) else f"${co.mixed_cost:.2f}/h"
+        print(f"co-located (verified, trimmed): {fleet} {cost}")
+    row = modes_record(answer)
+    saving = row["pd_saving"]
+    tail = "" if math.isnan(saving) else f" (disaggregated saves {saving:.1%} over co-located)"
+    print(f"answer: {answer.answer}{tail}")
+    print(f"wall time {answer.wall_s:.1f} s")
