@@ -338,10 +338,10 @@ def trim_pd_fleet(
                     options.append((-part.prices[c], side, c))
         improved = False
         for _, side, c in sorted(options):
-            part = plan.prefill if side == "prefill" else plan.decode
-            replicas = list(part.replicas)
+            sized = plan.prefill if side == "prefill" else plan.decode
+            replicas = list(sized.replicas)
             replicas[c] -= 1
-            smaller = DeploymentPlan(tuple(replicas), part.fractions)
+            smaller = DeploymentPlan(tuple(replicas), sized.fractions)
             candidate = (
                 PDPlan(smaller, plan.decode) if side == "prefill" else PDPlan(plan.prefill, smaller)
             )
@@ -777,8 +777,7 @@ def print_modes(answer: ModesAnswer, classes: RequestClasses, heading: str) -> N
         fleet = "none" if co.mixed_trimmed is None else co.to_record()["mixed_fleet"]
         cost = "-" if math.isinf(co.mixed_cost) else f"${co.mixed_cost:.2f}/h"
         print(f"co-located (verified, trimmed): {fleet} {cost}")
-    row = modes_record(answer)
-    saving = row["pd_saving"]
+    saving = modes_record(answer)["pd_saving"]
     tail = "" if math.isnan(saving) else f" (disaggregated saves {saving:.1%} over co-located)"
     print(f"answer: {answer.answer}{tail}")
     print(f"wall time {answer.wall_s:.1f} s")

@@ -210,8 +210,8 @@ def pd_scheduler(
     policies = PoolPolicies(
         {pool: make(instance, name, policy) for pool, (make, name) in makers.items()}
     )
-    router = PlanRouter(class_of, [f"P:{name}" for name in p_names], p_shares)
-    decode_router = PlanDecodeRouter(class_of, [f"D:{name}" for name in d_names], d_shares)
+    router = PlanRouter(class_of, [f"P:{name}" for name in p_names], p_shares.tolist())
+    decode_router = PlanDecodeRouter(class_of, [f"D:{name}" for name in d_names], d_shares.tolist())
     return Scheduler(policies, router, decode_router=decode_router, instance=fleet)
 
 
