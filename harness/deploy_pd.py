@@ -45,6 +45,7 @@ from slolab.problems.deployment_pd import (
 from slolab.solvers.base import Status
 
 __all__ = [
+    "DEFAULT_LINK",
     "MODES",
     "check_link",
     "modes_dict",

@@ -64,7 +64,10 @@ _DEPLOY_OPTIONS: dict[str, Any] = {
     "max_rounds": 8,
     "prices": None,
 }
-_DEPLOY_KEYS = (*_DEPLOY_AXES, *_DEPLOY_OPTIONS)
+#: Deploy options a task's description names only when given (so that a spec without them
+#: keeps its task keys): the planner's mode (co, pd, both) and the KV link between the pools.
+_DEPLOY_PD_OPTIONS = ("mode", "link")
+_DEPLOY_KEYS = (*_DEPLOY_AXES, *_DEPLOY_OPTIONS, *_DEPLOY_PD_OPTIONS)
 
 
 class SpecError(ValueError):
@@ -668,6 +671,7 @@ def _deploy_tasks(reader: _Reader, spec: Mapping[str, Any], sweep: str, threads:
         for name in ("slos", "policy", "definition", "prices"):
             if name in group:
                 options[name] = reader.value(group, where, name, str)
+        _deploy_pd_options(reader, group, where, gpu_sets, options)
         if options["definition"] not in DEFINITIONS:
             raise reader.fail(
                 f"{where}.definition", options["definition"], f"known: {', '.join(DEFINITIONS)}"
@@ -719,6 +723,29 @@ def _deploy_tasks(reader: _Reader, spec: Mapping[str, Any], sweep: str, threads:
             payload = {"trace": trace, **chosen, **options}
             tasks.append(_task("deploy", sweep, description, payload, threads))
     return tasks
+
+
+def _deploy_pd_options(
+    reader: _Reader,
+    group: Mapping[str, Any],
+    where: str,
+    gpu_sets: Sequence[Sequence[str]],
+    options: dict[str, Any],
+) -> None:
+    """``mode`` (co, pd, both) and ``link`` of a deploy group into ``options``, checked."""
+    from slolab.harness.deploy_pd import MODES, check_link
+
+    if "mode" in group:
+        options["mode"] = reader.value(group, where, "mode", str)
+        if options["mode"] not in MODES:
+            raise reader.fail(f"{where}.mode", options["mode"], f"known: {', '.join(MODES)}")
+    if "link" in group:
+        options["link"] = str(reader.value(group, where, "link", (str, float)))
+        for gpus in gpu_sets:
+            try:
+                check_link(options["link"], list(gpus))
+            except ValueError as error:
+                raise reader.fail(f"{where}.link", options["link"], str(error)) from None
 
 
 def _task(
