@@ -66,13 +66,22 @@ def one_case(
     tps: tuple[int, ...],
     link: str,
     mode: str,
+    arrivals: str = "trace",
 ) -> dict:
     """Both planners on one trace, model and traffic multiple; one row."""
     load = os.getloadavg()[0]
     start = time.perf_counter()
     configurations, _ = deploy.configuration_names(model, gpus, tps)
     instance = deploy.trace_instance(trace, configurations, limit=requests, seed=0, traffic=traffic)
-    answer = plan_modes(instance, configurations, mode=mode, target=target, link=link, seed=0)
+    answer = plan_modes(
+        instance,
+        configurations,
+        mode=mode,
+        target=target,
+        link=link,
+        seed=0,
+        pd_arrivals=arrivals,
+    )
     wall = time.perf_counter() - start
     if answer.pd is not None:
         optimum = answer.pd.optimum.cost
@@ -88,6 +97,7 @@ def one_case(
         "tps": ",".join(str(t) for t in tps),
         "requests": instance.n_requests,
         "traffic": traffic,
+        "probe_arrivals": arrivals,
         "grid": len(configurations),
         "refused_modes": "; ".join(f"{m}: {why}" for m, why in answer.refusals),
         **record,
@@ -110,6 +120,12 @@ def main() -> None:
     parser.add_argument("--tps", nargs="+", type=int, default=[1, 2, 4, 8])
     parser.add_argument("--link", default="infiniband-ndr")
     parser.add_argument("--mode", default="both", choices=list(MODES))
+    parser.add_argument(
+        "--probe-arrivals",
+        default="trace",
+        choices=["trace", "poisson"],
+        help="arrivals of the disaggregated capacity probes",
+    )
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     path = OUT / args.out
@@ -128,6 +144,7 @@ def main() -> None:
                         tuple(args.tps),
                         args.link,
                         args.mode,
+                        args.probe_arrivals,
                     )
                 except ValueError as error:  # a target out of reach of the grid, in one line
                     row = {"trace": trace, "model": model, "traffic": traffic, "note": str(error)}

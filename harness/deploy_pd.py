@@ -512,10 +512,13 @@ def plan_pd_deployment(
     classes: RequestClasses | None = None,
     max_rounds: int = 8,
     stream_requests: int = 400,
+    arrivals: str = "trace",
     progress: bool = False,
 ) -> PDReport:
     """Capacities of both sides (``configurations`` the prefill candidates, and the decode
-    ones unless ``decode_configurations``), the MILP, the closed loop and the trimmed fleet."""
+    ones unless ``decode_configurations``; probes of at least ``stream_requests`` requests
+    arriving as ``arrivals`` says, :func:`slolab.problems.deployment_pd.measure_pd_capacities`),
+    the MILP, the closed loop and the trimmed fleet."""
     start = time.perf_counter()
     classes = classes or request_classes(instance)
     decode = list(decode_configurations or configurations)
@@ -530,6 +533,7 @@ def plan_pd_deployment(
         policy=policy,
         seed=seed,
         stream_requests=stream_requests,
+        arrivals=arrivals,
         progress=progress,
     )
     refused: dict[str, str] = {}
@@ -599,10 +603,12 @@ def plan_modes(
     max_rounds: int = 8,
     progress: bool = False,
     cache: Any = None,
+    pd_arrivals: str = "trace",
 ) -> ModesAnswer:
     """The co-located planner (:func:`slolab.harness.deploy.plan_deployment`), the
     disaggregated one (:func:`plan_pd_deployment`) or both (``mode`` in :data:`MODES`), on
-    the same request classes."""
+    the same request classes (``pd_arrivals``: how the disaggregated capacity probes'
+    arrivals are drawn)."""
     from slolab.harness.deploy import plan_deployment
 
     if mode not in MODES:
@@ -642,6 +648,7 @@ def plan_modes(
                 prices=prices,
                 classes=classes,
                 max_rounds=max_rounds,
+                arrivals=pd_arrivals,
                 progress=progress,
             )
         except ValueError as error:

@@ -454,6 +454,48 @@ def _horizons(workload: Any) -> tuple[float, float]:
     )
 
 
+#: How a probe's arrivals are drawn: ``"trace"`` (the class's own arrival pattern, thinned to
+#: one server's share or time-compressed, :func:`_probe_arrivals`) or ``"poisson"``.
+PROBE_ARRIVALS = ("trace", "poisson")
+
+#: Most requests a thinned stream is cut from.
+MAX_THINNED_REQUESTS = 200_000
+
+
+def _probe_arrivals(
+    instance: Instance, members: np.ndarray, count: int, rate: float, seed: int, arrivals: str
+) -> tuple[Any, np.ndarray]:
+    """``count`` or so of the class's requests arriving at ``rate`` req/s, and the position in
+    ``members`` of each (the stream repeats the members in order).
+
+    ``"poisson"``: the class's stream (its requests repeated) with Poisson arrivals.
+    ``"trace"``: the stream at its own arrival times (the trace's, scaled to the instance's
+    traffic), as one server of a pool sees them: when ``rate`` is below the class's own rate
+    ``lambda``, the server carries a share ``rate / lambda`` of it and a least-loaded router
+    hands it every ``lambda / rate``-th request (a burst of ``B`` simultaneous arrivals puts
+    about ``B rate / lambda`` on it); above, the server carries the whole class and its time is
+    compressed (a burst stays a burst).
+    """
+    from slolab.instances import mean_rate, retime_poisson, scale_rate
+
+    if arrivals == "poisson":
+        stream = class_stream(instance.workload, members, count)
+        return retime_poisson(stream, rate, seed), np.arange(len(stream)) % len(members)
+    if arrivals != "trace":
+        raise ValueError(f"arrivals must be one of {', '.join(PROBE_ARRIVALS)}, got {arrivals!r}")
+    own = class_stream(instance.workload, members, count)
+    own_rate = mean_rate(own)
+    if rate >= own_rate:
+        return scale_rate(own, rate), np.arange(len(own)) % len(members)
+    share = own_rate / rate
+    longer = class_stream(
+        instance.workload, members, min(MAX_THINNED_REQUESTS, math.ceil(count * share))
+    )
+    index = np.arange(len(longer))
+    kept = np.flatnonzero(np.floor((index + 1) / share) > np.floor(index / share))
+    return longer.take(kept), kept % len(members)
+
+
 def _prefill_probe(
     instance: Instance,
     members: np.ndarray,
@@ -463,15 +505,13 @@ def _prefill_probe(
     side_target: float,
     seed: int,
     stream: _Stream,
+    arrivals: str,
     rate: float,
 ) -> ProbeVerdict:
     """The class's stream, one output token each, Poisson at ``rate`` on one server of
     ``name``."""
-    from slolab.instances import retime_poisson
-
-    requests = class_stream(instance.workload, members, stream.requests(rate))
-    workload = retime_poisson(_prefill_only(requests), rate, seed)
-    alone = _single_server(instance, workload, name)
+    requests, _ = _probe_arrivals(instance, members, stream.requests(rate), rate, seed, arrivals)
+    alone = _single_server(instance, _prefill_only(requests), name)
     sched = (prefill_policy(instance, name, policy), None, None)
     return _run_attainment(alone, sched, definition, side_target, seed)
 
@@ -489,17 +529,18 @@ def _decode_probe(
     side_target: float,
     seed: int,
     stream: _Stream,
+    arrivals: str,
     rate: float,
 ) -> ProbeVerdict:
     """The class's stream (TTFT SLOs relaxed to the solo TTFTs) Poisson at ``rate`` on one
     decode server of ``name`` behind :data:`PREFILL_HEADROOM` times the prefill servers of
     ``reference`` its solo prefill times ask for."""
-    from slolab.instances import retime_poisson
-
-    requests = class_stream(instance.workload, members, stream.requests(rate))
-    relaxed = _relaxed_ttft(requests, np.resize(solo_ttft, len(requests)))
+    requests, position = _probe_arrivals(
+        instance, members, stream.requests(rate), rate, seed, arrivals
+    )
+    relaxed = _relaxed_ttft(requests, solo_ttft[position])
     servers = max(1, math.ceil(PREFILL_HEADROOM * rate * solo_prefill_s))
-    pair = _pd_pair(instance, retime_poisson(relaxed, rate, seed), reference, servers, name, link)
+    pair = _pd_pair(instance, relaxed, reference, servers, name, link)
     sched = (_pair_policies(instance, reference, name, policy), None, None)
     return _run_attainment(pair, sched, definition, side_target, seed)
 
@@ -544,12 +585,14 @@ def measure_pd_capacities(
     seed: int = 0,
     rel_tol: float = 0.05,
     stream_requests: int = 400,
+    arrivals: str = "trace",
     progress: bool = False,
 ) -> PDCapacityTable:
     """Both sides' capacities (module docstring, steps 1 to 3): capacity searches to
     ``rel_tol`` over Poisson rates of each class's stream (its requests repeated to
-    ``stream_requests``), every probe stopped once its verdict is certain; a class's search on
-    the next configuration starts at the capacity found on the last one."""
+    ``stream_requests``) arriving as ``arrivals`` says (:func:`_probe_arrivals`), every probe
+    stopped once its verdict is certain; a class's search on the next configuration starts at
+    the capacity found on the last one."""
     from tqdm.auto import tqdm
 
     start = time.perf_counter()
@@ -608,6 +651,7 @@ def measure_pd_capacities(
                     targets.prefill_target[k],
                     seed,
                     _Stream(stream_requests, horizons[0]),
+                    arrivals,
                 )
                 prefill[c][k] = search(probe_p, targets.prefill_target[k], rate)
                 if prefill[c][k] > 0 and targets.prefill_target[k] > 0:
@@ -629,6 +673,7 @@ def measure_pd_capacities(
                     targets.decode_target[k],
                     seed,
                     _Stream(stream_requests, horizons[1]),
+                    arrivals,
                 )
                 decode[c][k] = search(probe_d, targets.decode_target[k], rate)
                 if decode[c][k] > 0 and targets.decode_target[k] > 0:
