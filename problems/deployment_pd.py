@@ -489,10 +489,12 @@ def _probe_arrivals(
         return scale_rate(own, rate), np.arange(len(own)) % len(members)
     share = own_rate / rate
     longer = class_stream(
-        instance.workload, members, min(MAX_THINNED_REQUESTS, math.ceil(count * share))
+        instance.workload, members, min(MAX_THINNED_REQUESTS, math.ceil(count * share - 1e-9))
     )
     index = np.arange(len(longer))
-    kept = np.flatnonzero(np.floor((index + 1) / share) > np.floor(index / share))
+    # request i is kept when the running count of shares passes a whole number there (a
+    # tolerance keeps a share of 2.0000000000000004 from shifting the pattern by one)
+    kept = np.flatnonzero(np.floor((index + 1) / share + 1e-9) > np.floor(index / share + 1e-9))
     return longer.take(kept), kept % len(members)
 
 
