@@ -444,7 +444,10 @@ def _deploy_rows(task: Task) -> list[dict[str, Any]]:
 
 
 def _deploy_modes_row(
-    payload: dict[str, Any], instance: Any, configurations: list[str], refused: dict[str, str]
+    payload: Mapping[str, Any],
+    instance: Any,
+    configurations: list[str],
+    refused: dict[str, str],
 ) -> dict[str, Any]:
     """A deploy task with ``mode`` pd or both: :func:`slolab.harness.deploy_pd.plan_modes`
     as one row (:func:`slolab.harness.deploy_pd.modes_record`)."""
