@@ -120,3 +120,33 @@ def test_json_has_both_pools_and_the_colocated_answer(capsys):
     assert set(rounds[0]["plan"]) == {"fleet", "prefill", "decode", "cost_per_hour"}
     assert record["co"]["mixed"]["met"] in (True, False)
     assert record["row"]["pd_link"] == "infiniband-ndr"
+
+
+def test_a_target_no_disaggregated_fleet_meets_is_one_line(capsys):
+    """On 40 Mooncake requests, 0.975 is the most any disaggregated fleet of H100 TP 8 servers
+    can meet; a target of 1.0 is refused in one error line (exit 2)."""
+    code = main(
+        [
+            "plan",
+            "mooncake_conversation",
+            "--limit",
+            "40",
+            "--model",
+            "llama2-70b",
+            "--gpus",
+            "h100",
+            "--tp",
+            "8",
+            "--mode",
+            "pd",
+            "--target",
+            "1.0",
+            "--quiet",
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    # the requests too large for a server's KV cache are warned about first, one line each
+    errors = [line for line in err if line.startswith("slolab: error")]
+    assert code == 2 and len(errors) == 1 and errors[0] == err[-1]
+    # (prefill ceiling + decode ceiling - 1) averaged over the classes: 0.975 of 40 = 39
+    assert "the target 1.0 is out of reach disaggregated" in errors[0] and "0.975" in errors[0]
