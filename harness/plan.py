@@ -497,6 +497,20 @@ def add_parser(
         help="simulate-and-tighten rounds before giving up on a fleet (default: 8)",
     )
     deploy.add_argument(
+        "--mode",
+        default="colocated",
+        help="with --model: co (co-located fleets, the default), pd (disaggregated: prefill "
+        "and decode pools sized apart) or both, side by side; without: the serving mode "
+        "(colocated, static, disaggregated)",
+    )
+    deploy.add_argument(
+        "--kv-link",
+        default="infiniband-ndr",
+        help="with --mode pd or both: the KV link per GPU between the pools: nvlink, "
+        "infiniband-ndr, infiniband-hdr, ethernet-100g, ethernet-25g, or GB/s "
+        "(default: infiniband-ndr)",
+    )
+    deploy.add_argument(
         "--capacity-cache",
         default=None,
         metavar="DIR",
@@ -546,19 +560,18 @@ def add_parser(
 DEPLOY_IGNORES = {
     "timing": "each configuration runs its own preset MODEL/GPU/tpN",
     "kv_capacity": "each configuration runs at its own preset's KV capacity",
-    "mode": "the fleet is co-located",
-    "prefill_servers": "the fleet is co-located",
+    "prefill_servers": "the planner sizes the prefill pool itself (--mode pd or both)",
     "servers": "the planner chooses the servers of each configuration",
     "scan": "the planner searches no server count",
     "full_probes": "the capacity searches always stop a probe once its verdict is certain",
     "price_per_server_hour": "the prices are per GPU-hour, from --prices or the presets",
     "router": "the plan routes each request class (PlanRouter)",
-    "decode_router": "the fleet is co-located",
+    "decode_router": "a disaggregated plan routes decodes by its own fractions",
     "token_budget": "each pool's budget is the largest batch within the tightest TPOT there",
     "max_batch_size": "each pool runs the preset's cluster defaults",
 }
 #: The flags ``plan`` uses only with ``--model``.
-DEPLOY_ONLY = ("gpus", "tp", "uncalibrated", "prices", "max_rounds", "capacity_cache")
+DEPLOY_ONLY = ("gpus", "tp", "uncalibrated", "kv_link", "prices", "max_rounds", "capacity_cache")
 
 
 def refuse_unused(args: argparse.Namespace) -> None:
@@ -593,6 +606,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     refuse_unused(args)
     if getattr(args, "model", None) is not None:
         return cmd_deploy(args)
+    if args.mode not in ("colocated", "static", "disaggregated"):
+        raise ValueError(
+            f"--mode {args.mode} needs --model (deployment modes co, pd, both); without it the "
+            "serving mode is colocated, static or disaggregated"
+        )
     if args.policies is None:
         args.policies = "sarathi,slos-serve"
     try:
@@ -716,12 +734,21 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         raise ValueError(f"--target must be an attainment in (0, 1], got {args.target}")
     if args.max_rounds < 1:
         raise ValueError(f"--max-rounds must be >= 1, got {args.max_rounds}")
+    mode = {"colocated": "co", "disaggregated": "pd"}.get(args.mode, args.mode)
+    if mode not in ("co", "pd", "both"):
+        raise ValueError(f"--mode with --model must be co, pd or both, got {args.mode!r}")
+    if mode != "co":
+        from slolab.harness.deploy_pd import check_link
+
+        check_link(args.kv_link, gpus)
     configurations, refused = configuration_names(
         args.model, gpus, tps, calibrated=not args.uncalibrated
     )
     prices = read_prices(args.prices, gpus) if args.prices else None
     setup = ServingSetup.from_namespace(
-        argparse.Namespace(**{**vars(args), "servers": 1, "policy": policies[0]}),
+        argparse.Namespace(
+            **{**vars(args), "servers": 1, "policy": policies[0], "mode": "colocated"}
+        ),
         absent=FIXED_FLEET,
     )
     slos = setup.slo_scheme() or "none"
@@ -738,6 +765,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     )
     check_attainable(instance, args.definition)
     classes = request_classes(instance)
+    if mode != "co":
+        return _deploy_modes(
+            args, instance, classes, configurations, refused, prices, mode, setup.seed
+        )
     report = plan_deployment(
         instance,
         configurations,
@@ -759,6 +790,49 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         print(json.dumps(_json_value(record)))
         return 0
     _print_report(args, instance, classes, report)
+    return 0
+
+
+def _deploy_modes(
+    args: argparse.Namespace,
+    instance: Any,
+    classes: Any,
+    configurations: list[str],
+    refused: dict[str, str],
+    prices: dict[str, float] | None,
+    mode: str,
+    seed: int,
+) -> int:
+    """``--mode pd`` or ``both``: :func:`slolab.harness.deploy_pd.plan_modes`, printed."""
+    from slolab.harness.deploy import CapacityCache
+    from slolab.harness.deploy_pd import modes_dict, plan_modes, print_modes
+    from slolab.instances import mean_rate
+
+    answer = plan_modes(
+        instance,
+        configurations,
+        mode=mode,
+        target=args.target,
+        link=args.kv_link,
+        definition=args.definition,
+        policy=(args.policies or "sarathi").split(",")[0].strip(),
+        seed=seed,
+        prices=prices,
+        refused=refused,
+        max_rounds=args.max_rounds,
+        progress=wants_progress(args),
+        cache=None if args.capacity_cache is None else CapacityCache(args.capacity_cache),
+    )
+    if args.json:
+        print(json.dumps(_json_value(modes_dict(answer, classes))))
+        return 0
+    print_modes(
+        answer,
+        classes,
+        f"deployment plan ({mode}) for {args.trace}: {instance.n_requests} requests at "
+        f"{mean_rate(instance.workload):.4g} req/s, model {args.model}, target "
+        f"{args.target:.0%} {args.definition} attainment",
+    )
     return 0
 
 

@@ -206,6 +206,31 @@ _DEPLOY_COLUMNS = {
     "capacity_reused": "int64",
     "capacity_saved": "int64",
 }
+#: A deploy row with ``mode = "pd"`` or ``"both"``: the disaggregated answer
+#: (:meth:`slolab.harness.deploy_pd.PDReport.to_record`) and which answer is cheaper
+#: (:func:`slolab.harness.deploy_pd.modes_record`).
+_DEPLOY_PD_COLUMNS = {
+    "mode": "string",
+    "co_first_attainment": "float64",
+    "pd_link": "string",
+    "pd_met": "bool",
+    "pd_rounds": "int64",
+    "pd_first_cost": "float64",
+    "pd_first_attainment": "float64",
+    "pd_loop_fleet": "string",
+    "pd_fleet": "string",
+    "pd_cost": "float64",
+    "pd_attainment": "float64",
+    "pd_optimum_cost": "float64",
+    "pd_optimum_status": "string",
+    "pd_greedy_gap": "float64",
+    "pd_best_pair_gap": "float64",
+    "pd_capacity_probes": "int64",
+    "pd_capacity_early": "int64",
+    "pd_wall_s": "float64",
+    "answer": "string",
+    "pd_saving": "float64",
+}
 #: The columns of a sweep's store: every task's columns plus those of each kind (a row
 #: leaves the other kinds' columns null).
 SWEEP_COLUMNS: dict[str, str] = {
@@ -214,6 +239,7 @@ SWEEP_COLUMNS: dict[str, str] = {
     **_SERVING_COLUMNS,
     **_CAPACITY_COLUMNS,
     **_DEPLOY_COLUMNS,
+    **_DEPLOY_PD_COLUMNS,
 }
 
 # -- running one task (on a worker) -----------------------------------------------------------
@@ -405,6 +431,8 @@ def _deploy_rows(task: Task) -> list[dict[str, Any]]:
             slos=payload["slos"],
             traffic=payload["traffic"],
         )
+        if payload.get("mode", "co") != "co":
+            return [{**_deploy_modes_row(payload, instance, configurations, refused), **fields}]
         report = plan_deployment(
             instance,
             configurations,
@@ -422,6 +450,34 @@ def _deploy_rows(task: Task) -> list[dict[str, Any]]:
         return [{**report.to_record(), **fields, "requests": instance.n_requests}]
     except Exception as error:
         return [{**fields, **_error_fields(error)}]
+
+
+def _deploy_modes_row(
+    payload: Mapping[str, Any],
+    instance: Any,
+    configurations: list[str],
+    refused: dict[str, str],
+) -> dict[str, Any]:
+    """A deploy task with ``mode`` pd or both: :func:`slolab.harness.deploy_pd.plan_modes`
+    as one row (:func:`slolab.harness.deploy_pd.modes_record`)."""
+    from slolab.harness.deploy import read_prices
+    from slolab.harness.deploy_pd import DEFAULT_LINK, modes_record, plan_modes
+
+    answer = plan_modes(
+        instance,
+        configurations,
+        mode=payload["mode"],
+        target=payload["target"],
+        link=payload.get("link", DEFAULT_LINK),
+        definition=payload["definition"],
+        policy=payload["policy"],
+        seed=payload["seed"],
+        prices=None if payload["prices"] is None else read_prices(payload["prices"]),
+        refused=refused,
+        max_rounds=payload["max_rounds"],
+        cache=_capacity_cache(payload.get("capacity_cache")),
+    )
+    return {**modes_record(answer), "mode": payload["mode"], "requests": instance.n_requests}
 
 
 #: The capacity caches of this process, by directory: a worker's tasks share one (in memory,

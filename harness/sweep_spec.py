@@ -65,7 +65,10 @@ _DEPLOY_OPTIONS: dict[str, Any] = {
     "prices": None,
     "calibrated": True,
 }
-_DEPLOY_KEYS = (*_DEPLOY_AXES, *_DEPLOY_OPTIONS)
+#: Deploy options a task's description names only when given (so that a spec without them
+#: keeps its task keys): the planner's mode (co, pd, both) and the KV link between the pools.
+_DEPLOY_PD_OPTIONS = ("mode", "link")
+_DEPLOY_KEYS = (*_DEPLOY_AXES, *_DEPLOY_OPTIONS, *_DEPLOY_PD_OPTIONS)
 
 
 class SpecError(ValueError):
@@ -671,6 +674,7 @@ def _deploy_tasks(reader: _Reader, spec: Mapping[str, Any], sweep: str, threads:
                 options[name] = reader.value(group, where, name, str)
         if "calibrated" in group:
             options["calibrated"] = reader.value(group, where, "calibrated", bool)
+        _deploy_pd_options(reader, group, where, gpu_sets, options)
         if options["definition"] not in DEFINITIONS:
             raise reader.fail(
                 f"{where}.definition", options["definition"], f"known: {', '.join(DEFINITIONS)}"
@@ -722,6 +726,29 @@ def _deploy_tasks(reader: _Reader, spec: Mapping[str, Any], sweep: str, threads:
             payload = {"trace": trace, **chosen, **options}
             tasks.append(_task("deploy", sweep, description, payload, threads))
     return tasks
+
+
+def _deploy_pd_options(
+    reader: _Reader,
+    group: Mapping[str, Any],
+    where: str,
+    gpu_sets: Sequence[Sequence[str]],
+    options: dict[str, Any],
+) -> None:
+    """``mode`` (co, pd, both) and ``link`` of a deploy group into ``options``, checked."""
+    from slolab.harness.deploy_pd import MODES, check_link
+
+    if "mode" in group:
+        options["mode"] = reader.value(group, where, "mode", str)
+        if options["mode"] not in MODES:
+            raise reader.fail(f"{where}.mode", options["mode"], f"known: {', '.join(MODES)}")
+    if "link" in group:
+        options["link"] = str(reader.value(group, where, "link", (str, float)))
+        for gpus in gpu_sets:
+            try:
+                check_link(options["link"], list(gpus))
+            except ValueError as error:
+                raise reader.fail(f"{where}.link", options["link"], str(error)) from None
 
 
 def _task(

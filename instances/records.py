@@ -381,6 +381,9 @@ class Pool:
     startup_s : float, optional
         Seconds from switching a server on into this pool until it serves (weights loaded);
         default the cluster's ``startup_s``.
+    kv_link_bandwidth_bytes_per_s : float, optional
+        A prefill pool's servers: bandwidth of each one's link to the decode side (bytes/s);
+        default the cluster's ``kv_transfer_bandwidth_bytes_per_s``.
     """
 
     name: str
@@ -391,6 +394,7 @@ class Pool:
     kv_capacity_tokens: int | None = None
     timing: str | None = None
     startup_s: float | None = None
+    kv_link_bandwidth_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -408,6 +412,11 @@ class Pool:
         _check_optional_int(owner, "max_batch_tokens", self.max_batch_tokens, 0)
         _check_optional_int(owner, "kv_capacity_tokens", self.kv_capacity_tokens, 1)
         _check_delay(owner, "startup_s", self.startup_s)
+        link = self.kv_link_bandwidth_bytes_per_s
+        if link is not None and not (
+            isinstance(link, int | float) and link > 0 and math.isfinite(link)
+        ):
+            raise ValueError(f"{owner}: kv_link_bandwidth_bytes_per_s must be > 0, got {link!r}")
         if self.timing is not None:
             from slolab.timing.presets import available_presets
 
@@ -450,7 +459,13 @@ class Cluster:
     kv_bytes_per_token : float
         Bytes of KV cache per token (for the disaggregated transfer time).
     kv_transfer_bandwidth_bytes_per_s : float
-        Link bandwidth between a prefill and a decode server.
+        Bandwidth of one prefill server's link to the decode servers (bytes/s; figures per
+        link kind in :data:`slolab.timing.links.KV_LINKS`).
+    kv_transfer_queued : bool
+        The KV transfers leaving one prefill server share its link: each starts when its
+        prefill is done and the server's previous transfer has landed, first done first sent
+        (default). False: every transfer at the full bandwidth at once, however many leave a
+        server together (the engine's former model, kept for comparison).
     pools : tuple of Pool
         Named pools (empty: derived from the mode, see above).
     startup_s : float
@@ -475,6 +490,7 @@ class Cluster:
     max_batch_tokens: int = 0
     kv_bytes_per_token: float = 524288.0
     kv_transfer_bandwidth_bytes_per_s: float = 25e9
+    kv_transfer_queued: bool = True
     pools: tuple[Pool, ...] = ()
     startup_s: float = 0.0
     move_s: float = 0.0
@@ -610,13 +626,26 @@ class Cluster:
                 ),
                 timing=p.timing,
                 startup_s=self.startup_s if p.startup_s is None else p.startup_s,
+                kv_link_bandwidth_bytes_per_s=(
+                    self.kv_transfer_bandwidth_bytes_per_s
+                    if p.kv_link_bandwidth_bytes_per_s is None
+                    else p.kv_link_bandwidth_bytes_per_s
+                ),
             )
             for p in pools
         )
 
-    def kv_transfer_s(self, tokens: int | np.ndarray) -> float | np.ndarray:
-        """Time to move the KV cache of ``tokens`` tokens from a prefill to a decode server."""
-        return tokens * self.kv_bytes_per_token / self.kv_transfer_bandwidth_bytes_per_s
+    def kv_transfer_s(
+        self, tokens: int | np.ndarray, bandwidth_bytes_per_s: float | None = None
+    ) -> float | np.ndarray:
+        """Time to move the KV cache of ``tokens`` tokens from a prefill to a decode server,
+        over a link of ``bandwidth_bytes_per_s`` (default the cluster's)."""
+        bandwidth = (
+            self.kv_transfer_bandwidth_bytes_per_s
+            if bandwidth_bytes_per_s is None
+            else bandwidth_bytes_per_s
+        )
+        return tokens * self.kv_bytes_per_token / bandwidth
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}

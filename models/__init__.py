@@ -2,6 +2,7 @@
 
 from slolab.models import (
     deployment,
+    deployment_pd,
     dispatch_bounds,
     dispatch_lns,
     dispatch_scale,
@@ -18,6 +19,7 @@ from slolab.models import (
 
 __all__ = [
     "deployment",
+    "deployment_pd",
     "dispatch_bounds",
     "dispatch_lns",
     "dispatch_scale",

@@ -54,6 +54,7 @@ __all__ = [
     "CapacityCache",
     "CapacityTable",
     "RequestClasses",
+    "class_stream",
     "class_targets",
     "configuration_names",
     "configuration_price",
@@ -608,6 +609,11 @@ def _class_stream(workload: Any, members: np.ndarray, stream_requests: int) -> A
     columns = {name: np.concatenate([np.asarray(part[name])] * copies) for name in part.columns}
     columns["arrival_s"] = np.concatenate([arrival + j * period for j in range(copies)])
     return part.derived(columns)
+
+
+#: The stream of a class's requests (:func:`_class_stream`), for the disaggregated planner's
+#: probes (:mod:`slolab.problems.deployment_pd`).
+class_stream = _class_stream
 
 
 def _class_instance(

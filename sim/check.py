@@ -167,6 +167,10 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
     recompute: dict[int, set[int]] = {s: set() for s in range(n_servers)}
     last_end = dict.fromkeys(range(n_servers), -np.inf)
     prefill_done_at = np.full(n, np.inf)
+    # when each request's KV cache lands on the decode side, its prefill server's link
+    # recomputed (queued transfers: one at a time per prefill server, first done first sent)
+    kv_landing = np.full(n, np.inf)
+    link_free: dict[int, float] = {}
     served_on: dict[int, set[int]] = {}
 
     order = np.lexsort((outcome.it_server, outcome.it_start))
@@ -283,6 +287,13 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
                     held += 1
                     prefill_done_at[r] = min(prefill_done_at[r], end)
                     emitted.append(r)
+                    if role == "prefill" and generated[r] < output[r]:
+                        sent = max(end, link_free.get(s, end)) if cl.kv_transfer_queued else end
+                        kv_landing[r] = sent + float(
+                            cl.kv_transfer_s(int(prompt[r] + 1), pool.kv_link_bandwidth_bytes_per_s)
+                        )
+                        if cl.kv_transfer_queued:
+                            link_free[s] = float(kv_landing[r])
                 kv_held[s][r] = held
             elif ph == PHASE_DECODE:
                 if role == "prefill":
@@ -296,7 +307,9 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
                     bad(f"{where}: request {r} emits more than {output[r]} tokens")
                     continue
                 if role == "decode":
-                    ready = prefill_done_at[r] + float(cl.kv_transfer_s(int(prompt[r] + 1)))
+                    ready = float(kv_landing[r])
+                    if not math.isfinite(ready):
+                        ready = prefill_done_at[r] + float(cl.kv_transfer_s(int(prompt[r] + 1)))
                     if start < ready - 1e-9:
                         bad(
                             f"{where}: request {r} decodes before its KV transfer arrived ({ready:.9g}s)"
@@ -346,6 +359,15 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
 
     if cache is not None and len(v) < max_violations:
         cache.leftover(bad)
+    if len(v) < max_violations and cl.mode == "disaggregated":
+        joined = outcome.transfer_done_s
+        early = np.flatnonzero(np.isfinite(kv_landing) & (joined < kv_landing - 1e-9))
+        if len(early):
+            r = int(early[0])
+            bad(
+                f"request {r}: joins a decode server at {joined[r]:.9g}s before its KV transfer "
+                f"lands ({kv_landing[r]:.9g}s, its prefill server's link recomputed)"
+            )
     if len(v) < max_violations:
         _check_lives(instance, outcome, lives, server_pools, last_end, bad)
     if len(v) < max_violations:

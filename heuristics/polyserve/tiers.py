@@ -66,6 +66,7 @@ def polyserve_cluster(instance: Instance, mode: str, servers: int) -> Instance:
         max_batch_tokens=cl.max_batch_tokens,
         kv_bytes_per_token=cl.kv_bytes_per_token,
         kv_transfer_bandwidth_bytes_per_s=cl.kv_transfer_bandwidth_bytes_per_s,
+        kv_transfer_queued=cl.kv_transfer_queued,
         startup_s=cl.startup_s,
         move_s=cl.move_s,
     )

@@ -524,7 +524,7 @@ class Iterations(Caching):
                     self._finish(server, r)
                 elif server.role == "prefill":
                     self._finish(server, r)
-                    t_arrive = end + float(self.instance.cluster.kv_transfer_s(self.kv_held(r)))
+                    t_arrive = self._send_kv(server, r, end)
                     heapq.heappush(self._transfers, (t_arrive, r, r))
                     self._tick_at_transfer(t_arrive)
                 else:
@@ -551,6 +551,21 @@ class Iterations(Caching):
                     [np.array(p.prefill_tokens, dtype=np.int64), np.ones(n_d, dtype=np.int64)]
                 ),
             )
+
+    def _send_kv(self, server: ServerState, r: int, end: float) -> float:
+        """When the KV cache of request ``r``, prefilled on ``server`` by ``end``, lands on the
+        decode side: its transfer starts at ``end`` or, with queued transfers
+        (``Cluster.kv_transfer_queued``), once the server's link has landed its previous
+        transfer, and lasts ``kv_transfer_s`` of the KV held over the link of the server's
+        pool (``Pool.kv_link_bandwidth_bytes_per_s``)."""
+        cluster = self.instance.cluster
+        queued = cluster.kv_transfer_queued
+        start = max(end, self.link_free.get(server.id, end)) if queued else end
+        link = self.pools[server.pool].kv_link_bandwidth_bytes_per_s
+        landing = start + float(cluster.kv_transfer_s(self.kv_held(r), link))
+        if queued:
+            self.link_free[server.id] = landing
+        return landing
 
     def _commit_window(self, server: ServerState) -> None:
         w = server.window

@@ -141,6 +141,9 @@ class EngineCore:
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
         self._transfers: list[tuple[float, int, int]] = []
+        # per prefill server id: when its link is free (the last transfer it sent lands), with
+        # queued KV transfers (Cluster.kv_transfer_queued)
+        self.link_free: dict[int, float] = {}
         # scaling: timed plan actions and scaler ticks, before everything else at equal times
         self._scale_heap: list[tuple[float, int, int, ScaleAction | None]] = []
         self._plan_left = 0

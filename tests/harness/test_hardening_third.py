@@ -244,8 +244,7 @@ def test_plan_model_target_out_of_range(target, capsys):
     [
         ("--timing", "llama2-7b-h100x", "each configuration runs its own preset MODEL/GPU/tpN"),
         ("--kv-capacity", "5000", "each configuration runs at its own preset's KV capacity"),
-        ("--mode", "disaggregated", "the fleet is co-located"),
-        ("--prefill-servers", "1", "the fleet is co-located"),
+        ("--prefill-servers", "1", "the planner sizes the prefill pool itself (--mode pd or both)"),
         ("--servers", "1..4", "the planner chooses the servers of each configuration"),
         ("--scan", None, "the planner searches no server count"),
         (
@@ -259,7 +258,7 @@ def test_plan_model_target_out_of_range(target, capsys):
             "the prices are per GPU-hour, from --prices or the presets",
         ),
         ("--router", "random", "the plan routes each request class (PlanRouter)"),
-        ("--decode-router", "random", "the fleet is co-located"),
+        ("--decode-router", "random", "a disaggregated plan routes decodes by its own fractions"),
         (
             "--token-budget",
             "512",

@@ -8,6 +8,8 @@ deliberate change."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from fingerprint import Fingerprint, assert_case, fingerprint, load_recording, write_recording
 from slolab.heuristics.policies import make_scheduler, policy_names
@@ -87,6 +89,7 @@ def trace_cut(cut: str, mode: str) -> Instance:
         max_batch_size=64,
         max_batch_tokens=2048,
         kv_bytes_per_token=131_072,
+        kv_transfer_queued=False,  # the KV transfers as recorded: in parallel, not queued
     )
     settings = {"servers": SERVERS, "mode": mode}
     return Instance(f"{cut}-{n}-{mode}", wl, cluster, timing, settings=settings)
@@ -112,6 +115,13 @@ def policy_fingerprints(cut: str, mode: str) -> dict[str, Fingerprint | str]:
     return found
 
 
+def _parallel_transfers(instance: Instance) -> Instance:
+    """``instance`` with its KV transfers in parallel, as when the battery was recorded
+    (the engine queues them per prefill server's link since)."""
+    cluster = dataclasses.replace(instance.cluster, kv_transfer_queued=False)
+    return dataclasses.replace(instance, cluster=cluster)
+
+
 def dispatch_instances() -> dict[str, Instance]:
     """The dispatch-scale problem's settings: a HyperFlexis task mix co-located and
     disaggregated, and trace windows with their real outputs."""
@@ -119,7 +129,9 @@ def dispatch_instances() -> dict[str, Instance]:
     window = {"n": 60, "load": "high", "max_output_tokens": 0, "max_servers": 4, "seed": 0}
     return {
         "mix-co": mix_instance("4-task", mode="colocated", **mix),
-        "mix-pd": mix_instance("4-task", mode="disaggregated", prefill_servers=2, **mix),
+        "mix-pd": _parallel_transfers(
+            mix_instance("4-task", mode="disaggregated", prefill_servers=2, **mix)
+        ),
         "azure": build_instance("dispatch-scale", trace="azure_conv_2023", **window),
         "mooncake": build_instance("dispatch-scale", trace="mooncake_conversation", **window),
     }

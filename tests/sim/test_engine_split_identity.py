@@ -5,7 +5,9 @@ tokens), scaling events and the run's info are compared exactly, token and event
 1e-10 of their magnitudes (tests/fingerprint.py: the floats' last bits depend on the processor).
 
 The battery runs every registered policy co-located on two trace cuts and disaggregated on one
-(``static-fcfs`` on a static cluster), every scaler, central queues (the ``hold`` router on
+(with the former parallel KV transfers, ``Cluster(kv_transfer_queued=False)``, as recorded; four
+cases with the transfers queued per prefill server's link, recorded when they became the
+default; ``static-fcfs`` on a static cluster), every scaler, central queues (the ``hold`` router on
 both sides), KV rejections and preemptions on small servers, and a policy that stalls. A case
 whose run raises records the exception's type and message instead.
 
@@ -116,6 +118,21 @@ def _cases() -> dict[str, dict]:
         "prefill_servers": 1,
         "kv_capacity": 3000,
     }
+    # KV transfers queued on each prefill server's link (the engine's default since the
+    # battery was recorded; the cases above run the former parallel transfers)
+    for policy in ("sarathi", "vllm", "polyserve"):
+        cases[f"{policy}/disaggregated-queued/mooncake"] = {
+            "policy": policy,
+            "mode": "disaggregated",
+            "cut": "mooncake",
+            "servers": 3,
+            "prefill_servers": 0 if policy_entry(policy).setup is not None else 1,
+            "queued": True,
+        }
+    cases["sarathi/hold-decode-queued/azure"] = {
+        **cases["sarathi/hold-decode/azure"],
+        "queued": True,
+    }
     cases["sarathi/one-server-high-rate/azure"] = {
         "policy": "sarathi",
         "cut": "azure",
@@ -183,9 +200,14 @@ def run_case(name: str) -> Fingerprint | str:
     trace, limit, rate = CUTS[fields.pop("cut")]
     rate = fields.pop("rate", rate)
     stall = fields.pop("stall", False)
+    queued = fields.pop("queued", False)
     setup = ServingSetup(trace, seed=3, servers=fields.pop("servers", 2), limit=limit, **fields)
     try:
-        instance, sched = setup.prepare(setup.instance(rate))
+        base = setup.instance(rate)
+        base = dataclasses.replace(
+            base, cluster=dataclasses.replace(base.cluster, kv_transfer_queued=queued)
+        )
+        instance, sched = setup.prepare(base)
         if stall:
             sched = dataclasses.replace(sched, policy=OddOnly())
         outcome = sched.run(instance, seed=setup.seed, record_iterations=True)
