@@ -123,8 +123,8 @@ def test_json_has_both_pools_and_the_colocated_answer(capsys):
 
 
 def test_a_target_no_disaggregated_fleet_meets_is_one_line(capsys):
-    """On 40 Mooncake requests, 0.975 is the most any disaggregated fleet of H100 TP 8 servers
-    can meet; a target of 1.0 is refused in one error line (exit 2)."""
+    """On 40 Mooncake requests, 0.950 is the most any disaggregated fleet of calibrated H100 TP 8
+    servers can meet; a target of 1.0 is refused in one error line (exit 2)."""
     code = main(
         [
             "plan",
@@ -148,5 +148,6 @@ def test_a_target_no_disaggregated_fleet_meets_is_one_line(capsys):
     # the requests too large for a server's KV cache are warned about first, one line each
     errors = [line for line in err if line.startswith("slolab: error")]
     assert code == 2 and len(errors) == 1 and errors[0] == err[-1]
-    # (prefill ceiling + decode ceiling - 1) averaged over the classes: 0.975 of 40 = 39
-    assert "the target 1.0 is out of reach disaggregated" in errors[0] and "0.975" in errors[0]
+    # (prefill ceiling + decode ceiling - 1) averaged over the classes: 0.950 of 40 = 38 (39 on
+    # the profile-only presets, whose decode steps are faster)
+    assert "the target 1.0 is out of reach disaggregated" in errors[0] and "0.950" in errors[0]
