@@ -20,7 +20,7 @@ from slolab.heuristics.polyserve import (
 )
 from slolab.instances.records import Cluster, Instance, Workload
 from slolab.sim import check
-from test_polyserve_held_index import LINE, digest, outcome
+from test_polyserve_held_index import LINE, load_former, outcome, outcome_fingerprint
 
 
 class CheckedController(PolyServeController):
@@ -149,10 +149,9 @@ def test_empty_servers_answer_as_their_queue_would_on_sparse_arrivals(scaled):
 #: Outcome digests and routing decisions of the code before the empty-server answers, on the
 #: first 150 Mooncake requests at 1 and 2 req/s, on fixed tier pools of 2 servers (8 in all)
 #: without a scaler (held requests are retried as requests leave): rate -> (digest, decisions)
-FORMER_FIXED = {
-    1.0: ("4ac6307df57e305e8bb3a2dce6a83ede9f22b02606503c8696559649ac07513c", 185),
-    2.0: ("7a90aa9393ac6bcff682170b2054ec16370a44e2757c7ee8c0cf195eb862e9f0", 212),
-}
+#: Kept as fingerprints in the .json beside this file (decisions exactly, times within 1e-10:
+#: tests/fingerprint.py), recorded where the digests still held.
+FORMER_FIXED = {float(rate): former for rate, former in load_former(__file__).items()}
 
 
 @pytest.mark.parametrize("rate", sorted(FORMER_FIXED))
@@ -162,4 +161,4 @@ def test_fixed_pool_mooncake_runs_keep_the_former_outcomes(rate):
     requests); with the scaler: test_polyserve_held_retries.py."""
     controller = PolyServeController(PolyServeParams(tpot_bound="always"))  # the former rule
     out = run(controller, fixed_pools(mooncake(rate, 150), 8, 2), scaled=False)
-    assert (digest(out), controller.decisions) == FORMER_FIXED[rate]
+    assert (outcome_fingerprint(out), controller.decisions) == FORMER_FIXED[rate]

@@ -6,6 +6,7 @@ import hashlib
 
 import numpy as np
 import pytest
+from fingerprint import fingerprint, load_recording
 from slolab.heuristics.policies import Scheduler
 from slolab.heuristics.polyserve import (
     HOLD,
@@ -91,6 +92,37 @@ def digest(outcome) -> str:
             h.update(np.ascontiguousarray(value).tobytes())
     h.update(repr(outcome.scale_events).encode())
     return h.hexdigest()
+
+
+def outcome_fingerprint(outcome):
+    """The fingerprint (tests/fingerprint.py) of every recorded array of ``outcome`` and its
+    scaling events: decisions exactly, times within 1e-10 of their magnitudes."""
+    arrays = [
+        (f.name, getattr(outcome, f.name))
+        for f in dataclasses.fields(outcome)
+        if isinstance(getattr(outcome, f.name), np.ndarray)
+    ]
+    return fingerprint(arrays, outcome.scale_events)
+
+
+@dataclasses.dataclass(frozen=True)
+class Former:
+    """A run recorded from former code: its fingerprint's record and its routing decisions.
+    Equal to a pair ``(outcome_fingerprint(out), decisions)`` that matches both."""
+
+    record: list
+    decisions: int
+
+    def __eq__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        found, decisions = other
+        return found.matches(self.record) and decisions == self.decisions
+
+
+def load_former(test_file: str) -> dict[str, Former]:
+    """The :class:`Former` runs recorded beside ``test_file`` (tests/fingerprint.py)."""
+    return {key: Former(*value) for key, value in load_recording(test_file).items()}
 
 
 def bursty(seed: int, n: int = 120) -> Workload:

@@ -6,17 +6,18 @@ import dataclasses
 import pytest
 from slolab.harness.serving import ServingSetup
 from slolab.sim import check
-from test_polyserve_held_index import digest
+from test_polyserve_held_index import load_former, outcome_fingerprint
 
 #: Outcome digests (every recorded array, token times included, and the scaling events) and
 #: routing decisions of the code before the admission remembered the profile's answers, on the
 #: first 300 requests of the Mooncake conversation trace with Poisson arrivals, co-located on
-#: 8 servers under PolyServe's scaler: (rate req/s, promotion) -> (digest, decisions).
+#: 8 servers under PolyServe's scaler: (rate req/s, promotion) -> (digest, decisions), kept
+#: as fingerprints in ``test_polyserve_held_retries.json`` (decisions exactly, times within
+#: 1e-10: tests/fingerprint.py), recorded where the digests still held.
 FORMER = {
-    (1.0, "lazy"): ("21d2bad66f5a040135a8ee7fd3ae1a1d4303e6666d8ded81c9ba83be0e3233b3", 4549),
-    (2.0, "lazy"): ("015deb831b6955e0a4378682f9cd0fc6104b82db2888721ae89e0cb7beeb1beb", 5140),
-    (2.0, "eager"): ("23f394b097544ab50698e89c5a25b698c68cd0123d4d5d000324336a22326401", 4906),
-    (2.0, "none"): ("216af6e844c6752779d22fa5ae67ea5dfa445e5b3473c90b5c4b797fb1fb7255", 5519),
+    (float(rate), promotion): former
+    for key, former in load_former(__file__).items()
+    for rate, promotion in [key.split("/")]
 }
 
 
@@ -50,4 +51,4 @@ def test_held_mooncake_requests_keep_the_former_decisions(rate, promotion):
     and the same number of routing decisions as before, with each promotion rule."""
     instance, controller, out = mooncake_run(rate, promotion)
     assert check(instance, out) == []
-    assert (digest(out), controller.decisions) == FORMER[(rate, promotion)]
+    assert (outcome_fingerprint(out), controller.decisions) == FORMER[(rate, promotion)]
