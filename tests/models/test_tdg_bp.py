@@ -160,7 +160,7 @@ def test_root_share_is_checked():
 small_window = st.composite(small_window_rows)
 
 
-@settings(max_examples=25, deadline=None, derandomize=True)
+@settings(max_examples=15, deadline=None, derandomize=True)
 @given(small_window())
 def test_battery_between_optimum_and_columns(inst):
     """Random small windows: the exact optimum (when proved OPTIMAL) <= bp <= columns on the

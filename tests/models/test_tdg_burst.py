@@ -146,7 +146,7 @@ def test_hand_window_rows_reach_the_optimum():
 small_window = st.composite(small_window_rows)
 
 
-@settings(max_examples=12, deadline=None, derandomize=True)
+@settings(max_examples=8, deadline=None, derandomize=True)
 @given(small_window())
 def test_rows_hold_at_the_optimal_schedule(inst):
     """The exact optimum's schedule (replayed) earns at most F(S) of first-token gain in every
@@ -163,7 +163,7 @@ def test_rows_hold_at_the_optimal_schedule(inst):
     assert (table.gains(gain) <= table.capacity + 1e-9).all()
 
 
-@settings(max_examples=12, deadline=None, derandomize=True)
+@settings(max_examples=8, deadline=None, derandomize=True)
 @given(small_window())
 def test_battery_optimum_below_rows_below_former(inst):
     """Small windows: optimum (when OPTIMAL) <= each bound with the burst rows <= the same

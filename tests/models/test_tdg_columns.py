@@ -150,7 +150,7 @@ def test_registered_as_the_columns_method():
 small_window = st.composite(small_window_rows)
 
 
-@settings(max_examples=25, deadline=None, derandomize=True)
+@settings(max_examples=12, deadline=None, derandomize=True)
 @given(small_window())
 def test_battery_between_optimum_and_bucket_lp(inst):
     """Random small windows: the exact optimum (when proved OPTIMAL) <= columns <= bucket LP
