@@ -522,7 +522,9 @@ def deployment(quick: bool) -> dict[str, Any]:
     """What to deploy: the planner (``benchmarks/deployment.py``'s case) on the first 200
     requests of a trace, PolyServe's SLOs, target 0.9, over nested GPU grids at every TP the
     profiles support (one capacity cache per trace and model, so the smaller grids measure
-    nothing again). Verdict: a larger grid's verified answer is never dearer than a smaller
+    nothing again). The first case's largest grid is planned again at each traffic level for
+    the cost-against-traffic series, the full run adding the disaggregated planner's fleet
+    (:func:`_disaggregated_costs`). Verdict: a larger grid's verified answer is never dearer than a smaller
     one's (its fleets are all candidates there too)."""
     from slolab.harness import deploy
 
@@ -547,6 +549,10 @@ def deployment(quick: bool) -> dict[str, Any]:
                     again = deploy.plan_deployment(more, names, target=0.9, seed=0, cache=cache)
                     traffic += _fleet_costs(
                         f"{trace}/{model}/{'+'.join(gpus)}", level, again.to_record()
+                    )
+                if not quick:
+                    traffic += _disaggregated_costs(
+                        f"{trace}/{model}/{'+'.join(gpus)}", trace, names, requests, levels
                     )
             costs[gpus] = float(record["mixed_cost"])
             rows.append(
@@ -599,6 +605,31 @@ def _fleet_costs(case: str, traffic: float, record: dict[str, Any]) -> list[dict
             ("optimum on capacities", "optimum"),
         )
     ]
+
+
+def _disaggregated_costs(
+    case: str, trace: str, names: list[str], requests: int, levels: tuple[float, ...]
+) -> list[dict[str, Any]]:
+    """The disaggregated planner's verified, trimmed fleet at each traffic level, as
+    cost-against-traffic records beside :func:`_fleet_costs`' (the same cut, target and seed;
+    every configuration a candidate for either pool; KV over the default link)."""
+    from slolab.harness import deploy, deploy_pd
+
+    out = []
+    for level in tqdm(levels, desc=f"{case} disaggregated", leave=False, disable=QUIET):
+        cut = deploy.trace_instance(trace, names, limit=requests, seed=0, traffic=level)
+        record = deploy_pd.plan_pd_deployment(cut, names, target=0.9, seed=0).to_record()
+        out.append(
+            {
+                "case": case,
+                "traffic": level,
+                "fleet": "disaggregated",
+                "cost_per_hour": _finite(record["pd_cost"]),
+                "attainment": _finite(record["pd_attainment"]),
+                "plan": record["pd_fleet"],
+            }
+        )
+    return out
 
 
 def fidelity(quick: bool) -> dict[str, Any]:

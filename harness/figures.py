@@ -272,7 +272,8 @@ RESULT_FIGURES: tuple[ResultFigure, ...] = (
         "deployment-cost",
         "deployment",
         "cost-vs-traffic",
-        "Cost of the verified fleets against traffic, and the MILP's optimum on the measured "
+        "Cost of the verified fleets against traffic (co-located mixed and single, and "
+        "disaggregated where the full run planned it), and the MILP's optimum on the measured "
         "capacities",
         _deployment_cost,
     ),
