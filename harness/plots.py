@@ -219,6 +219,17 @@ def _figure(ncols: int, nrows: int = 1, width: float | None = None, height: floa
     return fig, axes
 
 
+def _finish(fig: Any, axes: Any, ylabel: str | None, title: str | None) -> Any:
+    """The common end of every figure: the first panel's y label, the title above all panels
+    and one legend outside the data."""
+    if ylabel is not None:
+        axes[0, 0].set_ylabel(ylabel)
+    if title:
+        fig.suptitle(title)
+    _legend(fig, axes)
+    return fig
+
+
 def _legend(fig: Any, axes: Any, title: str | None = None) -> None:
     """One legend for the figure, outside the data (right of the top-right panel)."""
     seen: dict[str, Any] = {}
@@ -340,11 +351,7 @@ def attainment_vs_rate(
         ax.set_ylim(0.0, 1.02)
         if name is not None:
             ax.set_title(name)
-    axes[0, 0].set_ylabel("SLO attainment")
-    if title:
-        fig.suptitle(title)
-    _legend(fig, axes)
-    return fig
+    return _finish(fig, axes, "SLO attainment", title)
 
 
 def latency_quantiles(
@@ -453,10 +460,7 @@ def latency_cdfs(
             if row == 0:
                 ax.set_title(f"tier {tier}")
         axes[row, 0].set_ylabel("fraction of requests")
-    if title:
-        fig.suptitle(title)
-    _legend(fig, axes)
-    return fig
+    return _finish(fig, axes, None, title)
 
 
 @_styled
@@ -518,11 +522,7 @@ def gap_intervals(
         ax.grid(axis="x", visible=False)
         if name is not None:
             ax.set_title(name)
-    axes[0, 0].set_ylabel("gap to the optimum (%)")
-    if title:
-        fig.suptitle(title)
-    _legend(fig, axes)
-    return fig
+    return _finish(fig, axes, "gap to the optimum (%)", title)
 
 
 @_styled
@@ -558,11 +558,7 @@ def cost_vs_traffic(
         ax.set_ylim(bottom=0.0)
         if name is not None:
             ax.set_title(name)
-    axes[0, 0].set_ylabel("cost ($/h)")
-    if title:
-        fig.suptitle(title)
-    _legend(fig, axes)
-    return fig
+    return _finish(fig, axes, "cost ($/h)", title)
 
 
 @_styled
@@ -624,11 +620,7 @@ def pareto_front(
         ax.set_ylim(-0.02, 1.02)
         if name is not None:
             ax.set_title(name)
-    axes[0, 0].set_ylabel("SLO attainment")
-    if title:
-        fig.suptitle(title)
-    _legend(fig, axes)
-    return fig
+    return _finish(fig, axes, "SLO attainment", title)
 
 
 @_styled
@@ -674,7 +666,4 @@ def predicted_vs_measured(
     ax.set_yscale("log")
     ax.set_xlabel("measured iteration time (ms)")
     ax.set_ylabel("predicted iteration time (ms)")
-    if title:
-        fig.suptitle(title)
-    _legend(fig, axes)
-    return fig
+    return _finish(fig, axes, None, title)
