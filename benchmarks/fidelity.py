@@ -146,31 +146,47 @@ def not_replayed() -> list[str]:
     return [f"{'/'.join(map(str, key))}: {why}" for key, why in sorted(reasons.items())]
 
 
-def replay(run_: MeasuredRun, overheads: ServingOverheads | None) -> pd.DataFrame:
-    """The run through the engine: per-request TTFT, mean TPOT and end-to-end (seconds)."""
+def replay_instance(
+    run_: MeasuredRun,
+    overheads: ServingOverheads | None,
+    workload: Workload | None = None,
+    prefix_block_tokens: int = 0,
+) -> Instance:
+    """The run as an engine instance: its arrivals and lengths (by default each prompt less
+    the shared prefix a cache would hold, :func:`~slolab.timing.measured.cached_prefix`; or
+    ``workload``), one server with the run's KV capacity, ``max_num_seqs`` and
+    ``max_num_batched_tokens``, the calibrated timing, and ``prefix_block_tokens``."""
     base, layers = base_timing(run_.model, run_.gpu, run_.tp)
     timing = (
         base if overheads is None else apply_overheads(base, overheads, layers, run_.tp, base.name)
     )
-    req = run_.requests
-    cached = np.array([cached_prefix(run_, i) for i in range(len(req["prompt_tokens"]))])
-    prompt = np.maximum(req["prompt_tokens"] - cached, 1).astype(np.int64)
-    workload = Workload(
-        {
-            "arrival_s": req["arrival_s"],
-            "prompt_tokens": prompt,
-            "output_tokens": req["output_tokens"].astype(np.int64),
-        },
-        source=run_.name,
-    )
+    if workload is None:
+        req = run_.requests
+        cached = np.array([cached_prefix(run_, i) for i in range(len(req["prompt_tokens"]))])
+        prompt = np.maximum(req["prompt_tokens"] - cached, 1).astype(np.int64)
+        workload = Workload(
+            {
+                "arrival_s": req["arrival_s"],
+                "prompt_tokens": prompt,
+                "output_tokens": req["output_tokens"].astype(np.int64),
+            },
+            source=run_.name,
+        )
     cluster = Cluster(
         servers=1,
         kv_capacity_tokens=run_.kv_cache_tokens,
         max_batch_size=run_.max_num_seqs,
         max_batch_tokens=run_.max_num_batched_tokens,
+        prefix_block_tokens=prefix_block_tokens,
     )
-    outcome = run(Instance(run_.name, workload, cluster, timing), SarathiFCFS(), seed=0)
-    return metrics.request_table(Instance(run_.name, workload, cluster, timing), outcome)
+    return Instance(run_.name, workload, cluster, timing)
+
+
+def replay(run_: MeasuredRun, overheads: ServingOverheads | None) -> pd.DataFrame:
+    """The run through the engine: per-request TTFT, mean TPOT and end-to-end (seconds)."""
+    instance = replay_instance(run_, overheads)
+    outcome = run(instance, SarathiFCFS(), seed=0)
+    return metrics.request_table(instance, outcome)
 
 
 def request_table(fitted: dict[str, ServingOverheads]) -> pd.DataFrame:
