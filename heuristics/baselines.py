@@ -46,15 +46,16 @@ if TYPE_CHECKING:
 def make_room_for_decode(server: Server, decode: list[int], admitted_order: list[int]) -> list[int]:
     """Preempt the latest-admitted running requests until one decode step fits in memory."""
     preempt: list[int] = []
-    free = server.kv_free_tokens
+    base = server.kv_free_tokens
+    free = base
     need = len(decode)
     while need > free and admitted_order:
         victim = admitted_order.pop()
         if victim in preempt:
             continue
-        held = server.kv_held(victim)
         preempt.append(victim)
-        free += held
+        # a cached prompt block another running request uses stays resident
+        free = base + server.kv_freed_by_preempting(preempt)
         if victim in decode:
             decode.remove(victim)
             need -= 1
@@ -297,7 +298,7 @@ class SarathiFCFS:
         slots = server.max_batch_size - len(decode)
         free = server.kv_free_tokens - len(decode)
         if preempt:
-            free += sum(server.kv_held(r) for r in preempt)
+            free += server.kv_freed_by_preempting(preempt)
         prefill: list[tuple[int, int]] = []
         candidates = [r for r in server.prefilling if r not in preempt]
         admit = [r for r in server.waiting]

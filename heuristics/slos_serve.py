@@ -118,6 +118,14 @@ class SLOsServeParams:
             )
 
 
+def _freed_more(server: Server, preempt: list[int], victim: int) -> int:
+    """KV tokens preempting ``victim`` frees beyond preempting ``preempt`` (its cached prompt
+    blocks other running requests use stay resident)."""
+    return server.kv_freed_by_preempting([*preempt, victim]) - server.kv_freed_by_preempting(
+        preempt
+    )
+
+
 class SLOsServePolicy:
     """SLOs-Serve's online scheduler (colocated servers).
 
@@ -359,8 +367,8 @@ class SLOsServePolicy:
                 )
                 if victim is None:
                     return False
+                free += _freed_more(server, preempt, victim)
                 preempt.append(victim)
-                free += server.kv_held(victim)
             return True
 
         def add_prefill(r: int, slo: bool, headroom: int) -> None:
@@ -454,8 +462,8 @@ class SLOsServePolicy:
             # memory is full and only best-effort requests could grow: preempt the latest
             # started one (recomputed later) so that the others go on, rather than stall
             victim = next((v for v in reversed(order) if v in stuck), stuck[-1])
+            free += _freed_more(server, preempt, victim)
             preempt.append(victim)
-            free += server.kv_held(victim)
             for r in stuck:
                 if r != victim:
                     add_decode(r, False, reserve)

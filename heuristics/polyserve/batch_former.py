@@ -271,7 +271,7 @@ class PolyServePolicy:
             budget = min(budget, c.profile.max_tokens(decode_kv, tau) - n_decode)
         free = kv_free - n_decode
         if preempt:
-            free += sum(server.kv_held(r) for r in preempt)
+            free += server.kv_freed_by_preempting(preempt)
         slots = size - n_decode
         prefill: list[tuple[int, int]] = []
         queued = server.waiting

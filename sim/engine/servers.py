@@ -9,6 +9,7 @@ prefilling, decoding), its KV tokens, its iteration or fast-forwarded decode win
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -406,6 +407,27 @@ class Server:
     def kv_held(self, r: int) -> int:
         """KV tokens request ``r`` holds: its processed prompt plus its generated tokens."""
         return int(self._e.held[r])
+
+    def kv_freed_by_preempting(self, victims: Sequence[int]) -> int:
+        """KV tokens preempting all of ``victims`` (running here) would free now: what they
+        hold, less the cached prompt blocks that other running requests also use (those stay
+        resident; a block only victims use becomes unreferenced, free to take back). With
+        caching off, the sum of :meth:`kv_held`."""
+        e = self._e
+        freed = sum(int(e.held[r]) for r in victims)
+        cache = self._s.cache
+        if cache is None or not victims:
+            return freed
+        uses: dict[int, int] = {}
+        for r in victims:
+            for key in e.prefix.pins[r]:  # type: ignore[union-attr]
+                uses[key] = uses.get(key, 0) + 1
+        ref = cache.ref
+        # a block of u users, v of them victims, is counted v times in the victims' holdings:
+        # with u > v it stays in use (none of the v frees), with u == v it is one block (the
+        # v - 1 further counts were shared, never resident twice)
+        kept = sum(v if ref[key] > v else v - 1 for key, v in uses.items())
+        return freed - kept * cache.block_tokens
 
     # -- requests ------------------------------------------------------------------------
     def remaining_prefill(self, r: int) -> int:

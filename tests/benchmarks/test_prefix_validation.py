@@ -122,3 +122,24 @@ def test_without_shared_content_every_hit_is_a_resumed_request(replays):
                 assert r in seen
                 assert outcome.preemptions[r] > 0
             seen.add(r)
+
+
+@pytest.mark.parametrize("prefix", [512, 1536])
+def test_other_shared_prefix_lengths_run_and_check_clean(prefix):
+    """``jan20-prefill-llama7b-tp1-1`` with a 512-token shared prefix once stopped at t = 47 s
+    (PolicyError: a batch needs 2,732 KV tokens, 2,414 free): SarathiFCFS counted all 2,917
+    tokens of its victim as freed, 512 of them prefix blocks other running requests kept
+    resident. Now it counts what preempting frees (``Server.kv_freed_by_preempting``)."""
+    import dataclasses
+
+    from slolab.benchmarks.fidelity import replay_instance
+    from slolab.benchmarks.prefix_validation import VLLM_BLOCK
+    from slolab.heuristics.baselines import SarathiFCFS
+    from slolab.sim import run
+
+    (run_,) = [r for r in read_inference_sim_runs() if r.name == "jan20-prefill-llama7b-tp1-1"]
+    run_ = dataclasses.replace(run_, prefix_tokens=prefix)
+    instance = replay_instance(run_, None, prefix_workload(run_), VLLM_BLOCK)
+    outcome = run(instance, SarathiFCFS(), seed=0)
+    assert check(instance, outcome) == []
+    assert outcome.finished.all()
