@@ -650,7 +650,10 @@ def probe_arrivals(
     ``lambda``, the server carries a share ``rate / lambda`` of it and a least-loaded router
     hands it every ``lambda / rate``-th request (a burst of ``B`` simultaneous arrivals puts
     about ``B rate / lambda`` on it); above, the server carries the whole class and its time is
-    compressed (a burst stays a burst).
+    compressed (a burst stays a burst). The thinned stream is cut from at most
+    :data:`MAX_THINNED_REQUESTS` of the class's requests, so far below ``lambda`` (a search
+    bisecting down to a rate the configuration serves) the server sees fewer than ``count``,
+    and at least one: below ``lambda / MAX_THINNED_REQUESTS``, the cut's last request.
     """
     from slolab.instances import mean_rate, retime_poisson, scale_rate
 
@@ -670,6 +673,8 @@ def probe_arrivals(
     # request i is kept when the running count of shares passes a whole number there (a
     # tolerance keeps a share of 2.0000000000000004 from shifting the pattern by one)
     kept = np.flatnonzero(np.floor((index + 1) / share + 1e-9) > np.floor(index / share + 1e-9))
+    if len(kept) == 0:  # the share outruns the cut: one request, the nearest to the first share
+        kept = np.array([len(longer) - 1])
     return longer.take(kept), kept % len(members)
 
 

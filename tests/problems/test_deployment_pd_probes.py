@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from slolab.instances.records import Cluster, Instance, Workload
-from slolab.problems.deployment_capacity import probe_arrivals
+from slolab.problems.deployment_capacity import MAX_THINNED_REQUESTS, probe_arrivals
 from slolab.timing.base import LinearTiming
 
 
@@ -57,3 +57,13 @@ def test_unknown_arrivals_are_refused():
     """An unknown arrival model names the known ones."""
     with pytest.raises(ValueError, match="arrivals must be one of trace, poisson"):
         probe_arrivals(bursty(), np.arange(4), 8, 2.0, 0, "gamma")
+
+
+def test_far_below_the_class_rate_one_request_is_left():
+    """A share beyond the most requests a stream is cut from leaves one request, not an empty
+    probe; just within it, the thinned cut holds what it can."""
+    rate = 3.0 / (2 * MAX_THINNED_REQUESTS)  # the stream's 3 req/s, a share of 400,000
+    found, position = probe_arrivals(bursty(), np.arange(4), 8, rate, 0, "trace")
+    assert len(found) == 1 and position.tolist() == [(MAX_THINNED_REQUESTS - 1) % 4]
+    found, _ = probe_arrivals(bursty(), np.arange(4), 8, 3.0 / 50_000, 0, "trace")
+    assert len(found) == MAX_THINNED_REQUESTS // 50_000
