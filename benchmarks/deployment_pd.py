@@ -4,7 +4,8 @@ For each trace (Azure conversation, Azure code, Mooncake conversation), model (L
 Llama-2-70B) and traffic multiple, both planners (:func:`slolab.harness.deploy_pd.plan_modes`,
 ``--mode both``; ``--mode pd`` for the disaggregated one alone) on the first ``--requests``
 requests (PolyServe's SLOs) over the grid ``--gpus`` x ``--tps``, KV caches moved over
-``--link``. Each row: the co-located answer (fleet, cost, rounds, first-round attainment), the
+``--link``. Each row: the co-located answer (fleet, cost, rounds, first-round cost and
+attainment), the
 disaggregated one (both pools, cost, rounds, first-round cost and attainment), the MILP's cost
 and status on the measured capacities, the heuristics' gaps, which answer is cheaper and the
 saving of disaggregation, capacity probes, wall time and the 1-minute load average.
@@ -14,7 +15,10 @@ Prints a table and writes ``benchmarks/out/deployment_pd.csv`` (a row as soon as
 measured).
 
 Usage: ``python benchmarks/deployment_pd.py [--requests 200] [--traffic 1 4] [--traces ...]
-[--models ...] [--gpus h100 a100] [--tps 1 2 4 8] [--link infiniband-ndr] [--mode both]``
+[--models ...] [--gpus h100 a100] [--tps 1 2 4 8] [--link infiniband-ndr] [--mode both]
+[--probe-arrivals trace] [--co-probe-arrivals poisson] [--uncalibrated]`` (the arrivals of
+the disaggregated and of the co-located capacity probes; the profile-only presets
+``MODEL/GPU/tpN`` instead of the calibrated ones)
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ SHOWN = (
     "mixed_fleet",
     "mixed_cost",
     "mixed_rounds",
+    "co_first_cost",
     "co_first_attainment",
     "pd_fleet",
     "pd_cost",
@@ -67,11 +72,13 @@ def one_case(
     link: str,
     mode: str,
     arrivals: str = "trace",
+    co_arrivals: str = "poisson",
+    calibrated: bool = True,
 ) -> dict:
     """Both planners on one trace, model and traffic multiple; one row."""
     load = os.getloadavg()[0]
     start = time.perf_counter()
-    configurations, _ = deploy.configuration_names(model, gpus, tps)
+    configurations, _ = deploy.configuration_names(model, gpus, tps, calibrated=calibrated)
     instance = deploy.trace_instance(trace, configurations, limit=requests, seed=0, traffic=traffic)
     answer = plan_modes(
         instance,
@@ -81,6 +88,7 @@ def one_case(
         link=link,
         seed=0,
         pd_arrivals=arrivals,
+        co_arrivals=co_arrivals,
     )
     wall = time.perf_counter() - start
     if answer.pd is not None:
@@ -90,6 +98,9 @@ def one_case(
             assert optimum <= answer.pd.best_pair_cost + 1e-9, (trace, model, optimum)
     record = modes_record(answer)
     record.pop("refused", None)
+    if answer.co is not None:  # the co-located MILP's first fleet, as solved
+        first = answer.co.mixed.rounds[0].result
+        record["co_first_cost"] = first.cost if first.plan is not None else math.nan
     return {
         "trace": trace,
         "model": model,
@@ -98,6 +109,8 @@ def one_case(
         "requests": instance.n_requests,
         "traffic": traffic,
         "probe_arrivals": arrivals,
+        "co_probe_arrivals": co_arrivals,
+        "calibrated": calibrated,
         "grid": len(configurations),
         "refused_modes": "; ".join(f"{m}: {why}" for m, why in answer.refusals),
         **record,
@@ -126,6 +139,17 @@ def main() -> None:
         choices=["trace", "poisson"],
         help="arrivals of the disaggregated capacity probes",
     )
+    parser.add_argument(
+        "--co-probe-arrivals",
+        default="poisson",
+        choices=["poisson", "trace"],
+        help="arrivals of the co-located capacity probes",
+    )
+    parser.add_argument(
+        "--uncalibrated",
+        action="store_true",
+        help="the profile-only presets MODEL/GPU/tpN (default: MODEL/GPU/tpN/calibrated)",
+    )
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     path = OUT / args.out
@@ -145,6 +169,8 @@ def main() -> None:
                         args.link,
                         args.mode,
                         args.probe_arrivals,
+                        args.co_probe_arrivals,
+                        not args.uncalibrated,
                     )
                 except ValueError as error:  # a target out of reach of the grid, in one line
                     row = {"trace": trace, "model": model, "traffic": traffic, "note": str(error)}

@@ -760,10 +760,14 @@ def plan_deployment(
     max_rounds: int = 8,
     progress: bool = False,
     cache: CapacityCache | None = None,
+    arrivals: str = "poisson",
 ) -> DeploymentReport:
     """Classes, capacities, the mixed optimum and the best single configuration, each fleet
     simulated and tightened until it meets ``target`` (:func:`close_loop`); capacities already
-    in ``cache`` are read, not measured again (:class:`CapacityCache`)."""
+    in ``cache`` are read, not measured again (:class:`CapacityCache`). ``arrivals``: how the
+    capacity probes' arrivals are drawn (``"poisson"``, or ``"trace"``: the class's own
+    arrival pattern thinned to one server's share,
+    :func:`slolab.problems.deployment_capacity.probe_arrivals`)."""
     start = time.perf_counter()
     classes = classes or request_classes(instance)
     table = measure_capacities(
@@ -776,6 +780,7 @@ def plan_deployment(
         seed=seed,
         progress=progress,
         cache=cache,
+        arrivals=arrivals,
     )
     refused = dict(refused or {})
     data = capacity_data(table, classes, target, prices, refused)

@@ -34,7 +34,11 @@ from slolab.models.deployment_pd import (
     pd_plan_violations,
     solve_pd_milp,
 )
-from slolab.problems.deployment_capacity import RequestClasses, request_classes
+from slolab.problems.deployment_capacity import (
+    RequestClasses,
+    check_probe_arrivals,
+    request_classes,
+)
 from slolab.problems.deployment_pd import (
     DEFAULT_LINK,
     PDCapacityTable,
@@ -604,15 +608,19 @@ def plan_modes(
     progress: bool = False,
     cache: Any = None,
     pd_arrivals: str = "trace",
+    co_arrivals: str = "poisson",
 ) -> ModesAnswer:
     """The co-located planner (:func:`slolab.harness.deploy.plan_deployment`), the
     disaggregated one (:func:`plan_pd_deployment`) or both (``mode`` in :data:`MODES`), on
-    the same request classes (``pd_arrivals``: how the disaggregated capacity probes'
-    arrivals are drawn)."""
+    the same request classes (``pd_arrivals`` and ``co_arrivals``: how the disaggregated and
+    the co-located capacity probes' arrivals are drawn,
+    :data:`slolab.problems.deployment_capacity.PROBE_ARRIVALS`)."""
     from slolab.harness.deploy import plan_deployment
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    check_probe_arrivals(co_arrivals, "co_arrivals")
+    check_probe_arrivals(pd_arrivals, "pd_arrivals")
     start = time.perf_counter()
     classes = request_classes(instance)
     co = pd = None
@@ -632,6 +640,7 @@ def plan_modes(
                 max_rounds=max_rounds,
                 progress=progress,
                 cache=cache,
+                arrivals=co_arrivals,
             )
         except ValueError as error:
             refusals.append(("co", str(error)))

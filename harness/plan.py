@@ -511,6 +511,15 @@ def add_parser(
         "(default: infiniband-ndr)",
     )
     deploy.add_argument(
+        "--co-probe-arrivals",
+        default="poisson",
+        choices=("poisson", "trace"),
+        help="with --mode co or both: arrivals of the co-located capacity probes: poisson "
+        "(the default) or trace (the class's own arrival pattern, thinned to one server's "
+        "share below the class's rate and time-compressed above, as the disaggregated "
+        "probes always draw them: a burst in the trace lowers the capacity measured)",
+    )
+    deploy.add_argument(
         "--capacity-cache",
         default=None,
         metavar="DIR",
@@ -571,7 +580,16 @@ DEPLOY_IGNORES = {
     "max_batch_size": "each pool runs the preset's cluster defaults",
 }
 #: The flags ``plan`` uses only with ``--model``.
-DEPLOY_ONLY = ("gpus", "tp", "uncalibrated", "kv_link", "prices", "max_rounds", "capacity_cache")
+DEPLOY_ONLY = (
+    "gpus",
+    "tp",
+    "uncalibrated",
+    "kv_link",
+    "prices",
+    "max_rounds",
+    "capacity_cache",
+    "co_probe_arrivals",
+)
 
 
 def refuse_unused(args: argparse.Namespace) -> None:
@@ -737,6 +755,11 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     mode = {"colocated": "co", "disaggregated": "pd"}.get(args.mode, args.mode)
     if mode not in ("co", "pd", "both"):
         raise ValueError(f"--mode with --model must be co, pd or both, got {args.mode!r}")
+    if mode == "pd" and args.co_probe_arrivals != "poisson":
+        raise ValueError(
+            "--co-probe-arrivals applies to the co-located planner (--mode co or both); the "
+            "disaggregated probes always draw the class's own arrival pattern: drop it"
+        )
     if mode != "co":
         from slolab.harness.deploy_pd import check_link
 
@@ -782,6 +805,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         max_rounds=args.max_rounds,
         progress=wants_progress(args),
         cache=None if args.capacity_cache is None else CapacityCache(args.capacity_cache),
+        arrivals=args.co_probe_arrivals,
     )
     if args.json:
         record = report.to_dict()
@@ -822,6 +846,7 @@ def _deploy_modes(
         max_rounds=args.max_rounds,
         progress=wants_progress(args),
         cache=None if args.capacity_cache is None else CapacityCache(args.capacity_cache),
+        co_arrivals=args.co_probe_arrivals,
     )
     if args.json:
         print(json.dumps(_json_value(modes_dict(answer, classes))))

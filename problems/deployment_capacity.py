@@ -47,9 +47,12 @@ from slolab.solvers.capacity import ProbeVerdict, capacity
 
 __all__ = [
     "capacity_data",
+    "check_probe_arrivals",
     "deployment_instance",
     "CAPACITY_CACHE_VERSION",
     "DEFAULT_TIER_GROUPS",
+    "MAX_THINNED_REQUESTS",
+    "PROBE_ARRIVALS",
     "SOLO_GAP_S",
     "CapacityCache",
     "CapacityTable",
@@ -60,6 +63,7 @@ __all__ = [
     "configuration_price",
     "measure_capacities",
     "pool_policy",
+    "probe_arrivals",
     "read_prices",
     "source_fingerprint",
     "reference_configuration",
@@ -464,7 +468,9 @@ class CapacityCache:
     A key (:meth:`key`) is a hash of the whole instance the classes come from (its workload's
     columns, cluster and settings: the trace cut, its SLOs, its arrival times), the class's
     requests, the configuration and its timing model (the fitted preset, in full), the class's
-    target, the definition, the policy, the seed, the search's options and its start rate (the
+    target, the definition, the policy, the seed, the search's options, how its probes'
+    arrivals are drawn (:data:`PROBE_ARRIVALS`: a trace-probed capacity is never read for a
+    Poisson plan) and its start rate (the
     capacity found on the previous configuration: a search from another start bisects to
     another point), with :data:`CAPACITY_CACHE_VERSION`, the package version and the hash of
     the package's source (:func:`source_fingerprint`: an entry measured by other code is not
@@ -615,6 +621,62 @@ def _class_stream(workload: Any, members: np.ndarray, stream_requests: int) -> A
 #: probes (:mod:`slolab.problems.deployment_pd`).
 class_stream = _class_stream
 
+#: How a capacity probe's arrivals are drawn (both planners): ``"poisson"`` (the class's
+#: stream with Poisson arrivals) or ``"trace"`` (the class's own arrival pattern, thinned to
+#: one server's share or time-compressed, :func:`probe_arrivals`).
+PROBE_ARRIVALS = ("trace", "poisson")
+
+#: Most requests a thinned stream is cut from.
+MAX_THINNED_REQUESTS = 200_000
+
+
+def check_probe_arrivals(arrivals: str, field: str = "arrivals") -> None:
+    """ValueError in one line, naming the field (``field``) and the value, unless
+    ``arrivals`` is one of :data:`PROBE_ARRIVALS`."""
+    if arrivals not in PROBE_ARRIVALS:
+        raise ValueError(f"{field} must be one of {', '.join(PROBE_ARRIVALS)}, got {arrivals!r}")
+
+
+def probe_arrivals(
+    instance: Instance, members: np.ndarray, count: int, rate: float, seed: int, arrivals: str
+) -> tuple[Any, np.ndarray]:
+    """``count`` or so of the class's requests arriving at ``rate`` req/s, and the position in
+    ``members`` of each (the stream repeats the members in order).
+
+    ``"poisson"``: the class's stream (its requests repeated, :func:`_class_stream`) with
+    Poisson arrivals seeded by ``seed``.
+    ``"trace"``: the stream at its own arrival times (the trace's, scaled to the instance's
+    traffic), as one server of a pool sees them: when ``rate`` is below the class's own rate
+    ``lambda``, the server carries a share ``rate / lambda`` of it and a least-loaded router
+    hands it every ``lambda / rate``-th request (a burst of ``B`` simultaneous arrivals puts
+    about ``B rate / lambda`` on it); above, the server carries the whole class and its time is
+    compressed (a burst stays a burst). The thinned stream is cut from at most
+    :data:`MAX_THINNED_REQUESTS` of the class's requests, so far below ``lambda`` (a search
+    bisecting down to a rate the configuration serves) the server sees fewer than ``count``,
+    and at least one: below ``lambda / MAX_THINNED_REQUESTS``, the cut's last request.
+    """
+    from slolab.instances import mean_rate, retime_poisson, scale_rate
+
+    check_probe_arrivals(arrivals)
+    if arrivals == "poisson":
+        stream = _class_stream(instance.workload, members, count)
+        return retime_poisson(stream, rate, seed), np.arange(len(stream)) % len(members)
+    own = _class_stream(instance.workload, members, count)
+    own_rate = mean_rate(own)
+    if rate >= own_rate:
+        return scale_rate(own, rate), np.arange(len(own)) % len(members)
+    share = own_rate / rate
+    longer = _class_stream(
+        instance.workload, members, min(MAX_THINNED_REQUESTS, math.ceil(count * share - 1e-9))
+    )
+    index = np.arange(len(longer))
+    # request i is kept when the running count of shares passes a whole number there (a
+    # tolerance keeps a share of 2.0000000000000004 from shifting the pattern by one)
+    kept = np.flatnonzero(np.floor((index + 1) / share + 1e-9) > np.floor(index / share + 1e-9))
+    if len(kept) == 0:  # the share outruns the cut: one request, the nearest to the first share
+        kept = np.array([len(longer) - 1])
+    return longer.take(kept), kept % len(members)
+
 
 def _class_instance(
     instance: Instance, members: np.ndarray, configuration: str, stream_requests: int
@@ -639,6 +701,13 @@ def _class_instance(
     )
 
 
+def _drawn(
+    instance: Instance, members: np.ndarray, count: int, rate: float, *, seed: int, arrivals: str
+) -> Any:
+    """The workload of :func:`probe_arrivals` (without the positions)."""
+    return probe_arrivals(instance, members, count, rate, seed, arrivals)[0]
+
+
 def pool_policy(instance: Instance, configuration: str, policy: str) -> Any:
     """A fresh ``policy`` for a server of ``configuration`` serving ``instance``'s trace: a
     budgeted policy's token budget is the largest batch within the tightest TPOT of the whole
@@ -658,24 +727,27 @@ def _class_probe(
     seed: int,
     early: bool,
     poisson: bool = True,
+    draw: Any = None,
 ) -> Any:
     """``probe(rate)``: ``base`` under the policy ``make()`` returns, with Poisson arrivals at
     ``rate`` req/s (seeded by ``seed``),
     simulated, stopped once its verdict is certain when ``early``. Poisson, not the trace's
     own times scaled: a trace's simultaneous arrivals stay simultaneous at any rate, and a
-    burst that one server must take alone a pool of servers shares. Without ``poisson`` the
-    arrivals are ``base``'s own (``rate`` ignored)."""
+    burst that one server must take alone a pool of servers shares. With ``draw``, the
+    workload ``draw(rate)`` instead (:func:`probe_arrivals`); without ``poisson`` (nor
+    ``draw``) the arrivals are ``base``'s own (``rate`` ignored)."""
     from slolab.instances import retime_poisson
     from slolab.sim import metrics, run
     from slolab.sim.verdict import AttainmentWatch, RampedStop
 
     def probe(rate: float) -> ProbeVerdict:
         start = time.perf_counter()
-        instance = (
-            dataclasses.replace(base, workload=retime_poisson(base.workload, rate, seed))
-            if poisson
-            else base
-        )
+        if draw is not None:
+            instance = dataclasses.replace(base, workload=draw(rate))
+        elif poisson:
+            instance = dataclasses.replace(base, workload=retime_poisson(base.workload, rate, seed))
+        else:
+            instance = base
         watch = AttainmentWatch(instance, definition, target) if early else None
         outcome = run(
             instance,
@@ -803,13 +875,16 @@ def measure_capacities(
     stream_requests: int = 400,
     progress: bool = False,
     cache: CapacityCache | None = None,
+    arrivals: str = "poisson",
 ) -> CapacityTable:
     """The capacity of one server of each configuration for each class alone.
 
     Each (configuration, class) is a capacity search (bracketing and bisection to ``rel_tol``,
     :func:`slolab.solvers.capacity.capacity`) at the class's target (:func:`class_targets`)
     over the rate of the class's own requests,
-    repeated to at least ``stream_requests`` (:func:`_class_stream`) and time-scaled; every
+    repeated to at least ``stream_requests`` (:func:`_class_stream`) and arriving as
+    ``arrivals`` says (:data:`PROBE_ARRIVALS`, :func:`probe_arrivals`: Poisson at the probed
+    rate by default, or the class's own arrival pattern thinned to one server's share); every
     probe a simulation on one server with the configuration's timing and KV
     capacity, stopped once certain to meet or miss the target when ``early``. A class's search
     on the next configuration starts at the capacity found on the last one (or at the class's
@@ -820,6 +895,7 @@ def measure_capacities(
     """
     from tqdm.auto import tqdm
 
+    check_probe_arrivals(arrivals)
     start = time.perf_counter()
     reused_before = 0 if cache is None else cache.searches_reused
     saved_before = 0 if cache is None else cache.probes_saved
@@ -869,6 +945,7 @@ def measure_capacities(
                         rel_tol,
                         stream_requests,
                         start_rate,
+                        arrivals,
                     )
                     entry = cache.get(key, ("capacity", "probes"))
                 if cache is not None and entry is not None:
@@ -878,7 +955,10 @@ def measure_capacities(
                 else:
                     base = _class_instance(instance, members, configuration, stream_requests)
                     make = functools.partial(pool_policy, instance, configuration, policy)
-                    probe = _class_probe(base, make, definition, targets[k], seed, early)
+                    draw = functools.partial(
+                        _drawn, instance, members, stream_requests, seed=seed, arrivals=arrivals
+                    )
+                    probe = _class_probe(base, make, definition, targets[k], seed, early, draw=draw)
                     found = capacity(
                         probe,
                         target=targets[k],

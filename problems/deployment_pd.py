@@ -49,9 +49,10 @@ from slolab.models.deployment_pd import PDData, PDPlan, pd_plan_violations
 from slolab.problems.deployment_capacity import (
     SOLO_GAP_S,
     RequestClasses,
-    class_stream,
+    check_probe_arrivals,
     configuration_price,
     pool_policy,
+    probe_arrivals,
     read_prices,
     request_classes,
     timing_of,
@@ -454,50 +455,6 @@ def _horizons(workload: Any) -> tuple[float, float]:
     )
 
 
-#: How a probe's arrivals are drawn: ``"trace"`` (the class's own arrival pattern, thinned to
-#: one server's share or time-compressed, :func:`_probe_arrivals`) or ``"poisson"``.
-PROBE_ARRIVALS = ("trace", "poisson")
-
-#: Most requests a thinned stream is cut from.
-MAX_THINNED_REQUESTS = 200_000
-
-
-def _probe_arrivals(
-    instance: Instance, members: np.ndarray, count: int, rate: float, seed: int, arrivals: str
-) -> tuple[Any, np.ndarray]:
-    """``count`` or so of the class's requests arriving at ``rate`` req/s, and the position in
-    ``members`` of each (the stream repeats the members in order).
-
-    ``"poisson"``: the class's stream (its requests repeated) with Poisson arrivals.
-    ``"trace"``: the stream at its own arrival times (the trace's, scaled to the instance's
-    traffic), as one server of a pool sees them: when ``rate`` is below the class's own rate
-    ``lambda``, the server carries a share ``rate / lambda`` of it and a least-loaded router
-    hands it every ``lambda / rate``-th request (a burst of ``B`` simultaneous arrivals puts
-    about ``B rate / lambda`` on it); above, the server carries the whole class and its time is
-    compressed (a burst stays a burst).
-    """
-    from slolab.instances import mean_rate, retime_poisson, scale_rate
-
-    if arrivals == "poisson":
-        stream = class_stream(instance.workload, members, count)
-        return retime_poisson(stream, rate, seed), np.arange(len(stream)) % len(members)
-    if arrivals != "trace":
-        raise ValueError(f"arrivals must be one of {', '.join(PROBE_ARRIVALS)}, got {arrivals!r}")
-    own = class_stream(instance.workload, members, count)
-    own_rate = mean_rate(own)
-    if rate >= own_rate:
-        return scale_rate(own, rate), np.arange(len(own)) % len(members)
-    share = own_rate / rate
-    longer = class_stream(
-        instance.workload, members, min(MAX_THINNED_REQUESTS, math.ceil(count * share - 1e-9))
-    )
-    index = np.arange(len(longer))
-    # request i is kept when the running count of shares passes a whole number there (a
-    # tolerance keeps a share of 2.0000000000000004 from shifting the pattern by one)
-    kept = np.flatnonzero(np.floor((index + 1) / share + 1e-9) > np.floor(index / share + 1e-9))
-    return longer.take(kept), kept % len(members)
-
-
 def _prefill_probe(
     instance: Instance,
     members: np.ndarray,
@@ -512,7 +469,7 @@ def _prefill_probe(
 ) -> ProbeVerdict:
     """The class's stream, one output token each, Poisson at ``rate`` on one server of
     ``name``."""
-    requests, _ = _probe_arrivals(instance, members, stream.requests(rate), rate, seed, arrivals)
+    requests, _ = probe_arrivals(instance, members, stream.requests(rate), rate, seed, arrivals)
     alone = _single_server(instance, _prefill_only(requests), name)
     sched = (prefill_policy(instance, name, policy), None, None)
     return _run_attainment(alone, sched, definition, side_target, seed)
@@ -537,7 +494,7 @@ def _decode_probe(
     """The class's stream (TTFT SLOs relaxed to the solo TTFTs) Poisson at ``rate`` on one
     decode server of ``name`` behind :data:`PREFILL_HEADROOM` times the prefill servers of
     ``reference`` its solo prefill times ask for."""
-    requests, position = _probe_arrivals(
+    requests, position = probe_arrivals(
         instance, members, stream.requests(rate), rate, seed, arrivals
     )
     relaxed = _relaxed_ttft(requests, solo_ttft[position])
@@ -592,11 +549,13 @@ def measure_pd_capacities(
 ) -> PDCapacityTable:
     """Both sides' capacities (module docstring, steps 1 to 3): capacity searches to
     ``rel_tol`` over Poisson rates of each class's stream (its requests repeated to
-    ``stream_requests``) arriving as ``arrivals`` says (:func:`_probe_arrivals`), every probe
+    ``stream_requests``) arriving as ``arrivals`` says
+    (:func:`~slolab.problems.deployment_capacity.probe_arrivals`), every probe
     stopped once its verdict is certain; a class's search on the next configuration starts at
     the capacity found on the last one."""
     from tqdm.auto import tqdm
 
+    check_probe_arrivals(arrivals)
     start = time.perf_counter()
     targets = pd_side_targets(
         instance,

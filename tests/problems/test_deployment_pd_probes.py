@@ -1,11 +1,11 @@
-"""How the disaggregated capacity probes draw their arrivals (the class's own pattern)."""
+"""How the capacity probes of both planners draw their arrivals (the class's own pattern)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from slolab.instances.records import Cluster, Instance, Workload
-from slolab.problems.deployment_pd import _probe_arrivals
+from slolab.problems.deployment_capacity import MAX_THINNED_REQUESTS, probe_arrivals
 from slolab.timing.base import LinearTiming
 
 
@@ -24,7 +24,7 @@ def bursty() -> Instance:
 def test_one_server_of_two_gets_every_other_request():
     """At half the class's rate, a server sees every second request: one of a three-burst."""
     members = np.arange(4)
-    found, position = _probe_arrivals(bursty(), members, 8, 1.5, 0, "trace")
+    found, position = probe_arrivals(bursty(), members, 8, 1.5, 0, "trace")
     # the stream repeats the four requests every 1 + 1/3 s (span 1 s, mean gap (3 / 1)^-1):
     # its rate is 3 req/s; at 1.5 req/s the share is 2, so requests 1, 3, 5, ... of a stream
     # of 16 are kept: copy j at 4j/3 contributes its second (t = 4j/3) and fourth (4j/3 + 1)
@@ -37,7 +37,7 @@ def test_one_server_of_two_gets_every_other_request():
 
 def test_above_the_class_rate_a_burst_stays_a_burst():
     """At twice the class's rate the stream's time is halved; the three-burst is kept."""
-    found, position = _probe_arrivals(bursty(), np.arange(4), 8, 6.0, 0, "trace")
+    found, position = probe_arrivals(bursty(), np.arange(4), 8, 6.0, 0, "trace")
     # 3 req/s -> 6 req/s: every time halved, [0, 0, 0, 1, 4/3, 4/3, 4/3, 7/3] / 2
     expected = np.array([0.0, 0.0, 0.0, 1.0, 4 / 3, 4 / 3, 4 / 3, 7 / 3]) / 2
     np.testing.assert_allclose(found.arrival_s, expected, rtol=1e-12)
@@ -46,9 +46,9 @@ def test_above_the_class_rate_a_burst_stays_a_burst():
 
 def test_poisson_arrivals_are_seeded():
     """Poisson arrivals at 2 req/s are the same for one seed and differ for another."""
-    a, _ = _probe_arrivals(bursty(), np.arange(4), 8, 2.0, 1, "poisson")
-    b, _ = _probe_arrivals(bursty(), np.arange(4), 8, 2.0, 1, "poisson")
-    c, _ = _probe_arrivals(bursty(), np.arange(4), 8, 2.0, 2, "poisson")
+    a, _ = probe_arrivals(bursty(), np.arange(4), 8, 2.0, 1, "poisson")
+    b, _ = probe_arrivals(bursty(), np.arange(4), 8, 2.0, 1, "poisson")
+    c, _ = probe_arrivals(bursty(), np.arange(4), 8, 2.0, 2, "poisson")
     np.testing.assert_array_equal(a.arrival_s, b.arrival_s)
     assert not np.array_equal(a.arrival_s, c.arrival_s)
 
@@ -56,4 +56,14 @@ def test_poisson_arrivals_are_seeded():
 def test_unknown_arrivals_are_refused():
     """An unknown arrival model names the known ones."""
     with pytest.raises(ValueError, match="arrivals must be one of trace, poisson"):
-        _probe_arrivals(bursty(), np.arange(4), 8, 2.0, 0, "gamma")
+        probe_arrivals(bursty(), np.arange(4), 8, 2.0, 0, "gamma")
+
+
+def test_far_below_the_class_rate_one_request_is_left():
+    """A share beyond the most requests a stream is cut from leaves one request, not an empty
+    probe; just within it, the thinned cut holds what it can."""
+    rate = 3.0 / (2 * MAX_THINNED_REQUESTS)  # the stream's 3 req/s, a share of 400,000
+    found, position = probe_arrivals(bursty(), np.arange(4), 8, rate, 0, "trace")
+    assert len(found) == 1 and position.tolist() == [(MAX_THINNED_REQUESTS - 1) % 4]
+    found, _ = probe_arrivals(bursty(), np.arange(4), 8, 3.0 / 50_000, 0, "trace")
+    assert len(found) == MAX_THINNED_REQUESTS // 50_000
