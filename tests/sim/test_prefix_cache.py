@@ -248,9 +248,7 @@ def test_preempting_frees_only_blocks_no_other_running_request_uses():
     inst = Instance(
         "preempt-shared",
         wl,
-        Cluster(
-            servers=1, kv_capacity_tokens=12_000, max_batch_tokens=512, prefix_block_tokens=16
-        ),
+        Cluster(servers=1, kv_capacity_tokens=12_000, max_batch_tokens=512, prefix_block_tokens=16),
         TIMING,
     )
     policy = _Watched(seed=0)
