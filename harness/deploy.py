@@ -246,18 +246,22 @@ class ClosedLoop:
 
     def summary(self) -> str:
         """One line: the verified answer, or how far the last round missed."""
-        last = self.final
-        if last.run is None:
-            return f"no plan within the bounds after {len(self.rounds)} rounds"
-        if self.met:
-            return (
-                f"met: attainment {last.run.attainment:.3f} >= {self.target} after "
-                f"{len(self.rounds)} round(s)"
-            )
-        return (
-            f"not met after {len(self.rounds)} rounds: attainment {last.run.attainment:.3f}, "
-            f"{self.target - last.run.attainment:.3f} short of {self.target}"
-        )
+        return loop_summary(self.rounds, self.met, self.target)
+
+
+def loop_summary(rounds: Sequence[Any], met: bool, target: float) -> str:
+    """One line on a closed loop's ``rounds`` (each with ``run``, None when no plan was
+    found): the verified answer, or how far the last round missed ``target``. Both planners'
+    loops (co-located and disaggregated) say it so."""
+    run = rounds[-1].run
+    if run is None:
+        return f"no plan within the bounds after {len(rounds)} rounds"
+    if met:
+        return f"met: attainment {run.attainment:.3f} >= {target} after {len(rounds)} round(s)"
+    return (
+        f"not met after {len(rounds)} rounds: attainment {run.attainment:.3f}, "
+        f"{target - run.attainment:.3f} short of {target}"
+    )
 
 
 def close_loop(

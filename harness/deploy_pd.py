@@ -190,18 +190,9 @@ class PDLoop:
 
     def summary(self) -> str:
         """One line: the verified answer, or how far the last round missed."""
-        last = self.final
-        if last.run is None:
-            return f"no plan within the bounds after {len(self.rounds)} rounds"
-        if self.met:
-            return (
-                f"met: attainment {last.run.attainment:.3f} >= {self.target} after "
-                f"{len(self.rounds)} round(s)"
-            )
-        return (
-            f"not met after {len(self.rounds)} rounds: attainment {last.run.attainment:.3f}, "
-            f"{self.target - last.run.attainment:.3f} short of {self.target}"
-        )
+        from slolab.harness.deploy import loop_summary
+
+        return loop_summary(self.rounds, self.met, self.target)
 
 
 def _with_server(plan: PDPlan, side: str, c: int) -> PDPlan:
