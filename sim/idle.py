@@ -9,7 +9,8 @@ they never overlap meets at most these requests; one that meets fewer is slower 
 to be when it is alone.
 
 Co-located mode only: the disaggregated path (prefill server, KV transfer, decode server) is
-not modelled here.
+not modelled here. With prefix caching on, each request's shared leading blocks are taken as
+cached at its arrival (:func:`cached_prefix_bound`), so the oracle stays an upper bound.
 
 The fastest prefill
 -------------------
@@ -76,11 +77,14 @@ def prefill_chunk_s(timing: TimingModel, chunk: np.ndarray, prefix: np.ndarray |
     return timing.times(f)
 
 
-def chunking_s(timing: TimingModel, chunks: np.ndarray, start_s: float = 0.0) -> float:
+def chunking_s(
+    timing: TimingModel, chunks: np.ndarray, start_s: float = 0.0, cached: int = 0
+) -> float:
     """End of a prompt prefilled alone from ``start_s`` in ``chunks`` (tokens per iteration,
-    in order), iteration after iteration as the engine adds them."""
+    in order), iteration after iteration as the engine adds them, after ``cached`` prompt
+    tokens a prefix cache held (attended to, not computed)."""
     c = np.asarray(chunks, dtype=np.int64)
-    prefix = np.concatenate(([0], np.cumsum(c)[:-1]))
+    prefix = cached + np.concatenate(([0], np.cumsum(c)[:-1]))
     return float(accumulate_from(start_s, prefill_chunk_s(timing, c, prefix))[-1])
 
 
@@ -99,7 +103,9 @@ def _shared_attention(timing: TimingModel) -> bool:
     return bool(np.all(coef[:, F_PREFILL_ATTN] == coef[0, F_PREFILL_ATTN]))
 
 
-def fastest_chunks(timing: TimingModel, prompt_tokens: int, max_chunk_tokens: int) -> np.ndarray:
+def fastest_chunks(
+    timing: TimingModel, prompt_tokens: int, max_chunk_tokens: int, cached: int = 0
+) -> np.ndarray:
     """The chunking of a lone prompt that minimises its prefill time (module docstring).
 
     Parameters
@@ -110,21 +116,29 @@ def fastest_chunks(timing: TimingModel, prompt_tokens: int, max_chunk_tokens: in
         Prompt length ``P`` >= 1.
     max_chunk_tokens : int
         Most tokens per iteration ``B`` (0: no cap).
+    cached : int
+        Prompt tokens a prefix cache holds (``0 <= cached < P``): the chunks cover the other
+        ``P - cached``, each attending to the cached prefix too. The attention terms still
+        add up to the same whatever the chunking (token ``j`` attends to ``j`` keys), so the
+        balanced split stays optimal for a shared attention coefficient.
 
     Returns
     -------
     int array
-        Chunk sizes in order, summing to ``P``, each at most ``B``.
+        Chunk sizes in order, summing to ``P - cached``, each at most ``B``.
     """
     p = int(prompt_tokens)
     if p < 1:
         raise ValueError(f"prompt_tokens must be >= 1, got {prompt_tokens}")
     if max_chunk_tokens < 0:
         raise ValueError(f"max_chunk_tokens must be >= 0 (0: no cap), got {max_chunk_tokens}")
-    cap = min(int(max_chunk_tokens) or p, p)
+    if not 0 <= cached < p:
+        raise ValueError(f"cached must be in [0, prompt_tokens), got {cached} of {p}")
+    left = p - int(cached)
+    cap = min(int(max_chunk_tokens) or left, left)
     if _shared_attention(timing):
-        return _balanced_fastest(timing, p, cap)
-    return _shortest_path(timing, p, cap)
+        return _balanced_fastest(timing, left, cap)
+    return _shortest_path(timing, left, cap, int(cached))
 
 
 def _balanced_fastest(timing: TimingModel, p: int, cap: int) -> np.ndarray:
@@ -142,14 +156,15 @@ def _attention_s(timing: TimingModel, chunk: np.ndarray) -> np.ndarray:
     return coef[0, F_PREFILL_ATTN] * prefill_attention_work(chunk, 0)
 
 
-def _shortest_path(timing: TimingModel, p: int, cap: int) -> np.ndarray:
-    """Exact shortest path over prefix lengths: ``T(s) = min_c T(s - c) + t(c, s - c)``."""
+def _shortest_path(timing: TimingModel, p: int, cap: int, cached: int = 0) -> np.ndarray:
+    """Exact shortest path over prefix lengths: ``T(s) = min_c T(s - c) + t(c, s - c)``
+    (``s`` counting the ``p`` tokens computed after ``cached`` cached ones)."""
     best = np.full(p + 1, np.inf)
     best[0] = 0.0
     last = np.zeros(p + 1, dtype=np.int64)
     for s in range(1, p + 1):
         c = np.arange(1, min(cap, s) + 1)
-        total = best[s - c] + prefill_chunk_s(timing, c, s - c)
+        total = best[s - c] + prefill_chunk_s(timing, c, cached + s - c)
         i = int(np.argmin(total))
         best[s] = total[i]
         last[s] = c[i]
@@ -175,12 +190,16 @@ class IdleSchedule:
         rejects the others).
     token_offsets : int array (n + 1,), token_times : float array
         Time of every output token (inf for a request that does not fit).
+    cached : int array (n,)
+        Prompt tokens taken as cached at arrival (:func:`cached_prefix_bound`; zeros without
+        prefix caching).
     """
 
     chunks: np.ndarray
     fits: np.ndarray
     token_offsets: np.ndarray
     token_times: np.ndarray
+    cached: np.ndarray | None = None
 
     @property
     def first_token_s(self) -> np.ndarray:
@@ -204,6 +223,40 @@ class IdleSchedule:
         return float(spans[self.fits].max()) if self.fits.any() else 0.0
 
 
+def cached_prefix_bound(instance: Instance) -> np.ndarray:
+    """Most prompt tokens of each request a prefix cache could hold when it is admitted: its
+    longest run of leading cache blocks (within its first ``prompt - 1`` tokens, the engine's
+    hit limit) each of which some other request's prompt also holds. Zeros when the cluster
+    keeps no prefix cache.
+
+    Why this bounds every schedule: a block is resident only once some request computed it,
+    and a request computes only its own prompt's blocks; a request's own blocks, found again
+    after a preemption, were computed by it after its admission, so they never shorten its
+    first prefill below this. Taking every such block as cached at the arrival, whoever
+    computes it and whenever, can only be faster than any real schedule.
+    """
+    from slolab.sim.prefix_cache import PrefixCaching
+
+    n = instance.n_requests
+    out = np.zeros(n, dtype=np.int64)
+    if not instance.cluster.prefix_block_tokens:
+        return out
+    caching = PrefixCaching(instance)
+    keys = [caching.keys(r) for r in range(n)]
+    holders: dict[int, int] = {}
+    for ks in keys:
+        for key in set(ks):
+            holders[key] = holders.get(key, 0) + 1
+    for r, ks in enumerate(keys):
+        k = 0
+        for key in ks[: caching.hit_limit(r)]:
+            if holders[key] < 2:
+                break
+            k += 1
+        out[r] = k * caching.block_tokens
+    return out
+
+
 def idle_schedule(
     instance: Instance, max_chunk_tokens: int | np.ndarray | None = None
 ) -> IdleSchedule:
@@ -213,7 +266,10 @@ def idle_schedule(
     ``j + 1`` ends the ``j``-th decode iteration, one decode sequence reading ``P + j`` KV
     tokens (the engine's convention). ``max_chunk_tokens`` caps the chunks, one cap for all
     or one per request (default: the cluster's ``max_batch_tokens``, 0 meaning no cap), to ask
-    what a policy's token budget allows. Co-located mode only.
+    what a policy's token budget allows. With prefix caching on
+    (``Cluster.prefix_block_tokens``), the server's cache holds at the arrival every block of
+    the request's prompt that another request shares (:func:`cached_prefix_bound`), so the
+    oracle stays an upper bound. Co-located mode only.
     """
     cluster = instance.cluster
     if cluster.mode != "colocated":
@@ -232,17 +288,18 @@ def idle_schedule(
     fits = prompt + out <= cluster.kv_capacity_tokens
     chunks = np.zeros(n, dtype=np.int64)
     timing = instance.timing
+    cached = cached_prefix_bound(instance)
     for r in np.flatnonzero(fits):
-        p, o = int(prompt[r]), int(out[r])
-        plan = fastest_chunks(timing, p, int(caps[r]))
+        p, o, h = int(prompt[r]), int(out[r]), int(cached[r])
+        plan = fastest_chunks(timing, p, int(caps[r]), h)
         chunks[r] = len(plan)
-        first = chunking_s(timing, plan, float(wl.arrival_s[r]))
+        first = chunking_s(timing, plan, float(wl.arrival_s[r]), h)
         f = np.zeros((o - 1, N_FEATURES))
         f[:, F_DECODE_TOKENS] = 1.0
         f[:, F_NUM_DECODE] = 1.0
         f[:, F_DECODE_KV] = p + np.arange(1, o)
         times[offsets[r] : offsets[r + 1]] = accumulate_from(first, timing.times(f))
-    return IdleSchedule(chunks, fits, offsets, times)
+    return IdleSchedule(chunks, fits, offsets, times, cached)
 
 
 def idle_met(
