@@ -504,13 +504,14 @@ class Iterations(Caching):
             self._finish_decoding(server, done, at if dids is server.decoding_arr else None)
         # prefill chunks
         cache = server.cache
+        if cache is not None:
+            next_block, prompt, b = self.prefix.next_block, self.prefix.prompt, cache.block_tokens
         for r, c in zip(p.prefill_ids, p.prefill_tokens, strict=True):
             prefilled[r] += c
             self.held[r] += c
             if cache is not None:
-                pc = self.prefix
-                done = min(int(prefilled[r]), pc.prompt[r]) // cache.block_tokens
-                if done > pc.next_block[r]:
+                done = min(int(prefilled[r]), prompt[r]) // b
+                if done > next_block[r]:
                     self._cache_add(server, cache, r, done)
             if prefilled[r] == self.prefill_target[r]:
                 self.token_times[self.offsets[r] + gen[r]] = end
