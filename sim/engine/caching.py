@@ -83,18 +83,12 @@ class Caching(EngineCore):
         pc.pins[r] = []
         server.kv_shared = cache.shared
 
-    def _cache_evict(self, server: ServerState, cache: ServerCache, growth: int = 0) -> None:
-        """Evict unreferenced blocks until the resident KV, with ``growth`` tokens more to come
-        (a decode window's later iterations), fits the server's capacity."""
-        excess = (
-            server.kv
-            - server.kv_shared
-            + len(cache.lru) * cache.block_tokens
-            + growth
-            - server.kv_capacity
-        )
-        if excess > 0:
-            pc = self.prefix
-            n = cache.evict(excess, pc.evict_keys)
-            if n:
-                pc.evict_runs.append((server.id, self.now, n))
+    def _cache_evict(self, server: ServerState, cache: ServerCache, excess: int) -> None:
+        """Evict unreferenced blocks until ``excess`` tokens are freed: the resident KV (the
+        running requests' and the unreferenced blocks', with the tokens a decode window's later
+        iterations will add) over the server's capacity, computed by the caller (the hot path:
+        an iteration's start under memory pressure)."""
+        pc = self.prefix
+        n = cache.evict(excess, pc.evict_keys)
+        if n:
+            pc.evict_runs.append((server.id, self.now, n))

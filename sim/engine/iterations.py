@@ -232,12 +232,11 @@ class Iterations(Caching):
                 f"{server.kv_capacity - used} of {server.kv_capacity} are free"
             )
         server.kv += alloc
-        if (
-            cache is not None
-            and server.kv - server.kv_shared + len(cache.lru) * cache.block_tokens
-            > server.kv_capacity
-        ):
-            self._cache_evict(server, cache)
+        if cache is not None:
+            # the resident KV (the running requests' and the unreferenced blocks') over capacity
+            excess = used + alloc + len(cache.lru) * cache.block_tokens - server.kv_capacity
+            if excess > 0:
+                self._cache_evict(server, cache, excess)
         row = [0.0] * N_FEATURES
         row[F_PREFILL_TOKENS] = float(prefill_tokens)
         row[F_DECODE_TOKENS] = row[F_NUM_DECODE] = float(len(dids))
@@ -355,9 +354,18 @@ class Iterations(Caching):
             f = f[:k]
             extendable = False
         server.kv += s
-        if server.cache is not None:
+        cache = server.cache
+        if cache is not None:
             # the window's memory is taken at its start (its later iterations' tokens too)
-            self._cache_evict(server, server.cache, s * (k - 1))
+            excess = (
+                server.kv
+                - server.kv_shared
+                + len(cache.lru) * cache.block_tokens
+                + s * (k - 1)
+                - server.kv_capacity
+            )
+            if excess > 0:
+                self._cache_evict(server, cache, excess)
         server.window = DecodeWindow(
             ids, times[:-1], times[1:], dur, f, server.kv - server.kv_shared, extendable, wake_at_s
         )
