@@ -61,7 +61,10 @@ def hash_ids_error(ids: Any, prompt_tokens: int, *, items: bool = True) -> str:
     is): a list of integers (each item checked unless ``items`` is False), one per started
     512-token block."""
     if not isinstance(ids, list | tuple | np.ndarray) or (
-        items and not all(isinstance(x, int | np.integer) and not isinstance(x, bool) for x in ids)
+        items
+        # every item a plain int (the trace's lists) passes without a look at each
+        and not set(map(type, ids)) <= {int}
+        and not all(isinstance(x, int | np.integer) and not isinstance(x, bool) for x in ids)
     ):
         return f"hash_ids must be a list of integers, got {ids!r}"
     blocks = -(-int(prompt_tokens) // HASH_ID_TOKENS)
@@ -100,7 +103,6 @@ class ServerCache:
         "ref",
         "lru",
         "shared",
-        "version",
         "memo",
         "lookups",
         "queried_tokens",
@@ -119,8 +121,10 @@ class ServerCache:
         self.lru: OrderedDict[int, None] = OrderedDict()
         # KV tokens counted more than once in the requests' holdings: (users - 1) * b per block
         self.shared = 0
-        # renewed when a block becomes resident or leaves (memo holds lookups of that version)
-        self.version = 0
+        # request -> its cached tokens (PrefixCaching.cached_tokens), emptied whenever a block
+        # becomes resident or leaves. Under memory pressure the engine adds and evicts blocks
+        # nearly every iteration while policies look a request up only until it is admitted,
+        # so the memo is mostly empty: the engine checks that before clearing it.
         self.memo: dict[int, int] = {}
         self.lookups = 0
         self.queried_tokens = 0
@@ -171,21 +175,23 @@ class ServerCache:
             else:
                 lru[key] = None
 
-    def evict(self, excess_tokens: int) -> list[int]:
-        """Unreferenced blocks, least recently released first, until ``excess_tokens`` are
-        freed (or none is left); returns their keys."""
-        out: list[int] = []
-        lru, ref = self.lru, self.ref
-        while excess_tokens > 0 and lru:
-            key = lru.popitem(last=False)[0]
+    def evict(self, excess_tokens: int, out: list[int]) -> int:
+        """Unreferenced blocks leave, least recently released first, until ``excess_tokens``
+        are freed (or none is left); their keys are appended to ``out``. Returns how many."""
+        lru = self.lru
+        # the blocks a block at a time would take: ceil(excess / b), as many as there are
+        n = min(-(-excess_tokens // self.block_tokens), len(lru))
+        if n <= 0:
+            return 0
+        pop, ref, append = lru.popitem, self.ref, out.append
+        for _ in range(n):
+            key = pop(False)[0]
             del ref[key]
-            out.append(key)
-            excess_tokens -= self.block_tokens
-        if out:
-            self.evictions += len(out)
-            self.version += 1
+            append(key)
+        self.evictions += n
+        if self.memo:
             self.memo.clear()
-        return out
+        return n
 
 
 class PrefixCaching:
@@ -205,8 +211,10 @@ class PrefixCaching:
         # admitted with its hit applied (until a preemption): its remaining prefill is its own
         self.admitted = [False] * n
         self.hit_log: list[tuple[int, int, float, int, int]] = []
-        # evictions: servers, times, block keys
-        self.evict_log: tuple[list[int], list[float], list[int]] = ([], [], [])
+        # evictions: the evicted blocks' keys in order, and one entry (server, time, blocks)
+        # per batch of them evicted together (record() repeats each over its blocks)
+        self.evict_keys: list[int] = []
+        self.evict_runs: list[tuple[int, float, int]] = []
 
     def new_cache(self) -> ServerCache:
         return ServerCache(self.block_tokens)
@@ -239,7 +247,8 @@ class PrefixCaching:
     def record(self, servers: int, caches: Sequence[ServerCache | None]) -> PrefixCacheLog:
         """The run's :class:`PrefixCacheLog`."""
         hits = self.hit_log
-        ev_server, ev_s, ev_block = self.evict_log
+        runs = self.evict_runs
+        counts = np.array([x[2] for x in runs], dtype=np.int64)
         stats = np.zeros((servers, 6), dtype=np.int64)
         for s, c in enumerate(caches):
             if c is not None:
@@ -258,9 +267,9 @@ class PrefixCaching:
             hit_s=np.array([h[2] for h in hits], dtype=float),
             hit_tokens=np.array([h[3] for h in hits], dtype=np.int64),
             queried_tokens=np.array([h[4] for h in hits], dtype=np.int64),
-            evict_server=np.array(ev_server, dtype=np.int64),
-            evict_s=np.array(ev_s, dtype=float),
-            evict_block=np.array(ev_block, dtype=np.int64),
+            evict_server=np.repeat(np.array([x[0] for x in runs], dtype=np.int64), counts),
+            evict_s=np.repeat(np.array([x[1] for x in runs], dtype=float), counts),
+            evict_block=np.array(self.evict_keys, dtype=np.int64),
             server_stats=stats,
         )
 

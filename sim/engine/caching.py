@@ -54,28 +54,25 @@ class Caching(EngineCore):
         """Request ``r``'s prompt blocks before block ``done``, completed by its prefill so far,
         become resident (those from its next block on)."""
         pc = self.prefix
-        keys = pc.keys(r)
         j = pc.next_block[r]
-        pins = pc.pins[r]
-        ref, lru = cache.ref, cache.lru
+        pc.next_block[r] = done
+        added = pc.keys(r)[j:done]
+        pc.pins[r].extend(added)
+        ref = cache.ref
         new = False
-        for key in keys[j:done]:
-            users = ref.get(key)
-            if users is None:
-                # a new resident block (ServerCache.add, inline: the hot path)
+        for key in added:
+            # a new resident block, or ServerCache.pin of a resident one (inline: the hot path)
+            if key not in ref:
                 ref[key] = 1
                 new = True
-            elif users:
-                ref[key] = users + 1
+            elif ref[key]:
+                ref[key] += 1
                 cache.shared += cache.block_tokens
             else:
                 ref[key] = 1
-                del lru[key]
-            pins.append(key)
-        if new:
-            cache.version += 1
+                del cache.lru[key]
+        if new and cache.memo:
             cache.memo.clear()
-        pc.next_block[r] = done
         server.kv_shared = cache.shared
 
     def _cache_release(self, server: ServerState, cache: ServerCache, r: int) -> None:
@@ -86,19 +83,12 @@ class Caching(EngineCore):
         pc.pins[r] = []
         server.kv_shared = cache.shared
 
-    def _cache_evict(self, server: ServerState, cache: ServerCache, growth: int = 0) -> None:
-        """Evict unreferenced blocks until the resident KV, with ``growth`` tokens more to come
-        (a decode window's later iterations), fits the server's capacity."""
-        excess = (
-            server.kv
-            - server.kv_shared
-            + len(cache.lru) * cache.block_tokens
-            + growth
-            - server.kv_capacity
-        )
-        if excess > 0:
-            keys = cache.evict(excess)
-            log = self.prefix.evict_log
-            log[0].extend([server.id] * len(keys))
-            log[1].extend([self.now] * len(keys))
-            log[2].extend(keys)
+    def _cache_evict(self, server: ServerState, cache: ServerCache, excess: int) -> None:
+        """Evict unreferenced blocks until ``excess`` tokens are freed: the resident KV (the
+        running requests' and the unreferenced blocks', with the tokens a decode window's later
+        iterations will add) over the server's capacity, computed by the caller (the hot path:
+        an iteration's start under memory pressure)."""
+        pc = self.prefix
+        n = cache.evict(excess, pc.evict_keys)
+        if n:
+            pc.evict_runs.append((server.id, self.now, n))

@@ -232,12 +232,11 @@ class Iterations(Caching):
                 f"{server.kv_capacity - used} of {server.kv_capacity} are free"
             )
         server.kv += alloc
-        if (
-            cache is not None
-            and server.kv - server.kv_shared + len(cache.lru) * cache.block_tokens
-            > server.kv_capacity
-        ):
-            self._cache_evict(server, cache)
+        if cache is not None:
+            # the resident KV (the running requests' and the unreferenced blocks') over capacity
+            excess = used + alloc + len(cache.lru) * cache.block_tokens - server.kv_capacity
+            if excess > 0:
+                self._cache_evict(server, cache, excess)
         row = [0.0] * N_FEATURES
         row[F_PREFILL_TOKENS] = float(prefill_tokens)
         row[F_DECODE_TOKENS] = row[F_NUM_DECODE] = float(len(dids))
@@ -355,9 +354,18 @@ class Iterations(Caching):
             f = f[:k]
             extendable = False
         server.kv += s
-        if server.cache is not None:
+        cache = server.cache
+        if cache is not None:
             # the window's memory is taken at its start (its later iterations' tokens too)
-            self._cache_evict(server, server.cache, s * (k - 1))
+            excess = (
+                server.kv
+                - server.kv_shared
+                + len(cache.lru) * cache.block_tokens
+                + s * (k - 1)
+                - server.kv_capacity
+            )
+            if excess > 0:
+                self._cache_evict(server, cache, excess)
         server.window = DecodeWindow(
             ids, times[:-1], times[1:], dur, f, server.kv - server.kv_shared, extendable, wake_at_s
         )
@@ -504,13 +512,14 @@ class Iterations(Caching):
             self._finish_decoding(server, done, at if dids is server.decoding_arr else None)
         # prefill chunks
         cache = server.cache
+        if cache is not None:
+            next_block, prompt, b = self.prefix.next_block, self.prefix.prompt, cache.block_tokens
         for r, c in zip(p.prefill_ids, p.prefill_tokens, strict=True):
             prefilled[r] += c
             self.held[r] += c
             if cache is not None:
-                pc = self.prefix
-                done = min(int(prefilled[r]), pc.prompt[r]) // cache.block_tokens
-                if done > pc.next_block[r]:
+                done = min(int(prefilled[r]), prompt[r]) // b
+                if done > next_block[r]:
                     self._cache_add(server, cache, r, done)
             if prefilled[r] == self.prefill_target[r]:
                 self.token_times[self.offsets[r] + gen[r]] = end

@@ -434,9 +434,10 @@ class Server:
         """Prompt (or recompute) tokens request ``r`` still has to prefill (here, for a request
         not admitted yet: less the prefix this server's prefix cache holds now)."""
         e = self._e
-        left = int(e.prefill_target[r] - e.prefilled[r])
+        pre = e.prefilled[r]
+        left = int(e.prefill_target[r] - pre)
         cache = self._s.cache
-        if cache is not None and e.prefilled[r] == 0 and not e.prefix.admitted[r]:  # type: ignore[union-attr]
+        if cache is not None and not e.prefix.admitted[r] and pre == 0:  # type: ignore[union-attr]
             left -= e.prefix.cached_tokens(cache, r)  # type: ignore[union-attr]
         return left
 
