@@ -1,8 +1,9 @@
 """The public plugin API (slolab.plugins.PUBLIC_API) is versioned: a name removed or a signature
 changed without raising PLUGIN_API_VERSION fails here.
 
-After a deliberate change: raise PLUGIN_API_VERSION if a name went away or a signature changed,
-then rewrite the snapshot with ``python tests/test_plugin_api.py``.
+After a deliberate change: raise PLUGIN_API_VERSION if a name went away or a signature changed
+(a class's member gone or changed included; a member added to a class is an addition, as a new
+name is), then rewrite the snapshot with ``python tests/test_plugin_api.py``.
 """
 
 import dataclasses
@@ -62,11 +63,30 @@ def _flatten(api):
     return {f"{m}.{n}": d for m, names in api.items() for n, d in names.items()}
 
 
-def _differences(stored):
-    before, now = _flatten(stored["api"]), _flatten(current_api())
+def _breaks(was, now) -> bool:
+    """Whether description ``now`` breaks a plugin written against ``was``: a different
+    function signature or constructor, or a class member gone or different. A member added
+    to a class breaks nothing (a plugin cannot have used it)."""
+    if isinstance(was, dict) and isinstance(now, dict):
+        members = now["members"]
+        return was["class"] != now["class"] or any(
+            members.get(name) != description for name, description in was["members"].items()
+        )
+    return was != now
+
+
+def _differences(stored, now_api=None):
+    """(removed, changed, added): names gone; names whose description breaks a plugin
+    (:func:`_breaks`); names new, and members new to a class as ``module.Class.member``."""
+    before, now = _flatten(stored["api"]), _flatten(now_api or current_api())
     removed = sorted(set(before) - set(now))
-    changed = sorted(k for k in set(before) & set(now) if before[k] != now[k])
-    return removed, changed, sorted(set(now) - set(before))
+    common = set(before) & set(now)
+    changed = sorted(k for k in common if _breaks(before[k], now[k]))
+    added = set(now) - set(before)
+    for k in common:
+        if isinstance(before[k], dict) and isinstance(now[k], dict):
+            added |= {f"{k}.{m}" for m in set(now[k]["members"]) - set(before[k]["members"])}
+    return removed, changed, sorted(added)
 
 
 def test_public_api_matches_its_versioned_snapshot():
@@ -83,6 +103,24 @@ def test_public_api_matches_its_versioned_snapshot():
     )
     assert not added, f"new public names {added}: run python tests/test_plugin_api.py"
     assert stored["version"] == PLUGIN_API_VERSION, "run python tests/test_plugin_api.py"
+
+
+def test_a_member_added_to_a_class_is_an_addition_and_one_gone_or_changed_a_break():
+    """``Server.kv_freed_by_preempting`` was added without a version bump: an addition breaks
+    no plugin. A member removed, or its signature changed, is a break."""
+    stored = json.loads(SNAPSHOT.read_text())
+    now = current_api()
+    server = now["slolab.sim"]["Server"]["members"]
+    assert server["kv_freed_by_preempting"].startswith("method(self, victims")
+    without = json.loads(json.dumps(stored))
+    del without["api"]["slolab.sim"]["Server"]["members"]["kv_freed_by_preempting"]
+    assert _differences(without, now) == ([], [], ["slolab.sim.Server.kv_freed_by_preempting"])
+    gone = json.loads(json.dumps(now))
+    del gone["slolab.sim"]["Server"]["members"]["kv_held"]
+    assert _differences(stored, gone)[1] == ["slolab.sim.Server"]
+    renamed = json.loads(json.dumps(now))
+    renamed["slolab.sim"]["Server"]["members"]["kv_held"] = "method(self, request: 'int') -> 'int'"
+    assert _differences(stored, renamed)[1] == ["slolab.sim.Server"]
 
 
 def test_snapshot_covers_the_protocols_a_policy_implements():
