@@ -726,28 +726,18 @@ def _class_probe(
     target: float,
     seed: int,
     early: bool,
-    poisson: bool = True,
     draw: Any = None,
 ) -> Any:
-    """``probe(rate)``: ``base`` under the policy ``make()`` returns, with Poisson arrivals at
-    ``rate`` req/s (seeded by ``seed``),
-    simulated, stopped once its verdict is certain when ``early``. Poisson, not the trace's
-    own times scaled: a trace's simultaneous arrivals stay simultaneous at any rate, and a
-    burst that one server must take alone a pool of servers shares. With ``draw``, the
-    workload ``draw(rate)`` instead (:func:`probe_arrivals`); without ``poisson`` (nor
-    ``draw``) the arrivals are ``base``'s own (``rate`` ignored)."""
-    from slolab.instances import retime_poisson
+    """``probe(rate)``: ``base`` under the policy ``make()`` returns with the workload
+    ``draw(rate)`` (the class's requests arriving at ``rate`` req/s as :func:`probe_arrivals`
+    draws them), simulated, stopped once its verdict is certain when ``early``. Without
+    ``draw`` the arrivals are ``base``'s own (``rate`` ignored: the solo runs)."""
     from slolab.sim import metrics, run
     from slolab.sim.verdict import AttainmentWatch, RampedStop
 
     def probe(rate: float) -> ProbeVerdict:
         start = time.perf_counter()
-        if draw is not None:
-            instance = dataclasses.replace(base, workload=draw(rate))
-        elif poisson:
-            instance = dataclasses.replace(base, workload=retime_poisson(base.workload, rate, seed))
-        else:
-            instance = base
+        instance = base if draw is None else dataclasses.replace(base, workload=draw(rate))
         watch = AttainmentWatch(instance, definition, target) if early else None
         outcome = run(
             instance,
@@ -831,7 +821,7 @@ def class_targets(
                 alone, workload=alone.workload.derived({**_columns(alone), "arrival_s": spaced})
             )
             make = functools.partial(pool_policy, instance, configuration, policy)
-            probe = _class_probe(solo, make, definition, target, seed, False, poisson=False)
+            probe = _class_probe(solo, make, definition, target, seed, False)
             verdict = probe(1.0 / SOLO_GAP_S)
             _refuse_stall(verdict.stalled, policy, classes.names[k], configuration, "alone")
             attainment = verdict.attainment
