@@ -40,6 +40,11 @@ REQUIRED_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 #: :class:`Workload` take ``max_request_tokens=`` to raise it.
 MAX_REQUEST_TOKENS = 2**20
 
+#: The optional column of a snapshot's given prefix cache: the prompt tokens of each request
+#: already in the KV cache when the instance begins (0 to ``prompt_tokens - 1``; see
+#: :func:`cached_prompt_tokens` and :mod:`slolab.instances.prefix_state`).
+CACHED_COLUMN = "cached_tokens"
+
 
 def _check_finite_nonneg(name: str, value: float, row: int | None = None) -> None:
     where = "" if row is None else f" (row {row})"
@@ -215,6 +220,8 @@ class Workload:
                 i = _first_bad(bad)
                 value = c[name][i].item()
                 raise ValueError(f"{src}: {name} must be {what}, got {value!r} (row {i})")
+        if CACHED_COLUMN in c:
+            self._validate_cached(c[CACHED_COLUMN])
         arr = c["arrival_s"]
         if len(arr) > 1:
             down = np.diff(arr) < 0
@@ -224,6 +231,32 @@ class Workload:
                     f"{src}: arrival_s must be non-decreasing, got {arr[i]!r} after "
                     f"{arr[i - 1]!r} (row {i})"
                 )
+
+    def _validate_cached(self, raw: np.ndarray) -> None:
+        """The given cache's column: integers from 0 to ``prompt_tokens - 1`` (at least one
+        prompt token is computed, for the first output token's logits)."""
+        name = CACHED_COLUMN
+        if raw.ndim != 1 or raw.dtype == object or raw.dtype.kind not in "iuf":
+            raise ValueError(f"{self.source}: {name} must be integers, got dtype {raw.dtype}")
+        as_float = raw.astype("float64")
+        checks = [
+            (~np.isfinite(as_float) | (as_float != np.round(as_float)), "an integer"),
+            (as_float < 0, "an integer >= 0"),
+            (
+                as_float > self._cols["prompt_tokens"] - 1,
+                "at most prompt_tokens - 1 (one prompt token is always computed)",
+            ),
+        ]
+        for bad, what in checks:
+            if bad.any():
+                i = _first_bad(bad)
+                raise ValueError(
+                    f"{self.source}: {name} must be {what}, got {raw[i].item()!r} (row {i})"
+                )
+        if raw.dtype.kind != "i":
+            arr = as_float.astype("int64")
+            arr.setflags(write=False)
+            self._cols[name] = arr
 
     # -- access ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -330,6 +363,41 @@ class Workload:
 
     def __repr__(self) -> str:
         return f"Workload({len(self)} requests from {self.source})"
+
+
+def cached_prompt_tokens(workload: Workload) -> np.ndarray:
+    """Each request's prompt tokens in the snapshot's given prefix cache (the
+    :data:`CACHED_COLUMN` column; zeros without it), as int64.
+
+    A given cache is the cache state a snapshot starts from, held fixed: request ``r``'s first
+    ``cached_tokens[r]`` prompt tokens are in the KV cache whenever it starts (or restarts
+    after a preemption) its prefill, so it computes only the rest, with their attention over
+    the cached prefix. The cached blocks stay resident for the whole run, outside the server's
+    KV capacity (a builder that wants them inside gives a capacity less their size,
+    :func:`slolab.instances.prefix_state.given_cache`); the KV a request holds against the
+    capacity is what it computed and generated, while its decode steps read its whole context.
+    """
+    if CACHED_COLUMN in workload:
+        return np.asarray(workload[CACHED_COLUMN], dtype=np.int64)
+    return np.zeros(len(workload), dtype=np.int64)
+
+
+def given_cache_error(workload: Workload, cluster: Cluster) -> str:
+    """Why ``cluster`` cannot serve ``workload``'s given prefix cache ("" if it can)."""
+    if CACHED_COLUMN not in workload:
+        return ""
+    if cluster.prefix_block_tokens:
+        return (
+            f"the workload's {CACHED_COLUMN} column (a given cache) and the cluster's prefix "
+            f"cache (prefix_block_tokens={cluster.prefix_block_tokens}) exclude each other: "
+            "drop the column or set prefix_block_tokens=0"
+        )
+    if cluster.mode != "colocated":
+        return (
+            f"the workload's {CACHED_COLUMN} column (a given cache) is served in colocated "
+            f"mode only, got mode {cluster.mode!r}"
+        )
+    return ""
 
 
 MODES = ("colocated", "static", "disaggregated")
@@ -715,6 +783,9 @@ class Instance:
             raise ValueError(f"instance {self.name!r} has no requests")
         if self.timing is None:
             raise ValueError(f"instance {self.name!r} needs a timing model")
+        why = given_cache_error(self.workload, self.cluster)
+        if why:
+            raise ValueError(f"instance {self.name!r}: {why}")
         object.__setattr__(self, "settings", _freeze(self.settings))
 
     @property

@@ -23,6 +23,8 @@ Rules checked (each violation is one line naming the rule, server, iteration and
 - prefix caching (:mod:`slolab.sim.check_prefix`): a request never skips more prefill than
   its cached prefix when it started, only unreferenced blocks are evicted, and the resident
   blocks count against the capacity (shared ones once);
+- a snapshot's given cache (the workload's ``cached_tokens``): every start of a request's
+  prefill skips exactly its cached tokens, which stay outside the capacity;
 - at most ``max_batch_size`` sequences and ``max_batch_tokens`` tokens per iteration;
 - disaggregated: decode happens only on decode servers, after the KV transfer arrived; a
   decode server prefills only to recompute a request it preempted;
@@ -46,6 +48,7 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
+from slolab.instances.records import cached_prompt_tokens
 from slolab.sim.check_prefix import CacheReplay, caching_servers
 from slolab.sim.engine import warm_start_state
 from slolab.sim.outcome import (
@@ -127,6 +130,10 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
     if not np.array_equal(offs, outcome.token_offsets):
         return ["token_offsets do not match the workload's output_tokens"]
     kv_held: dict[int, dict[int, int]] = {s: {} for s in range(n_servers)}
+    # a snapshot's given cache: each request's cached prompt tokens, skipped at every start of
+    # its prefill, held (read by its decode steps) outside the capacity while it runs
+    given = cached_prompt_tokens(wl).tolist()
+    given_held: dict[int, dict[int, int]] = {s: {} for s in range(n_servers)}
     caching = bool(cl.prefix_block_tokens) and cl.mode != "static"
     if caching != (cache_log(outcome) is not None):
         return [
@@ -210,6 +217,7 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
                 bad(f"server {s}: request {r} preempted but holds no KV there")
                 continue
             del kv_held[s][r]
+            given_held[s].pop(r, None)
             target[r] = prompt[r] + generated[r]
             prefilled[r] = 0
             recompute[s].add(r)
@@ -268,6 +276,10 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
                     chunked.append(r)
                 elif cached_here:
                     chunked.append(r)
+                elif given[r] and not prefilled[r] and r not in kv_held[s]:
+                    # the start of its prefill: the given cache's tokens are not computed
+                    prefilled[r] = given[r]
+                    kv_held[s][r] = given_held[s][r] = given[r]
                 left = int(target[r] - prefilled[r])
                 if not 1 <= c <= left:
                     bad(f"{where}: prefill chunk of {c} tokens for request {r} with {left} left")
@@ -336,7 +348,7 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
         model_t = float(timing.times(feats[None, :])[0])
         if not _close(end - start, model_t):
             bad(f"{where}: lasts {end - start:.12g}s but the timing model gives {model_t:.12g}s")
-        resident = sum(kv_held[s].values())
+        resident = sum(kv_held[s].values()) - sum(given_held[s].values())
         unreferenced = 0
         if cached_here:
             resident -= cache.shared[s]  # type: ignore[union-attr]
@@ -354,6 +366,7 @@ def check(instance: Instance, outcome: Outcome, max_violations: int = 100) -> li
         for r in emitted:
             if generated[r] >= output[r] or (role == "prefill" and prefilled[r] == target[r]):
                 kv_held[s].pop(r, None)
+                given_held[s].pop(r, None)
                 if cached_here:
                     cache.release(s, r)  # type: ignore[union-attr]
 

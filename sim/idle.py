@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+from slolab.instances.records import cached_prompt_tokens
 from slolab.sim.metrics import check_definition, request_table_from_times
 from slolab.timing.base import (
     F_DECODE_KV,
@@ -227,7 +228,8 @@ def cached_prefix_bound(instance: Instance) -> np.ndarray:
     """Most prompt tokens of each request a prefix cache could hold when it is admitted: its
     longest run of leading cache blocks (within its first ``prompt - 1`` tokens, the engine's
     hit limit) each of which some other request's prompt also holds. Zeros when the cluster
-    keeps no prefix cache.
+    keeps no prefix cache. With a snapshot's given cache (the workload's ``cached_tokens``),
+    those: every start of a request's prefill skips exactly them.
 
     Why this bounds every schedule: a block is resident only once some request computed it,
     and a request computes only its own prompt's blocks; a request's own blocks, found again
@@ -238,7 +240,7 @@ def cached_prefix_bound(instance: Instance) -> np.ndarray:
     from slolab.sim.prefix_cache import PrefixCaching
 
     n = instance.n_requests
-    out = np.zeros(n, dtype=np.int64)
+    out = cached_prompt_tokens(instance.workload)
     if not instance.cluster.prefix_block_tokens:
         return out
     caching = PrefixCaching(instance)
@@ -269,7 +271,8 @@ def idle_schedule(
     what a policy's token budget allows. With prefix caching on
     (``Cluster.prefix_block_tokens``), the server's cache holds at the arrival every block of
     the request's prompt that another request shares (:func:`cached_prefix_bound`), so the
-    oracle stays an upper bound. Co-located mode only.
+    oracle stays an upper bound. With a snapshot's given cache (the workload's
+    ``cached_tokens``), the request prefills the rest of its prompt. Co-located mode only.
     """
     cluster = instance.cluster
     if cluster.mode != "colocated":
@@ -285,7 +288,8 @@ def idle_schedule(
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(out, out=offsets[1:])
     times = np.full(int(offsets[-1]), np.inf)
-    fits = prompt + out <= cluster.kv_capacity_tokens
+    # a given cache's tokens are held outside the capacity
+    fits = prompt + out - cached_prompt_tokens(wl) <= cluster.kv_capacity_tokens
     chunks = np.zeros(n, dtype=np.int64)
     timing = instance.timing
     cached = cached_prefix_bound(instance)

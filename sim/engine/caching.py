@@ -1,6 +1,7 @@
 """Prefix caching in the engine: a request's cached prefix taken over when it is admitted, the
 blocks it computes made resident, its blocks released when it leaves, and unreferenced blocks
-evicted when memory is needed (the cache itself: :mod:`slolab.sim.prefix_cache`).
+evicted when memory is needed (the cache itself: :mod:`slolab.sim.prefix_cache`); and a
+snapshot's given cache (the workload's ``cached_tokens``), taken at every start of a prefill.
 
 Every move here runs only on a server with a cache (``ServerState.cache``); with caching off
 the engine never calls them and its arithmetic is what it was.
@@ -92,3 +93,22 @@ class Caching(EngineCore):
         n = cache.evict(excess, pc.evict_keys)
         if n:
             pc.evict_runs.append((server.id, self.now, n))
+
+    def _given_admit(self, server: ServerState, r: int, c: int) -> int:
+        """Request ``r`` (waiting, nothing prefilled) starts its prefill on ``server`` with
+        the snapshot's given cache: its cached prompt tokens count as prefilled and held (the
+        decode steps read them), outside the server's capacity (``kv_shared``). Returns the
+        chunk ``c``, cut to what the cache leaves (a chunk sized for the whole prompt)."""
+        k = int(self.given[r])  # type: ignore[index]
+        self.prefilled[r] = k
+        self.held[r] = k
+        server.kv += k
+        server.kv_shared += k
+        self.given_on[r] = True
+        return min(c, int(self.prefill_target[r]) - k)
+
+    def _given_release(self, server: ServerState, r: int) -> None:
+        """Request ``r`` leaves ``server`` (finished, preempted): its given cached tokens stay
+        in the cache, outside the capacity; the caller takes its held KV off ``kv``."""
+        server.kv_shared -= int(self.given[r])  # type: ignore[index]
+        self.given_on[r] = False

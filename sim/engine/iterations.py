@@ -118,6 +118,8 @@ class Iterations(Caching):
             self._cache_release(server, cache, r)
             self.prefix.admitted[r] = False
             self.prefix.next_block[r] = 0
+        if self.given_on[r]:
+            self._given_release(server, r)
         server.kv -= self.kv_held(r)
         self.prefill_target[r] = self.prompt[r] + self.generated[r]
         self.prefilled[r] = 0
@@ -179,6 +181,8 @@ class Iterations(Caching):
                     if prefilled[r]:
                         # a chunk sized for the whole prompt is cut to what the cache leaves
                         c = min(c, int(target[r] - prefilled[r]))
+                elif self.given is not None and self.given[r] and not prefilled[r]:
+                    c = self._given_admit(server, r, c)
             else:
                 raise PolicyError(
                     f"server {sid} t={now}: request {r} cannot prefill here (not waiting or prefilling)"
@@ -417,6 +421,8 @@ class Iterations(Caching):
 
     # -- commits -------------------------------------------------------------------------
     def _finish(self, server: ServerState, r: int) -> None:
+        if self.given_on[r]:
+            self._given_release(server, r)
         server.kv -= self.kv_held(r)
         if server.cache is not None:
             self._cache_release(server, server.cache, r)
@@ -440,6 +446,10 @@ class Iterations(Caching):
             h = int(held[r])
             server.kv -= h
             server.decoding_kv -= h
+        if self.given is not None:
+            for r in done:
+                if self.given_on[r]:
+                    self._given_release(server, r)
         cache = server.cache
         if cache is not None:
             for r in done:

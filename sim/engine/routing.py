@@ -194,6 +194,11 @@ class Routing(EngineCore):
                 f"request {r} is warm-started (running); only colocated mode supports that"
             )
         g = int(generated[r])
+        if self.given is not None and self.given[r]:
+            raise ValueError(
+                f"warm-started request {r} is running and has cached_tokens "
+                f"{int(self.given[r])}: a running request's KV is its own, give it 0"
+            )
         self.prefilled[r] = self.prompt[r] - remaining[r]
         self.generated[r] = g
         self.held[r] = self.prefilled[r] + g

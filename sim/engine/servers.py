@@ -415,6 +415,9 @@ class Server:
         caching off, the sum of :meth:`kv_held`."""
         e = self._e
         freed = sum(int(e.held[r]) for r in victims)
+        if e.given is not None:
+            # a given cache's tokens stay cached, outside the capacity
+            freed -= sum(int(e.given[r]) for r in victims if e.given_on[r])
         cache = self._s.cache
         if cache is None or not victims:
             return freed
@@ -439,6 +442,8 @@ class Server:
         cache = self._s.cache
         if cache is not None and not e.prefix.admitted[r] and pre == 0:  # type: ignore[union-attr]
             left -= e.prefix.cached_tokens(cache, r)  # type: ignore[union-attr]
+        elif e.given is not None and pre == 0:
+            left -= int(e.given[r])
         return left
 
     def generated(self, r: int) -> int:

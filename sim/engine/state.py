@@ -12,6 +12,7 @@ import heapq
 from typing import TYPE_CHECKING
 
 import numpy as np
+from slolab.instances.records import cached_prompt_tokens
 from slolab.sim.engine.servers import READY, STARTING, Server, ServerState
 from slolab.sim.metrics import deadline_slos
 from slolab.sim.policy import Policy, Router
@@ -106,6 +107,12 @@ class EngineCore:
         self.prefix = (
             PrefixCaching(instance) if cl.prefix_block_tokens and cl.mode != "static" else None
         )
+        # a snapshot's given prefix cache (None: none, or every request's is 0): each request's
+        # cached prompt tokens, and whether the server running it holds them now (outside its
+        # capacity: counted in ``kv`` and ``kv_shared`` both)
+        given = cached_prompt_tokens(wl)
+        self.given: np.ndarray | None = given if given.any() else None
+        self.given_on = np.zeros(n, dtype=bool)
         self.now = 0.0
         self.servers: list[ServerState] = []
         for k, p in enumerate(self.pools):
@@ -199,9 +206,12 @@ class EngineCore:
 
     def kv_needed(self, role: str, r: int) -> int:
         """KV tokens request ``r`` must hold at once to complete on a server of ``role``: its
-        prompt and every output token, or on a prefill server its prompt and first token."""
+        prompt and every output token, or on a prefill server its prompt and first token (less
+        a snapshot's given cache, held outside the capacity)."""
         if role == "prefill":
             return self.prompt_list[r] + 1
+        if self.given is not None:
+            return self.prompt_list[r] + self.output_list[r] - int(self.given[r])
         return self.prompt_list[r] + self.output_list[r]
 
     # -- events --------------------------------------------------------------------------
