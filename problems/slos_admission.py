@@ -38,6 +38,7 @@ def slos_snapshot(
     kv_capacity_tokens: int | None = None,
     name: str | None = None,
     rate: float | None = None,
+    cache: bool = False,
     **reading: Any,
 ) -> Instance:
     """One SLOs-Serve scheduler call cut from a real trace (``problem="slos-admission"``).
@@ -51,18 +52,33 @@ def slos_snapshot(
     timed, as in :func:`slolab.instances.read_workload` (the arrival process draws with
     ``seed``).
 
+    With ``cache`` each new request gets the prefix the trace's earlier requests left in the
+    cache (:func:`slolab.instances.prefix_state.given_cache` on the new rows: every request
+    before them, the running ones included, touches its prompt's blocks), as the column
+    ``cached_tokens``; running requests get 0 (they are warm-started holding their KV), and the
+    default capacity counts the new requests' uncached need. It needs a trace with prompt
+    block ids (``hash_ids``: Mooncake, e.g. ``"mooncake_conversation"``).
+
     References
     ----------
     SLOs-Serve, Sec. 3.2.1 (the scheduler call: running requests are forced, new ones admitted).
     """
     from slolab.instances import Cluster, assign_slos, read_workload
+    from slolab.instances.prefix_state import given_cache
+    from slolab.instances.records import cached_prompt_tokens
     from slolab.models.slos_admission import snapshot_instance
     from slolab.timing import resolve_timing
 
     if new < 1 or running < 0:
         raise ValueError(f"need new >= 1 and running >= 0, got new={new}, running={running}")
     model = resolve_timing(timing)
-    wl = read_workload(trace, rate=rate, seed=seed, **reading)
+    wl = read_workload(trace, rate=rate, seed=seed, keep_hash_ids=cache, **reading)
+    if cache and "hash_ids" not in wl:
+        raise SuggestingError(
+            f"{wl.source}: ",
+            Suggestion("cache"),
+            " needs a trace with prompt block ids (hash_ids), such as mooncake_conversation",
+        )
     wl = assign_slos(wl, "slos-serve", seed=seed, timing=model, scenario=scenario, slack=slack)
     rng = np.random.default_rng(seed)
     eligible = np.flatnonzero(wl.output_tokens >= 2)
@@ -81,9 +97,12 @@ def slos_snapshot(
         [rng.integers(1, wl.output_tokens[run_rows]), np.zeros(new, dtype=np.int64)]
     )
     kv = wl.prompt_tokens[rows] + out
+    cached = np.zeros(total, dtype=np.int64)
+    if cache:
+        cached[running:] = cached_prompt_tokens(given_cache(wl, new_rows))
     capacity = kv_capacity_tokens
     if capacity is None:
-        capacity = int(kv[:running].sum() + 0.6 * kv[running:].sum())
+        capacity = int(kv[:running].sum() + 0.6 * (kv - cached)[running:].sum())
     label = name or f"slos-{Path(str(trace)).stem.replace('_', '-')}-new{new}-run{running}-s{seed}"
     return snapshot_instance(
         label,
@@ -102,6 +121,7 @@ def slos_snapshot(
             [np.zeros(running, dtype=np.int64), wl.prompt_tokens[new_rows]]
         ),
         generated_tokens=generated,
+        cached_tokens=cached if cache else None,
         kv_capacity_tokens=capacity,
     )
 
@@ -201,6 +221,7 @@ def build(
     from_simulation: bool = False,
     n: int | None = None,
     rate: float | None = None,
+    cache: bool = False,
     **reading: Any,
 ) -> Instance:
     """A scheduler call cut from a trace, or (``from_simulation``) captured from an online run.
@@ -209,7 +230,9 @@ def build(
     ``scenario`` (at ``rate`` req/s) whose new and running counts are closest to ``new`` and
     ``running`` is returned (see :func:`slos_snapshots_from_simulation`); ``trace`` and the
     reading options (``**reading``: ``format``, ``arrivals``, ...) do not apply then. ``n``
-    (default :data:`SIMULATED_REQUESTS`) applies with ``from_simulation`` only.
+    (default :data:`SIMULATED_REQUESTS`) applies with ``from_simulation`` only. ``cache``
+    gives a cut's new requests the prefix cache the trace's earlier requests left (see
+    :func:`slos_snapshot`; a trace with ``hash_ids``); a simulated run's scenario has none.
     """
     if not from_simulation:
         if n is not None:
@@ -231,7 +254,15 @@ def build(
             scenario=scenario,
             slack=slack,
             rate=rate,
+            cache=cache,
             **reading,
+        )
+    if cache:
+        raise SuggestingError(
+            Suggestion("cache"),
+            " needs a cut of a trace with prompt block ids (Mooncake); the scenario run by ",
+            Suggestion("from_simulation"),
+            " has none",
         )
     if n is None:
         n = SIMULATED_REQUESTS
@@ -288,6 +319,13 @@ PROBLEM = register_problem(
                 None,
                 "mean arrival rate (req/s): of the simulated run with --from-simulation; of the "
                 "drawn process with --arrivals; else the trace is time-scaled to it",
+            ),
+            Option(
+                "cache",
+                bool,
+                False,
+                "give the new requests the prefix cache the trace's earlier requests left "
+                "(column cached_tokens; a trace with hash_ids, such as mooncake_conversation)",
             ),
             Option("timing", str, "opt-13b-h100-slos", "timing preset"),
             Option("seed", int, 0, "seed of the cut and the SLO draws", minimum=0),

@@ -26,11 +26,14 @@ Standard columns used: ``arrival_s``, ``prompt_tokens``, ``output_tokens``, ``tt
 ``tpot_slo_s`` (the decode tier), ``value``. Extra columns: ``running`` (bool),
 ``remaining_prefill_tokens`` (int; a new request's is its prompt), ``kv_tokens`` (int, KV
 memory reserved for the request's whole life, prompt plus expected output), optional
-``prefill_deadline_s`` (absolute; default ``arrival_s + ttft_slo_s``) and optional
+``prefill_deadline_s`` (absolute; default ``arrival_s + ttft_slo_s``), optional
 ``generated_tokens`` (output tokens already emitted; default 1 for decoding running requests,
-0 otherwise). Settings: ``call_time_s`` (default the latest arrival), optional
-``kv_capacity_tokens`` (default ``cluster.kv_capacity_tokens``), ``batch_duration_s`` (``t0``),
-``horizon_s`` (relative to the call) and ``b2_cells_per_batch``.
+0 otherwise) and optional ``cached_tokens`` (a new request's prompt tokens in the snapshot's
+given cache: the models charge ``remaining_prefill_tokens - cached_tokens`` of prefill and
+``kv_tokens - cached_tokens`` of memory; docs/slos_serve.md). Settings: ``call_time_s``
+(default the latest arrival), optional ``kv_capacity_tokens`` (default
+``cluster.kv_capacity_tokens``), ``batch_duration_s`` (``t0``), ``horizon_s`` (relative to the
+call) and ``b2_cells_per_batch``.
 
 Where each part lives (each module imports only those above it):
 

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from slolab.instances.records import Cluster, Instance, Workload
+from slolab.instances.records import (
+    CACHED_COLUMN,
+    Cluster,
+    Instance,
+    Workload,
+    cached_prompt_tokens,
+)
 from slolab.timing.base import TimingModel
 
 __all__ = [
@@ -244,10 +250,15 @@ class AdmissionProblem:
     def from_instance(cls, instance: Instance) -> AdmissionProblem:
         """The problem encoded by an ``"slos-admission"`` instance (see the module docstring).
 
+        With a given cache (the workload column ``cached_tokens``), a new request's
+        ``remaining_prefill_tokens`` and ``kv_tokens`` are its columns less its cached tokens:
+        the models charge the uncached prompt and hold the cache outside the capacity.
+
         Raises
         ------
         ValueError
-            The instance is for another problem or misses a column.
+            The instance is for another problem or misses a column, or a running request has
+            cached tokens.
         """
         if instance.problem != PROBLEM:
             raise ValueError(
@@ -263,12 +274,14 @@ class AdmissionProblem:
             deadline = np.asarray(w["prefill_deadline_s"], dtype=float)
         else:
             deadline = w.arrival_s + w["ttft_slo_s"]
+        running = np.asarray(w["running"], dtype=bool)
+        prefill, kv = _uncached(instance, running)
         return cls(
-            running=np.asarray(w["running"], dtype=bool),
-            remaining_prefill_tokens=w["remaining_prefill_tokens"],
+            running=running,
+            remaining_prefill_tokens=prefill,
             prefill_deadline_s=deadline - call,
             tpot_s=w["tpot_slo_s"],
-            kv_tokens=w["kv_tokens"],
+            kv_tokens=kv,
             value=w["value"],
             output_tokens=w.output_tokens,
             kv_capacity_tokens=int(
@@ -280,6 +293,42 @@ class AdmissionProblem:
             batch_duration_s=settings.get("batch_duration_s"),
             horizon_s=settings.get("horizon_s"),
         )
+
+
+def _uncached(instance: Instance, running: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(p_r, m_r)`` of an instance: its prefill and memory columns less each new request's
+    given cache (:data:`~slolab.instances.records.CACHED_COLUMN`; the columns themselves
+    without it). A new request computes only its uncached prompt and holds only what it
+    computes and generates against the capacity (docs/engine.md, "A snapshot's given cache").
+
+    Raises
+    ------
+    ValueError
+        A running request has cached tokens (it is warm-started holding its KV), or a new
+        request's columns leave nothing to prefill or a negative memory once the cache is out.
+    """
+    w = instance.workload
+    prefill = np.asarray(w["remaining_prefill_tokens"], dtype=np.int64)
+    kv = np.asarray(w["kv_tokens"], dtype=np.int64)
+    cached = cached_prompt_tokens(w)
+    if not cached.any():
+        return prefill, kv
+    bad = running & (cached > 0)
+    if bad.any():
+        i = _first(bad)
+        raise ValueError(
+            f"instance {instance.name!r}: {CACHED_COLUMN} of a running request must be 0 (it is "
+            f"warm-started holding its KV), got {cached[i]} (row {i})"
+        )
+    bad = (cached > 0) & ((prefill - cached < 1) | (kv - cached < 0))
+    if bad.any():
+        i = _first(bad)
+        raise ValueError(
+            f"instance {instance.name!r}: {CACHED_COLUMN} {cached[i]} leaves a new request "
+            f"{prefill[i] - cached[i]} tokens to prefill and {kv[i] - cached[i]} of memory "
+            f"(remaining_prefill_tokens {prefill[i]}, kv_tokens {kv[i]}, row {i})"
+        )
+    return prefill - cached, kv - cached
 
 
 def random_problem(
@@ -332,6 +381,7 @@ def snapshot_instance(
     value: Sequence[float] | np.ndarray | None = None,
     generated_tokens: Sequence[int] | np.ndarray | None = None,
     prefill_deadline_s: Sequence[float] | np.ndarray | None = None,
+    cached_tokens: Sequence[int] | np.ndarray | None = None,
     **settings: Any,
 ) -> Instance:
     """An ``"slos-admission"`` instance from per-request arrays (a trace snapshot).
@@ -340,6 +390,9 @@ def snapshot_instance(
     in the given arrays. Defaults: ``running`` all False; ``remaining_prefill_tokens`` the
     prompt (needed when a request is running); ``kv_tokens`` ``prompt_tokens +
     output_tokens``; ``value`` 1; ``prefill_deadline_s`` ``arrival_s + ttft_slo_s``.
+    ``cached_tokens`` (new requests only; 0 for running ones) is the snapshot's given cache,
+    written as the workload column ``cached_tokens``; the columns ``remaining_prefill_tokens``
+    and ``kv_tokens`` keep their meaning without it (the prompt, prompt plus output).
     ``settings`` are stored on the instance (``kv_capacity_tokens``, ``batch_duration_s``,
     ``horizon_s``, ``b2_cells_per_batch``), with ``call_time_s``. The result is checked by
     building its :class:`AdmissionProblem`.
@@ -367,6 +420,8 @@ def snapshot_instance(
         columns["generated_tokens"] = np.asarray(generated_tokens)
     if prefill_deadline_s is not None:
         columns["prefill_deadline_s"] = np.asarray(prefill_deadline_s, dtype=float)
+    if cached_tokens is not None:
+        columns[CACHED_COLUMN] = np.asarray(cached_tokens, dtype=np.int64)
     if remaining_prefill_tokens is None and columns["running"].any():
         raise ValueError("remaining_prefill_tokens is needed when some request is running")
     for key, col in columns.items():
