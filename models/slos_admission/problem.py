@@ -66,14 +66,16 @@ class AdmissionProblem:
     running : bool array (n,)
         True for requests already admitted (forced: they must keep their SLOs).
     remaining_prefill_tokens : int array (n,)
-        Prompt tokens still to prefill; 0 for a decoding request, >= 1 for a new one.
+        Prompt tokens still to prefill; 0 for a decoding request, >= 1 for a new one. With a
+        given cache, only the uncached ones (:meth:`from_instance` takes the cache off).
     prefill_deadline_s : float array (n,)
         Time by which the prefill must be complete (the first token emitted); ignored (may be
         nan) for decoding requests. A deadline before ``t0`` cannot be met.
     tpot_s : float array (n,)
         Decode TPOT tier of each request (> 0).
     kv_tokens : int array (n,)
-        KV memory the request holds for its whole life (prompt plus expected output).
+        KV memory the request holds for its whole life (prompt plus expected output; with a
+        given cache, less the cached tokens, which stay outside the capacity).
     value : float array (n,)
         Value of admitting a new request (ignored for running ones).
     output_tokens : int array (n,)
@@ -317,14 +319,14 @@ def _uncached(instance: Instance, running: np.ndarray) -> tuple[np.ndarray, np.n
     if bad.any():
         i = _first(bad)
         raise ValueError(
-            f"instance {instance.name!r}: {CACHED_COLUMN} of a running request must be 0 (it is "
-            f"warm-started holding its KV), got {cached[i]} (row {i})"
+            f"{PROBLEM} instance {instance.name!r}: {CACHED_COLUMN} of a running request must "
+            f"be 0 (it is warm-started holding its KV), got {cached[i]} (row {i})"
         )
     bad = (cached > 0) & ((prefill - cached < 1) | (kv - cached < 0))
     if bad.any():
         i = _first(bad)
         raise ValueError(
-            f"instance {instance.name!r}: {CACHED_COLUMN} {cached[i]} leaves a new request "
+            f"{PROBLEM} instance {instance.name!r}: {CACHED_COLUMN} {cached[i]} leaves a new request "
             f"{prefill[i] - cached[i]} tokens to prefill and {kv[i] - cached[i]} of memory "
             f"(remaining_prefill_tokens {prefill[i]}, kv_tokens {kv[i]}, row {i})"
         )

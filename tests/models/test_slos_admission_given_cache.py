@@ -12,7 +12,7 @@ from slolab import sim
 from slolab.harness.compare import objective
 from slolab.heuristics.slos_serve import SLOsServePolicy
 from slolab.heuristics.slos_serve_dp import dp_schedule
-from slolab.instances.hints import SuggestingError
+from slolab.instances.hints import SuggestingError, cli_message
 from slolab.instances.records import Cluster, Instance, Workload, cached_prompt_tokens
 from slolab.models.slos_admission import (
     AdmissionB1,
@@ -240,7 +240,13 @@ def test_a_mooncake_cut_with_its_cache():
 def test_the_cache_needs_block_ids():
     """A trace without hash_ids, or a simulated call, cannot take a cache: one line each."""
     build = get_problem("slos-admission").builder
-    with pytest.raises(SuggestingError, match="needs a trace with prompt block ids"):
+    with pytest.raises(SuggestingError, match="needs a trace with prompt block ids") as plain:
         build(seed=0, new=3, running=2, cache=True)
-    with pytest.raises(SuggestingError, match="needs a cut of a trace with prompt block ids"):
+    with pytest.raises(
+        SuggestingError, match="needs a cut of a trace with prompt block ids"
+    ) as sim_run:
         build(seed=0, from_simulation=True, cache=True)
+    # the command line names the flags
+    assert "--cache needs a trace" in cli_message(plain.value)
+    assert cli_message(sim_run.value).startswith("--cache needs a cut")
+    assert "--from-simulation" in cli_message(sim_run.value)
