@@ -29,7 +29,10 @@ work per second, :func:`request_work`), ``t >= b_l / (1 - u_l)`` for every line,
 feasible iff for every line
 
 - time: ``u_l <= 1 - b_l / tau_j``;
-- KV memory ``M``: ``b_l V + M u_l <= M`` with ``V = sum_r y_r (d_r - 1)(p_r + d_r / 2)``;
+- KV memory ``M``: ``b_l V + M u_l <= M`` with ``V = sum_r y_r (d_r - 1)(p_r + d_r / 2)``
+  (``p_r - k_r`` with a given prefix cache of ``k_r`` tokens, held outside ``M``; the work
+  then charges the uncached prompt and the decode steps the whole context,
+  :func:`request_work`);
 - sequences ``B_max`` and tokens ``T_max`` per iteration: the same form with the decode
   sequences (or tokens) per second in place of ``V``.
 

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from slolab.harness.compare import compare
 from slolab.instances.records import Workload, cached_prompt_tokens
 from slolab.models.dispatch_bounds import relaxation_bound
-from slolab.models.dispatch_lns import lives_window, lns
+from slolab.models.dispatch_lns import lives_window, lns, online_decision
 from slolab.models.dispatch_scale import DispatchScale, ScaleWindow, decision_schedule
 from slolab.problems import build_instance
-from slolab.problems.dispatch_scale import LNS_STARTS
+from slolab.problems.dispatch_scale import LNS_STARTS, online_start
 from slolab.sim import check, replay
 from slolab.solvers import Status, solve
 from slolab.timing import LinearTiming
@@ -154,6 +154,11 @@ def test_builder_gives_a_mooncake_window_its_cache():
     out = replay(inst, res.schedule)
     assert check(inst, out) == []
     assert DispatchScale(inst).evaluate(res.schedule) == pytest.approx(res.objective, abs=1e-12)
+    # HyperFlexis's run reads back as a decision: its prefill entries are the uncached tokens
+    decision = online_decision(ScaleWindow.of(inst), inst, online_start("hyperflexis"), seed=0)
+    assert decision is not None
+    schedule = decision_schedule(ScaleWindow.of(inst), decision)
+    assert res.objective >= DispatchScale(inst).evaluate(schedule) - 1e-12
 
 
 def test_builder_refuses_a_cache_without_block_ids():
