@@ -55,6 +55,7 @@ from slolab.heuristics.baselines import (
 )
 from slolab.heuristics.policies import register_policy, register_router
 from slolab.heuristics.scalers import drain_order, register_scaler
+from slolab.instances.records import cached_prompt_tokens
 from slolab.sim.policy import HOLD, Batch
 from slolab.sim.scaling import ClusterView, ScaleAction
 from slolab.timing.base import (
@@ -87,15 +88,22 @@ __all__ = [
 # -- latency model (Eqs. 1-2, the worker's own timing model) ----------------------------------
 
 
-def prefill_s(timing: TimingModel, prompts: Sequence[int]) -> float:
-    """Time of one prefill iteration of whole prompts (Eq. 1)."""
+def prefill_s(
+    timing: TimingModel, prompts: Sequence[int], prefixes: Sequence[int] | None = None
+) -> float:
+    """Time of one prefill iteration of whole prompts (Eq. 1): ``prompts`` the tokens each
+    computes, ``prefixes`` the tokens already cached before them (a given cache; none: 0),
+    which their attention reads."""
     if not prompts:
         return 0.0
     p = [int(x) for x in prompts]
+    before = [0] * len(p) if prefixes is None else [int(x) for x in prefixes]
     return float(
         timing.time_of(
             prefill_tokens=sum(p),
-            prefill_attention_work=sum(prefill_chunk_attention(x, 0) for x in p),
+            prefill_attention_work=sum(
+                prefill_chunk_attention(x, k) for x, k in zip(p, before, strict=True)
+            ),
             num_prefill_seqs=len(p),
         )
     )
@@ -114,24 +122,33 @@ class PrefillClock:
 
         self.timing = timing
         self.view = phase_affine(timing)
-        self._part: dict[int, float] = {}
+        self._part: dict[int | tuple[int, int], float] = {}
 
-    def part_s(self, prompt: int) -> float:
-        """The terms one prompt adds to a batch (affine models)."""
-        t = self._part.get(prompt)
+    def part_s(self, prompt: int, prefix: int = 0) -> float:
+        """The terms one prompt of ``prompt`` computed tokens after ``prefix`` cached ones adds
+        to a batch (affine models)."""
+        key = (prompt, prefix) if prefix else prompt
+        t = self._part.get(key)
         if t is None:
             assert self.view is not None
-            t = self._part[prompt] = self.view.prefill_part_s(prompt)
+            t = self._part[key] = self.view.prefill_part_s(prompt + prefix, prefix)
         return t
 
-    def batch_s(self, prompts: Sequence[int]) -> float:
-        """Time of one prefill iteration of ``prompts`` (Eq. 1)."""
+    def batch_s(self, prompts: Sequence[int], prefixes: Sequence[int] | None = None) -> float:
+        """Time of one prefill iteration of ``prompts`` (Eq. 1), after ``prefixes`` cached
+        tokens each (a given cache; none: 0)."""
         if not prompts:
             return 0.0
         if self.view is None:
-            return prefill_s(self.timing, prompts)
+            return prefill_s(self.timing, prompts, prefixes)
         v = self.view
-        return v.any_s + v.prefill_s + sum(self.part_s(int(p)) for p in prompts)
+        if prefixes is None:
+            return v.any_s + v.prefill_s + sum(self.part_s(int(p)) for p in prompts)
+        return (
+            v.any_s
+            + v.prefill_s
+            + sum(self.part_s(int(p), int(k)) for p, k in zip(prompts, prefixes, strict=True))
+        )
 
 
 def decode_step_s(timing: TimingModel, batch: int, kv_tokens: int) -> float:
@@ -426,6 +443,9 @@ class HyperFlexisDispatcher:
         self.ttft = np.zeros(0)
         self.tpot = np.zeros(0)
         self._mapped = np.zeros(0, dtype=bool)
+        # each request's given cached prefix (the workload's cached_tokens), None without one:
+        # its prefill computes what the engine's remaining_prefill says, after these tokens
+        self._cached: list[int] | None = None
 
     def start(self, instance: Instance, seed: int) -> None:
         """Reset for a run (no random choice; ``seed`` is unused)."""
@@ -436,6 +456,8 @@ class HyperFlexisDispatcher:
         self.ttft = np.asarray(ttft, dtype=float).copy()
         self.tpot = np.asarray(tpot, dtype=float).copy()
         self._mapped = np.zeros(instance.n_requests, dtype=bool)
+        cached = cached_prompt_tokens(instance.workload)
+        self._cached = cached.tolist() if cached.any() else None
         if self.params.priority_mapping:
             self.mapper = PriorityMapper(instance, self.params.window_size, self.params.slo_range)
 
@@ -504,6 +526,13 @@ class HyperFlexisDispatcher:
         queue = held + list(server.waiting)
         return sorted(queue, key=lambda r: (tpot[r], server.arrival(r), r))
 
+    def _prefixes(self, requests: Sequence[int]) -> list[int] | None:
+        """The given cached prefix of each of ``requests``, waiting to start their prefill
+        (None without a given cache)."""
+        if self._cached is None:
+            return None
+        return [self._cached[r] for r in requests]
+
     def _clock(self, server: Server) -> PrefillClock:
         clock = self._clocks.get(id(server.timing))
         if clock is None:
@@ -554,7 +583,10 @@ class HyperFlexisDispatcher:
             if admitted:
                 waiting = set(server.waiting)
                 prompts = [server.remaining_prefill(r) for r in admitted]
-                self._dispatch[server.id] = (server.now, self._clock(server).batch_s(prompts))
+                self._dispatch[server.id] = (
+                    server.now,
+                    self._clock(server).batch_s(prompts, self._prefixes(admitted)),
+                )
                 for r in admitted:
                     self._admitted.setdefault(r, server.now)
                     order.append(r)
@@ -635,7 +667,7 @@ class HyperFlexisDispatcher:
             need = server.remaining_prefill(r)
             if need + 1 > free or need > budget:
                 continue
-            t_hat = clock.batch_s([need])
+            t_hat = clock.batch_s([need], self._prefixes([r]))
             due = server.arrival(r) + self.ttft[r]
             left = due - now
             if left < t_hat:
@@ -713,9 +745,9 @@ class HyperFlexisDispatcher:
                 continue
             if need > budget and not (idle and not batch):
                 continue
-            t_hat = clock.batch_s([*prompts, need])
+            t_hat = clock.batch_s([*prompts, need], self._prefixes([*batch, r]))
             left = server.arrival(r) + self.ttft[r] - now
-            if left < clock.batch_s([need]):
+            if left < clock.batch_s([need], self._prefixes([r])):
                 best_effort.append(r)
                 continue
             spread = p.latency_spread * rho * t_hat + 1e-12

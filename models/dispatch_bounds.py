@@ -152,7 +152,7 @@ def _request_profile(data: ScaleWindow, r: int) -> tuple[np.ndarray, np.ndarray,
     a = float(data.arrival_s[r])
     k = np.arange(2, o + 1, dtype=float)
     decode_work = v.decode_token_s + v.kv_s * (p + k - 1)
-    prefill_work = v.prefill_part_s(p)
+    prefill_work = data.prefill_part_s(r)
     shortest_prefill = v.any_s + v.prefill_s + prefill_work
     shortest_decode = v.any_s + v.decode_s + decode_work
     release = np.empty(o)
@@ -367,10 +367,9 @@ def _missed_prompts(
     meet), ``sum_(b' <= b) V_b' <= sum_(r: a_r <= t_(b+1)) P_r (1 - m_r)``, ``V_b`` in the
     bucket's capacity row and ``V_tail`` (done after the last bucket, on workers paid for
     then) priced at ``lambda`` per second (docs/hyperflexis.md, "Missed prompts")."""
-    v = data.view
     B = len(t) - 1
     W = data.max_servers
-    prompt_s = [v.prefill_part_s(int(p)) for p in data.prompt]
+    prompt_s = [data.prefill_part_s(r) for r in range(data.n)]
     total = math.fsum(prompt_s)
     missed = [var("V", 0.0, float(W) * (t[b + 1] - t[b]), 0.0) for b in range(B)]
     tail = var("Vtail", 0.0, total, data.cost_weight)
@@ -646,7 +645,7 @@ def relaxation_bound(
     meets = [r for r in range(data.n) if data.can_meet(r)]
     if not meets:
         # every prompt is still served, on a worker paid for while it runs
-        prompts_s = math.fsum(data.view.prefill_part_s(int(p)) for p in data.prompt)
+        prompts_s = math.fsum(data.prefill_part_s(r) for r in range(data.n))
         cost = -data.cost_weight * prompts_s
         return RelaxationBound(cost, 0.0, 0.0, prompts_s, "optimal", integral, 0, 0, 0, 0.0, ())
     profiles: list[Any] = [None] * data.n

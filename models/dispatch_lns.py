@@ -181,9 +181,11 @@ class _Tables:
             float(a) + float(d) for a, d in zip(data.arrival_s, data.ttft_s, strict=True)
         ]
         self.tpot = [float(x) for x in data.tpot_s]
+        # whole prompts (the context a decode reads) and their uncached tokens (the prefill's)
         self.prompt = [int(x) for x in data.prompt]
+        self.computed = [data.prefill_tokens(r) for r in range(data.n)]
         self.output = [int(x) for x in data.output]
-        self.part = [v.prefill_part_s(p) for p in self.prompt]
+        self.part = [data.prefill_part_s(r) for r in range(data.n)]
         # a prompt's iteration alone
         self.alone = [v.any_s + v.prefill_s + part for part in self.part]
         self.any_s, self.prefill_s, self.decode_s = v.any_s, v.prefill_s, v.decode_s
@@ -381,7 +383,7 @@ def _fill(
     that fit the batch caps with the iteration ending by ``limit`` and, for ``viable``
     prompts, each by its first token's deadline (late ones: by ``next_arrival``)."""
     tol = ON_TIME_TOLERANCE_S
-    first_due, prompt, part = tab.first_due, tab.prompt, tab.part
+    first_due, computed, part = tab.first_due, tab.computed, tab.part
     cap = tab.cap
     max_tokens = tab.max_batch_tokens
     any_s, prefill_s = tab.any_s, tab.prefill_s
@@ -391,7 +393,7 @@ def _fill(
     for r in chosen:
         if len(prefill) + decodes >= cap:
             break
-        if max_tokens and tokens + prompt[r] > max_tokens:
+        if max_tokens and tokens + computed[r] > max_tokens:
             continue
         with_r = parts + part[r]
         took = any_s + (prefill_s + with_r)
@@ -406,7 +408,7 @@ def _fill(
             continue
         prefill.append(r)
         parts = with_r
-        tokens += prompt[r]
+        tokens += computed[r]
     return prefill, parts
 
 
@@ -546,7 +548,7 @@ def online_decision(
         prefill, decode = [], []
         for e in range(a, b):
             r, phase = int(out.entry_request[e]), int(out.entry_phase[e])
-            if phase == 0 and int(out.entry_tokens[e]) == int(data.prompt[r]):
+            if phase == 0 and int(out.entry_tokens[e]) == data.prefill_tokens(r):
                 prefill.append(r)
             elif phase == 1:
                 decode.append(r)

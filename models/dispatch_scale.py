@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from slolab.instances.records import Instance
+from slolab.instances.records import Instance, cached_prompt_tokens
 from slolab.sim.metrics import ON_TIME_TOLERANCE_S, token_deadline_s
 from slolab.sim.scaling import ScaleAction, ScalePlan
 from slolab.sim.schedule import PlannedIteration, Schedule
@@ -106,6 +106,11 @@ class ScaleWindow:
         Arrivals and SLOs (inf TTFT, 0 TPOT: no constraint).
     prompt, output : int arrays (n,)
         Lengths.
+    cached : int array (n,)
+        Each request's prompt tokens in the snapshot's given prefix cache (the workload's
+        ``cached_tokens``, zeros without it): its prefill computes ``prompt - cached`` tokens,
+        their attention over the cached prefix, and holds only those against the KV capacity;
+        its decode steps read the whole context (docs/engine.md, "A snapshot's given cache").
     initial_servers : int
         Workers ready at time 0 (``n0``), free until their first use is decided.
     max_servers : int
@@ -125,6 +130,7 @@ class ScaleWindow:
     tpot_s: np.ndarray
     prompt: np.ndarray
     output: np.ndarray
+    cached: np.ndarray
     initial_servers: int
     max_servers: int
     slot_s: float
@@ -162,23 +168,25 @@ class ScaleWindow:
             )
         prompt = wl.prompt_tokens.astype(np.int64)
         output = wl.output_tokens.astype(np.int64)
+        cached = cached_prompt_tokens(wl)
         if view.any_s < 0 or view.prefill_s < 0 or view.decode_s < 0 or (view.coef < 0).any():
             raise ValueError(f"{PROBLEM} needs a latency model with non-negative terms")
         if view.coef[F_SPEC] != 0:
             raise ValueError(f"{PROBLEM} models no speculative decoding")
         pool = pools[0]
         kv = int(pool.kv_capacity_tokens)  # type: ignore[arg-type]
-        need = int((prompt + output).sum())
+        need = int((prompt + output - cached).sum())
         if kv < need:
             raise ValueError(
                 f"{PROBLEM} assumes memory never binds: KV capacity {kv} < {need} tokens of the "
                 "whole window"
             )
         cap = int(pool.max_batch_tokens)  # type: ignore[arg-type]
-        if cap and int(prompt.max()) + 1 > cap:
+        computed = prompt - cached
+        if cap and int(computed.max()) + 1 > cap:
             raise ValueError(
                 f"{PROBLEM} prefills whole prompts: max_batch_tokens {cap} is below the longest "
-                f"prompt {int(prompt.max())} + 1"
+                f"prompt {int(computed.max())} + 1 (its uncached tokens)"
             )
         settings = instance.settings
         max_servers = int(settings.get("max_servers", cl.servers))
@@ -197,6 +205,7 @@ class ScaleWindow:
             tpot_s=np.asarray(tpot, dtype=float),
             prompt=prompt,
             output=output,
+            cached=cached,
             initial_servers=int(cl.servers),
             max_servers=max_servers,
             slot_s=slot_s,
@@ -211,6 +220,15 @@ class ScaleWindow:
     @property
     def n(self) -> int:
         return len(self.prompt)
+
+    def prefill_tokens(self, r: int) -> int:
+        """Prompt tokens request ``r``'s prefill computes: those outside the given cache."""
+        return int(self.prompt[r] - self.cached[r])
+
+    def prefill_part_s(self, r: int) -> float:
+        """Coefficient terms of request ``r``'s whole-prompt prefill (no intercept): its
+        uncached tokens, their attention over its cached prefix."""
+        return self.view.prefill_part_s(int(self.prompt[r]), int(self.cached[r]))
 
     @property
     def new_servers(self) -> int:
@@ -248,7 +266,7 @@ class ScaleWindow:
         v = self.view
         t = v.any_s
         if prefill:
-            t += v.prefill_s + sum(v.prefill_part_s(int(self.prompt[r])) for r in prefill)
+            t += v.prefill_s + sum(self.prefill_part_s(r) for r in prefill)
         if decode:
             t += v.decode_s + len(decode) * v.decode_token_s + v.kv_s * sum(c for _, c in decode)
         return t
@@ -281,7 +299,7 @@ class ScaleWindow:
         work = 0.0
         for r in range(self.n):
             p, o = int(self.prompt[r]), int(self.output[r])
-            work += v.any_s + v.prefill_s + v.prefill_part_s(p)
+            work += v.any_s + v.prefill_s + self.prefill_part_s(r)
             work += (o - 1) * (v.any_s + v.decode_s + v.decode_token_s + v.kv_s * (p + o))
         return float(self.arrival_s.max()) + self.startup_s + work + 1e-3
 
@@ -394,7 +412,7 @@ def decision_schedule(data: ScaleWindow, decision: ScaleDecision) -> Schedule:
         actions.append(((last_start + ends[-1]) / 2.0, ScaleAction.drain(eid)))
         per_server[eid] = tuple(
             PlannedIteration(
-                tuple((r, "prefill", int(data.prompt[r])) for r in prefill)
+                tuple((r, "prefill", data.prefill_tokens(r)) for r in prefill)
                 + tuple((r, "decode", 1) for r in decode)
             )
             for prefill, decode in comps
@@ -685,7 +703,7 @@ class _Milp:
                 prob += z[w, k] <= entries, f"nonempty_{w}_{k}"
                 prob += entries <= d.max_batch_size * z[w, k], f"batch_size_{w}_{k}"
                 if d.max_batch_tokens:
-                    tokens = lp(int(d.prompt[r]) * v[r, w, k] + x[r, w, k] for r in self.R)
+                    tokens = lp(d.prefill_tokens(r) * v[r, w, k] + x[r, w, k] for r in self.R)
                     prob += tokens <= d.max_batch_tokens, f"batch_tokens_{w}_{k}"
                 if k + 1 < len(self.K):
                     prob += z[w, k + 1] <= z[w, k], f"used_first_{w}_{k}"
@@ -714,7 +732,7 @@ class _Milp:
                 if view.decode_s:
                     tau += view.decode_s * self.hd[w, k]
                 tau += lp(
-                    view.prefill_part_s(int(d.prompt[r])) * self.v[r, w, k]
+                    d.prefill_part_s(r) * self.v[r, w, k]
                     + view.decode_token_s * self.x[r, w, k]
                     + view.kv_s * self.q[r, w, k]
                     for r in self.R
@@ -882,7 +900,7 @@ class _CpSat:
         b_any = math.floor(view.any_s * ns)
         b_p = math.floor(view.prefill_s * ns)
         b_d = math.floor(view.decode_s * ns)
-        part = {r: math.floor(view.prefill_part_s(int(d.prompt[r])) * ns) for r in R}
+        part = {r: math.floor(d.prefill_part_s(r) * ns) for r in R}
         dec = math.floor(view.decode_token_s * ns)
         kv = math.floor(view.kv_s * ns)
         delta = math.floor(d.startup_s * ns)
@@ -907,7 +925,7 @@ class _CpSat:
                 m.add(sum(entries) <= d.max_batch_size)
                 if d.max_batch_tokens:
                     m.add(
-                        sum(int(d.prompt[r]) * v[r, w, k] + x[r, w, k] for r in R)
+                        sum(d.prefill_tokens(r) * v[r, w, k] + x[r, w, k] for r in R)
                         <= d.max_batch_tokens
                     )
                 if k + 1 < len(K):
@@ -1077,7 +1095,7 @@ class _Exhaustive:
                         prefill = tuple(members[i] for i in subset if progress[i] == 0)
                         decode_idx = [i for i in subset if progress[i] > 0]
                         if d.max_batch_tokens:
-                            tokens = sum(int(d.prompt[r]) for r in prefill) + len(decode_idx)
+                            tokens = sum(d.prefill_tokens(r) for r in prefill) + len(decode_idx)
                             if tokens > d.max_batch_tokens:
                                 continue
                         start = max([end] + [float(d.arrival_s[r]) for r in prefill])

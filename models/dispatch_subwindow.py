@@ -159,7 +159,7 @@ def _finals(
         kept_rows.append(
             (
                 max((float(data.arrival_s[r]) for r in prefill), default=0.0),
-                math.fsum(view.prefill_part_s(int(data.prompt[r])) for r in prefill),
+                math.fsum(data.prefill_part_s(r) for r in prefill),
                 len(prefill),
                 len(decode),
                 kv,
@@ -168,15 +168,17 @@ def _finals(
         )
     out = [int(data.output[r]) for r in assigned]
     arrival = [float(data.arrival_s[r]) for r in assigned]
+    # whole prompts (the context a decode reads) and their uncached tokens (the prefill's)
     prompt = [int(data.prompt[r]) for r in assigned]
-    part = [view.prefill_part_s(p) for p in prompt]
+    computed = [data.prefill_tokens(r) for r in assigned]
+    part = [data.prefill_part_s(r) for r in assigned]
     due = [
         [data.deadline_s(r, k) + tol for k in range(1, o + 1)]
         for r, o in zip(assigned, out, strict=True)
     ]
     cap, max_tokens = data.max_batch_size, data.max_batch_tokens
     kept_tokens = [
-        sum(int(data.prompt[r]) for r in prefill) + len(decode) for prefill, decode in base
+        sum(data.prefill_tokens(r) for r in prefill) + len(decode) for prefill, decode in base
     ]
     no_row: _Row = (0.0, 0.0, 0, 0, 0, ())
     start_state: _Key = (0, (0,) * m, 0)
@@ -220,7 +222,7 @@ def _finals(
                             if progress[i] == 0:
                                 prefills += 1
                                 parts += part[i]
-                                tokens += prompt[i]
+                                tokens += computed[i]
                                 start = max(start, arrival[i])
                             else:
                                 decodes += 1

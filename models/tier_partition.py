@@ -29,7 +29,10 @@ work per second, :func:`request_work`), ``t >= b_l / (1 - u_l)`` for every line,
 feasible iff for every line
 
 - time: ``u_l <= 1 - b_l / tau_j``;
-- KV memory ``M``: ``b_l V + M u_l <= M`` with ``V = sum_r y_r (d_r - 1)(p_r + d_r / 2)``;
+- KV memory ``M``: ``b_l V + M u_l <= M`` with ``V = sum_r y_r (d_r - 1)(p_r + d_r / 2)``
+  (``p_r - k_r`` with a given prefix cache of ``k_r`` tokens, held outside ``M``; the work
+  then charges the uncached prompt and the decode steps the whole context,
+  :func:`request_work`);
 - sequences ``B_max`` and tokens ``T_max`` per iteration: the same form with the decode
   sequences (or tokens) per second in place of ``V``.
 
@@ -54,7 +57,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from slolab.instances.records import Instance
+from slolab.instances.records import CACHED_COLUMN, Instance, cached_prompt_tokens
 from slolab.solvers.backend import Backend, RawSolve
 from slolab.solvers.base import CpFormulation, ExactModel, MilpFormulation, Result
 from slolab.solvers.registry import register_model
@@ -115,12 +118,15 @@ class TierRequests:
 
     ``tiers_s``: the distinct TPOT SLOs (s), tightest first; ``cls``: each request's class (the
     index of its TPOT in ``tiers_s``; a request without a TPOT SLO, best effort, joins the
-    loosest class); ``servable``: the request fits a server's KV memory (``p + d <= M``; the
-    engine rejects the others on arrival).
+    loosest class); ``cached``: its prompt tokens in the snapshot's given prefix cache (the
+    workload's ``cached_tokens``, zeros without it); ``servable``: the request fits a server's
+    KV memory (``p + d - k <= M``, the cached ``k`` held outside it; the engine rejects the
+    others on arrival).
     """
 
     prompt: np.ndarray
     output: np.ndarray
+    cached: np.ndarray
     ttft_s: np.ndarray
     tpot_s: np.ndarray
     cls: np.ndarray
@@ -143,15 +149,17 @@ class TierRequests:
         )
         prompt = wl.prompt_tokens.astype(float)
         output = wl.output_tokens.astype(float)
+        cached = cached_prompt_tokens(wl).astype(float)
         kv = _pool_limits(instance)[0]
         return cls(
             prompt=prompt,
             output=output,
+            cached=cached,
             ttft_s=np.nan_to_num(np.asarray(wl["ttft_slo_s"], dtype=float), nan=np.inf),
             tpot_s=np.where(finite, tpot, tiers[-1]),
             cls=klass.astype(np.int64),
             tiers_s=tiers,
-            servable=prompt + output <= kv,
+            servable=prompt + output - cached <= kv,
         )
 
 
@@ -171,6 +179,7 @@ def request_work(
     coefficients: np.ndarray,
     mode: str,
     prefill_batch_tokens: int = PREFILL_BATCH_TOKENS,
+    cached: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Per request, what it costs a server in the fluid model.
 
@@ -179,15 +188,22 @@ def request_work(
     in all. Its prompt costs ``p`` prefill tokens, ``p (p + 1) / 2`` attention work however
     it is chunked, and at least one prefill sequence.
 
+    With a given prefix cache (``cached``: ``k`` of the ``p`` prompt tokens cached,
+    co-located only) the prompt costs its ``p - k`` uncached tokens and their attention over
+    the cached prefix, ``(p - k)(k + (p - k + 1) / 2)`` however it is chunked; the decode steps
+    still read the whole context, and the KV held against the capacity is what the request
+    computed and generated, ``(d - 1)(p - k + d/2)`` token-iterations.
+
     Returns
     -------
     dict
         ``work`` (L, n): slope work on a tier server, per line (s): decode work
         ``(d - 1)(c_dt + c_nd) + c_kv (d - 1)(p + d/2)``, plus, co-located, the prompt's
-        ``c_pt p + c_pa p (p + 1) / 2 + c_np``;
-        ``kv`` (n,): decode KV token-iterations ``(d - 1)(p + d/2)``;
+        ``c_pt (p - k) + c_pa (p - k)(k + (p - k + 1) / 2) + c_np``;
+        ``kv`` (n,): decode KV token-iterations held, ``(d - 1)(p - k + d/2)``;
         ``seqs`` (n,): decode sequence-iterations ``d - 1``;
-        ``tokens`` (n,): token-iterations (``d - 1`` disaggregated, ``p + d - 1`` co-located);
+        ``tokens`` (n,): token-iterations (``d - 1`` disaggregated, ``p - k + d - 1``
+        co-located);
         ``prefill`` (L, n): disaggregated, the prefill server-seconds per line: the prompt's work
         plus its share ``b p / P`` of the intercepts of iterations of ``P`` tokens (zeros
         co-located).
@@ -196,24 +212,28 @@ def request_work(
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     p = np.asarray(prompt, dtype=float)
     d = np.asarray(output, dtype=float)
+    k = np.zeros_like(p) if cached is None else np.asarray(cached, dtype=float)
+    if mode != "colocated" and k.any():
+        raise ValueError(_DISAGGREGATED_CACHE)
     c = np.asarray(coefficients, dtype=float)
     steps = d - 1.0
+    computed = p - k
     kv = steps * (p + d / 2.0)
     decode = (
         steps[None, :] * (c[:, F_DECODE_TOKENS] + c[:, F_NUM_DECODE])[:, None]
         + c[:, F_DECODE_KV][:, None] * kv[None, :]
     )
     prompt_work = (
-        c[:, F_PREFILL_TOKENS][:, None] * p[None, :]
-        + c[:, F_PREFILL_ATTN][:, None] * prefill_attention_work(p, 0)[None, :]
+        c[:, F_PREFILL_TOKENS][:, None] * computed[None, :]
+        + c[:, F_PREFILL_ATTN][:, None] * prefill_attention_work(computed, k)[None, :]
         + c[:, F_NUM_PREFILL][:, None]
     )
     if mode == "colocated":
         return {
             "work": decode + prompt_work,
-            "kv": kv,
+            "kv": steps * (computed + d / 2.0),
             "seqs": steps,
-            "tokens": p + steps,
+            "tokens": computed + steps,
             "prefill": np.zeros_like(decode),
         }
     if prefill_batch_tokens < 1:
@@ -251,10 +271,19 @@ def _setting_rate(instance: Instance) -> float:
     return float(mean_rate(instance.workload)) if len(instance.workload) > 1 else 0.0
 
 
+#: The tier models' refusal of a given cache when disaggregated.
+_DISAGGREGATED_CACHE = (
+    f"the tier models take the workload's {CACHED_COLUMN} column (a given cache) co-located "
+    "only, as the engine serves it; got mode 'disaggregated'"
+)
+
+
 def _mode(instance: Instance, mode: str | None) -> str:
     mode = mode or str(instance.settings.get("mode", instance.cluster.mode))
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode != "colocated" and cached_prompt_tokens(instance.workload).any():
+        raise ValueError(f"instance {instance.name!r}: {_DISAGGREGATED_CACHE}")
     return mode
 
 
@@ -294,6 +323,7 @@ def request_optimum(instance: Instance, mode: str | None = None) -> pd.DataFrame
     b, c = timing_lines(instance.timing)
     kv_cap, max_seqs, max_tokens = _pool_limits(instance)
     p, d, tau, ttft = req.prompt, req.output, req.tpot_s, req.ttft_s
+    k = req.cached
     steps = d - 1.0
     big = np.float64(2**40)
     if mode == "disaggregated":
@@ -319,15 +349,18 @@ def request_optimum(instance: Instance, mode: str | None = None) -> pd.DataFrame
         work = request_work(p, d, b, c, mode, _prefill_batch(instance))
         prefill_cost = np.max(work["prefill"], axis=0)
     else:
-        total = p + steps
+        # the prompt's uncached tokens, their attention over the cached prefix (k = 0: the
+        # whole prompt)
+        computed = p - k
+        total = computed + steps
         q = (
-            p[None, :] * c[:, F_PREFILL_TOKENS][:, None]
+            computed[None, :] * c[:, F_PREFILL_TOKENS][:, None]
             + steps[None, :]
             * (
                 (c[:, F_DECODE_TOKENS] + c[:, F_NUM_DECODE])[:, None]
                 + c[:, F_DECODE_KV][:, None] * (p + d / 2.0)[None, :]
             )
-            + prefill_attention_work(p, 0)[None, :] * c[:, F_PREFILL_ATTN][:, None]
+            + prefill_attention_work(computed, k)[None, :] * c[:, F_PREFILL_ATTN][:, None]
         ) / total[None, :]
         base = b[:, None] + c[:, F_NUM_PREFILL][:, None]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -345,10 +378,12 @@ def request_optimum(instance: Instance, mode: str | None = None) -> pd.DataFrame
                 np.minimum(caps, np.floor((max_seqs - 1) / decode_share)),
                 caps,
             )
-            # KV: B_d (p + d/2) + p <= M
+            # KV held: B_d (p - k + d/2) + p - k <= M
             caps = np.where(
                 decode_share > 0,
-                np.minimum(caps, np.floor((kv_cap - p) / (decode_share * (p + d / 2.0)))),
+                np.minimum(
+                    caps, np.floor((kv_cap - computed) / (decode_share * (computed + d / 2.0)))
+                ),
                 caps,
             )
             batch = np.minimum(t_time, caps)
@@ -498,7 +533,13 @@ class PartitionData:
         if not keep.any():
             raise ValueError(f"instance {instance.name!r}: no request fits a server's KV memory")
         work = request_work(
-            req.prompt[keep], req.output[keep], b, c, mode, _prefill_batch(instance)
+            req.prompt[keep],
+            req.output[keep],
+            b,
+            c,
+            mode,
+            _prefill_batch(instance),
+            cached=req.cached[keep],
         )
         use, cap, names = _resources(
             work["work"],
@@ -979,7 +1020,13 @@ class PlanData:
             count = min(count, int(windows))
         keep = req.servable & (arrival < count * window_s)
         work = request_work(
-            req.prompt[keep], req.output[keep], b, c, mode, _prefill_batch(instance)
+            req.prompt[keep],
+            req.output[keep],
+            b,
+            c,
+            mode,
+            _prefill_batch(instance),
+            cached=req.cached[keep],
         )
         use, cap, _ = _resources(
             work["work"],

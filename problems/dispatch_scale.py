@@ -217,6 +217,7 @@ def build(
     trace: str | None = None,
     format: str | None = None,
     load: str | None = None,
+    cache: bool = False,
 ) -> Instance:
     """A dispatch-scale window: ``n`` consecutive requests of a task mix (or of a trace).
 
@@ -233,6 +234,10 @@ def build(
     medium or high) replaces ``rate``: the stream is cut at the rate whose offered work,
     ``rate x`` the mean work per request (its prefill alone plus its decode tokens' marginal
     terms, :func:`request_work_s`), is :data:`LOADS` ``[load]`` of ``max_servers`` workers.
+
+    ``cache`` gives the window the prefix cache its trace's earlier requests left (the column
+    ``cached_tokens``, :func:`slolab.instances.prefix_state.given_cache`, 512-token blocks,
+    unbounded): it needs a ``trace`` with prompt block ids (Mooncake's ``hash_ids``).
     """
     from slolab.instances import Cluster, Instance, Workload, assign_slos, read_workload
     from slolab.instances import resolve_trace as resolve
@@ -255,6 +260,11 @@ def build(
         raise ValueError(f"load must be one of {', '.join(LOADS)}, got {load!r}")
     if not 1 <= servers <= max_servers:
         raise ValueError(f"need 1 <= servers <= max_servers, got {servers} and {max_servers}")
+    if cache and trace is None:
+        raise ValueError(
+            "cache needs a trace with prompt block ids (hash_ids), for example "
+            "trace='mooncake_conversation'; the task mixes have none"
+        )
     model = resolve_timing(timing)
     if load is not None:
         rate = _rate_at_load(model, LOADS[load], max_servers, trace, task_set, n, seed, format)
@@ -262,7 +272,9 @@ def build(
         stream = task_mix_workload(task_set, per_task=max(n, 8), qps=rate, seed=seed)
         source = stream.source
     else:
-        stream = read_workload(resolve(trace), rate=rate, seed=seed, format=format)
+        stream = read_workload(
+            resolve(trace), rate=rate, seed=seed, format=format, keep_hash_ids=cache
+        )
         stream = assign_slos(stream, "hyperflexis", seed=seed, task=task_set)
         source = str(Path(str(trace)).name)
     if len(stream) < n:
@@ -285,6 +297,11 @@ def build(
         "tier": stream["tier"][rows],
         "task": stream["task"][rows],
     }
+    if cache:
+        from slolab.instances.prefix_state import given_cache
+        from slolab.instances.records import CACHED_COLUMN
+
+        columns[CACHED_COLUMN] = given_cache(stream, rows)[CACHED_COLUMN]
     window = Workload(columns, source=f"{source} rows {start}..{start + n - 1}")
     need = int((window.prompt_tokens + window.output_tokens).sum())
     cluster = Cluster(
@@ -308,7 +325,11 @@ def build(
     }
     if load is not None:
         settings["load"] = load
+    if cache:
+        settings["cache"] = True
     label = f"ds-{task_set}-n{n}-r{rate:g}-w{servers}-{max_servers}-s{seed}"
+    if cache:
+        label += "-cache"
     return Instance(label, window, cluster, model, problem=PROBLEM_NAME, settings=settings)
 
 
@@ -470,6 +491,13 @@ PROBLEM = register_problem(
                 None,
                 "instead of --rate: offered work 0.3, 0.6 or 0.9 of max_servers workers",
                 choices=tuple(LOADS),
+            ),
+            Option(
+                "cache",
+                bool,
+                False,
+                "give the window the prefix cache the trace's earlier requests left (a trace "
+                "with hash_ids: Mooncake)",
             ),
             Option("seed", int, 0, "seed of the draws, the arrivals and the cut", minimum=0),
         ),

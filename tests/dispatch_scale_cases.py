@@ -23,17 +23,20 @@ def window(
     weight=0.5,
     slot_s=0.25,
     timing=ROUND,
+    cached=None,
 ) -> Instance:
-    """A dispatch-scale window from per-request lists."""
-    wl = Workload(
-        {
-            "arrival_s": arrival,
-            "prompt_tokens": prompt,
-            "output_tokens": output,
-            "ttft_slo_s": ttft,
-            "tpot_slo_s": tpot,
-        }
-    )
+    """A dispatch-scale window from per-request lists (``cached``: the given cache's
+    ``cached_tokens`` column, none when None)."""
+    columns = {
+        "arrival_s": arrival,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "ttft_slo_s": ttft,
+        "tpot_slo_s": tpot,
+    }
+    if cached is not None:
+        columns["cached_tokens"] = cached
+    wl = Workload(columns)
     cluster = Cluster(servers=servers, kv_capacity_tokens=10_000, startup_s=startup_s)
     settings_ = {
         "max_servers": max_servers,

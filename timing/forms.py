@@ -654,11 +654,14 @@ class PhaseAffine:
     decode_s: float
     coef: np.ndarray
 
-    def prefill_part_s(self, prompt: int) -> float:
-        """Coefficient terms of one whole prompt of ``prompt`` tokens (no intercept)."""
+    def prefill_part_s(self, prompt: int, cached: int = 0) -> float:
+        """Coefficient terms of one whole prompt of ``prompt`` tokens (no intercept), the first
+        ``cached`` of them in a given prefix cache: ``prompt - cached`` prefill tokens whose
+        attention runs over the cached prefix (docs/engine.md, "A snapshot's given cache")."""
         c = self.coef
-        work = prefill_chunk_attention(prompt, 0)
-        return float(c[F_PREFILL_TOKENS] * prompt + c[F_PREFILL_ATTN] * work + c[F_NUM_PREFILL])
+        chunk = prompt - cached
+        work = prefill_chunk_attention(chunk, cached)
+        return float(c[F_PREFILL_TOKENS] * chunk + c[F_PREFILL_ATTN] * work + c[F_NUM_PREFILL])
 
     @property
     def decode_token_s(self) -> float:

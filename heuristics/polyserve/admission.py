@@ -207,8 +207,13 @@ class ControllerAdmission(ControllerBase):
         first = self.first_deadline
         charged = self.attention_s > 0
         rows = []
+        cached = self.req.cached
         for q in s.prefilling + s.waiting:
-            done = s.kv_held(q) - s.generated(q) if charged else 0
+            done = 0
+            if charged:
+                # a prefill not started yet starts after its given cached prefix
+                held = s.kv_held(q)
+                done = held - s.generated(q) + (0 if held else int(cached[q]))
             rows.append((first[q], s.remaining_prefill(q), done))
         queue = QueuedPrompts(rows)
         self._queues[s.id] = (key, queue)
@@ -267,6 +272,9 @@ class ControllerAdmission(ControllerBase):
         if b > self.max_seqs:
             return FULL
         p = float(self.req.prompt[r])
+        # the tokens r's prefill computes (outside its given cached prefix k)
+        k = int(self.req.cached[r])
+        left = p - k
         kv_now = s.kv_used_tokens + p
         if kv_now > self.kv_admit:
             return FULL
@@ -284,7 +292,7 @@ class ControllerAdmission(ControllerBase):
             most = self.profile.max_tokens(kv_now, tau_s) - b
             if most < 1:
                 return FULL
-            if free_at + math.ceil(p / most) * decode_s > deadline:
+            if free_at + math.ceil(left / most) * decode_s > deadline:
                 return TOO_LATE
         # prompts ahead of r (the server prefills by deadline, lost ones last) and behind it;
         # with prefill attention charged, the longest of them (its last chunk pays the most)
@@ -295,7 +303,7 @@ class ControllerAdmission(ControllerBase):
         queue = self._queued_prompts(s, key)
         charged = self.attention_s > 0
         i, queued, longest, work = queue.ahead_of(deadline, s.now, int(p), charged)
-        if not late and free_at + math.ceil((queued + p) / most) * decode_s > deadline:
+        if not late and free_at + math.ceil((queued + left) / most) * decode_s > deadline:
             return TOO_LATE
         peak = self._peak_with(s, p, 0.0, key)
         if peak > self.kv_admit:
@@ -306,9 +314,9 @@ class ControllerAdmission(ControllerBase):
         if late:
             return ADMIT
         step = read(float(b + chunk), peak)
-        tokens = queued + p
+        tokens = queued + left
         if charged:
-            work += prefill_chunk_attention(p, 0)
+            work += prefill_chunk_attention(left, k)
         end = free_at + math.ceil(tokens / chunk) * step + self.attention_s * work
         if end > deadline:
             return TOO_LATE
@@ -395,7 +403,11 @@ class ControllerAdmission(ControllerBase):
         deadline = self.req.arrival[r] + self.req.ttft[r]
         if self._alone_code(s.kv_used_tokens, r, tau_s) != ADMIT:
             return FULL, (), deadline
-        return ADMIT, self._idle_prefill_s(int(self.req.prompt[r])), deadline
+        return (
+            ADMIT,
+            self._idle_prefill_s(int(self.req.prompt[r]), int(self.req.cached[r])),
+            deadline,
+        )
 
     def _alone_code(self, kv_used: int, r: int, tau_s: float) -> int:
         """The batch, memory and TPOT checks of a co-located server with no request and
@@ -476,14 +488,15 @@ class ControllerAdmission(ControllerBase):
             why += f"peak ({peak:,.0f} tokens)"
         return f"PolyServe's admission refuses it on every tier it may use, even on {side}: {why}"
 
-    def _idle_prefill_s(self, prompt: int) -> tuple[float, ...]:
+    def _idle_prefill_s(self, prompt: int, cached: int = 0) -> tuple[float, ...]:
         """The iteration durations (s) of a lone ``prompt``-token prefill with nothing
-        decoding, as the batch former takes it (:class:`PolyServePolicy`: chunks of the token
-        cap, the whole prompt without one) and the engine times it: each row's prefill tokens
-        ``c``, one prefill sequence, attention work ``c (prefix + (c + 1) / 2)``."""
-        cap = self.max_tokens or prompt
+        decoding, its first ``cached`` tokens in the given cache, as the batch former takes it
+        (:class:`PolyServePolicy`: chunks of the token cap, the whole uncached part without
+        one) and the engine times it: each row's prefill tokens ``c``, one prefill sequence,
+        attention work ``c (prefix + (c + 1) / 2)``, the prefix from ``cached`` on."""
+        cap = self.max_tokens or prompt - cached
         durations = []
-        done = 0
+        done = cached
         while done < prompt:
             c = min(cap, prompt - done)
             row = [0.0] * N_FEATURES
@@ -502,6 +515,9 @@ class ControllerAdmission(ControllerBase):
         that test adds, the code of the checks between the two tests, the two terms the second
         test adds (the iterations, then the attention), and ``r``'s first-token deadline."""
         p = float(self.req.prompt[r])
+        # the tokens r's prefill computes (outside its given cached prefix k)
+        k = int(self.req.cached[r])
+        left = p - k
         deadline = self.req.arrival[r] + self.req.ttft[r]
         kv_now = s.kv_used_tokens + p
         full = (FULL, 0.0, FULL, 0.0, 0.0, deadline)
@@ -515,7 +531,7 @@ class ControllerAdmission(ControllerBase):
             most = self.profile.max_tokens(kv_now, tau_s) - 1
             if most < 1:
                 return full
-            alone_s = math.ceil(p / most) * decode_s
+            alone_s = math.ceil(left / most) * decode_s
         # the KV peak with no other request (KvPeakBase.with_one on the server's empty base):
         # r alone, its context plus its remaining steps less one
         peak = p + (max(self.d_hat - 0.0, 1.0) - 1.0)
@@ -524,8 +540,8 @@ class ControllerAdmission(ControllerBase):
         chunk = self._prefill_chunk(peak, tau_s, 1, int(p))
         if chunk < 1:
             return ADMIT, alone_s, FULL, 0.0, 0.0, deadline
-        steps_s = math.ceil(p / chunk) * self.profile.time(1 + chunk, peak)
-        work = prefill_chunk_attention(p, 0) if self.attention_s > 0 else 0.0
+        steps_s = math.ceil(left / chunk) * self.profile.time(1 + chunk, peak)
+        work = prefill_chunk_attention(left, k) if self.attention_s > 0 else 0.0
         return ADMIT, alone_s, ADMIT, steps_s, self.attention_s * work, deadline
 
     def _prefill_chunk(self, peak: float, tau_s: float, b: int, longest: int) -> int:

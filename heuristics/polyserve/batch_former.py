@@ -289,7 +289,9 @@ class PolyServePolicy:
             if slots <= 0:
                 break
             left = server.remaining_prefill(r)
-            prefix = server.kv_held(r) - server.generated(r)
+            held = server.kv_held(r)
+            # a prefill not started yet starts after its given cached prefix
+            prefix = held - server.generated(r) + (0 if held else int(c.req.cached[r]))
             if unbound and not prefill:
                 take = min(left, cap)
             else:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from slolab.heuristics.polyserve.profile import Profile, prefill_attention_s
+from slolab.instances.records import cached_prompt_tokens
 from slolab.timing.presets import LLAMA31_8B
 
 if TYPE_CHECKING:
@@ -160,6 +161,9 @@ class RequestArrays:
 
     arrival: np.ndarray
     prompt: np.ndarray
+    # prompt tokens in the snapshot's given prefix cache (the workload's cached_tokens; zeros
+    # without it): a prefill computes the rest, their attention over these
+    cached: np.ndarray
     ttft: np.ndarray  # inf without a TTFT SLO
     tpot: np.ndarray  # the tier's TPOT (best effort: the loosest)
     tier: np.ndarray  # class index, tightest 0 (best effort: the loosest)
@@ -174,6 +178,7 @@ class RequestArrays:
         return cls(
             arrival=wl.arrival_s.astype(float),
             prompt=wl.prompt_tokens.astype(np.int64),
+            cached=cached_prompt_tokens(wl),
             ttft=np.nan_to_num(np.asarray(wl["ttft_slo_s"], dtype=float), nan=np.inf),
             tpot=tiers[tier],
             tier=tier.astype(np.int64),
