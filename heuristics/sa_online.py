@@ -32,7 +32,10 @@ class SAOrderingPolicy:
     plan's first batch (whole prompts, as many as fit in memory and in the iteration's
     ``max_batch_tokens``) and decodes it until every member finishes, then plans again. A
     prompt longer than ``max_batch_tokens`` alone is prefilled in chunks of the cap (ours: the
-    paper does not chunk, and the cap is the engine's). This is the adapter that lets the SA
+    paper does not chunk, and the cap is the engine's). With a snapshot's given cache (the
+    workload's ``cached_tokens``), the plan's member timings, the memory a member needs and
+    the chunk it is given count only its uncached prompt, as the engine charges it. This is
+    the adapter that lets the SA
     paper's one-queue, static-batch scheduler run behind a router on co-located workers
     (docs/hyperflexis.md).
 
@@ -59,13 +62,17 @@ class SAOrderingPolicy:
         self._calls = 0
         self.ttft = np.zeros(0)
         self.tpot = np.zeros(0)
+        self.cached: list[int] = []
 
     def start(self, instance: Instance, seed: int) -> None:
+        from slolab.instances.records import cached_prompt_tokens
         from slolab.sim.metrics import deadline_slos
 
         ttft, tpot = deadline_slos(instance.workload)
         self.ttft = np.asarray(ttft, dtype=float)
         self.tpot = np.asarray(tpot, dtype=float)
+        # a snapshot's given cache: each request's cached prompt tokens (zeros without it)
+        self.cached = cached_prompt_tokens(instance.workload).tolist()
         self._seed = seed
         self._calls = 0
 
@@ -82,7 +89,7 @@ class SAOrderingPolicy:
         for i, r in enumerate(queue):
             for s in range(1, b + 1):
                 first[i, s], execs[i, s] = member_times(
-                    server.timing, s, server.prompt(r), server.output(r)
+                    server.timing, s, server.prompt(r), server.output(r), self.cached[r]
                 )
         left = np.array(
             [max(server.arrival(r) + self.ttft[r] - now, 1e-9) for r in queue], dtype=float
@@ -125,15 +132,17 @@ class SAOrderingPolicy:
         free = server.kv_free_tokens
         prefill = []
         for r in members:
-            need = server.prompt(r) + server.output(r)
-            if need > free or server.prompt(r) > room:
+            # the uncached prompt: a given cache's tokens are neither computed nor held
+            computed = server.prompt(r) - self.cached[r]
+            need = computed + server.output(r)
+            if need > free or computed > room:
                 break
-            prefill.append((r, server.prompt(r)))
+            prefill.append((r, computed))
             free -= need
-            room -= server.prompt(r)
+            room -= computed
         if not prefill:
             r = queue[0]
-            prefill = [(r, min(server.prompt(r), room))]
+            prefill = [(r, min(server.prompt(r) - self.cached[r], room))]
         return Batch(prefill=prefill)
 
 

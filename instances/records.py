@@ -392,10 +392,10 @@ def given_cache_error(workload: Workload, cluster: Cluster) -> str:
             f"cache (prefix_block_tokens={cluster.prefix_block_tokens}) exclude each other: "
             "drop the column or set prefix_block_tokens=0"
         )
-    if cluster.mode != "colocated":
+    if cluster.mode not in ("colocated", "static"):
         return (
             f"the workload's {CACHED_COLUMN} column (a given cache) is served in colocated "
-            f"mode only, got mode {cluster.mode!r}"
+            f"mode only, or in static batches; got mode {cluster.mode!r}"
         )
     return ""
 

@@ -31,7 +31,9 @@ The derivations, the dominance rules and what "exact" means for each method are 
 Instance encoding (``instance.problem == "sa-ordering"``): one workload row per queued
 request; ``settings["batch_size"]`` is ``B``; the cluster is one server in ``"static"`` mode.
 In a snapshot every arrival is 0; later arrivals are allowed (a batch never starts before its
-members arrive).
+members arrive). A workload with the column ``cached_tokens`` (a snapshot's given prefix cache,
+docs/engine.md) charges each member only its uncached prompt: :meth:`OrderingProblem.from_instance`
+builds the member timings ``P_r(s)``, ``e_r(s)`` with it, and every method reads only those.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from slolab.instances.records import Cluster, Instance, Workload
+from slolab.instances.records import Cluster, Instance, Workload, cached_prompt_tokens
 from slolab.sim.metrics import ON_TIME_TOLERANCE_S
 from slolab.sim.schedule import Schedule
 from slolab.sim.static import member_times
@@ -186,6 +188,11 @@ class OrderingProblem:
     def from_instance(cls, instance: Instance) -> OrderingProblem:
         """Problem data of an SA-ordering instance (timing precomputed for sizes 1..B).
 
+        With a snapshot's given cache (the workload's ``cached_tokens``, ``k_r``), member ``r``
+        prefills its ``p_r - k_r`` uncached tokens over the cached prefix, its decode steps
+        read its whole context, and it holds ``p_r + o_r - k_r`` KV tokens against the capacity,
+        as the engine's static mode charges it (:mod:`slolab.sim.static`).
+
         Raises
         ------
         ValueError
@@ -215,7 +222,8 @@ class OrderingProblem:
         wl = instance.workload
         prompt = wl.prompt_tokens
         out = wl.output_tokens
-        kv_need = int(np.sort(prompt + out)[::-1][:b].sum())
+        cached = cached_prompt_tokens(wl)
+        kv_need = int(np.sort(prompt + out - cached)[::-1][:b].sum())
         if kv_need > cluster.kv_capacity_tokens:
             raise ValueError(
                 f"the {b} largest requests need {kv_need} KV tokens together, more than "
@@ -227,7 +235,7 @@ class OrderingProblem:
         for r in range(n):
             for s in range(1, b + 1):
                 first[r, s], execs[r, s] = member_times(
-                    instance.timing, s, int(prompt[r]), int(out[r])
+                    instance.timing, s, int(prompt[r]), int(out[r]), int(cached[r])
                 )
         return cls(
             batch_size=b,

@@ -51,6 +51,7 @@ def sa_snapshot(
     timing: str | TimingModel = "sa-qwen2.5-7b-v100",
     max_tokens: int = 2048,
     name: str | None = None,
+    cache: bool = False,
     **reading: Any,
 ) -> Instance:
     """N queued requests (all at time 0) for the SA-ordering problem.
@@ -64,11 +65,19 @@ def sa_snapshot(
     :func:`slolab.instances.read_workload`); only their order matters, so a length-only trace
     needs no arrival process.
 
+    ``cache=True`` gives the snapshot its given prefix cache (the workload's
+    ``cached_tokens``, docs/engine.md, "A snapshot's given cache"): each request's prefix of
+    the blocks the trace's requests before the cut left in an unbounded cache
+    (:func:`slolab.instances.prefix_state.given_cache`). It needs traces with prompt block ids
+    (Mooncake's ``hash_ids``), so a mixed snapshot of the two Azure traces cannot have one.
+
     References
     ----------
     SA-ordering paper, Sec. 5.1 (workloads, SLOs).
     """
     from slolab.instances import Cluster, Instance, Workload, assign_slos, read_workload
+    from slolab.instances.prefix_state import given_cache
+    from slolab.instances.records import CACHED_COLUMN
     from slolab.timing import resolve_timing
 
     if n < 1:
@@ -79,25 +88,35 @@ def sa_snapshot(
         raise ValueError("give at least one of chat_trace and code_trace")
     rng = np.random.default_rng(seed)
     parts: list[tuple[Workload, np.ndarray, str]] = []
+    cached_parts: list[np.ndarray] = []
     n_chat = n if code_trace is None else (0 if chat_trace is None else n - n // 2)
     for trace, count, task in ((chat_trace, n_chat, "chat"), (code_trace, n - n_chat, "code")):
         if trace is None or count == 0:
             continue
-        wl = read_workload(trace, order_only=True, **reading)
-        parts.append((wl, _snapshot_rows(wl, count, rng, max_tokens), task))
+        wl = read_workload(trace, order_only=True, keep_hash_ids=cache, **reading)
+        if cache and "hash_ids" not in wl:
+            raise ValueError(
+                f"{wl.source}: a snapshot with its given cache (cache=True) needs a trace with "
+                "prompt block ids (hash_ids: Mooncake, e.g. --task chat --trace "
+                "mooncake_conversation)"
+            )
+        rows = _snapshot_rows(wl, count, rng, max_tokens)
+        parts.append((wl, rows, task))
+        if cache:
+            cached_parts.append(np.asarray(given_cache(wl, rows)[CACHED_COLUMN]))
     prompt = np.concatenate([wl.prompt_tokens[rows] for wl, rows, _ in parts])
     output = np.concatenate([wl.output_tokens[rows] for wl, rows, _ in parts])
     tasks = np.concatenate([np.full(len(rows), t) for _, rows, t in parts])
     order = rng.permutation(n)
-    wl = Workload(
-        {
-            "arrival_s": np.zeros(n),
-            "prompt_tokens": prompt[order],
-            "output_tokens": output[order],
-            "task": tasks[order].astype(str),
-        },
-        source="sa-snapshot",
-    )
+    columns = {
+        "arrival_s": np.zeros(n),
+        "prompt_tokens": prompt[order],
+        "output_tokens": output[order],
+        "task": tasks[order].astype(str),
+    }
+    if cache:
+        columns[CACHED_COLUMN] = np.concatenate(cached_parts)[order]
+    wl = Workload(columns, source="sa-snapshot")
     wl = assign_slos(wl, "sa", seed=seed)
     model = resolve_timing(timing)
     kind = (
@@ -105,9 +124,11 @@ def sa_snapshot(
         if chat_trace is not None and code_trace is not None
         else ("chat" if code_trace is None else "code")
     )
-    label = name or f"sa-{kind}-n{n}-b{batch_size}-s{seed}"
+    label = name or f"sa-{kind}-n{n}-b{batch_size}-s{seed}" + ("-cached" if cache else "")
     cluster = Cluster(mode="static", max_batch_size=batch_size, kv_capacity_tokens=1 << 40)
-    settings = {"batch_size": batch_size, "seed": seed, "max_tokens": max_tokens}
+    settings: dict[str, Any] = {"batch_size": batch_size, "seed": seed, "max_tokens": max_tokens}
+    if cache:
+        settings["cache"] = True
     return Instance(label, wl, cluster, model, problem="sa-ordering", settings=settings)
 
 
@@ -119,6 +140,7 @@ def build(
     trace: str | None = None,
     task: str = "mixed",
     timing: str = "sa-qwen2.5-7b-v100",
+    cache: bool = False,
     **reading: Any,
 ) -> Instance:
     """An SA-ordering snapshot: ``task`` says what the requests are, ``trace`` where they come from.
@@ -127,6 +149,8 @@ def build(
     Azure code 2023 (the paper's mixed data set) and accepts no ``trace``; ``"chat"`` or
     ``"code"`` takes every request from ``trace`` (default: the Azure trace of that kind) with
     that task's SLO. The role of a trace comes from ``task``, never from its file name.
+    ``cache=True`` gives the snapshot the prefix cache the trace's earlier requests left
+    (:func:`sa_snapshot`; a trace with ``hash_ids``, such as ``mooncake_conversation``).
     """
     if task not in TASKS:
         raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
@@ -136,12 +160,24 @@ def build(
                 "a mixed snapshot takes its chat and code requests from the two Azure traces; "
                 "to use one trace, say which task its requests are (chat or code)"
             )
+        if cache:
+            raise ValueError(
+                "a mixed snapshot's Azure traces carry no prompt block ids, so it cannot have "
+                "a given cache: use --task chat or code with a Mooncake trace"
+            )
         return sa_snapshot(n, batch_size, seed=seed, timing=timing, **reading)
     chat, code = (
         (trace or "azure_conv_2023", None) if task == "chat" else (None, trace or "azure_code_2023")
     )
     return sa_snapshot(
-        n, batch_size, seed=seed, chat_trace=chat, code_trace=code, timing=timing, **reading
+        n,
+        batch_size,
+        seed=seed,
+        chat_trace=chat,
+        code_trace=code,
+        timing=timing,
+        cache=cache,
+        **reading,
     )
 
 
@@ -172,6 +208,13 @@ PROBLEM = register_problem(
             *READ_OPTIONS,
             Option("timing", str, "sa-qwen2.5-7b-v100", "timing preset"),
             Option("seed", int, 0, "seed of the cut, the mix and the SLO draws", minimum=0),
+            Option(
+                "cache",
+                bool,
+                False,
+                "give the snapshot the prefix cache the trace's earlier requests left "
+                "(cached_tokens; needs a trace with hash_ids, such as mooncake_conversation)",
+            ),
         ),
         models=("sa-ordering", "sa-ordering-columns", "sa-ordering-bp"),
         aliases={

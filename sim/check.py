@@ -573,6 +573,7 @@ def _check_static(
     bad,
 ) -> None:
     wl = instance.workload
+    cached = cached_prompt_tokens(wl)
     where = f"server {s} static batch at {start:.9g}s"
     if not (phases == PHASE_STATIC).all():
         bad(f"{where}: mixes static members with other entries")
@@ -590,13 +591,14 @@ def _check_static(
             bad(f"{where}: request {r} is served twice")
             continue
         p, o = int(wl.prompt_tokens[r]), int(wl.output_tokens[r])
-        rel = member_token_offsets(timing, size, p, o)
+        k = int(cached[r])  # a snapshot's given cache, outside the capacity
+        rel = member_token_offsets(timing, size, p, o, k)
         expect[offs[r] : offs[r] + o] = start + rel
         prefilled[r] = p
         generated[r] = o
         prefill_done_at[r] = start + rel[0]
         longest = max(longest, float(rel[-1]))
-        alloc += p + o
+        alloc += p + o - k
     if not _close(end - start, longest):
         bad(f"{where}: lasts {end - start:.12g}s but its longest member takes {longest:.12g}s")
     held_before = sum(kv_held[s].values())

@@ -15,6 +15,12 @@ member ``r`` of a batch of size ``s`` runs in a padded batch shaped like itself:
 - token ``k`` is emitted at ``start + P(s, p_r) + sum_{j < k} D_j(s, p_r)``, and the member's
   execution time is ``e_r(s) = P(s, p_r) + sum_{j=1}^{o_r - 1} D_j(s, p_r)``.
 
+With a snapshot's given cache (the workload's ``cached_tokens``), member ``r``'s ``k_r`` cached
+prompt tokens are not computed: its prefill iteration has ``s`` sequences of ``p_r - k_r``
+tokens whose attention runs over the cached prefix, while its decode steps still read
+``p_r + j`` tokens each; the batch holds ``p_r + o_r - k_r`` KV tokens per member against the
+capacity (the cached blocks stay resident outside it).
+
 The batch's duration is ``max_r e_r(s)``. The engine's static mode and the SA-ordering model
 both use :func:`member_token_offsets`, so a replayed order reproduces the model's numbers
 exactly.
@@ -24,15 +30,29 @@ from __future__ import annotations
 
 import numpy as np
 from slolab.timing.base import (
+    F_PREFILL_ATTN,
+    F_PREFILL_TOKENS,
     TimingModel,
     padded_decode_features,
     padded_prefill_features,
+    prefill_chunk_attention,
 )
 
 
-def prefill_features(batch_size: int, prompt_tokens: int) -> np.ndarray:
-    """Feature vector of the padded prefill iteration of a member (see module docstring)."""
-    return padded_prefill_features(batch_size, prompt_tokens)[0]
+def prefill_features(batch_size: int, prompt_tokens: int, cached_tokens: int = 0) -> np.ndarray:
+    """Feature vector of the padded prefill iteration of a member (see module docstring).
+
+    With a snapshot's given cache (``cached_tokens = k > 0``, docs/engine.md, "A snapshot's
+    given cache"), each of the ``s`` sequences computes the ``p - k`` uncached tokens over the
+    cached prefix: ``prefill_tokens = s (p - k)`` and ``prefill_attention_work = s (p - k)
+    (k + (p - k + 1) / 2)``.
+    """
+    f = padded_prefill_features(batch_size, prompt_tokens)[0]
+    if cached_tokens:
+        c = prompt_tokens - cached_tokens
+        f[F_PREFILL_TOKENS] = batch_size * c
+        f[F_PREFILL_ATTN] = batch_size * prefill_chunk_attention(c, cached_tokens)
+    return f
 
 
 def decode_features(batch_size: int, prompt_tokens: int, output_tokens: int) -> np.ndarray:
@@ -42,16 +62,28 @@ def decode_features(batch_size: int, prompt_tokens: int, output_tokens: int) -> 
 
 
 def member_token_offsets(
-    timing: TimingModel, batch_size: int, prompt_tokens: int, output_tokens: int
+    timing: TimingModel,
+    batch_size: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    cached_tokens: int = 0,
 ) -> np.ndarray:
-    """Times of a member's output tokens relative to its batch's start (s), length ``o``."""
+    """Times of a member's output tokens relative to its batch's start (s), length ``o``;
+    ``cached_tokens``: its prompt tokens in a snapshot's given cache (the prefill computes the
+    rest, the decode steps read the whole context)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if prompt_tokens < 1 or output_tokens < 1:
         raise ValueError(
             f"prompt_tokens and output_tokens must be >= 1, got {prompt_tokens}, {output_tokens}"
         )
-    first = float(timing.times(prefill_features(batch_size, prompt_tokens)[None, :])[0])
+    if not 0 <= cached_tokens < prompt_tokens:
+        raise ValueError(
+            f"cached_tokens must be in 0..prompt_tokens - 1 = {prompt_tokens - 1}, "
+            f"got {cached_tokens}"
+        )
+    feats = prefill_features(batch_size, prompt_tokens, cached_tokens)
+    first = float(timing.times(feats[None, :])[0])
     steps = timing.times(decode_features(batch_size, prompt_tokens, output_tokens))
     out = np.empty(output_tokens)
     out[0] = first
@@ -60,8 +92,13 @@ def member_token_offsets(
 
 
 def member_times(
-    timing: TimingModel, batch_size: int, prompt_tokens: int, output_tokens: int
+    timing: TimingModel,
+    batch_size: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    cached_tokens: int = 0,
 ) -> tuple[float, float]:
-    """``(ttft_offset_s, exec_s)`` of a member of a static batch of ``batch_size``."""
-    offs = member_token_offsets(timing, batch_size, prompt_tokens, output_tokens)
+    """``(ttft_offset_s, exec_s)`` of a member of a static batch of ``batch_size`` (with
+    ``cached_tokens`` of its prompt in a snapshot's given cache)."""
+    offs = member_token_offsets(timing, batch_size, prompt_tokens, output_tokens, cached_tokens)
     return float(offs[0]), float(offs[-1])

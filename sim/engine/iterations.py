@@ -394,7 +394,10 @@ class Iterations(Caching):
             raise PolicyError(
                 f"server {sid} t={now}: request {_repeated(members)} appears twice in one batch"
             )
-        alloc = int(sum(int(self.prompt[r] + self.output[r]) for r in members))
+        # a snapshot's given cache: a member's cached prompt tokens stay outside the capacity
+        given = self.given
+        cached = [0 if given is None else int(given[r]) for r in members]
+        alloc = int(sum(int(self.prompt[r] + self.output[r]) for r in members)) - sum(cached)
         if server.kv + alloc > server.kv_capacity:
             raise PolicyError(
                 f"server {sid} t={now}: static batch needs {alloc} KV tokens but only "
@@ -403,9 +406,11 @@ class Iterations(Caching):
         p = PendingIteration()
         p.start = now
         longest = 0.0
-        for r in members:
+        for r, k in zip(members, cached, strict=True):
             self._admit(server, r)
-            offs = member_token_offsets(server.timing, s, int(self.prompt[r]), int(self.output[r]))
+            offs = member_token_offsets(
+                server.timing, s, int(self.prompt[r]), int(self.output[r]), k
+            )
             p.static_ids.append(r)
             p.static_offsets.append(offs)
             longest = max(longest, float(offs[-1]))
@@ -472,7 +477,10 @@ class Iterations(Caching):
                 self.prefilled[r] = self.prompt[r]
                 self.generated[r] = self.output[r]
                 self.held[r] = self.prompt[r] + self.output[r]
-            server.kv -= int(sum(int(self.prompt[r] + self.output[r]) for r in p.static_ids))
+            freed = int(sum(int(self.prompt[r] + self.output[r]) for r in p.static_ids))
+            if self.given is not None:
+                freed -= int(sum(int(self.given[r]) for r in p.static_ids))
+            server.kv -= freed
             if self.record:
                 m = len(p.static_ids)
                 ids = np.array(p.static_ids, dtype=np.int64)
