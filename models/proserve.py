@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from slolab.instances.records import Instance, cached_prompt_tokens
+from slolab.instances.records import CACHED_COLUMN, Instance, cached_prompt_tokens
 from slolab.sim.engine import warm_start_state
 from slolab.sim.schedule import PlannedIteration, Schedule
 from slolab.solvers.backend import Backend, RawSolve
@@ -174,8 +174,8 @@ class BatchItems:
 
     A snapshot's given cache (:func:`~slolab.instances.records.cached_prompt_tokens`): a waiting
     request's remaining prompt is its uncached part ``p - k`` and its chunk's prefix the ``k``
-    cached tokens, held outside the capacity (a running request's cache is 0: the engine refuses
-    any other).
+    cached tokens, held outside the capacity (a running request's cache must be 0, as the engine
+    requires).
     """
 
     now_s: float
@@ -208,7 +208,14 @@ class BatchItems:
         else:
             running, remaining, generated = warm
         # a waiting request finds its given cached prefix when it starts (outside the capacity)
-        cached = np.where(running, 0, cached_prompt_tokens(wl))
+        cached = cached_prompt_tokens(wl)
+        bad = np.flatnonzero(running & (cached > 0))
+        if len(bad):
+            r = int(bad[0])
+            raise ValueError(
+                f"{BATCH_PROBLEM}: request {r} is running and has {CACHED_COLUMN} "
+                f"{int(cached[r])}: a running request's KV is its own, give it 0"
+            )
         remaining = remaining - cached
         now = float(instance.settings["scheduling_time_s"])
         late = np.flatnonzero(wl.arrival_s > now + ON_TIME_TOL_S)

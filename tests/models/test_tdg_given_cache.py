@@ -368,3 +368,11 @@ def test_batch_snapshot_cache_option():
     assert np.array_equal(wl.prompt_tokens, plain.workload.prompt_tokens)
     with pytest.raises(ValueError, match="needs a trace with hash_ids"):
         build(seed=0, queue=6, n=60, cache=True)
+
+
+def test_batch_refuses_a_cached_running_request():
+    """tdg-batch refuses a running request with cached tokens, as the engine does."""
+    inst = batch_snapshot(0)
+    wrong = cached(inst, [2, 0])
+    with pytest.raises(ValueError, match="request 0 is running and has cached_tokens 2"):
+        TdgBatch(wrong)
