@@ -78,12 +78,11 @@ def with_given_cache(snapshot: Instance, trace: Workload) -> Instance:
     from slolab.instances.prefix_state import given_cache
     from slolab.instances.records import CACHED_COLUMN
 
-    trace_wl = trace
     wl = snapshot.workload
     rows = np.asarray(wl["trace_row"], dtype=np.int64)
-    if not np.array_equal(trace_wl.prompt_tokens[rows], wl.prompt_tokens):
+    if not np.array_equal(trace.prompt_tokens[rows], wl.prompt_tokens):
         raise ValueError(f"the snapshot's trace_row column does not index {trace.source}")
-    cached = np.asarray(given_cache(trace_wl, rows)[CACHED_COLUMN], dtype=np.int64)
+    cached = np.asarray(given_cache(trace, rows)[CACHED_COLUMN], dtype=np.int64)
     # given_cache returns the rows sorted; the snapshot's are in arrival order, map them back
     cached = cached[np.searchsorted(np.unique(rows), rows)]
     cached = np.where(np.asarray(wl["running"], dtype=bool), 0, cached)

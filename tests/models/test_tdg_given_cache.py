@@ -348,7 +348,8 @@ def test_horizon_window_cache_option():
     assert k.tolist() == [7680, 512, 1024, 512]
     assert CACHED_COLUMN not in plain.workload
     assert np.array_equal(window.workload.prompt_tokens, plain.workload.prompt_tokens)
-    assert np.array_equal(window.workload.arrival_s, plain.workload.arrival_s)
+    for key in ("arrival_s", "ttft_slo_s", "tpot_slo_s", "priority"):
+        assert np.array_equal(window.workload[key], plain.workload[key])
     with pytest.raises(ValueError, match="needs a trace with hash_ids"):
         horizon_window("azure_conv_2023", n=4, seed=0, cache=True)
 
