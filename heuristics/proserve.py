@@ -105,7 +105,9 @@ class RequestData:
     ``first_weight`` / ``decode_weight`` are the TDG gains of a request's first and later tokens:
     ``w_p * w_{p(r)}`` and ``w_d * w_{p(r)}`` (ProServe Eq. 3, weights from
     :func:`slolab.sim.metrics.token_weights`' rules). A NaN TTFT SLO is an infinite deadline, a
-    NaN TPOT SLO adds nothing per token.
+    NaN TPOT SLO adds nothing per token. ``cached`` is each request's prompt tokens in a
+    snapshot's given cache (:func:`~slolab.instances.records.cached_prompt_tokens`; zeros
+    without one): found again at every start of its prefill, so not prefilled then.
     """
 
     arrival_s: np.ndarray
@@ -114,9 +116,11 @@ class RequestData:
     priority: np.ndarray
     first_weight: np.ndarray
     decode_weight: np.ndarray
+    cached: np.ndarray
 
     @classmethod
     def of(cls, instance: Instance) -> RequestData:
+        from slolab.instances.records import cached_prompt_tokens
         from slolab.sim.metrics import tdg_request_weights
 
         wl = instance.workload
@@ -128,6 +132,7 @@ class RequestData:
             priority=np.asarray(wl["priority"], dtype=float),
             first_weight=first,
             decode_weight=decode,
+            cached=cached_prompt_tokens(wl),
         )
 
 
@@ -624,6 +629,7 @@ class SlideBatching:
         )
         self._roofline: np.ndarray | None = None
         self._members: dict[int, _Members] = {}
+        self._given: np.ndarray | None = None
 
     def start(self, instance: Instance, seed: int) -> None:
         from slolab.timing.forms import RooflineTiming
@@ -632,6 +638,8 @@ class SlideBatching:
         self._data = RequestData.of(instance)
         self._est = est = LatencyEstimator(instance.timing)
         data = self._data
+        # a snapshot's given cache (None: none): a waiting request skips its cached prefix
+        self._given = data.cached if data.cached.any() else None
         # per request: arrival + TTFT, TPOT, first and later tokens' weights (one gather a call)
         self._static = np.column_stack(
             [data.arrival_s + data.ttft_s, data.tpot_s, data.first_weight, data.decode_weight]
@@ -682,6 +690,8 @@ class SlideBatching:
         rem = [0] * n_dec + [server.remaining_prefill(r) for r in prefilling]
         # a waiting request prefills its prompt plus the tokens it generated before a recompute
         rem += [server.prompt(r) + g for r, g in zip(waiting_ids, gen[n_run:], strict=True)]
+        if self._given is not None:
+            self._skip_given(waiting_ids, n_run, rem, prefix)
         remain = [
             due + g * tpot - now
             for due, tpot, g in zip(members.first_due, members.tpot, gen, strict=True)
@@ -746,6 +756,11 @@ class SlideBatching:
         # a waiting request has prefilled nothing: it prefills its prompt plus, after a
         # recompute preemption, the tokens it had generated (one array read for the long queue)
         rem[n_run:] = prompt_tokens(server, ids[n_run:]) + gen[n_run:]
+        if self._given is not None:
+            # a given cache's prefix is found again at the start: not prefilled, attended to
+            cached = self._given[ids[n_run:]]
+            rem[n_run:] -= cached
+            prefix[n_run:] += cached
         # decode_features over the decoding rows, chunk_features over the others, in one array
         features = np.zeros((n, N_FEATURES))
         features[:n_dec, F_DECODE_TOKENS] = 1.0
@@ -780,6 +795,19 @@ class SlideBatching:
             inc,
             arrays,
         )
+
+    def _skip_given(
+        self, waiting_ids: Sequence[int], n_run: int, rem: list[int], prefix: list[int]
+    ) -> None:
+        """A waiting request finds its given cached prefix again when it starts its prefill:
+        take it off its remaining prefill (from position ``n_run``) and make it the prefix its
+        chunk attends to."""
+        given = self._given
+        assert given is not None
+        for i, r in enumerate(waiting_ids, n_run):
+            k = int(given[r])
+            rem[i] -= k
+            prefix[i] += k
 
     def budget_s(self, remain_s: Sequence[float]) -> float:
         """``t_budget = max(min remain, eta)`` (Algorithm 1, lines 6-7)."""
@@ -1132,6 +1160,12 @@ class GoRouting:
         _, deadline, weight = next_token(data, server, ids)
         # the request being routed has not been placed: its prompt is all left
         rem[-1] = int(prompt_tokens(server, ids[-1:])[0])
+        if data.cached.any():
+            # a given cache: the waiting requests (and this one) attend to their cached
+            # prefixes, which they do not prefill
+            waiting = len(server.prefilling)
+            prefix[waiting:] += data.cached[ids[waiting:]]
+            rem[-1] -= int(data.cached[request])
         weight[-1] = data.first_weight[request]
         deadline[-1] = data.arrival_s[request] + data.ttft_s[request]
         remain = deadline - now

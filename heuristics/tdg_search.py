@@ -169,6 +169,7 @@ class DeadlineAdmission:
         self.pack = pack
 
     def start(self, instance: Instance, seed: int) -> None:
+        from slolab.instances.records import cached_prompt_tokens
         from slolab.models.proserve import require_affine
         from slolab.sim import metrics
         from slolab.timing.base import (
@@ -187,9 +188,10 @@ class DeadlineAdmission:
         self.first_gain = metrics.tdg_request_weights(instance)[0]
         wl = instance.workload
         self.arrival_s = np.asarray(wl.arrival_s, dtype=float)
-        # the latest start of a prompt run alone that still makes its first deadline
+        # the latest start of a prompt run alone that still makes its first deadline (its
+        # uncached tokens: a snapshot's given cached prefix is not prefilled)
         ttft = np.nan_to_num(np.asarray(wl["ttft_slo_s"], dtype=float), nan=np.inf)
-        alone = self.t_c + self.a_seq + self.a_tok * wl.prompt_tokens
+        alone = self.t_c + self.a_seq + self.a_tok * (wl.prompt_tokens - cached_prompt_tokens(wl))
         self.latest_start_s = self.arrival_s + ttft - alone
 
     def _chunk_cap(self, now: float, step_s: float) -> int:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from slolab.instances.records import Instance
+from slolab.instances.records import CACHED_COLUMN, Instance, cached_prompt_tokens
 from slolab.sim.engine import warm_start_state
 from slolab.sim.schedule import PlannedIteration, Schedule
 from slolab.solvers.backend import Backend, RawSolve
@@ -171,6 +171,11 @@ class BatchItems:
     TTFT SLO), ``gain[r]`` its TDG weight, ``prefix[r]`` the request's cached tokens (a decode
     token's context, a chunk's prefix). Memory: a decode token takes one KV token, a completing
     chunk its tokens plus one.
+
+    A snapshot's given cache (:func:`~slolab.instances.records.cached_prompt_tokens`): a waiting
+    request's remaining prompt is its uncached part ``p - k`` and its chunk's prefix the ``k``
+    cached tokens, held outside the capacity (a running request's cache must be 0, as the engine
+    requires).
     """
 
     now_s: float
@@ -202,6 +207,16 @@ class BatchItems:
             generated = np.zeros(n, dtype=np.int64)
         else:
             running, remaining, generated = warm
+        # a waiting request finds its given cached prefix when it starts (outside the capacity)
+        cached = cached_prompt_tokens(wl)
+        bad = np.flatnonzero(running & (cached > 0))
+        if len(bad):
+            r = int(bad[0])
+            raise ValueError(
+                f"{BATCH_PROBLEM}: request {r} is running and has {CACHED_COLUMN} "
+                f"{int(cached[r])}: a running request's KV is its own, give it 0"
+            )
+        remaining = remaining - cached
         now = float(instance.settings["scheduling_time_s"])
         late = np.flatnonzero(wl.arrival_s > now + ON_TIME_TOL_S)
         if len(late):
@@ -221,7 +236,7 @@ class BatchItems:
             budget_s=float(instance.settings["latency_budget_s"]),
             decode=decode,
             remaining=np.where(decode, 0, remaining).astype(np.int64),
-            prefix=held.astype(np.int64),
+            prefix=(held + cached).astype(np.int64),
             slack_s=deadline - now,
             gain=np.where(generated == 0, first, later),
             kv_free_tokens=int(cl.kv_capacity_tokens - held.sum()),
@@ -472,10 +487,17 @@ class TdgBatch(ExactModel):
 
 @dataclass(frozen=True, slots=True)
 class HorizonData:
-    """A window of requests on one server, from an empty state."""
+    """A window of requests on one server, from an empty state.
+
+    ``cached[r]``: request ``r``'s prompt tokens in the snapshot's given cache
+    (:func:`~slolab.instances.records.cached_prompt_tokens`, zeros without one). It prefills
+    only :attr:`uncached` tokens, their attention over the cached prefix; its decode tokens read
+    its whole context (``prompt + generated``); the cached tokens are held outside the capacity.
+    """
 
     arrival_s: np.ndarray
     prompt: np.ndarray
+    cached: np.ndarray
     output: np.ndarray
     first_deadline_s: np.ndarray
     tpot_s: np.ndarray
@@ -497,7 +519,8 @@ class HorizonData:
             raise ValueError(f"{HORIZON_PROBLEM} needs one co-located server")
         if "running" in wl and np.asarray(wl["running"], dtype=bool).any():
             raise ValueError(f"{HORIZON_PROBLEM} starts from an empty server (no running rows)")
-        need = int((wl.prompt_tokens + wl.output_tokens).sum())
+        cached = cached_prompt_tokens(wl)
+        need = int((wl.prompt_tokens + wl.output_tokens - cached).sum())
         if cl.kv_capacity_tokens < need:
             raise ValueError(
                 f"{HORIZON_PROBLEM} assumes memory never binds: KV capacity "
@@ -513,6 +536,7 @@ class HorizonData:
         return cls(
             arrival_s=np.asarray(wl.arrival_s, dtype=float),
             prompt=wl.prompt_tokens.astype(np.int64),
+            cached=cached,
             output=wl.output_tokens.astype(np.int64),
             first_deadline_s=wl.arrival_s + ttft,
             tpot_s=np.nan_to_num(np.asarray(wl["tpot_slo_s"], dtype=float), nan=0.0),
@@ -526,6 +550,11 @@ class HorizonData:
     @property
     def n(self) -> int:
         return len(self.prompt)
+
+    @property
+    def uncached(self) -> np.ndarray:
+        """Prompt tokens each request prefills: its prompt less its given cached prefix."""
+        return self.prompt - self.cached
 
 
 Composition = tuple[tuple[tuple[int, int], ...], tuple[int, ...]]  # (chunks, decodes)
@@ -553,6 +582,11 @@ class TdgHorizon(ExactModel):
     ``K`` defaults to the window's output tokens plus its requests (``max_iterations``
     setting). Memory is assumed not to bind (checked: the KV capacity holds the whole window).
     The prefill-attention term must be zero (it is quadratic in a chunk).
+
+    With a given cache (``cached_tokens``, ``k_r``) ``p_r`` in the prompt rows is the uncached
+    prompt ``p_r - k_r`` (what the chunks cover), while the context a decode token reads stays
+    ``p_r + 1 + D_r(k-1)`` (the cached prefix is part of it); the capacity check counts the
+    computed tokens only.
     """
 
     sense = "max"
@@ -576,21 +610,23 @@ class TdgHorizon(ExactModel):
         self, comp: Composition, prefilled: np.ndarray, generated: np.ndarray
     ) -> np.ndarray:
         chunks, decodes = comp
+        cached = self.data.cached
         f = np.zeros(N_FEATURES)
         for r, c in chunks:
             f[F_PREFILL_TOKENS] += c
             f[F_NUM_PREFILL] += 1
-            f[F_PREFILL_ATTN] += prefill_chunk_attention(c, int(prefilled[r]))
+            f[F_PREFILL_ATTN] += prefill_chunk_attention(c, int(cached[r] + prefilled[r]))
         for r in decodes:
             f[F_DECODE_TOKENS] += 1
             f[F_NUM_DECODE] += 1
-            f[F_DECODE_KV] += int(prefilled[r] + generated[r])
+            f[F_DECODE_KV] += int(cached[r] + prefilled[r] + generated[r])
         return f
 
     def step(
         self, comp: Composition, end: float, prefilled: np.ndarray, generated: np.ndarray
     ) -> tuple[float, float]:
-        """Run one composition (updates the state arrays); ``(new end, TDG earned)``."""
+        """Run one composition (updates the state arrays: ``prefilled`` counts the uncached
+        prompt tokens computed); ``(new end, TDG earned)``."""
         d = self.data
         chunks, decodes = comp
         start = max(
@@ -607,9 +643,10 @@ class TdgHorizon(ExactModel):
             generated[r] += 1
             if new_end <= deadline + ON_TIME_TOL_S:
                 gain += float(d.decode_gain[r])
+        uncached = d.uncached
         for r, c in chunks:
             prefilled[r] += c
-            if prefilled[r] == d.prompt[r]:
+            if prefilled[r] == uncached[r]:
                 generated[r] += 1
                 if new_end <= d.first_deadline_s[r] + ON_TIME_TOL_S:
                     gain += float(d.first_gain[r])
@@ -644,13 +681,14 @@ class TdgHorizon(ExactModel):
         """An upper bound on every iteration's end in an earliest-start schedule of ``K``.
 
         Iterations run back to back from the last arrival at the latest, so the last ends by
-        ``max a + K (t_c + a_seq n) + a_tok sum p + sum_r (o_r - 1)(a_dec + a_kv (p_r + o_r))``.
+        ``max a + K (t_c + a_seq n) + a_tok sum (p - k) + sum_r (o_r - 1)(a_dec + a_kv (p_r + o_r))``
+        (``k``: the given cached prefixes).
         """
         d = self.data
         a_dec = float(self.coef[F_DECODE_TOKENS] + self.coef[F_NUM_DECODE])
         work = (
             d.max_iterations * (self.t_c + float(self.coef[F_NUM_PREFILL]) * d.n)
-            + float(self.coef[F_PREFILL_TOKENS]) * float(d.prompt.sum())
+            + float(self.coef[F_PREFILL_TOKENS]) * float(d.uncached.sum())
             + float(
                 ((d.output - 1) * (a_dec + self.coef[F_DECODE_KV] * (d.prompt + d.output))).sum()
             )
@@ -668,7 +706,9 @@ class TdgHorizon(ExactModel):
         V = prob.add_variable
         u = [V(f"u_{k}", cat="Binary") for k in range(K)]
         c = {
-            (r, k): V(f"c_{r}_{k}", 0, int(d.prompt[r]), cat="Integer") for r in R for k in range(K)
+            (r, k): V(f"c_{r}_{k}", 0, int(d.uncached[r]), cat="Integer")
+            for r in R
+            for k in range(K)
         }
         v = {(r, k): V(f"v_{r}_{k}", cat="Binary") for r in R for k in range(K)}
         f = {(r, k): V(f"f_{r}_{k}", cat="Binary") for r in R for k in range(K)}
@@ -714,7 +754,7 @@ class TdgHorizon(ExactModel):
             )
             prob += E[k] >= S[k] + tau, f"duration_{k}"
             for r in R:
-                p, a = int(d.prompt[r]), float(d.arrival_s[r])
+                p, a = int(d.uncached[r]), float(d.arrival_s[r])
                 prob += S[k] >= a * (v[r, k] + x[r, k]), f"arrived_{r}_{k}"
                 prob += c[r, k] <= p * v[r, k], f"chunk_{r}_{k}"
                 prob += v[r, k] <= c[r, k], f"chunk_nonempty_{r}_{k}"
@@ -725,7 +765,9 @@ class TdgHorizon(ExactModel):
                     prob += f[r, k] >= f[r, k - 1], f"stays_complete_{r}_{k}"
                 prob += x[r, k] <= before, f"decode_after_prompt_{r}_{k}"
                 big = int(d.prompt[r] + d.output[r])
-                prob += w[r, k] >= p + 1 + D(r, k - 1) - big * (1 - x[r, k]), f"context_{r}_{k}"
+                # the context a decode token reads: the whole prompt, cached prefix included
+                context = int(d.prompt[r]) + 1 + D(r, k - 1)
+                prob += w[r, k] >= context - big * (1 - x[r, k]), f"context_{r}_{k}"
                 prob += g[r, k] <= f[r, k] - before, f"first_at_{r}_{k}"
                 prob += y[r, k] <= x[r, k], f"earn_decode_{r}_{k}"
                 d1 = float(d.first_deadline_s[r])
@@ -762,7 +804,9 @@ class TdgHorizon(ExactModel):
         H = math.ceil(self.horizon_s() * NS_PER_S)
         m = cp_model.CpModel()
         u = [m.new_bool_var(f"u_{k}") for k in range(K)]
-        c = {(r, k): m.new_int_var(0, int(d.prompt[r]), f"c_{r}_{k}") for r in R for k in range(K)}
+        c = {
+            (r, k): m.new_int_var(0, int(d.uncached[r]), f"c_{r}_{k}") for r in R for k in range(K)
+        }
         v = {(r, k): m.new_bool_var(f"v_{r}_{k}") for r in R for k in range(K)}
         f = {(r, k): m.new_bool_var(f"f_{r}_{k}") for r in R for k in range(K)}
         x = {(r, k): m.new_bool_var(f"x_{r}_{k}") for r in R for k in range(K)}
@@ -789,10 +833,11 @@ class TdgHorizon(ExactModel):
                 m.add(S[k] >= E[k - 1])
             kv_terms = []
             for r in R:
-                p = int(d.prompt[r])
+                p = int(d.uncached[r])
                 ctx = m.new_int_var(0, a_kv * int(d.prompt[r] + d.output[r]), f"w_{r}_{k}")
                 before_d = D[r, k - 1] if k else 0
-                m.add(ctx == a_kv * (p + 1 + before_d)).only_enforce_if(x[r, k])
+                # a decode token reads the whole context, the cached prefix included
+                m.add(ctx == a_kv * (int(d.prompt[r]) + 1 + before_d)).only_enforce_if(x[r, k])
                 m.add(ctx == 0).only_enforce_if(x[r, k].negated())
                 kv_terms.append(ctx)
                 m.add(S[k] >= math.floor(float(d.arrival_s[r]) * ns)).only_enforce_if(v[r, k])
@@ -850,8 +895,8 @@ class TdgHorizon(ExactModel):
         d = self.data
         options: list[list[tuple[str, int]]] = []
         for r in range(d.n):
-            if prefilled[r] < d.prompt[r]:
-                left = int(d.prompt[r] - prefilled[r])
+            if prefilled[r] < d.uncached[r]:
+                left = int(d.uncached[r] - prefilled[r])
                 options.append([("", 0)] + [("p", c) for c in range(1, left + 1)])
             elif generated[r] < d.output[r]:
                 options.append([("", 0), ("d", 1)])
@@ -896,7 +941,7 @@ class TdgHorizon(ExactModel):
             for comp in self._compositions(prefilled, generated):
                 p2, g2 = prefilled.copy(), generated.copy()
                 before = float(
-                    sum(d.first_gain[r] for r, c in comp[0] if prefilled[r] + c == d.prompt[r])
+                    sum(d.first_gain[r] for r, c in comp[0] if prefilled[r] + c == d.uncached[r])
                     + sum(d.decode_gain[r] for r in comp[1])
                 )
                 new_end, gain = self.step(comp, end, p2, g2)

@@ -338,8 +338,9 @@ class TdgHorizonBound(ExactModel):
 
     # -- data of the relaxation -------------------------------------------------------------------
     def prompt_work_s(self) -> np.ndarray:
-        """Least work of each prompt: its tokens and at least one chunk (s)."""
-        return self.a_tok * self.data.prompt + self.a_seq
+        """Least work of each prompt: its uncached tokens (less a snapshot's given cached
+        prefix, :attr:`HorizonData.uncached`) and at least one chunk (s)."""
+        return self.a_tok * self.data.uncached + self.a_seq
 
     def earliest_first_token_s(self) -> np.ndarray:
         """Arrival plus the prompt run alone in one iteration: no schedule emits it sooner."""
@@ -347,7 +348,8 @@ class TdgHorizonBound(ExactModel):
 
     def decode_work_s(self, m: np.ndarray | float, r: int) -> np.ndarray | float:
         """``W_r(m)``: work of the first ``m`` decode tokens of ``r`` (token ``k`` reads
-        ``p_r + k - 1`` KV tokens): ``m (a_dec + a_kv p) + a_kv m (m + 1) / 2``."""
+        ``p_r + k - 1`` KV tokens, a given cached prefix included): ``m (a_dec + a_kv p) +
+        a_kv m (m + 1) / 2``."""
         p = float(self.data.prompt[r])
         return m * (self.a_dec + self.a_kv * p) + self.a_kv * m * (m + 1) / 2.0
 

@@ -107,7 +107,7 @@ class IntegralMaster:
         self.chain = chain
         B = cols.grid.buckets
         self.buckets = B
-        self.n_max = float((cols.data.prompt + cols.data.output).sum())
+        self.n_max = float((cols.data.uncached + cols.data.output).sum())
         # best bound first, never diving: the node of the least bound is always next
         model = price_model("tdg_bp", seed)
         # the most fractional C first (strong branching would solve LPs without pricing)

@@ -504,7 +504,7 @@ class TdgHorizonColumns(ExactModel):
         ``best_r`` the best non-empty column of ``r`` (the empty one is worth 0), ``c_j`` the
         coefficient of ``N_j`` in the Lagrangian (``sum_r mu_rj - t_c (pi_j - pi_(j+1))``, less
         ``sum_j mu_rj`` at ``N_(f(r)-1)``): over ``N`` non-decreasing, non-negative and at most
-        ``N_max`` = the window's prompt and output tokens (every iteration holds one of them),
+        ``N_max`` = the window's uncached prompt and output tokens (every iteration holds one),
         its term is the last one. Every engine schedule's master point has such an ``N``, so
         ``L`` is at least the optimum for any multipliers.
 
@@ -554,7 +554,7 @@ class TdgHorizonColumns(ExactModel):
                 coef[self.tables[r]["first"] - 2] -= mu_r.sum()
             if time.perf_counter() > deadline:
                 return None
-        n_max = float((self.data.prompt + self.data.output).sum())
+        n_max = float((self.data.uncached + self.data.output).sum())
         value += n_max * max(0.0, float(np.cumsum(coef[::-1]).max()))
         return value, priced
 
@@ -785,7 +785,7 @@ class TdgHorizonColumns(ExactModel):
                 if r not in work:
                     continue
                 if phases[e] == PHASE_PREFILL:
-                    w = prompt_work[r] * float(amounts[e]) / float(self.data.prompt[r])
+                    w = prompt_work[r] * float(amounts[e]) / float(self.data.uncached[r])
                 else:
                     decoded[r] += 1
                     m = decoded[r]

@@ -69,6 +69,9 @@ class TdgSlice(ExactModel):
       + M (1 - y_rk)``;
     - caps per slot; maximize ``sum w1_r g_rk + wd_r y_rk``.
 
+    With a snapshot's given cache (``cached_tokens``, ``k_r``), ``p_r`` is the uncached prompt
+    ``p_r - k_r`` (what the chunks cover) and a decode token's context adds ``k_r``.
+
     Deadlines are relaxed by :data:`~slolab.models.proserve.MILP_DEADLINE_SLACK_S` and the
     incumbent is evaluated by replaying the whole schedule in the engine (OPTIMAL only when
     the replay reaches the bound), as for ``tdg-horizon``.
@@ -119,7 +122,7 @@ class TdgSlice(ExactModel):
             for r, phase, tokens in it.entries:
                 if phase == "prefill":
                     done[r] += tokens
-                    emitted[r] += int(done[r] == d.prompt[r])
+                    emitted[r] += int(done[r] == d.uncached[r])
                 else:
                     emitted[r] += 1
         chunk = np.zeros(d.n, dtype=np.int64)
@@ -206,12 +209,15 @@ class TdgSlice(ExactModel):
         w: dict[tuple[int, int], Any] = {}
         gains = []
         for r in self.requests:
+            # p: the prompt tokens prefilled (less a given cached prefix); a decode token
+            # reads the whole context, the cached prefix included
             p, q, C, X = (
-                int(d.prompt[r]),
+                int(d.uncached[r]),
                 int(self.done[r]),
                 int(self.chunk[r]),
                 int(self.decodes[r]),
             )
+            cached = int(d.cached[r])
             completes = q < p == q + C
             base = int(self.emitted[r]) + int(completes)
             d1 = float(d.first_deadline_s[r]) - self.start_s + MILP_DEADLINE_SLACK_S
@@ -236,13 +242,14 @@ class TdgSlice(ExactModel):
                         prob += E[k] <= d1 + big_t * (1 - g), f"first_on_time_{r}_{k}"
                     gains.append(float(d.first_gain[r]) * g)
             if X:
-                big = p + base + X
+                big = cached + p + base + X
                 for k in slots:
                     x[r, k] = V(f"x_{r}_{k}", cat="Binary")
                     w[r, k] = V(f"w_{r}_{k}", 0, big)
                     prob += x[r, k] <= f[k], f"decode_after_prompt_{r}_{k}"
                     before = pulp.lpSum(x[r, j] for j in range(k))
-                    prob += w[r, k] >= p + base + before - big * (1 - x[r, k]), f"context_{r}_{k}"
+                    context = cached + p + base + before
+                    prob += w[r, k] >= context - big * (1 - x[r, k]), f"context_{r}_{k}"
                     y = V(f"y_{r}_{k}", cat="Binary")
                     prob += y <= x[r, k], f"earn_decode_{r}_{k}"
                     if math.isfinite(d1):

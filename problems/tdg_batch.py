@@ -16,7 +16,7 @@ import numpy as np
 from slolab.problems.registry import Heuristic, Objective, Option, Problem, register_problem
 
 if TYPE_CHECKING:
-    from slolab.instances.records import Instance
+    from slolab.instances.records import Instance, Workload
 
 
 def snapshot_from_point(source: Instance, point: dict[str, Any], name: str) -> Instance:
@@ -62,6 +62,35 @@ def snapshot_from_point(source: Instance, point: dict[str, Any], name: str) -> I
     return Instance(name, workload, cluster, source.timing, problem="tdg-batch", settings=settings)
 
 
+def with_given_cache(snapshot: Instance, trace: Workload) -> Instance:
+    """``snapshot`` with the prefix cache its trace's earlier requests left, as the column
+    ``cached_tokens`` (docs/engine.md, "A snapshot's given cache").
+
+    :func:`slolab.instances.prefix_state.given_cache` over the snapshot's trace rows replays
+    every request of the trace arriving before the first of them (unbounded LRU, 512-token
+    blocks); each waiting request then finds its cached prefix when it starts, a running one
+    keeps 0 (its KV is its own). The queue itself is the one captured without the cache.
+    ``trace`` is the snapshot's trace with its ``hash_ids``
+    (:func:`slolab.problems.tdg_horizon.read_block_trace`).
+    """
+    import dataclasses
+
+    from slolab.instances.prefix_state import given_cache
+    from slolab.instances.records import CACHED_COLUMN
+
+    wl = snapshot.workload
+    rows = np.asarray(wl["trace_row"], dtype=np.int64)
+    if not np.array_equal(trace.prompt_tokens[rows], wl.prompt_tokens):
+        raise ValueError(f"the snapshot's trace_row column does not index {trace.source}")
+    cached = np.asarray(given_cache(trace, rows)[CACHED_COLUMN], dtype=np.int64)
+    # given_cache returns the rows sorted; the snapshot's are in arrival order, map them back
+    cached = cached[np.searchsorted(np.unique(rows), rows)]
+    cached = np.where(np.asarray(wl["running"], dtype=bool), 0, cached)
+    workload = wl.with_columns(**{CACHED_COLUMN: cached})
+    name = f"{snapshot.name}-cached"
+    return dataclasses.replace(snapshot, name=name, workload=workload)
+
+
 def captured_snapshots(
     trace: str | Path = "azure_conv_2023",
     *,
@@ -98,13 +127,20 @@ def build(
     rate: float = 20.0,
     timing: str = "proserve-affine",
     format: str | None = None,
+    cache: bool = False,
 ) -> Instance:
     """The captured scheduling point whose queue size is closest to ``queue`` (the first such).
 
-    Points holding both decoding and not-yet-prefilled requests are preferred.
+    Points holding both decoding and not-yet-prefilled requests are preferred. ``cache=True``
+    gives its waiting requests the prefix cache the trace's earlier requests left
+    (:func:`with_given_cache`; a Mooncake trace).
     """
     if queue < 1:
         raise ValueError(f"queue must be >= 1, got {queue}")
+    if cache:
+        from slolab.problems.tdg_horizon import read_block_trace
+
+        blocks = read_block_trace(trace, format)
     inst, points = captured_snapshots(
         trace, seed=seed, n=n, rate=rate, timing=timing, format=format
     )
@@ -119,7 +155,8 @@ def build(
     label = (
         f"tdg-batch-{Path(str(trace)).stem.replace('_', '-')}-q{len(best['ids'])}-r{rate:g}-s{seed}"
     )
-    return snapshot_from_point(inst, best, label)
+    snapshot = snapshot_from_point(inst, best, label)
+    return with_given_cache(snapshot, blocks) if cache else snapshot
 
 
 PROBLEM = register_problem(
@@ -142,6 +179,13 @@ PROBLEM = register_problem(
             Option("rate", float, 20.0, "arrival rate of the simulated trace (req/s)"),
             Option("timing", str, "proserve-affine", "timing: proserve-affine or a preset"),
             Option("seed", int, 0, "seed of the SLO and priority draws", minimum=0),
+            Option(
+                "cache",
+                bool,
+                False,
+                "give the waiting requests the prefix cache the trace's earlier requests left "
+                "(cached_tokens; needs a Mooncake trace with hash_ids)",
+            ),
         ),
         models=("tdg-batch",),
         heuristics=(

@@ -48,20 +48,45 @@ def resolve_proserve_timing(timing: str | TimingModel) -> TimingModel:
     return resolve_timing(timing)
 
 
+def read_block_trace(trace: str | Path, format: str | None = None) -> Workload:
+    """A trace with its prompts' block ids (``hash_ids``), for a given cache: Mooncake only
+    (the other formats carry no block ids); anything else is refused in one line."""
+    from slolab.instances import read_trace, resolve_trace
+    from slolab.instances.readers import detect_format
+
+    path = resolve_trace(trace)
+    fmt = format or detect_format(path)
+    if fmt != "mooncake":
+        raise ValueError(
+            f"a given cache needs a trace with hash_ids (Mooncake, e.g. "
+            f"'mooncake_conversation'); {path.name} has the format {fmt!r}"
+        )
+    return read_trace(path, format=fmt, keep_hash_ids=True)
+
+
 def proserve_workload(
-    trace: str | Path, *, seed: int, timing: TimingModel, format: str | None = None
+    trace: str | Path,
+    *,
+    seed: int,
+    timing: TimingModel,
+    format: str | None = None,
+    cache: bool = False,
 ) -> tuple[Workload, dict[str, float]]:
     """A whole trace with ProServe's SLOs and priorities, and the data set's TDG weights.
 
     SLOs: SLOs-Serve's tight ones (TTFT 3x the request's zero-load prefill time, TPOT 50 ms;
     ProServe gives no values), then each request high priority (weight 2) with probability 1/2,
     else 1 (ProServe Sec. 5.1 "Details"). Weights:
-    ``w_p / w_d`` = mean input / mean output length of the whole trace (Sec. 5.1).
+    ``w_p / w_d`` = mean input / mean output length of the whole trace (Sec. 5.1). With
+    ``cache`` the trace keeps its block ids (:func:`read_block_trace`).
     """
     from slolab.instances import read_trace, resolve_trace, tdg_token_weights
     from slolab.problems.serving import assign_schemes
 
-    wl = read_trace(resolve_trace(trace), format=format)
+    if cache:
+        wl = read_block_trace(trace, format)
+    else:
+        wl = read_trace(resolve_trace(trace), format=format)
     weights = tdg_token_weights(wl)
     wl = assign_schemes(wl, PROSERVE_SLOS, seed=seed, timing=timing, params=PROSERVE_SLO_PARAMS)
     return wl, weights
@@ -129,6 +154,7 @@ def horizon_window(
     format: str | None = None,
     max_iterations: int | None = None,
     name: str | None = None,
+    cache: bool = False,
 ) -> Instance:
     """``n`` consecutive requests of a trace (seeded start) on one empty server.
 
@@ -138,6 +164,12 @@ def horizon_window(
     window keeps every request's prompt and first tokens; the horizon stays small enough to
     solve); ``max_output_tokens = 0`` keeps the trace's output lengths
     (:data:`KEEP_OUTPUTS`). SLOs, priorities and weights as :func:`proserve_workload`.
+
+    ``cache=True`` gives the window the cache its trace's earlier requests left
+    (:func:`slolab.instances.prefix_state.given_cache`: an unbounded LRU replay of every request
+    arriving before the window, 512-token blocks): each request's ``cached_tokens``, which
+    every tdg-horizon model and the engine take as given (docs/engine.md, "A snapshot's given
+    cache"). It needs a trace with ``hash_ids`` (Mooncake); off, the window is as before.
 
     References
     ----------
@@ -155,7 +187,7 @@ def horizon_window(
     if load not in LOADS:
         raise ValueError(f"load must be one of {', '.join(LOADS)}, got {load!r}")
     model = resolve_proserve_timing(timing)
-    wl, weights = proserve_workload(trace, seed=seed, timing=model, format=format)
+    wl, weights = proserve_workload(trace, seed=seed, timing=model, format=format, cache=cache)
     if len(wl) < n:
         raise ValueError(f"{wl.source}: {len(wl)} requests, need {n}")
     rng = np.random.default_rng(seed)
@@ -182,6 +214,11 @@ def horizon_window(
     }
     for key in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s", "priority", "tier"):
         columns[key] = wl[key][rows]
+    if cache:
+        from slolab.instances.prefix_state import given_cache
+        from slolab.instances.records import CACHED_COLUMN
+
+        columns[CACHED_COLUMN] = given_cache(wl, rows)[CACHED_COLUMN]
     window = Workload(columns, source=f"{wl.source} rows {start}..{start + n - 1}")
     need = int((prompt + output).sum())
     cluster = Cluster(servers=1, kv_capacity_tokens=max(200_000, need))
@@ -194,7 +231,10 @@ def horizon_window(
     }
     if max_iterations is not None:
         settings["max_iterations"] = int(max_iterations)
-    label = name or f"tdg-{Path(str(trace)).stem.replace('_', '-')}-n{n}-{load}-s{seed}"
+    if cache:
+        settings["given_cache"] = True
+    cached = "-cached" if cache else ""
+    label = name or f"tdg-{Path(str(trace)).stem.replace('_', '-')}-n{n}-{load}{cached}-s{seed}"
     return Instance(label, window, cluster, model, problem="tdg-horizon", settings=settings)
 
 
@@ -209,6 +249,7 @@ def build(
     max_iterations: int | None = None,
     timing: str = "proserve-affine",
     format: str | None = None,
+    cache: bool = False,
 ) -> Instance:
     """A tdg-horizon window (see :func:`horizon_window`)."""
     return horizon_window(
@@ -221,6 +262,7 @@ def build(
         timing=timing,
         format=format,
         max_iterations=max_iterations,
+        cache=cache,
     )
 
 
@@ -294,6 +336,13 @@ PROBLEM = register_problem(
             ),
             Option("timing", str, "proserve-affine", "timing: proserve-affine or a preset"),
             Option("seed", int, 0, "seed of the cut, the SLO and the priority draws", minimum=0),
+            Option(
+                "cache",
+                bool,
+                False,
+                "give the window the prefix cache its trace's earlier requests left "
+                "(cached_tokens; needs a Mooncake trace with hash_ids)",
+            ),
         ),
         models=(
             "tdg-horizon",
