@@ -21,6 +21,13 @@ the LP optimum is at most ``min F`` over plans. Pricing is exact: for a node tim
 ``s - 1`` cheapest of ``e_r(s) - pi_r - [L_r(s) >= t] / lambda`` over the requests below
 ``j``, whatever ``q``; the node duals then add per ``(q, t)``.
 
+ng-route memory (``ng_size = k > 0``; docs/sa_ordering.md, "ng-route memory"): ``NG(r)`` is
+``r`` and its ``k - 1`` nearest in the order of execution time at full size; a batch ``S``
+with leader ``j`` may not meet the path's memory ``M`` and leaves ``(M ∪ S) ∩ NG(j)``. The
+memory only holds requests the path served, so every plan stays a path and the bound stays
+valid; the programme runs over labels ``(q, t, M)`` and falls back to the one without memory
+past a label cap or a share of the time left.
+
 The bound: for duals ``(pi, phi)`` and any plan, ``F = sum_r pi_r + phi_(0,0) + sum_c rc_c
 x_c >= sum_r pi_r + phi_(0,0) + N min(0, rc_min)``; ``G* <= lambda`` when that is ``>= 0``,
 else ``G* <= lambda (1 + (-LB) / L_lb)``. :func:`time_indexed_bound` bisects on ``lambda``
@@ -28,6 +35,8 @@ for the least ``lambda`` the LP certifies.
 
 References
 ----------
+R. Baldacci, A. Mingozzi, R. Roberti, "New route relaxation and pricing strategies for the
+vehicle routing problem", Operations Research 59(5), 2011 (ng-route memory);
 A. Pessoa, T. Bulhoes, V. Nesello, A. Subramanian, "Exact Approaches for Single Machine Total
 Weighted Tardiness Batch Scheduling", INFORMS Journal on Computing 34(3), 2022 (time-indexed
 arc-flow network of batches, Sec. 3); S. Tanaka and S. Fujikuma, "A dynamic-programming-based
