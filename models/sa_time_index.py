@@ -121,7 +121,8 @@ class TiColumn:
 class TimeIndexedBound:
     """What :func:`time_indexed_bound` found: the least ``lambda`` certified (``bound``), the
     ratios tried with their Lagrangian bounds on ``min F`` and whether column generation
-    converged, the grid and the last master's size."""
+    converged, the grid and the last master's size, the ng memory size and the pricings that
+    gave up on it (priced without memory)."""
 
     bound: float
     tried: list[dict[str, float]] = field(default_factory=list)
@@ -145,6 +146,13 @@ class TimeIndexedMaster:
         ``lambda > 0`` of the Dinkelbach subproblem ``min L - M / lambda``.
     step_s : float
         Grid step of node times (s).
+    ng_size : int
+        ng-route memory: ``NG(r)`` is ``r`` and its ``ng_size - 1`` nearest in the order of
+        execution time at full size (:func:`ng_neighbourhoods`); 0 (the default) prices
+        without memory. At most 64 requests when positive.
+    label_cap : int
+        Labels one exact ng pricing may keep before it gives up (the round is then priced
+        without memory, a lower bound).
     """
 
     def __init__(
@@ -794,7 +802,8 @@ def time_indexed_bound(
     ``time_limit``: from ``lambda`` = ``incumbent`` (a plan's G, so ``G* >= incumbent``), each
     ratio's Lagrangian bound ``LB`` gives ``G* <= lambda (1 + max(0, -LB) / L_lb)``; then a
     bisection between the incumbent and the least bound so far (``steps`` ratios at most),
-    each ratio's master seeded with ``plan``'s path and every column priced before."""
+    each ratio's master seeded with ``plan``'s path and every column priced before; with
+    ``ng_size > 0`` the pricing carries ng-route memory (:class:`TimeIndexedMaster`)."""
     start = time.perf_counter()
     deadline = start + time_limit
     result = TimeIndexedBound(bound=math.inf)
