@@ -34,6 +34,10 @@
    "Start-time bounds") and the LP with both are solved to convergence from the incumbent's
    columns, and each gives ``bound / G - 1``. Also the cuts found, added and the LP's claimed-met
    count. ``--cuts-only`` runs this part alone and writes ``benchmarks/out/sa_ordering_cuts.csv``.
+7. With ``--ti-only``: the time-indexed network's bound (docs/sa_ordering.md Sec. 6) on
+   ``--ti-snapshots`` within ``--ti-limit`` seconds each on a grid of ``--ti-step`` seconds,
+   with ng-route memory of ``--ti-ng`` requests (0: none, the default); writes
+   ``benchmarks/out/sa_ordering_ti.csv``.
 
 Prints tables and writes ``benchmarks/out/sa_ordering.csv`` (``--tag T``: ``sa_ordering-T.csv``,
 and likewise for the parts' files, so that runs started together keep their own). Asserts only
@@ -44,6 +48,7 @@ Usage: ``python benchmarks/sa_ordering.py [--quick] [--intervals] [--bp | --bp-o
 [--bp-sizes 20,30] [--bp-seeds 3] [--bp-methods bp,columns,highs] [--bp-limit S]
 [--bp-first-seed 0] [--bp-shipped sa-azure-n40-b4]
 [--cuts | --cuts-only] [--cuts-sizes 20,30,40] [--cuts-seeds 3] [--cuts-limit S]
+[--ti-only] [--ti-snapshots NAME@RATIO,N:SEED@RATIO] [--ti-limit S] [--ti-step S] [--ti-ng K]
 [--brute-limit S] [--tag T]``.
 """
 
@@ -355,11 +360,12 @@ def part_latency(sizes: list[int], repeats: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def part_ti(specs: list[str], limit: float, step_s: float) -> pd.DataFrame:
+def part_ti(specs: list[str], limit: float, step_s: float, ng_size: int = 0) -> pd.DataFrame:
     """The time-indexed network's bound (:func:`slolab.models.sa_time_index.time_indexed_bound`)
     per snapshot spec ``NAME[@RATIO]`` (a shipped name, or ``N:SEED`` for ``sa_snapshot(N, 4,
     seed=SEED)``; ``RATIO`` the first ratio tried, default the deterministic starting plan's
-    G), seeded with the starting plan, within ``limit`` seconds on a grid of ``step_s``."""
+    G), seeded with the starting plan, within ``limit`` seconds on a grid of ``step_s``, with
+    ng-route memory of ``ng_size`` (0: none)."""
     import os
 
     from slolab.models.sa_ordering import SAOrderingModel, as_problem
@@ -379,7 +385,13 @@ def part_ti(specs: list[str], limit: float, step_s: float) -> pd.DataFrame:
         floor = latency_floor(problem, plan, start + limit / 8)
         left = limit - (time.perf_counter() - start)
         got = time_indexed_bound(
-            problem, plan, float(ratio) if ratio else value.g, floor, left, step_s=step_s
+            problem,
+            plan,
+            float(ratio) if ratio else value.g,
+            floor,
+            left,
+            step_s=step_s,
+            ng_size=ng_size,
         )
         rows.append(
             {
@@ -392,6 +404,8 @@ def part_ti(specs: list[str], limit: float, step_s: float) -> pd.DataFrame:
                 "tried": ";".join(f"{t['ratio']:.6f}:{t['f_lower']:.3f}" for t in got.tried),
                 "paths": got.columns,
                 "ticks": got.ticks,
+                "ng_size": got.ng_size,
+                "ng_fallbacks": got.fallbacks,
                 "wall_s": time.perf_counter() - start,
                 "cpu_s": time.process_time() - cpu,
                 "load_average": os.getloadavg()[0],
@@ -498,6 +512,12 @@ def main() -> None:
     ap.add_argument("--ti-limit", type=float, default=240.0, help="seconds per snapshot")
     ap.add_argument("--ti-step", type=float, default=0.05, help="grid step of node times (s)")
     ap.add_argument(
+        "--ti-ng",
+        type=int,
+        default=0,
+        help="ng-route memory size of the time-indexed pricing (0: none, the default)",
+    )
+    ap.add_argument(
         "--tag",
         default="",
         help="suffix of the CSV files written (sa_ordering_bp-TAG.csv, ...), so that runs "
@@ -520,7 +540,11 @@ def main() -> None:
             ap.error(f"--cuts-limit must be > 0, got {args.cuts_limit}")
     if args.ti_only:
         OUT.mkdir(exist_ok=True)
-        frame = part_ti([v for v in args.ti_snapshots.split(",") if v], args.ti_limit, args.ti_step)
+        if args.ti_ng < 0:
+            ap.error(f"--ti-ng must be >= 0, got {args.ti_ng}")
+        frame = part_ti(
+            [v for v in args.ti_snapshots.split(",") if v], args.ti_limit, args.ti_step, args.ti_ng
+        )
         print(frame.drop(columns=["tried"]).to_string(index=False))
         frame.to_csv(out("sa_ordering_ti"), index=False)
         print(f"wrote {out('sa_ordering_ti')}")

@@ -21,6 +21,13 @@ the LP optimum is at most ``min F`` over plans. Pricing is exact: for a node tim
 ``s - 1`` cheapest of ``e_r(s) - pi_r - [L_r(s) >= t] / lambda`` over the requests below
 ``j``, whatever ``q``; the node duals then add per ``(q, t)``.
 
+ng-route memory (``ng_size = k > 0``; docs/sa_ordering.md, "ng-route memory"): ``NG(r)`` is
+``r`` and its ``k - 1`` nearest in the order of execution time at full size; a batch ``S``
+with leader ``j`` may not meet the path's memory ``M`` and leaves ``(M ∪ S) ∩ NG(j)``. The
+memory only holds requests the path served, so every plan stays a path and the bound stays
+valid; the programme runs over labels ``(q, t, M)`` and falls back to the one without memory
+past a label cap or a share of the time left.
+
 The bound: for duals ``(pi, phi)`` and any plan, ``F = sum_r pi_r + phi_(0,0) + sum_c rc_c
 x_c >= sum_r pi_r + phi_(0,0) + N min(0, rc_min)``; ``G* <= lambda`` when that is ``>= 0``,
 else ``G* <= lambda (1 + (-LB) / L_lb)``. :func:`time_indexed_bound` bisects on ``lambda``
@@ -28,6 +35,8 @@ for the least ``lambda`` the LP certifies.
 
 References
 ----------
+R. Baldacci, A. Mingozzi, R. Roberti, "New route relaxation and pricing strategies for the
+vehicle routing problem", Operations Research 59(5), 2011 (ng-route memory);
 A. Pessoa, T. Bulhoes, V. Nesello, A. Subramanian, "Exact Approaches for Single Machine Total
 Weighted Tardiness Batch Scheduling", INFORMS Journal on Computing 34(3), 2022 (time-indexed
 arc-flow network of batches, Sec. 3); S. Tanaka and S. Fujikuma, "A dynamic-programming-based
@@ -38,6 +47,7 @@ identity and the claims follow docs/sa_ordering.md Sec. 1 and 6.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -45,7 +55,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TIME_STEP_S", "TiColumn", "TimeIndexedMaster", "TimeIndexedBound", "time_indexed_bound"]
+__all__ = [
+    "TIME_STEP_S",
+    "TiColumn",
+    "TimeIndexedMaster",
+    "TimeIndexedBound",
+    "ng_neighbourhoods",
+    "time_indexed_bound",
+]
 
 #: Grid step of the node times (s).
 TIME_STEP_S = 0.05
@@ -55,6 +72,37 @@ PATHS_PER_ROUND = 20
 PRICE_TOL = 1e-7
 #: Dual smoothing: the priced duals are this share of the best bound's plus the rest of the LP's.
 SMOOTHING = 0.5
+#: Labels one ng pricing round may keep before it gives up (then priced without memory).
+NG_LABEL_CAP = 1_000_000
+#: Candidate labels waiting at one position before they are settled (cheapest, dominance).
+NG_SETTLE_EVERY = 400_000
+#: Labels per node kept by the quick ng search tried before the exact programme.
+NG_QUICK_LABELS = 1
+#: Share of the time left one exact ng round may take before it gives up.
+NG_EXACT_SHARE = 0.25
+#: Leaders per label and size the quick ng search extends (its most promising ones).
+NG_QUICK_ARCS = 4
+#: Dominance is checked against this many cheapest labels of each node.
+NG_DOMINANCE_DEPTH = 4
+
+
+def ng_neighbourhoods(exec_full_s: np.ndarray, size: int) -> np.ndarray:
+    """``(N, N)`` booleans, row ``r`` = ``NG(r)``: ``r`` and the ``size - 1`` requests nearest
+    it in the order of ``(e_r(B), r)`` (execution time at full batch size), by distance in
+    that order, ties to the one earlier in it; empty rows for ``size = 0``.
+
+    Requests next to each other in that order are the ones a batch takes as fillers below a
+    leader and the next batch takes again (docs/sa_ordering.md, "ng-route memory")."""
+    n = len(exec_full_s)
+    member = np.zeros((n, n), dtype=bool)
+    if size <= 0:
+        return member
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.lexsort((np.arange(n), exec_full_s))] = np.arange(n)
+    for r in range(n):
+        gap = np.abs(rank - rank[r])
+        member[r, np.lexsort((rank, gap))[: min(size, n)]] = True
+    return member
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,13 +121,16 @@ class TiColumn:
 class TimeIndexedBound:
     """What :func:`time_indexed_bound` found: the least ``lambda`` certified (``bound``), the
     ratios tried with their Lagrangian bounds on ``min F`` and whether column generation
-    converged, the grid and the last master's size."""
+    converged, the grid and the last master's size, the ng memory size and the pricings that
+    gave up on it (priced without memory)."""
 
     bound: float
     tried: list[dict[str, float]] = field(default_factory=list)
     ticks: int = 0
     columns: int = 0
     runtime_s: float = 0.0
+    ng_size: int = 0
+    fallbacks: int = 0
 
 
 class TimeIndexedMaster:
@@ -95,15 +146,38 @@ class TimeIndexedMaster:
         ``lambda > 0`` of the Dinkelbach subproblem ``min L - M / lambda``.
     step_s : float
         Grid step of node times (s).
+    ng_size : int
+        ng-route memory: ``NG(r)`` is ``r`` and its ``ng_size - 1`` nearest in the order of
+        execution time at full size (:func:`ng_neighbourhoods`); 0 (the default) prices
+        without memory. At most 64 requests when positive.
+    label_cap : int
+        Labels one exact ng pricing may keep before it gives up (the round is then priced
+        without memory, a lower bound).
     """
 
-    def __init__(self, problem: Any, ratio: float, step_s: float = TIME_STEP_S) -> None:
+    def __init__(
+        self,
+        problem: Any,
+        ratio: float,
+        step_s: float = TIME_STEP_S,
+        ng_size: int = 0,
+        label_cap: int = NG_LABEL_CAP,
+    ) -> None:
         if not problem.snapshot:
             raise ValueError("the time-indexed master needs a snapshot (every arrival equal)")
         if not ratio > 0:
             raise ValueError(f"ratio must be > 0, got {ratio}")
         if not step_s > 0:
             raise ValueError(f"step_s must be > 0, got {step_s}")
+        if ng_size < 0:
+            raise ValueError(f"ng_size must be >= 0, got {ng_size}")
+        if ng_size and problem.n_requests > 64:
+            raise ValueError(
+                f"ng_size > 0 needs at most 64 requests (memories are 64-bit masks), "
+                f"got {problem.n_requests}"
+            )
+        if label_cap < 1:
+            raise ValueError(f"label_cap must be >= 1, got {label_cap}")
         self.problem = problem
         self.ratio = float(ratio)
         self.n = problem.n_requests
@@ -117,6 +191,24 @@ class TimeIndexedMaster:
         #: node times: ticks 0 .. late - 1 at ``tick * step``; tick ``late`` is past them all
         self.late = max(1, int(math.floor(max(horizon, 0.0) / self.step)) + 1)
         self.times = np.append(np.arange(self.late) * self.step, math.inf)
+        #: ng-route memory: ``NG(r)`` holds ``r`` and its ``ng_size - 1`` nearest (0: none)
+        self.ng_size = min(int(ng_size), self.n)
+        self.label_cap = int(label_cap)
+        self.ng_member = ng_neighbourhoods(self.execs[:, self.b], self.ng_size)
+        self.request_bit = np.left_shift(np.uint64(1), np.arange(self.n, dtype=np.uint64))
+        self.ng_mask = np.array(
+            [
+                np.bitwise_or.reduce(self.request_bit[row]) if row.any() else 0
+                for row in self.ng_member
+            ],
+            dtype=np.uint64,
+        )
+        #: pricing rounds whose ng programme passed ``label_cap`` (priced without memory)
+        self.ng_fallbacks = 0
+        #: whether the last :meth:`price` proved its least reduced cost (False after a fallback)
+        self.priced_all = True
+        #: perf_counter time the running column generation ends (bounds one exact ng round)
+        self.deadline = math.inf
         self.paths: list[tuple[TiColumn, ...]] = []
         self._keys: set[tuple[TiColumn, ...]] = set()
         self._highs: Any = None
@@ -221,7 +313,8 @@ class TimeIndexedMaster:
     ) -> tuple[list[tuple[TiColumn, ...]], float]:
         """The least reduced cost over every path (``rc`` = its cost less ``sum_r count_r pi_r``
         less ``sigma``) and the best paths ending at the ``most`` best sink ticks whose reduced
-        cost is below ``-PRICE_TOL``.
+        cost is below ``-PRICE_TOL``; with ``ng_size > 0`` over the ng-feasible paths only
+        (:meth:`price_ng`), or over every path when that programme passes its label cap.
 
         A dynamic programme over the nodes by ``q``: an arc from ``(q, t)`` is a size ``s``
         and a leader ``j`` (largest ``(e_r(s), r)`` of the batch), its members ``j`` and the
@@ -229,11 +322,38 @@ class TimeIndexedMaster:
         best batch of that arc whatever ``q``), costing that plus ``e_j(s) (N - q - s)`` and
         ending at ``(q + s, floor_grid(t + e_j(s)))``. Paths may repeat a request (the LP's
         covering rows count each repeat); every plan is one of them."""
+        arcs = self._arcs(duals)
+        self.priced_all = True
+        if not self.ng_size:
+            return self._price_plain(duals, most, arcs)
+        done = self.completion(arcs)
+        plain = float(done[0, 0]) - float(duals[self.n])
+        if plain >= -PRICE_TOL:
+            return [], plain
+        # first a quick search (a few labels per node), then the exact programme
+        quick = self.price_ng(duals, most, arcs, done, per_node=NG_QUICK_LABELS)
+        if quick is not None and quick[0]:
+            return quick[0], plain
+        now = time.perf_counter()
+        got = self.price_ng(
+            duals, most, arcs, done, until=now + NG_EXACT_SHARE * (self.deadline - now)
+        )
+        if got is not None:
+            return got
+        self.ng_fallbacks += 1
+        self.priced_all = False
+        return [], plain
+
+    def _arcs(
+        self, duals: np.ndarray
+    ) -> list[tuple[int, int, np.ndarray, np.ndarray, float, np.ndarray]]:
+        """Per size ``s`` and leader position ``i`` (in the order of ``(e_r(s), r)``): the best
+        batch's value per tick (leader and the ``s - 1`` cheapest below it), its end tick per
+        tick, the leader's ``e_i(s)`` and the order."""
         n, b, late = self.n, self.b, self.late
-        pi, sigma = duals[:n], float(duals[n])
+        pi = duals[:n]
         times = self.times
         ticks = late + 1
-        # arc tables per (size, leader position): batch value per tick and end tick
         arcs: list[tuple[int, int, np.ndarray, np.ndarray, float, np.ndarray]] = []
         for s in range(1, b + 1):
             order = np.lexsort((np.arange(n), self.execs[:, s]))
@@ -253,6 +373,33 @@ class TimeIndexedMaster:
                     small = np.sort(np.concatenate([small, value[:, i : i + 1]], axis=1), axis=1)[
                         :, : s - 1
                     ]
+        return arcs
+
+    def completion(
+        self, arcs: list[tuple[int, int, np.ndarray, np.ndarray, float, np.ndarray]]
+    ) -> np.ndarray:
+        """``(N + 1, ticks)``: the least cost of a path from each node to a sink, repeats
+        allowed (a lower bound on every ng-feasible or elementary completion)."""
+        n = self.n
+        done = np.full((n + 1, self.late + 1), math.inf)
+        done[n] = 0.0
+        for q in range(n - 1, -1, -1):
+            for s, _, sets, end, d, _ in arcs:
+                if q + s <= n:
+                    np.minimum(done[q], sets + d * (n - q - s) + done[q + s, end], out=done[q])
+        return done
+
+    def _price_plain(
+        self,
+        duals: np.ndarray,
+        most: int,
+        arcs: list[tuple[int, int, np.ndarray, np.ndarray, float, np.ndarray]],
+    ) -> tuple[list[tuple[TiColumn, ...]], float]:
+        """:meth:`price` without memory: paths may repeat any request."""
+        n = self.n
+        pi, sigma = duals[:n], float(duals[n])
+        times = self.times
+        ticks = self.late + 1
         best = np.full((n + 1, ticks), math.inf)
         best[0, 0] = 0.0
         pred = np.full((n + 1, ticks, 3), -1, dtype=np.int64)  # (previous tick, arc, size)
@@ -299,6 +446,303 @@ class TimeIndexedMaster:
             paths.append(tuple(reversed(batches)))
         return paths, rc_min
 
+    def _ng_tables(self, duals: np.ndarray) -> list[dict[str, Any]]:
+        """Per size ``s``, for each leader position ``i >= s - 1`` of the order of ``(e_r(s),
+        r)``: the leader's request, value per tick, end tick per tick; its *slots* (the members
+        of ``NG(j)`` below it, whose choice changes the memory) with the subsets of at most
+        ``s - 1`` of them (*patterns*); and per tick the ``s - 1 + ng_size`` cheapest requests
+        below it outside ``NG(j)`` (enough that ``s - 1`` remain after any memory, which has at
+        most ``ng_size`` members, is taken out)."""
+        n, b, late, k = self.n, self.b, self.late, self.ng_size
+        pi = duals[:n]
+        times = self.times
+        ticks = late + 1
+        slots = k - 1
+        tables = []
+        for s in range(1, b + 1):
+            order = np.lexsort((np.arange(n), self.execs[:, s]))
+            e = self.execs[order, s]
+            claim = self.latest[order, s][None, :] >= times[:, None]
+            value = e[None, :] - pi[order][None, :] - claim / self.ratio  # (ticks, n)
+            lead = np.arange(s - 1, n)
+            leaders = order[lead]
+            width = s - 1 + k
+            out_val = np.full((len(lead), ticks, width), math.inf)
+            out_req = np.zeros((len(lead), ticks, width), dtype=np.uint64)
+            slot_req = np.zeros((len(lead), slots), dtype=np.int64)
+            slot_val = np.full((len(lead), ticks, slots), math.inf)
+            slot_real = np.zeros((len(lead), slots), dtype=bool)
+            for li, i in enumerate(lead):
+                inside = self.ng_member[leaders[li], order[:i]]
+                pos_in = np.flatnonzero(inside)
+                slot_req[li, : len(pos_in)] = order[pos_in]
+                slot_val[li, :, : len(pos_in)] = value[:, pos_in]
+                slot_real[li, : len(pos_in)] = True
+                pos_out = np.flatnonzero(~inside)
+                take = min(width, len(pos_out))
+                if take:
+                    vals = value[:, pos_out]
+                    idx = np.argsort(vals, axis=1, kind="stable")[:, :take]
+                    out_val[li, :, :take] = np.take_along_axis(vals, idx, axis=1)
+                    out_req[li, :, :take] = order[pos_out][idx]
+            patterns = [
+                c
+                for z in range(min(s - 1, slots) + 1)
+                for c in itertools.combinations(range(slots), z)
+            ]
+            pattern_bits = np.zeros((len(lead), len(patterns)), dtype=np.uint64)
+            pattern_real = np.ones((len(lead), len(patterns)), dtype=bool)
+            for p, chosen in enumerate(patterns):
+                for c in chosen:
+                    pattern_bits[:, p] |= np.where(
+                        slot_real[:, c], self.request_bit[slot_req[:, c]], np.uint64(0)
+                    )
+                    pattern_real[:, p] &= slot_real[:, c]
+            end = np.full((len(lead), ticks), late)
+            end[:, :late] = np.minimum(
+                late, np.floor((times[None, :late] + e[lead][:, None]) / self.step + 1e-12)
+            )
+            tables.append(
+                {
+                    "s": s,
+                    "order": order,
+                    "lead": lead,
+                    "leaders": leaders,
+                    "lead_exec": e[lead],
+                    "lead_val": value[:, lead].T.copy(),  # (leaders, ticks)
+                    "end": end,
+                    "out_val": out_val,
+                    "out_req": out_req,
+                    "slot_req": slot_req,
+                    "slot_val": slot_val,
+                    "slot_real": slot_real,
+                    "patterns": patterns,
+                    "pattern_bits": pattern_bits,
+                    "pattern_real": pattern_real,
+                }
+            )
+        return tables
+
+    def price_ng(
+        self,
+        duals: np.ndarray,
+        most: int = PATHS_PER_ROUND,
+        arcs: list[tuple[int, int, np.ndarray, np.ndarray, float, np.ndarray]] | None = None,
+        done: np.ndarray | None = None,
+        per_node: int | None = None,
+        until: float = math.inf,
+    ) -> tuple[list[tuple[TiColumn, ...]], float] | None:
+        """The least reduced cost over the ng-feasible paths when it is negative (else a lower
+        bound on it, ``>= 0``) and the best such paths at the ``most`` best sink ticks; None
+        when more than ``label_cap`` labels were kept or the clock passed ``until`` (the
+        caller then prices without memory, a lower bound: every ng-feasible path is a path).
+
+        Labels ``(q, t, M, cost)``, ``M`` the memory. A batch ``S`` with leader ``j`` may leave
+        a label when ``S ∩ M = ∅`` and gives ``M' = (M ∪ S) ∩ NG(j)``. For a leader, the
+        members in ``NG(j)`` (a pattern of its slots) are enumerated, since they change
+        ``M'``; the others do not, so they are the cheapest allowed (``e_r(s) - pi_r -
+        [L_r(s) >= t] / lambda``). Labels at one node with the same memory keep the cheapest;
+        a label is dominated by one at its node with a memory inside its own and a cost at
+        most its own (every completion of the first is one of the second). A label whose cost
+        plus :meth:`completion` (no memory, a lower bound) is not below ``sigma`` cannot lead
+        to a negative path and is dropped."""
+        n = self.n
+        sigma = float(duals[n])
+        if arcs is None:
+            arcs = self._arcs(duals)
+        if done is None:
+            done = self.completion(arcs)
+        plain = float(done[0, 0]) - sigma
+        if plain >= -PRICE_TOL:
+            return [], plain
+        tables = self._ng_tables(duals)
+        quick = per_node is not None
+        width = max(len(tab["patterns"]) for tab in tables)
+        empty = (
+            np.zeros(0, np.uint64),
+            np.zeros(0, np.int64),
+            np.zeros(0),
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+        )
+        pending: list[list[tuple[np.ndarray, ...]]] = [[] for _ in range(n + 1)]
+        pending[0].append(
+            (
+                np.zeros(1, np.uint64),
+                np.zeros(1, np.int64),
+                np.zeros(1),
+                np.full(1, -1),
+                np.zeros(1, np.int64),
+            )
+        )
+        labels: list[tuple[np.ndarray, ...]] = []
+        offsets: list[int] = []
+        waiting = [0] * (n + 1)
+        for q in range(n + 1):
+            chunks = pending[q]
+            pending[q] = []
+            here = self._settle(chunks, per_node) if chunks else empty
+            offsets.append(offsets[-1] + len(labels[-1][0]) if labels else 0)
+            labels.append(here)
+            if offsets[-1] + len(here[0]) > self.label_cap or time.perf_counter() > until:
+                return None
+            keys, tks, costs = here[0], here[1], here[2]
+            if q == n or not len(keys):
+                continue
+            ids = offsets[q] + np.arange(len(keys))
+            for tab in tables:
+                s = tab["s"]
+                if q + s > n:
+                    continue
+                nl = len(tab["leaders"])
+                block = max(1, 400_000 // (nl * max(s - 1 + self.ng_size, len(tab["patterns"]))))
+                for lo in range(0, len(keys), block):
+                    sl = slice(lo, lo + block)
+                    new_key, end, cand, rows, li, p = self._extend(
+                        tab, keys[sl], tks[sl], costs[sl], q, done[q + s], sigma, quick
+                    )
+                    code = (s * (n + 1) + li) * width + p
+                    pending[q + s].append((new_key, end, cand, ids[sl][rows], code))
+                    waiting[q + s] += len(cand)
+                    if waiting[q + s] > NG_SETTLE_EVERY:
+                        pending[q + s] = [self._settle(pending[q + s], per_node)]
+                        waiting[q + s] = len(pending[q + s][0][0])
+                        if waiting[q + s] > self.label_cap:
+                            return None
+        sink_ticks, sink_costs = labels[n][1], labels[n][2]
+        if not len(sink_costs):
+            return [], max(0.0, plain)
+        rc = sink_costs - sigma
+        rc_min = float(rc.min())
+        by_value = np.argsort(rc, kind="stable")
+        _, first = np.unique(sink_ticks[by_value], return_index=True)
+        winners = by_value[np.sort(first)]
+        winners = winners[np.argsort(rc[winners], kind="stable")]
+        winners = winners[rc[winners] < -PRICE_TOL][:most]
+        flat = [np.concatenate([lab[i] for lab in labels]) for i in range(5)]
+        paths = [self._ng_path(offsets[n] + int(x), flat, tables, width) for x in winners]
+        return paths, rc_min
+
+    def _settle(
+        self, chunks: list[tuple[np.ndarray, ...]], per_node: int | None = None
+    ) -> tuple[np.ndarray, ...]:
+        """The labels of one position from their candidates: per (memory, tick) the cheapest,
+        then those dominated at their tick by one of its ``NG_DOMINANCE_DEPTH`` cheapest (a
+        memory inside theirs and a cost at most theirs) dropped; with ``per_node``, only that
+        many cheapest per tick (a heuristic: it may lose the best path)."""
+        keys, tks, costs, src, code = (np.concatenate([c[i] for c in chunks]) for i in range(5))
+        o = np.lexsort((costs, tks, keys))
+        keys, tks, costs, src, code = keys[o], tks[o], costs[o], src[o], code[o]
+        first = np.ones(len(keys), dtype=bool)
+        first[1:] = (keys[1:] != keys[:-1]) | (tks[1:] != tks[:-1])
+        keys, tks, costs, src, code = keys[first], tks[first], costs[first], src[first], code[first]
+        o = np.lexsort((costs, tks))
+        keys, tks, costs, src, code = keys[o], tks[o], costs[o], src[o], code[o]
+        # the rank of each label at its tick, cheapest first
+        starts = np.flatnonzero(np.r_[True, tks[1:] != tks[:-1]])
+        rank = np.arange(len(keys)) - np.repeat(starts, np.diff(np.r_[starts, len(keys)]))
+        keep = np.ones(len(keys), dtype=bool)
+        if per_node is not None:
+            keep &= rank < per_node
+        else:
+            group = np.repeat(starts, np.diff(np.r_[starts, len(keys)]))
+            for d in range(NG_DOMINANCE_DEPTH):
+                # the label of rank d at the tick (cost at most theirs) against the later ones
+                other = group + d
+                later = rank > d
+                inside = (keys[np.minimum(other, len(keys) - 1)] & ~keys) == 0
+                keep &= ~(later & inside)
+        return keys[keep], tks[keep], costs[keep], src[keep], code[keep]
+
+    def _extend(
+        self,
+        tab: dict[str, Any],
+        key: np.ndarray,
+        tk: np.ndarray,
+        cost: np.ndarray,
+        q: int,
+        done_next: np.ndarray,
+        sigma: float,
+        quick: bool,
+    ) -> tuple[np.ndarray, ...]:
+        """The batches of size ``tab["s"]`` out of the labels ``(key, tk, cost)`` at position
+        ``q`` that can still lead to a negative path, one per leader and pattern (``quick``:
+        per leader only its cheapest pattern, per label only its ``NG_QUICK_ARCS`` most
+        promising leaders): their new memories, end ticks, costs, the
+        labels they leave (local indices), leaders' positions in the table and patterns."""
+        n, s = self.n, tab["s"]
+        leaders = tab["leaders"]
+        bit = self.request_bit
+        one = np.uint64(1)
+        lead_ok = (key[:, None] & bit[leaders][None, :]) == 0  # (L, nl)
+        base = cost[:, None] + tab["lead_val"][:, tk].T + tab["lead_exec"][None, :] * (n - q - s)
+        base = np.where(lead_ok, base, math.inf)
+        end = tab["end"][:, tk].T  # (L, nl)
+        reach = base + done_next[end] - sigma
+        # the cheapest allowed outside NG(j): sums of the first c, c = 0 .. s - 1
+        out_val = tab["out_val"][:, tk, :].transpose(1, 0, 2)
+        out_req = tab["out_req"][:, tk, :].transpose(1, 0, 2)
+        banned = ((key[:, None, None] >> out_req) & one) == one
+        allowed = np.sort(np.where(banned, math.inf, out_val), axis=2)[:, :, : s - 1]
+        zero = np.zeros(allowed.shape[:2] + (1,))
+        sums = np.concatenate([zero, np.cumsum(allowed, axis=2)], axis=2)
+        slot_req = tab["slot_req"].astype(np.uint64)
+        slot_banned = ((key[:, None, None] >> slot_req[None]) & one) == one
+        slot_val = np.where(slot_banned, math.inf, tab["slot_val"][:, tk, :].transpose(1, 0, 2))
+        patterns = tab["patterns"]
+        fill = np.empty(base.shape + (len(patterns),))
+        for p, chosen in enumerate(patterns):
+            fill[:, :, p] = sums[:, :, s - 1 - len(chosen)]
+            if chosen:
+                fill[:, :, p] += slot_val[:, :, list(chosen)].sum(axis=2)
+        fill = np.where(tab["pattern_real"][None], fill, math.inf)
+        if quick:
+            ps = np.argmin(fill, axis=2)
+            fill = np.take_along_axis(fill, ps[:, :, None], axis=2)[:, :, 0]
+            worth = reach + fill
+            if worth.shape[1] > NG_QUICK_ARCS:
+                # per label only its few most promising leaders
+                cut = np.partition(worth, NG_QUICK_ARCS - 1, axis=1)[:, NG_QUICK_ARCS - 1]
+                worth = np.where(worth <= cut[:, None], worth, math.inf)
+            rows, cols = np.nonzero(worth < 0)
+            ps = ps[rows, cols]
+            total = (base + fill)[rows, cols]
+        else:
+            rows, cols, ps = np.nonzero(reach[:, :, None] + fill < 0)
+            total = base[rows, cols] + fill[rows, cols, ps]
+        new_key = (
+            (key[rows] & self.ng_mask[leaders[cols]])
+            | bit[leaders[cols]]
+            | tab["pattern_bits"][cols, ps]
+        )
+        return new_key, end[rows, cols], total, rows, cols, ps
+
+    def _ng_path(
+        self, label: int, flat: list[np.ndarray], tables: list[dict[str, Any]], width: int
+    ) -> tuple[TiColumn, ...]:
+        """The path of a label of :meth:`price_ng` (its batches rebuilt from the back
+        pointers: the leader, the pattern's slots and the cheapest allowed others)."""
+        keys, tks, _, src, code = flat
+        n = self.n
+        batches = []
+        q = n
+        while src[label] >= 0:
+            prev = int(src[label])
+            li_code, p = divmod(int(code[label]), width)
+            s, li = divmod(li_code, n + 1)
+            tab = tables[s - 1]
+            memory, tick = int(keys[prev]), int(tks[prev])
+            chosen = [int(tab["slot_req"][li, c]) for c in tab["patterns"][p]]
+            others = [
+                int(r)
+                for r, v in zip(tab["out_req"][li, tick], tab["out_val"][li, tick], strict=True)
+                if math.isfinite(v) and not (memory >> int(r)) & 1
+            ][: s - 1 - len(chosen)]
+            q -= s
+            batches.append(self.column((int(tab["leaders"][li]), *chosen, *others), q, tick))
+            label = prev
+        return tuple(reversed(batches))
+
     def lagrangian(self, duals: np.ndarray, rc_min: float) -> float:
         """``sum pi + sigma + min(0, rc_min)``: a lower bound on ``min F`` over plans (every
         plan is one path)."""
@@ -309,6 +753,7 @@ class TimeIndexedMaster:
         with the duals smoothed towards those of the best Lagrangian bound so far (Wentges:
         half way; at the LP's own duals when the smoothed ones price nothing out): the best
         Lagrangian bound on ``min F`` and whether it converged (-inf when no round finished)."""
+        self.deadline = deadline
         self.add([self.plan_path(plan)])
         best = -math.inf
         center: np.ndarray | None = None
@@ -323,12 +768,18 @@ class TimeIndexedMaster:
             for share in (SMOOTHING, 0.0):
                 priced = share * center + (1.0 - share) * duals
                 paths, rc_min = self.price(priced)
+                if self.ng_size:
+                    # the quick search may find paths the LP holds (it certifies nothing
+                    # then, so the bound would not move the duals): try the LP's duals
+                    paths = [p for p in paths if p not in self._keys]
                 bound = self.lagrangian(priced, rc_min)
                 if bound > best:
                     best, center = bound, priced
                 if paths:
                     break
             if not paths:
+                if not self.priced_all:
+                    return best, False
                 return max(best, value), True
             if best >= value - PRICE_TOL * (1.0 + abs(value)):
                 return best, True
@@ -345,22 +796,25 @@ def time_indexed_bound(
     time_limit: float,
     step_s: float = TIME_STEP_S,
     steps: int = 8,
+    ng_size: int = 0,
 ) -> TimeIndexedBound:
     """The least ``lambda`` the time-indexed LP certifies (``G* <= lambda``) within
     ``time_limit``: from ``lambda`` = ``incumbent`` (a plan's G, so ``G* >= incumbent``), each
     ratio's Lagrangian bound ``LB`` gives ``G* <= lambda (1 + max(0, -LB) / L_lb)``; then a
     bisection between the incumbent and the least bound so far (``steps`` ratios at most),
-    each ratio's master seeded with ``plan``'s path and every column priced before."""
+    each ratio's master seeded with ``plan``'s path and every column priced before; with
+    ``ng_size > 0`` the pricing carries ng-route memory (:class:`TimeIndexedMaster`)."""
     start = time.perf_counter()
     deadline = start + time_limit
     result = TimeIndexedBound(bound=math.inf)
     known: list[tuple[TiColumn, ...]] = []
     lo, lam = incumbent, incumbent
     for _ in range(steps):
-        master = TimeIndexedMaster(problem, lam, step_s)
+        master = TimeIndexedMaster(problem, lam, step_s, ng_size=ng_size)
         master.add(known)
         lb, converged = master.generate(plan, deadline)
         known = master.paths
+        result.ng_size, result.fallbacks = master.ng_size, result.fallbacks + master.ng_fallbacks
         result.ticks, result.columns = master.late, len(master.paths)
         result.tried.append({"ratio": lam, "f_lower": lb, "converged": float(converged)})
         if math.isfinite(lb):

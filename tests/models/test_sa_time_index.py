@@ -12,7 +12,11 @@ import pytest
 from sa_ordering_cases import random_ordering_instance
 from slolab.models.sa_columns import latency_floor
 from slolab.models.sa_ordering import SAOrderingModel, as_problem
-from slolab.models.sa_time_index import TimeIndexedMaster, time_indexed_bound
+from slolab.models.sa_time_index import (
+    TimeIndexedMaster,
+    ng_neighbourhoods,
+    time_indexed_bound,
+)
 from slolab.solvers import Status, solve
 
 
@@ -71,3 +75,115 @@ def test_bound_is_at_least_brute_force(seed):
     floor = latency_floor(problem, plan, time.perf_counter() + 30)
     got = time_indexed_bound(problem, plan, value.g, floor, 30, step_s=0.02)
     assert exact.objective <= got.bound * (1 + 1e-9)
+
+
+def _listed_paths(master, q=0, tick=0):
+    """Every path from node ``(q, tick)``: each sequence of batches whose sizes add up to N,
+    repeats allowed."""
+    n, b = master.n, master.b
+    if q == n:
+        yield ()
+        return
+    for s in range(1, min(b, n - q) + 1):
+        for members in itertools.combinations(range(n), s):
+            col = master.column(members, q, tick)
+            for rest in _listed_paths(master, q + s, col.end_tick):
+                yield (col, *rest)
+
+
+def _ng_feasible(master, path):
+    """The memory rule written out: a batch may not meet the memory; after batch ``S`` with
+    leader ``j`` the memory is ``(M ∪ S) ∩ NG(j)``."""
+    memory: set[int] = set()
+    for col in path:
+        members, s = set(col.members), len(col.members)
+        if members & memory:
+            return False
+        leader = max(col.members, key=lambda r: (master.execs[r, s], r))
+        memory = (memory | members) & set(np.flatnonzero(master.ng_member[leader]).tolist())
+    return True
+
+
+def test_ng_neighbourhoods_are_nearest_in_execution_order():
+    """NG(r) is r and its nearest in the order of e_r(B), ties to the earlier one."""
+    got = ng_neighbourhoods(np.array([3.0, 1.0, 2.0, 5.0]), 2)
+    # order by execution time: r1 (1.0), r2 (2.0), r0 (3.0), r3 (5.0); r0's neighbours r2 and
+    # r3 are both one step away, the earlier (r2) wins; r2's are r1 and r0, r1 wins
+    assert [np.flatnonzero(row).tolist() for row in got] == [[0, 2], [1, 2], [1, 2], [0, 3]]
+    assert not ng_neighbourhoods(np.array([3.0, 1.0]), 0).any()
+
+
+@pytest.mark.parametrize(("seed", "n", "b"), [(1, 5, 2), (2, 5, 3)])
+def test_ng_pricing_is_the_least_over_ng_feasible_paths(seed, n, b):
+    """Random duals on 5-request snapshots: with ng_size 1, 2 and N the ng programme's least
+    reduced cost equals the least over the listed paths the memory rule admits, its best path
+    is one of them with that cost; at ng_size = N those are the elementary paths (the plans);
+    ng_size = 0 is the programme without memory (the least over every path)."""
+    problem = as_problem(random_ordering_instance(seed, n, b))
+    plain = TimeIndexedMaster(problem, ratio=1.0, step_s=0.05)
+    paths = list(_listed_paths(plain))
+    rng = np.random.default_rng(seed)
+    for _ in range(2):
+        duals = rng.normal(1.0, 1.0, n + 1)
+
+        def reduced(path, duals=duals):
+            members = [r for c in path for r in c.members]
+            return sum(plain.cost(c) for c in path) - duals[members].sum() - duals[n]
+
+        rc = np.array([reduced(p) for p in paths])
+        assert plain.price(duals)[1] == pytest.approx(rc.min(), abs=1e-9)
+        for size in (1, 2, n):
+            master = TimeIndexedMaster(problem, ratio=1.0, step_s=0.05, ng_size=size)
+            admitted = np.array([_ng_feasible(master, p) for p in paths])
+            best_paths, least = master.price_ng(duals, most=3)
+            # these duals price every ng-feasible path below 0, so the value is exact
+            assert rc[admitted].min() < 0
+            assert least == pytest.approx(rc[admitted].min(), abs=1e-9)
+            assert _ng_feasible(master, best_paths[0])
+            assert reduced(best_paths[0]) == pytest.approx(least, abs=1e-9)
+            # the round price() runs (a quick search first) adds ng-feasible paths only
+            assert all(_ng_feasible(master, p) for p in master.price(duals)[0])
+            assert master.ng_fallbacks == 0
+        elementary = np.array([len({r for c in p for r in c.members}) == n for p in paths])
+        assert least == pytest.approx(rc[elementary].min(), abs=1e-9)
+
+
+def test_ng_pricing_is_at_least_the_plain_one():
+    """Random duals on an 8-request snapshot (B = 3): the ng programme's least reduced cost is
+    at least the one without memory (its paths are some of the paths)."""
+    problem = as_problem(random_ordering_instance(5, 8, 3))
+    plain = TimeIndexedMaster(problem, ratio=0.5, step_s=0.05)
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        duals = rng.normal(1.0, 1.5, problem.n_requests + 1)
+        base = plain.price(duals)[1]
+        for size in (2, 4):
+            master = TimeIndexedMaster(problem, ratio=0.5, step_s=0.05, ng_size=size)
+            assert master.price_ng(duals)[1] >= base - 1e-9
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_ng_bound_is_between_brute_force_and_the_plain_bound(seed):
+    """Seeded 6-request snapshots (B = 3): brute force's G* <= the bound with ng memory <=
+    the bound without; at the starting plan's ratio the converged Lagrangian bound on min F
+    with memory is at least the one without."""
+    inst = random_ordering_instance(seed, 6, 3)
+    problem = as_problem(inst)
+    model = SAOrderingModel(inst)
+    exact = solve(model, "brute", time_limit=60)
+    assert exact.status == Status.OPTIMAL
+    plan, value = model.starting_plan()
+    floor = latency_floor(problem, plan, time.perf_counter() + 30)
+    plain = time_indexed_bound(problem, plan, value.g, floor, 30, step_s=0.02)
+    ng = time_indexed_bound(problem, plan, value.g, floor, 30, step_s=0.02, ng_size=3)
+    assert ng.fallbacks == 0
+    assert exact.objective <= ng.bound * (1 + 1e-9)
+    assert ng.bound <= plain.bound * (1 + 1e-9)
+    lower = []
+    for size in (0, 3):
+        master = TimeIndexedMaster(problem, value.g, step_s=0.02, ng_size=size)
+        lb, converged = master.generate(plan, time.perf_counter() + 30)
+        assert converged
+        lower.append(lb)
+    # both stop within PRICE_TOL (1 + |LP|) of their LP
+    assert lower[1] >= lower[0] - 1e-6 * (1 + abs(lower[0]))
