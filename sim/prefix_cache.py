@@ -100,6 +100,9 @@ class ServerCache:
 
     __slots__ = (
         "block_tokens",
+        "server",
+        "evicted_keys",
+        "evict_runs",
         "ref",
         "lru",
         "shared",
@@ -112,8 +115,19 @@ class ServerCache:
         "evictions",
     )
 
-    def __init__(self, block_tokens: int) -> None:
+    def __init__(
+        self,
+        block_tokens: int,
+        server: int = -1,
+        evicted_keys: list[int] | None = None,
+        evict_runs: list[tuple[int, float, int]] | None = None,
+    ) -> None:
         self.block_tokens = block_tokens
+        # the server it belongs to, and the run's eviction logs it appends to (shared by the
+        # servers' caches: PrefixCaching.evict_keys and evict_runs)
+        self.server = server
+        self.evicted_keys: list[int] = [] if evicted_keys is None else evicted_keys
+        self.evict_runs: list[tuple[int, float, int]] = [] if evict_runs is None else evict_runs
         # resident blocks: key -> number of running requests using it (0: unreferenced)
         self.ref: dict[int, int] = {}
         # unreferenced resident blocks, least recently released first (an OrderedDict: taking
@@ -175,23 +189,27 @@ class ServerCache:
             else:
                 lru[key] = None
 
-    def evict(self, excess_tokens: int, out: list[int]) -> int:
+    def evict(self, excess_tokens: int, now: float) -> None:
         """Unreferenced blocks leave, least recently released first, until ``excess_tokens``
-        are freed (or none is left); their keys are appended to ``out``. Returns how many."""
+        are freed (or none is left), logged at time ``now`` (their keys appended to
+        ``evicted_keys``, one entry ``(server, now, blocks)`` to ``evict_runs``)."""
         lru = self.lru
-        # the blocks a block at a time would take: ceil(excess / b), as many as there are
-        n = min(-(-excess_tokens // self.block_tokens), len(lru))
+        # the blocks a block at a time would take: ceil(excess / b), as many as there are (a
+        # conditional: the builtin min parses its keywords on every call)
+        n = -(-excess_tokens // self.block_tokens)
+        if n > len(lru):
+            n = len(lru)
         if n <= 0:
-            return 0
-        pop, ref, append = lru.popitem, self.ref, out.append
+            return
+        pop, ref, append = lru.popitem, self.ref, self.evicted_keys.append
         for _ in range(n):
             key = pop(False)[0]
             del ref[key]
             append(key)
         self.evictions += n
+        self.evict_runs.append((self.server, now, n))
         if self.memo:
             self.memo.clear()
-        return n
 
 
 class PrefixCaching:
@@ -216,8 +234,9 @@ class PrefixCaching:
         self.evict_keys: list[int] = []
         self.evict_runs: list[tuple[int, float, int]] = []
 
-    def new_cache(self) -> ServerCache:
-        return ServerCache(self.block_tokens)
+    def new_cache(self, server: int) -> ServerCache:
+        """The block cache of server ``server``, logging its evictions in this run's logs."""
+        return ServerCache(self.block_tokens, server, self.evict_keys, self.evict_runs)
 
     def keys(self, r: int) -> list[int]:
         """Keys of request ``r``'s full prompt blocks."""
