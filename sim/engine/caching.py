@@ -64,6 +64,10 @@ class Caching(EngineCore):
         for key in added:
             # a new resident block, or ServerCache.pin of a resident one (inline: the hot path)
             users = ref.get(key)
+            if users == 0 and cache.unswept:
+                # unreferenced: perhaps evicted and not yet swept off the LRU's head
+                cache.sweep()
+                users = ref.get(key)
             if users is None:
                 ref[key] = 1
                 new = True

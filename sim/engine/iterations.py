@@ -234,7 +234,12 @@ class Iterations(Caching):
         server.kv += alloc
         if cache is not None:
             # the resident KV (the running requests' and the unreferenced blocks') over capacity
-            excess = used + alloc + len(cache.lru) * cache.block_tokens - server.kv_capacity
+            excess = (
+                used
+                + alloc
+                + (len(cache.lru) - cache.unswept) * cache.block_tokens
+                - server.kv_capacity
+            )
             if excess > 0:
                 cache.evict(excess, now)
         row = [0.0] * N_FEATURES
@@ -360,7 +365,7 @@ class Iterations(Caching):
             excess = (
                 server.kv
                 - server.kv_shared
-                + len(cache.lru) * cache.block_tokens
+                + (len(cache.lru) - cache.unswept) * cache.block_tokens
                 + s * (k - 1)
                 - server.kv_capacity
             )
