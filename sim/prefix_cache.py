@@ -100,6 +100,9 @@ class ServerCache:
 
     __slots__ = (
         "block_tokens",
+        "server",
+        "evicted_keys",
+        "evict_runs",
         "ref",
         "lru",
         "shared",
@@ -110,10 +113,21 @@ class ServerCache:
         "hit_blocks",
         "miss_blocks",
         "evictions",
+        "unswept",
     )
 
-    def __init__(self, block_tokens: int) -> None:
+    def __init__(
+        self,
+        block_tokens: int,
+        server: int = -1,
+        evict_runs: list[tuple[int, float, int]] | None = None,
+    ) -> None:
         self.block_tokens = block_tokens
+        # the server it belongs to, the keys of its evicted blocks in order, and the run's log
+        # of evictions it appends to (shared by the servers' caches: PrefixCaching.evict_runs)
+        self.server = server
+        self.evicted_keys: list[int] = []
+        self.evict_runs: list[tuple[int, float, int]] = [] if evict_runs is None else evict_runs
         # resident blocks: key -> number of running requests using it (0: unreferenced)
         self.ref: dict[int, int] = {}
         # unreferenced resident blocks, least recently released first (an OrderedDict: taking
@@ -132,15 +146,33 @@ class ServerCache:
         self.hit_blocks = 0
         self.miss_blocks = 0
         self.evictions = 0
+        # blocks evicted (logged, counted, no longer resident) still at the head of ``lru`` and
+        # in ``ref``: an eviction only counts them, :meth:`sweep` takes them off before anything
+        # reads the residency of a block (an iteration's start evicts a block or two nearly
+        # every time under memory pressure; lookups come once per admission)
+        self.unswept = 0
 
     @property
     def free_cached_tokens(self) -> int:
         """Tokens of unreferenced resident blocks (free to take back when memory is needed)."""
-        return len(self.lru) * self.block_tokens
+        return (len(self.lru) - self.unswept) * self.block_tokens
+
+    def sweep(self) -> None:
+        """Take the evicted blocks off the head of ``lru`` and out of ``ref``, their keys
+        appended to ``evicted_keys`` in the order they were evicted."""
+        n = self.unswept
+        self.unswept = 0
+        pop, ref, append = self.lru.popitem, self.ref, self.evicted_keys.append
+        for _ in range(n):
+            key = pop(False)[0]
+            del ref[key]
+            append(key)
 
     def cached_blocks(self, keys: list[int], limit: int, lru_budget: int | None = None) -> int:
         """How many of the first ``limit`` ``keys`` are resident, counted from the first; with
         ``lru_budget``, also stop at the first unreferenced block beyond that many."""
+        if self.unswept:
+            self.sweep()
         ref = self.ref
         k = 0
         for key in keys[:limit]:
@@ -155,7 +187,8 @@ class ServerCache:
         return k
 
     def pin(self, key: int) -> bool:
-        """A running request uses resident block ``key``; True if it was unreferenced."""
+        """A running request uses resident block ``key`` (found by :meth:`cached_blocks`); True
+        if it was unreferenced."""
         users = self.ref[key]
         self.ref[key] = users + 1
         if users:
@@ -175,23 +208,23 @@ class ServerCache:
             else:
                 lru[key] = None
 
-    def evict(self, excess_tokens: int, out: list[int]) -> int:
+    def evict(self, excess_tokens: int, now: float) -> None:
         """Unreferenced blocks leave, least recently released first, until ``excess_tokens``
-        are freed (or none is left); their keys are appended to ``out``. Returns how many."""
-        lru = self.lru
-        # the blocks a block at a time would take: ceil(excess / b), as many as there are
-        n = min(-(-excess_tokens // self.block_tokens), len(lru))
+        are freed (or none is left), logged at time ``now`` (one entry ``(server, now,
+        blocks)`` in ``evict_runs``; their keys reach ``evicted_keys`` when swept)."""
+        # the blocks a block at a time would take: ceil(excess / b), as many as there are (a
+        # conditional: the builtin min parses its keywords on every call)
+        n = -(-excess_tokens // self.block_tokens)
+        left = len(self.lru) - self.unswept
+        if n > left:
+            n = left
         if n <= 0:
-            return 0
-        pop, ref, append = lru.popitem, self.ref, out.append
-        for _ in range(n):
-            key = pop(False)[0]
-            del ref[key]
-            append(key)
+            return
+        self.unswept += n
         self.evictions += n
+        self.evict_runs.append((self.server, now, n))
         if self.memo:
             self.memo.clear()
-        return n
 
 
 class PrefixCaching:
@@ -211,13 +244,13 @@ class PrefixCaching:
         # admitted with its hit applied (until a preemption): its remaining prefill is its own
         self.admitted = [False] * n
         self.hit_log: list[tuple[int, int, float, int, int]] = []
-        # evictions: the evicted blocks' keys in order, and one entry (server, time, blocks)
-        # per batch of them evicted together (record() repeats each over its blocks)
-        self.evict_keys: list[int] = []
+        # evictions: one entry (server, time, blocks) per batch of blocks a server evicted
+        # together (record() repeats each over its blocks, whose keys each cache keeps)
         self.evict_runs: list[tuple[int, float, int]] = []
 
-    def new_cache(self) -> ServerCache:
-        return ServerCache(self.block_tokens)
+    def new_cache(self, server: int) -> ServerCache:
+        """The block cache of server ``server``, logging its evictions in this run's logs."""
+        return ServerCache(self.block_tokens, server, self.evict_runs)
 
     def keys(self, r: int) -> list[int]:
         """Keys of request ``r``'s full prompt blocks."""
@@ -249,9 +282,14 @@ class PrefixCaching:
         hits = self.hit_log
         runs = self.evict_runs
         counts = np.array([x[2] for x in runs], dtype=np.int64)
+        evict_server = np.repeat(np.array([x[0] for x in runs], dtype=np.int64), counts)
+        # each server's evicted keys, in its order, at its places in the run's order
+        evict_block = np.zeros(len(evict_server), dtype=np.int64)
         stats = np.zeros((servers, 6), dtype=np.int64)
         for s, c in enumerate(caches):
             if c is not None:
+                c.sweep()
+                evict_block[evict_server == s] = c.evicted_keys
                 stats[s] = (
                     c.lookups,
                     c.hit_blocks,
@@ -267,9 +305,9 @@ class PrefixCaching:
             hit_s=np.array([h[2] for h in hits], dtype=float),
             hit_tokens=np.array([h[3] for h in hits], dtype=np.int64),
             queried_tokens=np.array([h[4] for h in hits], dtype=np.int64),
-            evict_server=np.repeat(np.array([x[0] for x in runs], dtype=np.int64), counts),
+            evict_server=evict_server,
             evict_s=np.repeat(np.array([x[1] for x in runs], dtype=float), counts),
-            evict_block=np.array(self.evict_keys, dtype=np.int64),
+            evict_block=evict_block,
             server_stats=stats,
         )
 

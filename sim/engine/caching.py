@@ -1,7 +1,7 @@
 """Prefix caching in the engine: a request's cached prefix taken over when it is admitted, the
-blocks it computes made resident, its blocks released when it leaves, and unreferenced blocks
-evicted when memory is needed (the cache itself: :mod:`slolab.sim.prefix_cache`); and a
-snapshot's given cache (the workload's ``cached_tokens``), taken at every start of a prefill.
+blocks it computes made resident, and its blocks released when it leaves (the cache itself, and
+its evictions when memory is needed: :mod:`slolab.sim.prefix_cache`); and a snapshot's given
+cache (the workload's ``cached_tokens``), taken at every start of a prefill.
 
 Every move here runs only on a server with a cache (``ServerState.cache``); with caching off
 the engine never calls them and its arithmetic is what it was.
@@ -55,26 +55,32 @@ class Caching(EngineCore):
         """Request ``r``'s prompt blocks before block ``done``, completed by its prefill so far,
         become resident (those from its next block on)."""
         pc = self.prefix
-        j = pc.next_block[r]
-        pc.next_block[r] = done
+        next_block = pc.next_block
+        j = next_block[r]
+        next_block[r] = done
         added = pc.keys(r)[j:done]
         pc.pins[r].extend(added)
         ref = cache.ref
         new = False
         for key in added:
             # a new resident block, or ServerCache.pin of a resident one (inline: the hot path)
-            if key not in ref:
+            users = ref.get(key)
+            if users == 0 and cache.unswept:
+                # unreferenced: perhaps evicted and not yet swept off the LRU's head
+                cache.sweep()
+                users = ref.get(key)
+            if users is None:
                 ref[key] = 1
                 new = True
-            elif ref[key]:
-                ref[key] += 1
+            elif users:
+                ref[key] = users + 1
                 cache.shared += cache.block_tokens
+                server.kv_shared = cache.shared
             else:
                 ref[key] = 1
                 del cache.lru[key]
         if new and cache.memo:
             cache.memo.clear()
-        server.kv_shared = cache.shared
 
     def _cache_release(self, server: ServerState, cache: ServerCache, r: int) -> None:
         """Request ``r`` leaves ``server`` (finished, preempted, or its prefill handed on): its
@@ -83,16 +89,6 @@ class Caching(EngineCore):
         cache.release(pc.pins[r])
         pc.pins[r] = []
         server.kv_shared = cache.shared
-
-    def _cache_evict(self, server: ServerState, cache: ServerCache, excess: int) -> None:
-        """Evict unreferenced blocks until ``excess`` tokens are freed: the resident KV (the
-        running requests' and the unreferenced blocks', with the tokens a decode window's later
-        iterations will add) over the server's capacity, computed by the caller (the hot path:
-        an iteration's start under memory pressure)."""
-        pc = self.prefix
-        n = cache.evict(excess, pc.evict_keys)
-        if n:
-            pc.evict_runs.append((server.id, self.now, n))
 
     def _given_admit(self, server: ServerState, r: int, c: int) -> int:
         """Request ``r`` (waiting, nothing prefilled) starts its prefill on ``server`` with

@@ -238,9 +238,14 @@ class Iterations(Caching):
         server.kv += alloc
         if cache is not None:
             # the resident KV (the running requests' and the unreferenced blocks') over capacity
-            excess = used + alloc + len(cache.lru) * cache.block_tokens - server.kv_capacity
+            excess = (
+                used
+                + alloc
+                + (len(cache.lru) - cache.unswept) * cache.block_tokens
+                - server.kv_capacity
+            )
             if excess > 0:
-                self._cache_evict(server, cache, excess)
+                cache.evict(excess, now)
         row = [0.0] * N_FEATURES
         row[F_PREFILL_TOKENS] = float(prefill_tokens)
         row[F_DECODE_TOKENS] = row[F_NUM_DECODE] = float(len(dids))
@@ -364,12 +369,12 @@ class Iterations(Caching):
             excess = (
                 server.kv
                 - server.kv_shared
-                + len(cache.lru) * cache.block_tokens
+                + (len(cache.lru) - cache.unswept) * cache.block_tokens
                 + s * (k - 1)
                 - server.kv_capacity
             )
             if excess > 0:
-                self._cache_evict(server, cache, excess)
+                cache.evict(excess, now)
         server.window = DecodeWindow(
             ids, times[:-1], times[1:], dur, f, server.kv - server.kv_shared, extendable, wake_at_s
         )
@@ -536,7 +541,9 @@ class Iterations(Caching):
             prefilled[r] += c
             self.held[r] += c
             if cache is not None:
-                done = min(int(prefilled[r]), prompt[r]) // b
+                # the prompt's full blocks its prefill has completed
+                done = int(prefilled[r])
+                done = (done if done < prompt[r] else prompt[r]) // b
                 if done > next_block[r]:
                     self._cache_add(server, cache, r, done)
             if prefilled[r] == self.prefill_target[r]:

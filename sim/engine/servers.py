@@ -175,7 +175,9 @@ class ServerState:
         # resident for its requests is ``kv - kv_shared``
         prefix = engine.prefix
         self.cache = (
-            prefix.new_cache() if prefix is not None and self.role in ("mixed", "prefill") else None
+            prefix.new_cache(sid)
+            if prefix is not None and self.role in ("mixed", "prefill")
+            else None
         )
         self.kv_shared = 0
         self.window: DecodeWindow | None = None
