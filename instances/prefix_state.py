@@ -27,9 +27,13 @@ from slolab.instances.records import CACHED_COLUMN, HASH_ID_TOKENS, Workload
 def prompt_block_keys(hash_ids: Sequence[int], prompt_tokens: int, block_tokens: int) -> list[int]:
     """Keys of a prompt's full ``block_tokens``-token blocks from its 512-token ids: block ``k``
     is piece ``k % m`` of id ``hash_ids[k // m]`` (``m = 512 / block_tokens``), keyed
-    ``id * m + k % m``."""
+    ``id * m + k % m`` (one-to-one over the integers). The engine's prefix cache keys its
+    blocks the same way (:mod:`slolab.sim.prefix_cache`)."""
+    full = prompt_tokens // block_tokens
     per = HASH_ID_TOKENS // block_tokens
-    return [int(hash_ids[k // per]) * per + k % per for k in range(prompt_tokens // block_tokens)]
+    if per == 1:
+        return [int(h) for h in hash_ids[:full]]
+    return [int(hash_ids[k // per]) * per + k % per for k in range(full)]
 
 
 def _check_block_tokens(block_tokens: int) -> None:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from slolab.instances.prefix_state import prompt_block_keys
 from slolab.instances.records import HASH_ID_TOKENS
 
 if TYPE_CHECKING:
@@ -43,17 +44,9 @@ if TYPE_CHECKING:
     from slolab.sim.outcome import Outcome
 
 
-def block_keys(hash_ids: Sequence[int], prompt_tokens: int, block_tokens: int) -> list[int]:
-    """Keys of the full ``block_tokens``-token blocks of a prompt, from its 512-token ids.
-
-    Block ``k`` is piece ``k % m`` of id ``hash_ids[k // m]`` with ``m = 512 / block_tokens``,
-    keyed ``id * m + k % m`` (one-to-one over the integers).
-    """
-    full = prompt_tokens // block_tokens
-    per = HASH_ID_TOKENS // block_tokens
-    if per == 1:
-        return [int(h) for h in hash_ids[:full]]
-    return [int(hash_ids[k // per]) * per + k % per for k in range(full)]
+#: Keys of a prompt's full blocks from its 512-token ids (``block_keys(hash_ids, prompt_tokens,
+#: block_tokens)``; the snapshot builder keys them the same way).
+block_keys = prompt_block_keys
 
 
 def hash_ids_error(ids: Any, prompt_tokens: int, *, items: bool = True) -> str:
