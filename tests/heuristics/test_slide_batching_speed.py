@@ -303,8 +303,9 @@ def both_runs(inst: Any, router: str) -> tuple[Any, Any]:
     return outs[0], outs[1]
 
 
-#: The Mooncake runs compare with the former code as it was recorded, with caching off (the
-#: serving default caches Mooncake's blocks; with it on the two do not decide alike yet).
+#: The Mooncake runs below compare with the former code as their counts were recorded, with
+#: caching off (the serving default caches Mooncake's blocks: with it on the two decide alike
+#: too, :func:`test_fast_path_read_waiting_prompts_whole_under_prefix_caching`).
 NO_CACHE = "off"
 
 
@@ -358,6 +359,26 @@ def test_preempted_requests_same_token_times() -> None:
     new, old = both_runs(inst, "least-loaded")
     assert_same(inst, new, old)
     assert int(new.preemptions.sum()) > 0
+
+
+@pytest.mark.parametrize(("servers", "limit", "rate"), [(1, 150, 100.0), (8, 200, 20.0)])
+def test_fast_path_read_waiting_prompts_whole_under_prefix_caching(servers, limit, rate):
+    """Mooncake with the default 512-token prefix cache (a burst on one server, an overload on
+    8): identical runs. The fast path used to take a waiting request's prefill as its whole
+    prompt, the former code as the server reads it (less its cached prefix), and the runs
+    parted at their third iteration."""
+    setup = ServingSetup(
+        "mooncake_conversation",
+        policy="slide-batching",
+        servers=servers,
+        limit=limit,
+        arrivals="poisson",
+    )
+    inst = setup.instance(rate)
+    assert inst.cluster.prefix_block_tokens == 512
+    new = run(inst, SlideBatching(), make_router("least-loaded"), seed=0)
+    old = run(inst, FormerSlideBatching(), make_router("least-loaded"), seed=0)
+    assert_same(inst, new, old)
 
 
 class CountedExits(SlideBatching):
