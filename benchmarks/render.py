@@ -391,6 +391,66 @@ def _fidelity(p: dict[str, Any]) -> list[str]:
     ]
 
 
+def _prefix_cache(p: dict[str, Any]) -> list[str]:
+    f = p["figures"]
+    trace, runs, caps = f["trace"], f["runs"], f["capacity"]
+    rows = [
+        [
+            f"caching {label}, {router}",
+            _pct(r["hit_rate"]) if label == "on" else "-",
+            f"{r['prefill_tokens_saved']:,}",
+            f"{r['evictions']:,}",
+            f"{r['attainment']:.4f}",
+            f"{r['ttft_p50_s']:.3f}",
+        ]
+        for label in ("off", "on")
+        for router, r in runs[label].items()
+    ]
+    cap_rows = [
+        [
+            policy,
+            f"{c['off']['capacity']:.4g}",
+            f"{c['on']['capacity']:.4g}",
+            f"{f['capacity_gain'][policy]:.3f}x",
+            f"[{c['on']['bracket'][0]:.4g}, {c['on']['bracket'][1]:.4g}]",
+        ]
+        for policy, c in caps.items()
+    ]
+    return [
+        "## Prefix caching on Mooncake",
+        "",
+        f"Mooncake conversation, PolyServe's SLOs, {f['servers']} servers of "
+        f"{f['kv_capacity_tokens']:,} KV tokens, {f['block_tokens']}-token blocks (the serving "
+        "commands' default `--prefix-cache auto`; `off` turns caching off). In the whole trace "
+        f"{_pct(trace['repeated_block_share'])} of the {trace['blocks']:,} prompt blocks repeat "
+        f"an earlier block, and an infinite cache shared by every request would skip "
+        f"{_pct(trace['infinite_cache_hit_rate'])} of the prompt tokens.",
+        "",
+        f"First {f['requests']:,} requests at {f['rate']:g} req/s (the trace's arrivals "
+        "time-scaled), Sarathi:",
+        "",
+        *_table(
+            [
+                "run",
+                "hit rate",
+                "prefill tokens saved",
+                "evictions",
+                "deadline attainment",
+                "TTFT p50 (s)",
+            ],
+            rows,
+        ),
+        "",
+        f"Capacity (req/s) at 90% deadline attainment, first {f['capacity_requests']:,} "
+        f"requests, Poisson arrivals ({_pct(f['rel_tol'])} bracket); Sarathi with least-loaded "
+        "routing, PolyServe with its own:",
+        "",
+        *_table(["policy", "caching off", "caching on", "on / off", "bracket on"], cap_rows),
+        "",
+        *_verdicts(p),
+    ]
+
+
 SECTIONS = {
     "engine": _engine,
     "sa-ordering": _sa,
@@ -401,6 +461,7 @@ SECTIONS = {
     "colocated": _colocated,
     "deployment": _deployment,
     "fidelity": _fidelity,
+    "prefix_cache": _prefix_cache,
 }
 
 
@@ -494,6 +555,7 @@ PAPER_PAGES = {
     "hyperflexis": "hyperflexis.md",
     "deployment": "deployment.md",
     "fidelity": "timing.md",
+    "prefix_cache": "engine.md",
 }
 
 
@@ -551,7 +613,9 @@ def update_docs(data: dict[str, Any]) -> list[Path]:
     for name in PAPER_PAGES:
         if name in data["papers"]:
             page = paper_page(name)
-            pages[page] = splice(page.read_text(), name, render_block(data, name), str(page))
+            # a page may carry several papers' blocks (engine.md: engine and prefix_cache)
+            text = pages[page] if page in pages else page.read_text()
+            pages[page] = splice(text, name, render_block(data, name), str(page))
     for page, text in pages.items():
         page.write_text(text)
     return list(pages)

@@ -505,6 +505,92 @@ def engine(quick: bool) -> dict[str, Any]:
     }
 
 
+#: The routers the prefix-cache part compares with caching on (least-loaded also runs off).
+PREFIX_CACHE_ROUTERS = ("round-robin", "least-loaded", "cache-aware")
+
+
+def prefix_cache(quick: bool) -> dict[str, Any]:
+    """Prefix caching on the Mooncake conversation trace (``benchmarks/prefix_cache.py``'s
+    set-up: PolyServe's SLOs, 4 servers of 200,000 KV tokens, 512-token blocks, the serving
+    commands' default ``--prefix-cache auto``). The whole trace's reuse (what an infinite
+    shared cache would skip); the first 500 (quick) or 2,000 (full) requests at 1 req/s (the
+    trace's arrivals time-scaled), Sarathi, caching on under round robin, least-loaded and the
+    cache-aware router and off under least-loaded: hit rate, prefill tokens saved,
+    attainment, TTFT p50; capacity at 0.9 deadline attainment (Poisson arrivals: the trace's
+    own bursts miss the target at any rate) of Sarathi with least-loaded routing and of
+    PolyServe, caching off and on, on the first 300 (quick) or 2,000 (full) requests."""
+    from slolab.benchmarks.prefix_cache import BLOCK, row_of, setup, simulate, trace_reuse
+
+    n, capacity_n, rel_tol = (500, 300, 0.1) if quick else (2000, 2000, 0.05)
+    args = argparse.Namespace(limit=n, servers=4, rate=1.0, repeat=1, kv_capacity=200_000)
+    start = time.perf_counter()
+    reuse = trace_reuse()
+    runs: dict[str, dict[str, Any]] = {"off": {}, "on": {}}
+    cpu: dict[str, float] = {}
+    for cache, label, routers in (
+        ("off", "off", ("least-loaded",)),
+        ("auto", "on", PREFIX_CACHE_ROUTERS),
+    ):
+        for router in tqdm(routers, desc=f"caching {label}", leave=False, disable=QUIET):
+            summary, cpu[f"{label}/{router}"] = simulate(args, cache, router)
+            row = row_of("router", cache, router, summary, 0.0)
+            runs[label][router] = {
+                "finished": int(row["finished"]),
+                "attainment": float(row["attainment"]),
+                "ttft_p50_s": ratio(row["ttft_p50_s"]),
+                "hit_rate": ratio(row["hit_rate"]),
+                "prefill_tokens_saved": int(row["prefill_tokens_saved"]),
+                "evictions": int(row["evictions"]),
+            }
+    capacity: dict[str, dict[str, Any]] = {}
+    probes = []
+    sized = argparse.Namespace(**{**vars(args), "limit": capacity_n})
+    for policy, router in (("sarathi", "least-loaded"), ("polyserve", None)):
+        capacity[policy] = {}
+        for cache, label in (("off", "off"), ("auto", "on")):
+            found, points = _capacity(setup(sized, cache, router, policy, "poisson"), rel_tol)
+            capacity[policy][label] = found
+            probes += [{"panel": policy, "policy": f"caching {label}"} | p for p in points]
+    gains = {
+        policy: ratio(c["on"]["capacity"] / c["off"]["capacity"]) for policy, c in capacity.items()
+    }
+    on = runs["on"]
+    best = max(PREFIX_CACHE_ROUTERS, key=lambda r: (on[r]["hit_rate"], r == "cache-aware"))
+    hits = ", ".join(f"{r} {pct(on[r]['hit_rate'])}" for r in PREFIX_CACHE_ROUTERS)
+    lower = [f"{p} {g:.3f}x" for p, g in gains.items() if g < 1.0]
+    return {
+        "figures": {
+            "requests": n,
+            "capacity_requests": capacity_n,
+            "servers": args.servers,
+            "kv_capacity_tokens": args.kv_capacity,
+            "block_tokens": BLOCK,
+            "rate": args.rate,
+            "rel_tol": rel_tol,
+            "trace": {
+                "blocks": int(reuse["blocks"]),
+                "repeated_block_share": ratio(reuse["repeated_block_share"]),
+                "infinite_cache_hit_rate": ratio(reuse["infinite_cache_hit_rate"]),
+            },
+            "runs": runs,
+            "capacity": capacity,
+            "capacity_gain": gains,
+        },
+        "verdicts": {
+            "cache_aware_router_most_hits": (
+                f"holds: {hits}" if best == "cache-aware" else f"does not hold: {hits}"
+            ),
+            "caching_never_lowers_capacity": (
+                "holds: " + ", ".join(f"{p} {g:.3f}x" for p, g in gains.items())
+                if not lower
+                else "does not hold: " + ", ".join(lower)
+            ),
+        },
+        "series": {"target": 0.9, "probes": probes},
+        "timing": {"wall_s": time.perf_counter() - start, "run_cpu_s": cpu},
+    }
+
+
 #: The deployment part's cases: (trace, model, requests, GPU grids nested largest first).
 DEPLOYMENT_QUICK = (("azure_conv_2023", "llama2-7b", 200, (("h100", "a100", "a40"), ("h100",))),)
 DEPLOYMENT_FULL = (
@@ -654,6 +740,7 @@ PAPERS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "colocated": colocated,
     "deployment": deployment,
     "fidelity": fidelity,
+    "prefix_cache": prefix_cache,
 }
 QUIET = False
 

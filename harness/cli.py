@@ -218,6 +218,12 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         for k in keys:
             v = s[k] if k != "kv_capacity" else f"{s[k]} ({s['kv_capacity_source']})"
             print(f"{k:<{width}}  {v:.4g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+        if "prefix_cache" in s:
+            cache = s["prefix_cache"]
+            print(
+                f"{'prefix_cache':<{width}}  hit rate {cache['hit_rate']:.4g}, "
+                f"{cache['prefill_tokens_saved']:,} prefill tokens saved (--prefix-cache off: none)"
+            )
         if a.idle_oracle:
             print(f"an idle server could meet {s['idle_met']} of {s['requests']}")
     return stall_status(s, a.allow_stall)

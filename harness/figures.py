@@ -86,6 +86,24 @@ def _polyserve_attainment(p: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def _prefix_cache_attainment(p: dict[str, Any]) -> dict[str, Any] | None:
+    s, f = p.get("series", {}), p["figures"]
+    if not s.get("probes"):
+        return None
+    table = pd.DataFrame(s["probes"])
+    return {
+        "table": table,
+        "target": s["target"],
+        "capacities": [
+            {"policy": f"caching {label}", "capacity": c[label]["capacity"], "panel": policy}
+            for policy, c in f["capacity"].items()
+            for label in ("off", "on")
+        ],
+        "title": f"Prefix caching: first {f['capacity_requests']:,} Mooncake conversation "
+        f"requests, {f['servers']} servers, Poisson arrivals",
+    }
+
+
 def _colocated_latency(p: dict[str, Any]) -> dict[str, Any] | None:
     latency = p.get("series", {}).get("latency")
     if not latency or not latency["runs"]:
@@ -244,6 +262,14 @@ RESULT_FIGURES: tuple[ResultFigure, ...] = (
         "attainment-vs-rate",
         "Long prompts: attainment against arrival rate, PolyServe against random routing",
         _polyserve_attainment,
+    ),
+    ResultFigure(
+        "prefix-cache-attainment",
+        "prefix_cache",
+        "attainment-vs-rate",
+        "Attainment against arrival rate with prefix caching off and on, Sarathi (least-loaded "
+        "routing) and PolyServe; dotted: each capacity at the 90% target",
+        _prefix_cache_attainment,
     ),
     ResultFigure(
         "hyperflexis-pareto",

@@ -578,6 +578,7 @@ DEPLOY_IGNORES = {
     "decode_router": "a disaggregated plan routes decodes by its own fractions",
     "token_budget": "each pool's budget is the largest batch within the tightest TPOT there",
     "max_batch_size": "each pool runs the preset's cluster defaults",
+    "prefix_cache": "the capacity probes and the verified fleets run without prefix caching",
 }
 #: The flags ``plan`` uses only with ``--model``.
 DEPLOY_ONLY = (

@@ -79,8 +79,9 @@ class ServingSetup:
     max_batch_tokens, max_batch_size : int
         Token budget and most sequences per iteration.
     prefix_cache : str
-        Prefix caching: ``off``, ``auto`` (512-token blocks when the trace has block ids) or a
-        block size (:func:`slolab.problems.serving.prefix_block_tokens`).
+        Prefix caching: ``auto``, the default (512-token blocks when the trace has block ids,
+        as Mooncake's; off otherwise), ``off`` or a block size
+        (:func:`slolab.problems.serving.prefix_block_tokens`).
     autoscale : str or None
         Scaler name (:func:`slolab.heuristics.scalers.elastic_setup`); None: fixed servers.
     min_servers, max_servers, scale_metric, scale_upper, scale_lower

@@ -630,11 +630,15 @@ class SlideBatching:
         self._roofline: np.ndarray | None = None
         self._members: dict[int, _Members] = {}
         self._given: np.ndarray | None = None
+        self._caches = False
 
     def start(self, instance: Instance, seed: int) -> None:
         from slolab.timing.forms import RooflineTiming
 
         self._members = {}
+        # with prefix caching a waiting request's prefill is its prompt less the prefix its
+        # server caches now (Server.remaining_prefill), not its whole prompt
+        self._caches = instance.cluster.prefix_block_tokens > 0
         self._data = RequestData.of(instance)
         self._est = est = LatencyEstimator(instance.timing)
         data = self._data
@@ -689,9 +693,13 @@ class SlideBatching:
         prefix = server.kv_held_of(members.id_array).tolist()
         rem = [0] * n_dec + [server.remaining_prefill(r) for r in prefilling]
         # a waiting request prefills its prompt plus the tokens it generated before a recompute
-        rem += [server.prompt(r) + g for r, g in zip(waiting_ids, gen[n_run:], strict=True)]
-        if self._given is not None:
-            self._skip_given(waiting_ids, n_run, rem, prefix)
+        # (less its cached prefix, when the servers cache prefixes)
+        if self._caches:
+            rem += [server.remaining_prefill(r) for r in waiting_ids]
+        else:
+            rem += [server.prompt(r) + g for r, g in zip(waiting_ids, gen[n_run:], strict=True)]
+            if self._given is not None:
+                self._skip_given(waiting_ids, n_run, rem, prefix)
         remain = [
             due + g * tpot - now
             for due, tpot, g in zip(members.first_due, members.tpot, gen, strict=True)
@@ -755,12 +763,15 @@ class SlideBatching:
             rem[n_dec:n_run] = remaining_prefill_tokens(server, prefilling)
         # a waiting request has prefilled nothing: it prefills its prompt plus, after a
         # recompute preemption, the tokens it had generated (one array read for the long queue)
-        rem[n_run:] = prompt_tokens(server, ids[n_run:]) + gen[n_run:]
-        if self._given is not None:
-            # a given cache's prefix is found again at the start: not prefilled, attended to
-            cached = self._given[ids[n_run:]]
-            rem[n_run:] -= cached
-            prefix[n_run:] += cached
+        if self._caches:
+            rem[n_run:] = remaining_prefill_tokens(server, waiting_ids)
+        else:
+            rem[n_run:] = prompt_tokens(server, ids[n_run:]) + gen[n_run:]
+            if self._given is not None:
+                # a given cache's prefix is found again at the start: not prefilled, attended to
+                cached = self._given[ids[n_run:]]
+                rem[n_run:] -= cached
+                prefix[n_run:] += cached
         # decode_features over the decoding rows, chunk_features over the others, in one array
         features = np.zeros((n, N_FEATURES))
         features[:n_dec, F_DECODE_TOKENS] = 1.0

@@ -382,6 +382,9 @@ def trace_instance(
         rate=rate,
         limit=limit,
         max_batch_tokens=max_batch_tokens,
+        # the capacity probes repeat and thin a class's requests and the fleets are built
+        # anew: neither keeps a prefix cache, so the cut reads no block ids
+        prefix_cache="off",
         **reading,
     )
     if traffic == 1.0:

@@ -84,10 +84,10 @@ CLUSTER_OPTIONS: tuple[Option, ...] = (
     Option(
         "prefix_cache",
         str,
-        "off",
-        "prefix caching in every server: off, auto (512-token blocks when the trace carries "
-        "prompt block ids, as Mooncake's hash_ids; off otherwise), or the block size in tokens "
-        "(a divisor of 512, e.g. 16 as vLLM)",
+        "auto",
+        "prefix caching in every server: auto (the default: 512-token blocks when the trace "
+        "carries prompt block ids, as Mooncake's hash_ids; off otherwise), off, or the block "
+        "size in tokens (a divisor of 512, e.g. 16 as vLLM)",
     ),
 )
 

@@ -41,7 +41,7 @@ def serving_instance(
     max_batch_size: int = 256,
     max_batch_tokens: int = 2048,
     name: str | None = None,
-    prefix_cache: str | int = "off",
+    prefix_cache: str | int = "auto",
     **reading: Any,
 ) -> Instance:
     """A serving instance: a (rescaled, cut) real trace with SLOs on a cluster.
@@ -65,9 +65,9 @@ def serving_instance(
         KV-cache tokens per server (None: the preset's, else 200,000:
         :func:`slolab.timing.presets.kv_capacity_of`).
     prefix_cache : str or int
-        Prefix caching in every server (:func:`prefix_block_tokens`): ``"off"``, ``"auto"``
-        (512-token blocks when the trace has prompt block ids, Mooncake's ``hash_ids``) or a
-        block size in tokens.
+        Prefix caching in every server (:func:`prefix_block_tokens`): ``"auto"``, the default
+        (512-token blocks when the trace has prompt block ids, Mooncake's ``hash_ids``; off
+        for a trace without them), ``"off"`` or a block size in tokens.
     **reading
         How the trace is read (``format``, ``columns``, ``time_unit``, ``arrivals``, ``cv``,
         ``zero_output``, ``max_request_tokens``): see :func:`slolab.instances.read_workload`.

@@ -129,6 +129,8 @@ def proserve_instance(
         mode=mode,
         prefill_servers=prefill_servers,
         kv_capacity_tokens=kv_capacity_tokens,
+        # the horizon models charge every prompt token's prefill: the replay caches nothing
+        prefix_cache="off",
     )
     weights = tdg_token_weights(read_trace(resolve_trace(trace), format=format))
     return dataclasses.replace(inst, settings={**inst.settings, **weights})

@@ -81,6 +81,8 @@ def polyserve_instance(
         max_batch_size=max_batch_size,
         max_batch_tokens=0,
         name=name,
+        # the tier partition's fluid model charges every prompt token's prefill: no cache
+        prefix_cache="off",
         **reading,
     )
     settings = {**inst.settings, "servers": servers, "mode": mode}

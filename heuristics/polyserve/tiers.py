@@ -50,7 +50,8 @@ def tiers_of(instance: Instance) -> np.ndarray:
 def polyserve_cluster(instance: Instance, mode: str, servers: int) -> Instance:
     """``instance`` on PolyServe's pools: one empty pool per TPOT tier (mixed co-located,
     decode disaggregated, plus an empty ``prefill`` pool), with the instance's limits; the
-    fleet size ``servers`` goes to the settings (the controller's cap)."""
+    fleet size ``servers`` goes to the settings (the controller's cap). The servers keep the
+    instance's prefix caching (``prefix_block_tokens``)."""
     from slolab.instances.records import Cluster, Pool
 
     if mode not in ("colocated", "disaggregated"):
@@ -70,6 +71,7 @@ def polyserve_cluster(instance: Instance, mode: str, servers: int) -> Instance:
         kv_transfer_queued=cl.kv_transfer_queued,
         startup_s=cl.startup_s,
         move_s=cl.move_s,
+        prefix_block_tokens=cl.prefix_block_tokens,
     )
     settings = {**instance.settings, "servers": int(servers), "mode": mode}
     return dataclasses.replace(instance, cluster=cluster, settings=settings)

@@ -265,6 +265,11 @@ def test_plan_model_target_out_of_range(target, capsys):
             "each pool's budget is the largest batch within the tightest TPOT there",
         ),
         ("--max-batch-size", "8", "each pool runs the preset's cluster defaults"),
+        (
+            "--prefix-cache",
+            "off",
+            "the capacity probes and the verified fleets run without prefix caching",
+        ),
     ],
 )
 def test_plan_model_ignored_flags(flag, value, why, capsys):

@@ -28,15 +28,24 @@ def test_summary_matches_a_direct_run_and_counts_cost():
 
 
 def test_summary_counts_what_an_idle_server_could_meet():
-    """simulate --idle-oracle's count is the oracle's on the instance simulated."""
+    """simulate --idle-oracle's count is the oracle's on the instance simulated, with the
+    default prefix cache and with caching off."""
     from slolab.sim.idle import idle_met
 
     setup = ServingSetup("mooncake_conversation", servers=8, limit=200)
     summary = simulate_summary(setup, rate=0.01, idle_oracle=True)
-    # of 200 requests, 7 are too long to meet their SLOs even alone; Sarathi meets 173
-    assert summary["idle_met"] == int(idle_met(setup.instance(0.01)).sum()) == 193
-    assert summary["attainment"] * 200 == pytest.approx(173)
+    # caching on by default (Mooncake has block ids): of 200 requests, 3 are too long to
+    # meet their SLOs even alone with the prefix their server caches; Sarathi meets 174
+    assert summary["prefix_cache"]["block_tokens"] == 512
+    assert summary["idle_met"] == int(idle_met(setup.instance(0.01)).sum()) == 197
+    assert summary["attainment"] * 200 == pytest.approx(174)
     assert "idle_met" not in simulate_summary(setup, rate=0.01)
+    off = dataclasses.replace(setup, prefix_cache="off")
+    summary = simulate_summary(off, rate=0.01, idle_oracle=True)
+    # caching off: 7 are too long even alone; Sarathi meets 173
+    assert "prefix_cache" not in summary
+    assert summary["idle_met"] == int(idle_met(off.instance(0.01)).sum()) == 193
+    assert summary["attainment"] * 200 == pytest.approx(173)
 
 
 def test_bad_policy_router_and_budget_raise():

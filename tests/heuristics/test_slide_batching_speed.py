@@ -303,6 +303,12 @@ def both_runs(inst: Any, router: str) -> tuple[Any, Any]:
     return outs[0], outs[1]
 
 
+#: The Mooncake runs below compare with the former code as their counts were recorded, with
+#: caching off (the serving default caches Mooncake's blocks: with it on the two decide alike
+#: too, :func:`test_fast_path_read_waiting_prompts_whole_under_prefix_caching`).
+NO_CACHE = "off"
+
+
 def assert_same(inst: Any, new: Any, old: Any) -> None:
     """Every token at the same time, the same preemptions, and a clean checker list."""
     assert np.array_equal(new.token_times, old.token_times)
@@ -314,7 +320,12 @@ def assert_same(inst: Any, new: Any, old: Any) -> None:
 def mooncake() -> Any:
     """200 Mooncake requests, Poisson arrivals at 20 req/s on 8 servers (roofline timing)."""
     setup = ServingSetup(
-        "mooncake_conversation", policy="slide-batching", servers=8, limit=200, arrivals="poisson"
+        "mooncake_conversation",
+        policy="slide-batching",
+        servers=8,
+        limit=200,
+        arrivals="poisson",
+        prefix_cache=NO_CACHE,
     )
     return setup.instance(20.0)
 
@@ -350,6 +361,26 @@ def test_preempted_requests_same_token_times() -> None:
     assert int(new.preemptions.sum()) > 0
 
 
+@pytest.mark.parametrize(("servers", "limit", "rate"), [(1, 150, 100.0), (8, 200, 20.0)])
+def test_fast_path_read_waiting_prompts_whole_under_prefix_caching(servers, limit, rate):
+    """Mooncake with the default 512-token prefix cache (a burst on one server, an overload on
+    8): identical runs. The fast path used to take a waiting request's prefill as its whole
+    prompt, the former code as the server reads it (less its cached prefix), and the runs
+    parted at their third iteration."""
+    setup = ServingSetup(
+        "mooncake_conversation",
+        policy="slide-batching",
+        servers=servers,
+        limit=limit,
+        arrivals="poisson",
+    )
+    inst = setup.instance(rate)
+    assert inst.cluster.prefix_block_tokens == 512
+    new = run(inst, SlideBatching(), make_router("least-loaded"), seed=0)
+    old = run(inst, FormerSlideBatching(), make_router("least-loaded"), seed=0)
+    assert_same(inst, new, old)
+
+
 class CountedExits(SlideBatching):
     """SlideBatching that counts the calls whose queue is long enough for the early exit."""
 
@@ -367,7 +398,12 @@ def test_burst_on_one_server_same_token_times() -> None:
     """150 Mooncake requests at 100 req/s on one server queue far past the early exit's
     threshold of 64: identical runs."""
     setup = ServingSetup(
-        "mooncake_conversation", policy="slide-batching", servers=1, limit=150, arrivals="poisson"
+        "mooncake_conversation",
+        policy="slide-batching",
+        servers=1,
+        limit=150,
+        arrivals="poisson",
+        prefix_cache=NO_CACHE,
     )
     inst = setup.instance(100.0)
     counted = CountedExits()
@@ -438,6 +474,7 @@ def _mooncake(rate: float, servers: int, limit: int) -> Any:
         servers=servers,
         limit=limit,
         arrivals="poisson",
+        prefix_cache=NO_CACHE,
     )
     return setup.instance(rate)
 

@@ -201,7 +201,17 @@ def run_case(name: str) -> Fingerprint | str:
     rate = fields.pop("rate", rate)
     stall = fields.pop("stall", False)
     queued = fields.pop("queued", False)
-    setup = ServingSetup(trace, seed=3, servers=fields.pop("servers", 2), limit=limit, **fields)
+    # the single-module engine had no prefix cache: the Mooncake cuts run with caching off
+    # (the serving default caches their blocks; tests/sim/test_prefix_cache_identity.py
+    # records the cache's own decisions)
+    setup = ServingSetup(
+        trace,
+        seed=3,
+        servers=fields.pop("servers", 2),
+        limit=limit,
+        prefix_cache="off",
+        **fields,
+    )
     try:
         base = setup.instance(rate)
         base = dataclasses.replace(

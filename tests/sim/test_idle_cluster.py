@@ -136,7 +136,16 @@ def sparse_cut(trace: str, keep: int):
     """``keep`` requests of ``trace`` nearest their TTFT alone, and at position ``keep // 2``
     a copy of the request there with a :data:`LONG_PROMPT`-token prompt, spaced so none
     overlap."""
-    inst = serving_instance(trace, seed=0, servers=SERVERS, limit=2000, slos="polyserve+proserve")
+    # caching off: the copy with the long prompt would carry its original's few block ids
+    # (tests/sim/test_prefix_cache.py holds the oracle with a cache to the engine)
+    inst = serving_instance(
+        trace,
+        seed=0,
+        servers=SERVERS,
+        limit=2000,
+        slos="polyserve+proserve",
+        prefix_cache="off",
+    )
     wl = inst.workload
     lone_ttft = idle_schedule(inst).first_token_s - wl.arrival_s
     slack = np.abs(np.nan_to_num(wl["ttft_slo_s"], nan=np.inf) - lone_ttft)

@@ -75,7 +75,8 @@ def test_a_request_rejected_on_its_decode_server_left_its_prefill_server_at_its_
     server's link), rejected at the stall; their prefill servers had drained and departed long before.
     The checker used to date those servers' last request at the rejection ("drained, departs
     at 8.29s but its last request left at 29.1s")."""
-    setup = mooncake_setup("polyserve", "disaggregated")
+    # recorded with caching off: the stall and its 9 requests are that run's
+    setup = dataclasses.replace(mooncake_setup("polyserve", "disaggregated"), prefix_cache="off")
     inst, scheduler = setup.prepare(setup.instance(12.0))
     policy = scheduler.policy
     chunked = policy._decode_batch
