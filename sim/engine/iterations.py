@@ -237,15 +237,7 @@ class Iterations(Caching):
             )
         server.kv += alloc
         if cache is not None:
-            # the resident KV (the running requests' and the unreferenced blocks') over capacity
-            excess = (
-                used
-                + alloc
-                + (len(cache.lru) - cache.unswept) * cache.block_tokens
-                - server.kv_capacity
-            )
-            if excess > 0:
-                cache.evict(excess, now)
+            self._evict_over(server, cache, 0)
         row = [0.0] * N_FEATURES
         row[F_PREFILL_TOKENS] = float(prefill_tokens)
         row[F_DECODE_TOKENS] = row[F_NUM_DECODE] = float(len(dids))
@@ -366,15 +358,7 @@ class Iterations(Caching):
         cache = server.cache
         if cache is not None:
             # the window's memory is taken at its start (its later iterations' tokens too)
-            excess = (
-                server.kv
-                - server.kv_shared
-                + (len(cache.lru) - cache.unswept) * cache.block_tokens
-                + s * (k - 1)
-                - server.kv_capacity
-            )
-            if excess > 0:
-                cache.evict(excess, now)
+            self._evict_over(server, cache, s * (k - 1))
         server.window = DecodeWindow(
             ids, times[:-1], times[1:], dur, f, server.kv - server.kv_shared, extendable, wake_at_s
         )
