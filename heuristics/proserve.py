@@ -1198,7 +1198,9 @@ class GoRouting:
             steps = budget / (budget - est.t_c) if budget > est.t_c else math.inf
             if math.isinf(budget):
                 steps = 1.0
-            base = steps * (exec_s[:-1].sum() + decode_s)
+            work = float(exec_s[:-1].sum()) + decode_s
+            # a server with nothing to run needs no time, whatever its step count (inf * 0)
+            base = steps * work if work else 0.0
             with_req = steps * (exec_s.sum() + decode_s)
         gain_without = float(weight[:-1][remain[:-1] >= base].sum())
         gain_with = float(weight[remain >= with_req].sum())
