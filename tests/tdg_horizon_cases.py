@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from slolab.instances.records import Cluster, Instance, Workload
 from slolab.models.proserve import TdgHorizon
+from slolab.sim import check, replay
 from slolab.solvers import Status, solve
 from slolab.timing import LinearTiming
 
@@ -99,3 +101,19 @@ def two_prompts() -> Instance:
     """Two 10-token prompts at 0, TTFT 25 ms, priorities 1 and 2 (10 ms an iteration, 1 ms a
     token)."""
     return horizon_instance([0.0, 0.0], [10, 10], [1, 1], [0.025, 0.025], [0.01, 0.01], [1.0, 2.0])
+
+
+def agreed_optimum(model, inst: Instance, objective) -> list[float]:
+    """Solve with HiGHS, CP-SAT and brute force: each OPTIMAL, replayed to its own objective with
+    a clean checker, and all three equal; returns the three optima."""
+    values = []
+    for solver in ("highs", "cpsat", "brute"):
+        res = solve(model(inst), solver=solver, time_limit=30)
+        assert res.status == Status.OPTIMAL
+        out = replay(inst, res.schedule)
+        assert objective(inst, out) == pytest.approx(res.objective, abs=1e-9)
+        assert check(inst, out) == []
+        values.append(res.objective)
+    assert values[0] == pytest.approx(values[1], abs=1e-9)
+    assert values[0] == pytest.approx(values[2], abs=1e-9)
+    return values

@@ -19,7 +19,7 @@ from slolab.models.tdg_bound import TdgHorizonBound
 from slolab.sim import check, metrics, replay
 from slolab.solvers import Status, build_model, solve
 from slolab.timing import LinearTiming
-from tdg_horizon_cases import TIMING, drawn_rows, horizon_instance, two_prompts
+from tdg_horizon_cases import TIMING, agreed_optimum, drawn_rows, horizon_instance, two_prompts
 
 
 def batch_instance(
@@ -44,22 +44,6 @@ def batch_instance(
     return Instance(
         "hand", wl, Cluster(servers=1, kv_capacity_tokens=10_000), TIMING, "tdg-batch", settings_
     )
-
-
-def agreed_optimum(model, inst: Instance, objective) -> list[float]:
-    """Solve with HiGHS, CP-SAT and brute force: each OPTIMAL, replayed to its own objective with
-    a clean checker, and all three equal; returns the three optima."""
-    values = []
-    for solver in ("highs", "cpsat", "brute"):
-        res = solve(model(inst), solver=solver, time_limit=30)
-        assert res.status == Status.OPTIMAL
-        out = replay(inst, res.schedule)
-        assert objective(inst, out) == pytest.approx(res.objective, abs=1e-9)
-        assert check(inst, out) == []
-        values.append(res.objective)
-    assert values[0] == pytest.approx(values[1], abs=1e-9)
-    assert values[0] == pytest.approx(values[2], abs=1e-9)
-    return values
 
 
 def hand_batch() -> Instance:

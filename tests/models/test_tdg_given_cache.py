@@ -24,7 +24,7 @@ from slolab.models.tdg_slice import TdgSlice
 from slolab.problems.tdg_horizon import horizon_window
 from slolab.sim import check, metrics, replay, run
 from slolab.solvers import Status, solve
-from tdg_horizon_cases import TIMING, horizon_instance
+from tdg_horizon_cases import TIMING, agreed_optimum, horizon_instance
 
 #: LP bounds carry their margins and the LP solvers' tolerances (as in the bound tests).
 TOL = 1e-5
@@ -45,19 +45,8 @@ def cached(inst: Instance, tokens) -> Instance:
 
 
 def agreed(model, inst: Instance, objective) -> float:
-    """HiGHS, CP-SAT and brute force: each OPTIMAL, its replay equal to its objective with a
-    clean checker, all three equal; returns the optimum."""
-    values = []
-    for solver in ("highs", "cpsat", "brute"):
-        res = solve(model(inst), solver=solver, time_limit=30)
-        assert res.status == Status.OPTIMAL
-        out = replay(inst, res.schedule)
-        assert objective(inst, out) == pytest.approx(res.objective, abs=1e-9)
-        assert check(inst, out) == []
-        values.append(res.objective)
-    assert values[1] == pytest.approx(values[0], abs=1e-9)
-    assert values[2] == pytest.approx(values[0], abs=1e-9)
-    return values[0]
+    """HiGHS, CP-SAT and brute force agree (:func:`agreed_optimum`); returns the optimum."""
+    return agreed_optimum(model, inst, objective)[0]
 
 
 @st.composite
