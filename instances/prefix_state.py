@@ -92,6 +92,33 @@ def cached_prefix(
     return out
 
 
+def cached_before(
+    workload: Workload,
+    rows: Sequence[int] | np.ndarray,
+    *,
+    block_tokens: int = HASH_ID_TOKENS,
+    capacity_tokens: int | None = None,
+) -> np.ndarray:
+    """The tokens each of ``workload``'s ``rows`` (in the order given) finds in the cache the
+    requests before them left: those arriving before the earliest row, the rows excluded,
+    replayed by :func:`replay_cache` with ``block_tokens`` and ``capacity_tokens``."""
+    given = np.asarray(rows, dtype=np.int64)
+    idx = np.unique(given)
+    if not len(idx):
+        raise ValueError("a given cache needs at least one row")
+    if idx[0] < 0 or idx[-1] >= len(workload):
+        raise ValueError(
+            f"rows must be in 0..{len(workload) - 1}, got {int(idx[0])}..{int(idx[-1])}"
+        )
+    first = float(workload.arrival_s[idx].min())
+    before = np.setdiff1d(np.flatnonzero(workload.arrival_s < first), idx)
+    resident = replay_cache(
+        workload.take(before), block_tokens=block_tokens, capacity_tokens=capacity_tokens
+    )
+    cached = cached_prefix(workload.take(idx), resident, block_tokens=block_tokens)
+    return cached[np.searchsorted(idx, given)]
+
+
 def given_cache(
     workload: Workload,
     rows: Sequence[int] | np.ndarray,
@@ -100,27 +127,13 @@ def given_cache(
     capacity_tokens: int | None = None,
 ) -> Workload:
     """The snapshot of ``workload``'s ``rows`` with its given cache: the rows (in arrival
-    order), with the column ``cached_tokens`` each finds in the cache the requests before
-    them left (those arriving before the first row, the rows excluded; :func:`replay_cache`
-    with ``block_tokens`` and ``capacity_tokens``). Arrivals are kept as they are: rezero them
-    afterwards if the snapshot starts at 0."""
+    order), with the column ``cached_tokens`` (:func:`cached_before`). Arrivals are kept as
+    they are: rezero them afterwards if the snapshot starts at 0."""
     idx = np.unique(np.asarray(rows, dtype=np.int64))
-    if not len(idx):
-        raise ValueError("given_cache needs at least one row")
-    if idx[0] < 0 or idx[-1] >= len(workload):
-        raise ValueError(
-            f"rows must be in 0..{len(workload) - 1}, got {int(idx[0])}..{int(idx[-1])}"
-        )
-    first = float(workload.arrival_s[idx[0]])
-    before = np.flatnonzero(workload.arrival_s < first)
-    before = np.setdiff1d(before, idx)
-    resident = replay_cache(
-        workload.take(before), block_tokens=block_tokens, capacity_tokens=capacity_tokens
+    cached = cached_before(
+        workload, idx, block_tokens=block_tokens, capacity_tokens=capacity_tokens
     )
-    window = workload.take(idx)
-    return window.with_columns(
-        **{CACHED_COLUMN: cached_prefix(window, resident, block_tokens=block_tokens)}
-    )
+    return workload.take(idx).with_columns(**{CACHED_COLUMN: cached})
 
 
 def pinned_tokens(window: Workload, *, block_tokens: int = HASH_ID_TOKENS) -> int:

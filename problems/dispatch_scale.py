@@ -236,7 +236,7 @@ def build(
     terms, :func:`request_work_s`), is :data:`LOADS` ``[load]`` of ``max_servers`` workers.
 
     ``cache`` gives the window the prefix cache its trace's earlier requests left (the column
-    ``cached_tokens``, :func:`slolab.instances.prefix_state.given_cache`, 512-token blocks,
+    ``cached_tokens``, :func:`slolab.instances.prefix_state.cached_before`, 512-token blocks,
     unbounded): it needs a ``trace`` with prompt block ids (Mooncake's ``hash_ids``).
     """
     from slolab.instances import Cluster, Instance, Workload, assign_slos, read_workload
@@ -298,10 +298,10 @@ def build(
         "task": stream["task"][rows],
     }
     if cache:
-        from slolab.instances.prefix_state import given_cache
+        from slolab.instances.prefix_state import cached_before
         from slolab.instances.records import CACHED_COLUMN
 
-        columns[CACHED_COLUMN] = given_cache(stream, rows)[CACHED_COLUMN]
+        columns[CACHED_COLUMN] = cached_before(stream, rows)
     window = Workload(columns, source=f"{source} rows {start}..{start + n - 1}")
     need = int((window.prompt_tokens + window.output_tokens).sum())
     cluster = Cluster(

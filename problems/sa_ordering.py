@@ -68,7 +68,7 @@ def sa_snapshot(
     ``cache=True`` gives the snapshot its given prefix cache (the workload's
     ``cached_tokens``, docs/engine.md, "A snapshot's given cache"): each request's prefix of
     the blocks the trace's requests before the cut left in an unbounded cache
-    (:func:`slolab.instances.prefix_state.given_cache`). It needs traces with prompt block ids
+    (:func:`slolab.instances.prefix_state.cached_before`). It needs traces with prompt block ids
     (Mooncake's ``hash_ids``), so a mixed snapshot of the two Azure traces cannot have one.
 
     References
@@ -76,7 +76,7 @@ def sa_snapshot(
     SA-ordering paper, Sec. 5.1 (workloads, SLOs).
     """
     from slolab.instances import Cluster, Instance, Workload, assign_slos, read_workload
-    from slolab.instances.prefix_state import given_cache
+    from slolab.instances.prefix_state import cached_before
     from slolab.instances.records import CACHED_COLUMN
     from slolab.timing import resolve_timing
 
@@ -103,7 +103,7 @@ def sa_snapshot(
         rows = _snapshot_rows(wl, count, rng, max_tokens)
         parts.append((wl, rows, task))
         if cache:
-            cached_parts.append(np.asarray(given_cache(wl, rows)[CACHED_COLUMN]))
+            cached_parts.append(cached_before(wl, rows))
     prompt = np.concatenate([wl.prompt_tokens[rows] for wl, rows, _ in parts])
     output = np.concatenate([wl.output_tokens[rows] for wl, rows, _ in parts])
     tasks = np.concatenate([np.full(len(rows), t) for _, rows, t in parts])

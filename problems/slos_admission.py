@@ -53,7 +53,7 @@ def slos_snapshot(
     ``seed``).
 
     With ``cache`` each new request gets the prefix the trace's earlier requests left in the
-    cache (:func:`slolab.instances.prefix_state.given_cache` on the new rows: every request
+    cache (:func:`slolab.instances.prefix_state.cached_before` on the new rows: every request
     before them, the running ones included, touches its prompt's blocks), as the column
     ``cached_tokens``; running requests get 0 (they are warm-started holding their KV), and the
     default capacity counts the new requests' uncached need. It needs a trace with prompt
@@ -64,8 +64,7 @@ def slos_snapshot(
     SLOs-Serve, Sec. 3.2.1 (the scheduler call: running requests are forced, new ones admitted).
     """
     from slolab.instances import Cluster, assign_slos, read_workload
-    from slolab.instances.prefix_state import given_cache
-    from slolab.instances.records import cached_prompt_tokens
+    from slolab.instances.prefix_state import cached_before
     from slolab.models.slos_admission import snapshot_instance
     from slolab.timing import resolve_timing
 
@@ -99,7 +98,7 @@ def slos_snapshot(
     kv = wl.prompt_tokens[rows] + out
     cached = np.zeros(total, dtype=np.int64)
     if cache:
-        cached[running:] = cached_prompt_tokens(given_cache(wl, new_rows))
+        cached[running:] = cached_before(wl, new_rows)
     capacity = kv_capacity_tokens
     if capacity is None:
         capacity = int(kv[:running].sum() + 0.6 * (kv - cached)[running:].sum())

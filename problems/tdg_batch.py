@@ -66,7 +66,7 @@ def with_given_cache(snapshot: Instance, trace: Workload) -> Instance:
     """``snapshot`` with the prefix cache its trace's earlier requests left, as the column
     ``cached_tokens`` (docs/engine.md, "A snapshot's given cache").
 
-    :func:`slolab.instances.prefix_state.given_cache` over the snapshot's trace rows replays
+    :func:`slolab.instances.prefix_state.cached_before` over the snapshot's trace rows replays
     every request of the trace arriving before the first of them (unbounded LRU, 512-token
     blocks); each waiting request then finds its cached prefix when it starts, a running one
     keeps 0 (its KV is its own). The queue itself is the one captured without the cache.
@@ -75,16 +75,14 @@ def with_given_cache(snapshot: Instance, trace: Workload) -> Instance:
     """
     import dataclasses
 
-    from slolab.instances.prefix_state import given_cache
+    from slolab.instances.prefix_state import cached_before
     from slolab.instances.records import CACHED_COLUMN
 
     wl = snapshot.workload
     rows = np.asarray(wl["trace_row"], dtype=np.int64)
     if not np.array_equal(trace.prompt_tokens[rows], wl.prompt_tokens):
         raise ValueError(f"the snapshot's trace_row column does not index {trace.source}")
-    cached = np.asarray(given_cache(trace, rows)[CACHED_COLUMN], dtype=np.int64)
-    # given_cache returns the rows sorted; the snapshot's are in arrival order, map them back
-    cached = cached[np.searchsorted(np.unique(rows), rows)]
+    cached = cached_before(trace, rows)
     cached = np.where(np.asarray(wl["running"], dtype=bool), 0, cached)
     workload = wl.with_columns(**{CACHED_COLUMN: cached})
     name = f"{snapshot.name}-cached"

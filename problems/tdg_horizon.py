@@ -168,7 +168,7 @@ def horizon_window(
     (:data:`KEEP_OUTPUTS`). SLOs, priorities and weights as :func:`proserve_workload`.
 
     ``cache=True`` gives the window the cache its trace's earlier requests left
-    (:func:`slolab.instances.prefix_state.given_cache`: an unbounded LRU replay of every request
+    (:func:`slolab.instances.prefix_state.cached_before`: an unbounded LRU replay of every request
     arriving before the window, 512-token blocks): each request's ``cached_tokens``, which
     every tdg-horizon model and the engine take as given (docs/engine.md, "A snapshot's given
     cache"). It needs a trace with ``hash_ids`` (Mooncake); off, the window is as before.
@@ -217,10 +217,10 @@ def horizon_window(
     for key in ("ttft_slo_s", "tpot_slo_s", "e2e_slo_s", "priority", "tier"):
         columns[key] = wl[key][rows]
     if cache:
-        from slolab.instances.prefix_state import given_cache
+        from slolab.instances.prefix_state import cached_before
         from slolab.instances.records import CACHED_COLUMN
 
-        columns[CACHED_COLUMN] = given_cache(wl, rows)[CACHED_COLUMN]
+        columns[CACHED_COLUMN] = cached_before(wl, rows)
     window = Workload(columns, source=f"{wl.source} rows {start}..{start + n - 1}")
     need = int((prompt + output).sum())
     cluster = Cluster(servers=1, kv_capacity_tokens=max(200_000, need))

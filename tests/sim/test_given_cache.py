@@ -12,6 +12,7 @@ from sim_cases import random_instance
 from slolab.heuristics.baselines import PrefillFirstFCFS, SarathiFCFS
 from slolab.heuristics.policies import make_scheduler
 from slolab.instances.prefix_state import (
+    cached_before,
     cached_prefix,
     given_cache,
     pinned_tokens,
@@ -189,6 +190,8 @@ def test_the_builder_replays_the_cache_before_the_snapshot():
     assert given_cache(wl, [3, 4], capacity_tokens=1024)["cached_tokens"].tolist() == [0, 512]
     # with no history, nothing is cached
     assert given_cache(wl, [0, 1])["cached_tokens"].tolist() == [0, 0]
+    # cached_before keeps the rows' order (given_cache's snapshot is in arrival order)
+    assert cached_before(wl, [4, 3]).tolist() == [512, 1024]
 
 
 def test_the_builder_touches_blocks_least_recent_first():
