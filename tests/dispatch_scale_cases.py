@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from slolab.instances.records import Cluster, Instance, Workload
 from slolab.problems import build_instance
+from slolab.sim import check, replay
+from slolab.solvers import Status, solve
 from slolab.timing import LinearTiming
 
 # 10 ms per iteration, 1 ms per prompt token, 2 ms per decode token
@@ -61,3 +64,13 @@ def azure_window(trace: str, n: int):
         cost_weight=0.002,
         seed=1,
     )
+
+
+def solved(model, solver: str):
+    """A solve whose schedule replays to its objective with a clean checker."""
+    res = solve(model, solver=solver, time_limit=60)
+    assert res.status == Status.OPTIMAL, (solver, res.status)
+    out = replay(model.instance, res.schedule)
+    assert check(model.instance, out) == []
+    assert model.evaluate(res.schedule) == pytest.approx(res.objective, abs=1e-12)
+    return res, out

@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from dispatch_scale_cases import window
+from dispatch_scale_cases import solved, window
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from slolab.harness.compare import compare
@@ -36,16 +36,6 @@ ATTENTION = LinearTiming(
     },
     name="round-attention",
 )
-
-
-def solved(model, solver: str):
-    """A solve whose schedule replays to its objective with a clean checker."""
-    res = solve(model, solver=solver, time_limit=60)
-    assert res.status == Status.OPTIMAL, (solver, res.status)
-    out = replay(model.instance, res.schedule)
-    assert check(model.instance, out) == []
-    assert model.evaluate(res.schedule) == pytest.approx(res.objective, abs=1e-12)
-    return res, out
 
 
 def test_cached_prefix_prefill_and_whole_context_decode_by_hand():

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from dispatch_scale_cases import ROUND, window
+from dispatch_scale_cases import ROUND, solved, window
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from slolab.harness.compare import compare
@@ -25,16 +25,6 @@ from slolab.timing import LinearTiming, preset
 from slolab.timing.forms import RooflineTiming, phase_affine
 
 SOLVERS = ("highs", "cpsat", "brute")
-
-
-def solved(model, solver: str):
-    """A solve whose schedule replays to its objective with a clean checker."""
-    res = solve(model, solver=solver, time_limit=60)
-    assert res.status == Status.OPTIMAL, (solver, res.status)
-    out = replay(model.instance, res.schedule)
-    assert check(model.instance, out) == []
-    assert model.evaluate(res.schedule) == pytest.approx(res.objective, abs=1e-12)
-    return res, out
 
 
 def test_two_requests_on_one_worker_by_hand():
