@@ -9,7 +9,8 @@ Sections (each row printed and written to ``benchmarks/out/prefix_cache.csv``):
 - ``speed``: the first ``--limit`` requests at ``--rate`` req/s (the trace's arrivals
   time-scaled) under Sarathi with least-loaded routing on ``--servers`` servers, caching off
   and on (512-token blocks), the engine's CPU time (the run, not reading the trace) best of
-  ``--repeat``, and their ratio;
+  ``--repeat`` rounds (each round runs caching off and on, one after the other), and their
+  ratio;
 - ``router``: the same runs with caching on under round robin, least-loaded and the
   cache-aware router: hit rate, prefill tokens saved, attainment, TTFT p50, mean e2e;
 - ``capacity``: ``slolab capacity``'s search (90% deadline attainment, Poisson arrivals: the
@@ -86,18 +87,28 @@ def setup(
 
 
 def simulate(args: argparse.Namespace, cache: str, router: str | None) -> tuple[dict, float]:
-    best = float("inf")
-    summary: dict = {}
+    return simulate_each(args, [cache], router)[0]
+
+
+def simulate_each(
+    args: argparse.Namespace, caches: list[str], router: str | None
+) -> list[tuple[dict, float]]:
+    """Each of ``caches``' run, its summary and its best CPU time over ``--repeat`` rounds. A
+    round runs every cache setting once, so a change in the machine's load hits them alike."""
+    prepared = [
+        setup(args, cache, router).prepare(setup(args, cache, router).instance(args.rate))
+        for cache in caches
+    ]
+    best = [float("inf")] * len(caches)
+    summaries: list[dict] = [{} for _ in caches]
     for _ in range(args.repeat):
-        instance, sched = setup(args, cache, router).prepare(
-            setup(args, cache, router).instance(args.rate)
-        )
-        # the engine's run only (reading the trace and its block ids is not timed)
-        cpu0 = time.process_time()
-        outcome = sched.run(instance, seed=0, record_iterations=False)
-        best = min(best, time.process_time() - cpu0)
-        summary = metrics.summary(instance, outcome)
-    return summary, best
+        for i, (instance, sched) in enumerate(prepared):
+            # the engine's run only (reading the trace and its block ids is not timed)
+            cpu0 = time.process_time()
+            outcome = sched.run(instance, seed=0, record_iterations=False)
+            best[i] = min(best[i], time.process_time() - cpu0)
+            summaries[i] = metrics.summary(instance, outcome)
+    return list(zip(summaries, best, strict=True))
 
 
 def row_of(section: str, cache: str, router: str, summary: dict, cpu_s: float) -> dict:
@@ -141,8 +152,7 @@ def main() -> None:
 
     reuse = trace_reuse()
     emit(reuse)
-    off, cpu_off = simulate(args, "off", "least-loaded")
-    on, cpu_on = simulate(args, "auto", "least-loaded")
+    (off, cpu_off), (on, cpu_on) = simulate_each(args, ["off", "auto"], "least-loaded")
     emit(row_of("speed", "off", "least-loaded", off, cpu_off))
     emit(row_of("speed", "512", "least-loaded", on, cpu_on))
     emit({"section": "speed", "ratio_on_over_off": cpu_on / cpu_off})

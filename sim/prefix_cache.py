@@ -30,6 +30,8 @@ independently (:func:`slolab.sim.check`).
 
 from __future__ import annotations
 
+import array
+import itertools
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,6 +45,9 @@ if TYPE_CHECKING:
     from slolab.instances.records import Instance, Workload
     from slolab.sim.outcome import Outcome
 
+
+#: A prefilled count no request reaches (PrefixCaching.edge of a prompt with no block to come).
+NEVER = 1 << 62
 
 #: Keys of a prompt's full blocks from its 512-token ids (``block_keys(hash_ids, prompt_tokens,
 #: block_tokens)``; the snapshot builder keys them the same way).
@@ -70,9 +75,8 @@ def hash_ids_error(ids: Any, prompt_tokens: int, *, items: bool = True) -> str:
 
 
 def workload_block_ids(workload: Workload) -> np.ndarray:
-    """The ``hash_ids`` column, checked (ValueError naming the row otherwise): a list per
-    row with one id per started 512-token block (the items are checked as each request's
-    block keys are first read, :meth:`PrefixCaching.keys`)."""
+    """The ``hash_ids`` column, checked (ValueError naming the first bad row otherwise): a
+    list of integers per row with one id per started 512-token block."""
     if "hash_ids" not in workload:
         raise ValueError(
             "prefix caching needs the workload's hash_ids column (Mooncake's prompt block ids, "
@@ -80,11 +84,26 @@ def workload_block_ids(workload: Workload) -> np.ndarray:
         )
     ids = workload["hash_ids"]
     prompt = workload.prompt_tokens
+    if plain_block_ids(ids, prompt):
+        return ids
     for r in range(len(workload)):
-        why = hash_ids_error(ids[r], int(prompt[r]), items=False)
+        why = hash_ids_error(ids[r], int(prompt[r]))
         if why:
             raise ValueError(f"{why} (row {r})")
     return ids
+
+
+def plain_block_ids(ids: Any, prompt_tokens: np.ndarray) -> bool:
+    """True if every row of ``ids`` is a list of plain ``int`` with one id per started
+    512-token block of its prompt (the trace's lists: checked at C speed, a pass over every
+    id at once); False says nothing (a row may still pass :func:`hash_ids_error`)."""
+    if not all(type(x) is list for x in ids):
+        return False
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    blocks = -(-np.asarray(prompt_tokens, dtype=np.int64) // HASH_ID_TOKENS)
+    return bool(np.array_equal(lengths, blocks)) and set(
+        map(type, itertools.chain.from_iterable(ids))
+    ) <= {int}
 
 
 class ServerCache:
@@ -113,14 +132,14 @@ class ServerCache:
         self,
         block_tokens: int,
         server: int = -1,
-        evict_runs: list[tuple[int, float, int]] | None = None,
+        evict_runs: array.array | None = None,
     ) -> None:
         self.block_tokens = block_tokens
         # the server it belongs to, the keys of its evicted blocks in order, and the run's log
         # of evictions it appends to (shared by the servers' caches: PrefixCaching.evict_runs)
         self.server = server
         self.evicted_keys: list[int] = []
-        self.evict_runs: list[tuple[int, float, int]] = [] if evict_runs is None else evict_runs
+        self.evict_runs = array.array("d") if evict_runs is None else evict_runs
         # resident blocks: key -> number of running requests using it (0: unreferenced)
         self.ref: dict[int, int] = {}
         # unreferenced resident blocks, least recently released first (an OrderedDict: taking
@@ -190,10 +209,12 @@ class ServerCache:
         del self.lru[key]
         return True
 
-    def release(self, keys: list[int]) -> None:
-        """A request stops using ``keys``: released from the last to the first."""
+    def release(self, keys: list[int], n: int) -> None:
+        """A request stops using the first ``n`` of ``keys``: released from the last to the
+        first."""
         ref, lru, b = self.ref, self.lru, self.block_tokens
-        for key in reversed(keys):
+        for i in range(n - 1, -1, -1):
+            key = keys[i]
             users = ref[key] - 1
             ref[key] = users
             if users:
@@ -215,7 +236,7 @@ class ServerCache:
             return
         self.unswept += n
         self.evictions += n
-        self.evict_runs.append((self.server, now, n))
+        self.evict_runs.extend((self.server, now, n))
         if self.memo:
             self.memo.clear()
 
@@ -229,17 +250,27 @@ class PrefixCaching:
         wl = instance.workload
         self.ids = workload_block_ids(wl)
         self.prompt: list[int] = wl.prompt_tokens.tolist()
+        # every row a list of plain ints (checked): a prompt's keys at 512-token blocks are
+        # the first ids themselves, a slice of the row
+        self._slice = self.block_tokens == HASH_ID_TOKENS and plain_block_ids(
+            self.ids, wl.prompt_tokens
+        )
         n = len(wl)
         self._keys: list[list[int] | None] = [None] * n
-        # blocks each request uses on its current server, and the index of its next block
-        self.pins: list[list[int]] = [[] for _ in range(n)]
+        # blocks each request uses on its current server (the first ``pinned[r]`` of its
+        # keys: a request takes over a cached prefix and adds its blocks in order; 0 once it
+        # releases them), and the index of its next block
+        self.pinned = [0] * n
         self.next_block = [0] * n
+        # prefilled tokens at which request r's next full prompt block is complete (past the
+        # prompt's last full block: never), kept with next_block by edge_after
+        self.edge = [self.edge_after(r, 0) for r in range(n)]
         # admitted with its hit applied (until a preemption): its remaining prefill is its own
         self.admitted = [False] * n
         self.hit_log: list[tuple[int, int, float, int, int]] = []
         # evictions: one entry (server, time, blocks) per batch of blocks a server evicted
         # together (record() repeats each over its blocks, whose keys each cache keeps)
-        self.evict_runs: list[tuple[int, float, int]] = []
+        self.evict_runs = array.array("d")
 
     def new_cache(self, server: int) -> ServerCache:
         """The block cache of server ``server``, logging its evictions in this run's logs."""
@@ -249,11 +280,22 @@ class PrefixCaching:
         """Keys of request ``r``'s full prompt blocks."""
         k = self._keys[r]
         if k is None:
-            why = hash_ids_error(self.ids[r], self.prompt[r])
-            if why:
-                raise ValueError(f"{why} (row {r})")
-            k = self._keys[r] = block_keys(self.ids[r], self.prompt[r], self.block_tokens)
+            if self._slice:
+                k = self.ids[r][: self.prompt[r] // HASH_ID_TOKENS]
+            else:
+                k = block_keys(self.ids[r], self.prompt[r], self.block_tokens)
+            self._keys[r] = k
         return k
+
+    def pinned_keys(self, r: int) -> list[int]:
+        """Keys of the blocks request ``r`` uses on its server (none once it released them)."""
+        return self.keys(r)[: self.pinned[r]]
+
+    def edge_after(self, r: int, blocks: int) -> int:
+        """Prefilled tokens at which request ``r``, its first ``blocks`` prompt blocks
+        resident, completes its next full block (past the prompt's full blocks: never)."""
+        edge = (blocks + 1) * self.block_tokens
+        return edge if edge <= self.prompt[r] else NEVER
 
     def hit_limit(self, r: int) -> int:
         """Most blocks a hit of request ``r`` covers: those inside its first ``prompt - 1``
@@ -273,9 +315,10 @@ class PrefixCaching:
     def record(self, servers: int, caches: Sequence[ServerCache | None]) -> PrefixCacheLog:
         """The run's :class:`PrefixCacheLog`."""
         hits = self.hit_log
-        runs = self.evict_runs
-        counts = np.array([x[2] for x in runs], dtype=np.int64)
-        evict_server = np.repeat(np.array([x[0] for x in runs], dtype=np.int64), counts)
+        # one row (server, time, blocks) per batch of blocks a server evicted together
+        runs = np.frombuffer(self.evict_runs, dtype=float).reshape(-1, 3)
+        counts = runs[:, 2].astype(np.int64)
+        evict_server = np.repeat(runs[:, 0].astype(np.int64), counts)
         # each server's evicted keys, in its order, at its places in the run's order
         evict_block = np.zeros(len(evict_server), dtype=np.int64)
         stats = np.zeros((servers, 6), dtype=np.int64)
@@ -299,7 +342,7 @@ class PrefixCaching:
             hit_tokens=np.array([h[3] for h in hits], dtype=np.int64),
             queried_tokens=np.array([h[4] for h in hits], dtype=np.int64),
             evict_server=evict_server,
-            evict_s=np.repeat(np.array([x[1] for x in runs], dtype=float), counts),
+            evict_s=np.repeat(runs[:, 1].copy(), counts),
             evict_block=evict_block,
             server_stats=stats,
         )

@@ -40,8 +40,9 @@ class Caching(EngineCore):
         cache.miss_blocks += max(limit, 0) - k
         cache.hit_tokens += skip
         cache.queried_tokens += target
-        pc.pins[r] = keys[:k]
+        pc.pinned[r] = k
         pc.next_block[r] = k
+        pc.edge[r] = pc.edge_after(r, k)
         pc.admitted[r] = True
         pc.hit_log.append((r, server.id, self.now, skip, target))
         if skip:
@@ -57,12 +58,13 @@ class Caching(EngineCore):
         pc = self.prefix
         next_block = pc.next_block
         j = next_block[r]
-        next_block[r] = done
-        added = pc.keys(r)[j:done]
-        pc.pins[r].extend(added)
+        next_block[r] = pc.pinned[r] = done
+        pc.edge[r] = pc.edge_after(r, done)
+        keys = pc.keys(r)
         ref = cache.ref
         new = False
-        for key in added:
+        for i in range(j, done):
+            key = keys[i]
             # a new resident block, or ServerCache.pin of a resident one (inline: the hot path)
             users = ref.get(key)
             if users == 0 and cache.unswept:
@@ -86,8 +88,8 @@ class Caching(EngineCore):
         """Request ``r`` leaves ``server`` (finished, preempted, or its prefill handed on): its
         blocks stay resident, unreferenced unless another request uses them."""
         pc = self.prefix
-        cache.release(pc.pins[r])
-        pc.pins[r] = []
+        cache.release(pc.keys(r), pc.pinned[r])
+        pc.pinned[r] = 0
         server.kv_shared = cache.shared
 
     def _evict_over(self, server: ServerState, cache: ServerCache, extra: int) -> None:

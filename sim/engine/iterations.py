@@ -118,6 +118,7 @@ class Iterations(Caching):
             self._cache_release(server, cache, r)
             self.prefix.admitted[r] = False
             self.prefix.next_block[r] = 0
+            self.prefix.edge[r] = self.prefix.edge_after(r, 0)
         if self.given_on[r]:
             self._given_release(server, r)
         server.kv -= self.kv_held(r)
@@ -520,16 +521,14 @@ class Iterations(Caching):
         # prefill chunks
         cache = server.cache
         if cache is not None:
-            next_block, prompt, b = self.prefix.next_block, self.prefix.prompt, cache.block_tokens
+            edge, prompt, b = self.prefix.edge, self.prefix.prompt, cache.block_tokens
         for r, c in zip(p.prefill_ids, p.prefill_tokens, strict=True):
             prefilled[r] += c
             self.held[r] += c
-            if cache is not None:
-                # the prompt's full blocks its prefill has completed
+            if cache is not None and prefilled[r] >= edge[r]:
+                # the prompt's full blocks its prefill has completed (one more at least)
                 done = int(prefilled[r])
-                done = (done if done < prompt[r] else prompt[r]) // b
-                if done > next_block[r]:
-                    self._cache_add(server, cache, r, done)
+                self._cache_add(server, cache, r, (done if done < prompt[r] else prompt[r]) // b)
             if prefilled[r] == self.prefill_target[r]:
                 self.token_times[self.offsets[r] + gen[r]] = end
                 gen[r] += 1

@@ -425,7 +425,7 @@ class Server:
             return freed
         uses: dict[int, int] = {}
         for r in victims:
-            for key in e.prefix.pins[r]:  # type: ignore[union-attr]
+            for key in e.prefix.pinned_keys(r):  # type: ignore[union-attr]
                 uses[key] = uses.get(key, 0) + 1
         ref = cache.ref
         # a block of u users, v of them victims, is counted v times in the victims' holdings:

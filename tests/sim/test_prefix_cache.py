@@ -215,7 +215,7 @@ class _Watched(SarathiFCFS):
                 ref = dict(cache.ref)
                 shared = cache.shared
                 for r in victims:
-                    for key in e.prefix.pins[r]:
+                    for key in e.prefix.pinned_keys(r):
                         users = ref[key] - 1
                         ref[key] = users
                         if users:
@@ -323,3 +323,36 @@ def test_idle_oracle_with_a_cache_bounds_every_request_of_a_run(seed):
     # sparse arrivals: a dozen or more requests hit the cache and beat the cache-blind oracle,
     # which is why it could not stay the bound with caching on
     assert (out.first_token_s < blind.first_token_s - 1e-9).sum() >= 10
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        # the second row's only request is never the one admitted first: every row is checked
+        # before the run starts
+        ([[7], [9, "x"]], r"hash_ids must be a list of integers, got \[9, 'x'\] \(row 1\)"),
+        ([[7], [True]], r"hash_ids must be a list of integers, got \[True\] \(row 1\)"),
+        ([[7], [9, 10]], r"one id per 512-token block .* got 2 \(row 1\)"),
+    ],
+)
+def test_bad_block_ids_are_refused_before_the_run(ids, message):
+    """A workload's hash_ids are checked row by row when the run starts: a non-integer id or a
+    wrong count names the row, whichever request reaches the cache."""
+    inst = instance([40, 40], [1, 1], [0.0, 1.0], ids)
+    with pytest.raises(ValueError, match=message):
+        run(inst, PrefillFirstFCFS(), seed=0)
+
+
+def test_numpy_integer_block_ids_run_as_plain_ones():
+    """Ids held as numpy integers (not the trace's plain ints) take the row-by-row check and
+    key the same blocks: the same hits as plain ints."""
+    plain = instance([40, 40], [2, 1], [0.0, 1.0], [[7], [7]])
+    wl = plain.workload
+    as_numpy = np.array(
+        [np.array(x, dtype=np.int64) for x in wl["hash_ids"]] + [None], dtype=object
+    )
+    numpy_ids = dataclasses.replace(plain, workload=wl.with_columns(hash_ids=as_numpy[:-1]))
+    a = run(plain, PrefillFirstFCFS(), seed=0)
+    b = run(numpy_ids, PrefillFirstFCFS(), seed=0)
+    assert cache_log(a).hit_tokens.tolist() == cache_log(b).hit_tokens.tolist() == [0, 32]
+    assert check(numpy_ids, b) == []
