@@ -74,9 +74,10 @@ def hash_ids_error(ids: Any, prompt_tokens: int, *, items: bool = True) -> str:
     return ""
 
 
-def workload_block_ids(workload: Workload) -> np.ndarray:
+def workload_block_ids(workload: Workload) -> tuple[np.ndarray, bool]:
     """The ``hash_ids`` column, checked (ValueError naming the first bad row otherwise): a
-    list of integers per row with one id per started 512-token block."""
+    list of integers per row with one id per started 512-token block; and whether every row
+    is a list of plain ``int`` (:func:`plain_block_ids`)."""
     if "hash_ids" not in workload:
         raise ValueError(
             "prefix caching needs the workload's hash_ids column (Mooncake's prompt block ids, "
@@ -85,12 +86,12 @@ def workload_block_ids(workload: Workload) -> np.ndarray:
     ids = workload["hash_ids"]
     prompt = workload.prompt_tokens
     if plain_block_ids(ids, prompt):
-        return ids
+        return ids, True
     for r in range(len(workload)):
         why = hash_ids_error(ids[r], int(prompt[r]))
         if why:
             raise ValueError(f"{why} (row {r})")
-    return ids
+    return ids, False
 
 
 def plain_block_ids(ids: Any, prompt_tokens: np.ndarray) -> bool:
@@ -248,13 +249,11 @@ class PrefixCaching:
     def __init__(self, instance: Instance) -> None:
         self.block_tokens = int(instance.cluster.prefix_block_tokens)
         wl = instance.workload
-        self.ids = workload_block_ids(wl)
+        self.ids, plain = workload_block_ids(wl)
         self.prompt: list[int] = wl.prompt_tokens.tolist()
-        # every row a list of plain ints (checked): a prompt's keys at 512-token blocks are
-        # the first ids themselves, a slice of the row
-        self._slice = self.block_tokens == HASH_ID_TOKENS and plain_block_ids(
-            self.ids, wl.prompt_tokens
-        )
+        # every row a list of plain ints: a prompt's keys at 512-token blocks are the first
+        # ids themselves, a slice of the row
+        self._slice = plain and self.block_tokens == HASH_ID_TOKENS
         n = len(wl)
         self._keys: list[list[int] | None] = [None] * n
         # blocks each request uses on its current server (the first ``pinned[r]`` of its
