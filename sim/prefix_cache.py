@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import array
 import itertools
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -143,9 +142,13 @@ class ServerCache:
         self.evict_runs = array.array("d") if evict_runs is None else evict_runs
         # resident blocks: key -> number of running requests using it (0: unreferenced)
         self.ref: dict[int, int] = {}
-        # unreferenced resident blocks, least recently released first (an OrderedDict: taking
-        # the first of a plain dict again and again scans the holes its deletions leave)
-        self.lru: OrderedDict[int, None] = OrderedDict()
+        # unreferenced resident blocks, least recently released first: a plain dict keeps its
+        # keys in insertion order, a key deleted and set again goes last. Its head is read
+        # only by a sweep, which takes every evicted block at once (the holes deletions leave
+        # at a dict's head are scanned once per sweep, not once per block); an OrderedDict
+        # allocates a node per key, and the run ran slower beside those (benchmarks/
+        # prefix_cache.py)
+        self.lru: dict[int, None] = {}
         # KV tokens counted more than once in the requests' holdings: (users - 1) * b per block
         self.shared = 0
         # request -> its cached tokens (PrefixCaching.cached_tokens), emptied whenever a block
@@ -173,13 +176,13 @@ class ServerCache:
     def sweep(self) -> None:
         """Take the evicted blocks off the head of ``lru`` and out of ``ref``, their keys
         appended to ``evicted_keys`` in the order they were evicted."""
-        n = self.unswept
+        lru, ref = self.lru, self.ref
+        gone = list(itertools.islice(lru, self.unswept))
         self.unswept = 0
-        pop, ref, append = self.lru.popitem, self.ref, self.evicted_keys.append
-        for _ in range(n):
-            key = pop(False)[0]
+        for key in gone:
+            del lru[key]
             del ref[key]
-            append(key)
+        self.evicted_keys += gone
 
     def cached_blocks(self, keys: list[int], limit: int, lru_budget: int | None = None) -> int:
         """How many of the first ``limit`` ``keys`` are resident, counted from the first; with
@@ -223,18 +226,21 @@ class ServerCache:
             else:
                 lru[key] = None
 
-    def evict(self, excess_tokens: int, now: float) -> None:
-        """Unreferenced blocks leave, least recently released first, until ``excess_tokens``
-        are freed (or none is left), logged at time ``now`` (one entry ``(server, now,
+    def evict_over(self, held_tokens: int, capacity: int, now: float) -> None:
+        """Unreferenced blocks leave, least recently released first, until they and
+        ``held_tokens`` (the running requests', each shared block once, and any to come) fit
+        ``capacity`` (or none is left), logged at time ``now`` (one entry ``(server, now,
         blocks)`` in ``evict_runs``; their keys reach ``evicted_keys`` when swept)."""
+        left = len(self.lru) - self.unswept
+        b = self.block_tokens
+        excess = held_tokens + left * b - capacity
+        if excess <= 0 or not left:
+            return
         # the blocks a block at a time would take: ceil(excess / b), as many as there are (a
         # conditional: the builtin min parses its keywords on every call)
-        n = -(-excess_tokens // self.block_tokens)
-        left = len(self.lru) - self.unswept
+        n = -(-excess // b)
         if n > left:
             n = left
-        if n <= 0:
-            return
         self.unswept += n
         self.evictions += n
         self.evict_runs.extend((self.server, now, n))

@@ -92,20 +92,6 @@ class Caching(EngineCore):
         pc.pinned[r] = 0
         server.kv_shared = cache.shared
 
-    def _evict_over(self, server: ServerState, cache: ServerCache, extra: int) -> None:
-        """Evict unreferenced blocks of ``server`` until its resident KV fits its capacity: the
-        running requests' (each shared block once), the unreferenced blocks' and ``extra``
-        tokens to come (a decode window's later iterations)."""
-        excess = (
-            server.kv
-            - server.kv_shared
-            + (len(cache.lru) - cache.unswept) * cache.block_tokens
-            + extra
-            - server.kv_capacity
-        )
-        if excess > 0:
-            cache.evict(excess, self.now)
-
     def _given_admit(self, server: ServerState, r: int, c: int) -> int:
         """Request ``r`` (waiting, nothing prefilled) starts its prefill on ``server`` with
         the snapshot's given cache: its cached prompt tokens count as prefilled and held (the

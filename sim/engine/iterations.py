@@ -238,7 +238,9 @@ class Iterations(Caching):
             )
         server.kv += alloc
         if cache is not None:
-            self._evict_over(server, cache, 0)
+            # the resident KV fits the capacity: the running requests' and the unreferenced
+            # blocks'
+            cache.evict_over(used + alloc, server.kv_capacity, now)
         row = [0.0] * N_FEATURES
         row[F_PREFILL_TOKENS] = float(prefill_tokens)
         row[F_DECODE_TOKENS] = row[F_NUM_DECODE] = float(len(dids))
@@ -359,7 +361,7 @@ class Iterations(Caching):
         cache = server.cache
         if cache is not None:
             # the window's memory is taken at its start (its later iterations' tokens too)
-            self._evict_over(server, cache, s * (k - 1))
+            cache.evict_over(server.kv - server.kv_shared + s * (k - 1), server.kv_capacity, now)
         server.window = DecodeWindow(
             ids, times[:-1], times[1:], dur, f, server.kv - server.kv_shared, extendable, wake_at_s
         )
