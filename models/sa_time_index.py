@@ -375,14 +375,25 @@ class TimeIndexedMaster(NgPricing):
         self, arcs: list[tuple[int, int, np.ndarray, np.ndarray, float, np.ndarray]]
     ) -> np.ndarray:
         """``(N + 1, ticks)``: the least cost of a path from each node to a sink, repeats
-        allowed (a lower bound on every ng-feasible or elementary completion)."""
+        allowed (a lower bound on every ng-feasible or elementary completion). The arcs of one
+        size are stacked, so each position takes one array operation per size."""
         n = self.n
         done = np.full((n + 1, self.late + 1), math.inf)
         done[n] = 0.0
+        by_size = [
+            (
+                s,
+                np.stack([a[2] for a in arcs if a[0] == s]),
+                np.stack([a[3] for a in arcs if a[0] == s]),
+                np.array([a[4] for a in arcs if a[0] == s])[:, None],
+            )
+            for s in sorted({a[0] for a in arcs})
+        ]
         for q in range(n - 1, -1, -1):
-            for s, _, sets, end, d, _ in arcs:
+            for s, sets, end, d in by_size:
                 if q + s <= n:
-                    np.minimum(done[q], sets + d * (n - q - s) + done[q + s, end], out=done[q])
+                    cand = sets + d * (n - q - s) + done[q + s][end]
+                    np.minimum(done[q], cand.min(axis=0), out=done[q])
         return done
 
     def _price_plain(

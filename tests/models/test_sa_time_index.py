@@ -204,7 +204,7 @@ def test_ng_pricing_is_the_least_over_ng_feasible_paths(seed, n, b):
     reduced cost equals the least over the listed paths the memory rule admits, its best path
     is one of them with that cost, also when a round tries it first (``exact_first``); at
     ng_size = N those are the elementary paths (the plans); ng_size = 0 is the programme
-    without memory (the least over every path)."""
+    without memory (the least over every path), and so is the backward pass from (0, 0)."""
     problem = as_problem(random_ordering_instance(seed, n, b))
     plain = TimeIndexedMaster(problem, ratio=1.0, step_s=0.05)
     paths = list(_listed_paths(plain))
@@ -218,6 +218,10 @@ def test_ng_pricing_is_the_least_over_ng_feasible_paths(seed, n, b):
 
         rc = np.array([reduced(p) for p in paths])
         assert plain.price(duals)[1] == pytest.approx(rc.min(), abs=1e-9)
+        # the backward pass (the completion bound of the ng programme) from (0, 0) less sigma
+        # is the same least
+        done = plain.completion(plain._arcs(duals))
+        assert done[0, 0] - duals[n] == pytest.approx(rc.min(), abs=1e-9)
         for size in (1, 2, n):
             master = TimeIndexedMaster(problem, ratio=1.0, step_s=0.05, ng_size=size)
             admitted = np.array([_ng_feasible(master, p) for p in paths])
