@@ -36,7 +36,8 @@
    count. ``--cuts-only`` runs this part alone and writes ``benchmarks/out/sa_ordering_cuts.csv``.
 7. With ``--ti-only``: the time-indexed network's bound (docs/sa_ordering.md Sec. 6) on
    ``--ti-snapshots`` within ``--ti-limit`` seconds each on a grid of ``--ti-step`` seconds,
-   with ng-route memory of ``--ti-ng`` requests (0: none, the default); writes
+   with ng-route memory of ``--ti-ng`` requests (0: none, the default), with
+   ``--ti-ng-warm SHARE`` priced without memory first (up to that share of the limit); writes
    ``benchmarks/out/sa_ordering_ti.csv``.
 
 Prints tables and writes ``benchmarks/out/sa_ordering.csv`` (``--tag T``: ``sa_ordering-T.csv``,
@@ -49,6 +50,7 @@ Usage: ``python benchmarks/sa_ordering.py [--quick] [--intervals] [--bp | --bp-o
 [--bp-first-seed 0] [--bp-shipped sa-azure-n40-b4]
 [--cuts | --cuts-only] [--cuts-sizes 20,30,40] [--cuts-seeds 3] [--cuts-limit S]
 [--ti-only] [--ti-snapshots NAME@RATIO,N:SEED@RATIO] [--ti-limit S] [--ti-step S] [--ti-ng K]
+[--ti-ng-warm [SHARE]]
 [--brute-limit S] [--tag T]``.
 """
 
@@ -360,12 +362,15 @@ def part_latency(sizes: list[int], repeats: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def part_ti(specs: list[str], limit: float, step_s: float, ng_size: int = 0) -> pd.DataFrame:
+def part_ti(
+    specs: list[str], limit: float, step_s: float, ng_size: int = 0, ng_warm: float = 0.0
+) -> pd.DataFrame:
     """The time-indexed network's bound (:func:`slolab.models.sa_time_index.time_indexed_bound`)
     per snapshot spec ``NAME[@RATIO]`` (a shipped name, or ``N:SEED`` for ``sa_snapshot(N, 4,
     seed=SEED)``; ``RATIO`` the first ratio tried, default the deterministic starting plan's
     G), seeded with the starting plan, within ``limit`` seconds on a grid of ``step_s``, with
-    ng-route memory of ``ng_size`` (0: none)."""
+    ng-route memory of ``ng_size`` (0: none), priced without it first for up to ``ng_warm`` of
+    the time (0: not)."""
     import os
 
     from slolab.models.sa_ordering import SAOrderingModel, as_problem
@@ -392,6 +397,7 @@ def part_ti(specs: list[str], limit: float, step_s: float, ng_size: int = 0) -> 
             left,
             step_s=step_s,
             ng_size=ng_size,
+            ng_warm=ng_warm,
         )
         rows.append(
             {
@@ -401,11 +407,16 @@ def part_ti(specs: list[str], limit: float, step_s: float, ng_size: int = 0) -> 
                 "bound": got.bound,
                 "ratios": len(got.tried),
                 "converged": sum(int(t["converged"]) for t in got.tried),
-                "tried": ";".join(f"{t['ratio']:.6f}:{t['f_lower']:.3f}" for t in got.tried),
+                "tried": ";".join(
+                    f"{t['ratio']:.6f}:{t['f_lower']:.3f}{'ng' if t['ng'] else ''}"
+                    for t in got.tried
+                ),
+                "ng_ratios": sum(1 for t in got.tried if t["ng"]),
                 "paths": got.columns,
                 "ticks": got.ticks,
                 "ng_size": got.ng_size,
                 "ng_fallbacks": got.fallbacks,
+                "ng_warm": ng_warm,
                 "wall_s": time.perf_counter() - start,
                 "cpu_s": time.process_time() - cpu,
                 "load_average": os.getloadavg()[0],
@@ -518,6 +529,15 @@ def main() -> None:
         help="ng-route memory size of the time-indexed pricing (0: none, the default)",
     )
     ap.add_argument(
+        "--ti-ng-warm",
+        type=float,
+        nargs="?",
+        const=0.5,
+        default=0.0,
+        help="with --ti-ng: price without memory first, until that bisection ends or this "
+        "share of --ti-limit has passed, then with memory (default: off; the flag alone: 0.5)",
+    )
+    ap.add_argument(
         "--tag",
         default="",
         help="suffix of the CSV files written (sa_ordering_bp-TAG.csv, ...), so that runs "
@@ -542,8 +562,14 @@ def main() -> None:
         OUT.mkdir(exist_ok=True)
         if args.ti_ng < 0:
             ap.error(f"--ti-ng must be >= 0, got {args.ti_ng}")
+        if not 0.0 <= args.ti_ng_warm <= 1.0:
+            ap.error(f"--ti-ng-warm must be in [0, 1], got {args.ti_ng_warm}")
         frame = part_ti(
-            [v for v in args.ti_snapshots.split(",") if v], args.ti_limit, args.ti_step, args.ti_ng
+            [v for v in args.ti_snapshots.split(",") if v],
+            args.ti_limit,
+            args.ti_step,
+            args.ti_ng,
+            args.ti_ng_warm,
         )
         print(frame.drop(columns=["tried"]).to_string(index=False))
         frame.to_csv(out("sa_ordering_ti"), index=False)

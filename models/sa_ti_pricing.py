@@ -28,6 +28,10 @@ NG_SETTLE_EVERY = 400_000
 NG_QUICK_LABELS = 1
 #: Share of the time left one exact ng round may take before it gives up.
 NG_EXACT_SHARE = 0.25
+#: Least reduced cost without memory from which ``exact_first`` tries the exact programme (s).
+NG_EXACT_FIRST_FROM = -10.0
+#: Labels the exact programme tried first keeps at most in the second phase of ``ng_warm``.
+NG_EXACT_FIRST_CAP = 200_000
 #: Leaders per label and size the quick ng search extends (its most promising ones).
 NG_QUICK_ARCS = 4
 #: Dominance is checked against this many cheapest labels of each node.
@@ -90,6 +94,20 @@ class NgPricing:
     completion: Callable[
         [list[tuple[int, int, np.ndarray, np.ndarray, float, np.ndarray]]], np.ndarray
     ]
+
+    def admits(self, path: tuple[TiColumn, ...]) -> bool:
+        """Whether the memory rule admits ``path``: no batch meets the memory, which after a
+        batch ``S`` with leader ``j`` (largest ``(e_r(s), r)``) is ``(M ∪ S) ∩ NG(j)``
+        (every path without memory)."""
+        memory = 0
+        for col in path:
+            s = len(col.members)
+            bits = sum(1 << r for r in col.members)
+            if bits & memory:
+                return False
+            leader = max(col.members, key=lambda r: (self.execs[r, s], r))
+            memory = (memory | bits) & int(self.ng_mask[leader])
+        return True
 
     def _ng_tables(self, duals: np.ndarray) -> list[dict[str, Any]]:
         """Per size ``s``, for each leader position ``i >= s - 1`` of the order of ``(e_r(s),
@@ -176,11 +194,13 @@ class NgPricing:
         done: np.ndarray | None = None,
         per_node: int | None = None,
         until: float = math.inf,
+        label_cap: int | None = None,
     ) -> tuple[list[tuple[TiColumn, ...]], float] | None:
         """The least reduced cost over the ng-feasible paths when it is negative (else a lower
         bound on it, ``>= 0``) and the best such paths at the ``most`` best sink ticks; None
-        when more than ``label_cap`` labels were kept or the clock passed ``until`` (the
-        caller then prices without memory, a lower bound: every ng-feasible path is a path).
+        when more than ``label_cap`` labels (default: the master's) were kept or the clock
+        passed ``until`` (the caller then prices without memory, a lower bound: every
+        ng-feasible path is a path).
 
         Labels ``(q, t, M, cost)``, ``M`` the memory. A batch ``S`` with leader ``j`` may leave
         a label when ``S ∩ M = ∅`` and gives ``M' = (M ∪ S) ∩ NG(j)``. For a leader, the
@@ -200,6 +220,7 @@ class NgPricing:
         plain = float(done[0, 0]) - sigma
         if plain >= -PRICE_TOL:
             return [], plain
+        cap = self.label_cap if label_cap is None else label_cap
         tables = self._ng_tables(duals)
         quick = per_node is not None
         width = max(len(tab["patterns"]) for tab in tables)
@@ -229,7 +250,7 @@ class NgPricing:
             here = self._settle(chunks, per_node) if chunks else empty
             offsets.append(offsets[-1] + len(labels[-1][0]) if labels else 0)
             labels.append(here)
-            if offsets[-1] + len(here[0]) > self.label_cap or time.perf_counter() > until:
+            if offsets[-1] + len(here[0]) > cap or time.perf_counter() > until:
                 return None
             keys, tks, costs = here[0], here[1], here[2]
             if q == n or not len(keys):
@@ -252,7 +273,7 @@ class NgPricing:
                     if waiting[q + s] > NG_SETTLE_EVERY:
                         pending[q + s] = [self._settle(pending[q + s], per_node)]
                         waiting[q + s] = len(pending[q + s][0][0])
-                        if waiting[q + s] > self.label_cap:
+                        if waiting[q + s] > cap:
                             return None
         sink_ticks, sink_costs = labels[n][1], labels[n][2]
         if not len(sink_costs):

@@ -31,7 +31,9 @@ past a label cap or a share of the time left.
 The bound: for duals ``(pi, phi)`` and any plan, ``F = sum_r pi_r + phi_(0,0) + sum_c rc_c
 x_c >= sum_r pi_r + phi_(0,0) + N min(0, rc_min)``; ``G* <= lambda`` when that is ``>= 0``,
 else ``G* <= lambda (1 + (-LB) / L_lb)``. :func:`time_indexed_bound` bisects on ``lambda``
-for the least ``lambda`` the LP certifies.
+for the least ``lambda`` the LP certifies; with ``ng_warm`` it runs without memory first,
+then with memory from the paths the memory admits, keeping the least bound of both phases
+(docs/sa_ordering.md, "Two phases").
 
 References
 ----------
@@ -47,6 +49,7 @@ identity and the claims follow docs/sa_ordering.md Sec. 1 and 6.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -54,6 +57,8 @@ from typing import Any
 
 import numpy as np
 from slolab.models.sa_ti_pricing import (
+    NG_EXACT_FIRST_CAP,
+    NG_EXACT_FIRST_FROM,
     NG_EXACT_SHARE,
     NG_LABEL_CAP,
     NG_QUICK_LABELS,
@@ -70,8 +75,11 @@ __all__ = [
     "TimeIndexedMaster",
     "TimeIndexedBound",
     "ng_neighbourhoods",
+    "ratio_bound",
     "time_indexed_bound",
 ]
+
+logger = logging.getLogger("slolab")
 
 #: Grid step of the node times (s).
 TIME_STEP_S = 0.05
@@ -115,6 +123,10 @@ class TimeIndexedMaster(NgPricing):
     label_cap : int
         Labels one exact ng pricing may keep before it gives up (the round is then priced
         without memory, a lower bound).
+    exact_first : int
+        With ``ng_size > 0``: each round first tries the exact programme with this label cap,
+        then, when it gives up, the quick search and the exact programme as without it (0,
+        the default: the quick search first).
     """
 
     def __init__(
@@ -124,6 +136,7 @@ class TimeIndexedMaster(NgPricing):
         step_s: float = TIME_STEP_S,
         ng_size: int = 0,
         label_cap: int = NG_LABEL_CAP,
+        exact_first: int = 0,
     ) -> None:
         if not problem.snapshot:
             raise ValueError("the time-indexed master needs a snapshot (every arrival equal)")
@@ -140,6 +153,8 @@ class TimeIndexedMaster(NgPricing):
             )
         if label_cap < 1:
             raise ValueError(f"label_cap must be >= 1, got {label_cap}")
+        if exact_first < 0:
+            raise ValueError(f"exact_first must be >= 0, got {exact_first}")
         self.problem = problem
         self.ratio = float(ratio)
         self.n = problem.n_requests
@@ -156,6 +171,9 @@ class TimeIndexedMaster(NgPricing):
         #: ng-route memory: ``NG(r)`` holds ``r`` and its ``ng_size - 1`` nearest (0: none)
         self.ng_size = min(int(ng_size), self.n)
         self.label_cap = int(label_cap)
+        self.exact_first = int(exact_first)
+        #: least reduced cost without memory from which the exact programme is tried first (s)
+        self.exact_floor = NG_EXACT_FIRST_FROM
         self.ng_member = ng_neighbourhoods(self.execs[:, self.b], self.ng_size)
         self.request_bit = np.left_shift(np.uint64(1), np.arange(self.n, dtype=np.uint64))
         self.ng_mask = np.array(
@@ -292,6 +310,22 @@ class TimeIndexedMaster(NgPricing):
         plain = float(done[0, 0]) - float(duals[self.n])
         if plain >= -PRICE_TOL:
             return [], plain
+        if self.exact_first and plain >= self.exact_floor:
+            # the exact programme under a small label cap first (its value is a bound), while
+            # the least without memory is above a floor that doubles on success, halves on
+            # failure (the completion bound prunes less the lower it is)
+            now = time.perf_counter()
+            got = self.price_ng(
+                duals,
+                most,
+                arcs,
+                done,
+                until=now + NG_EXACT_SHARE * (self.deadline - now),
+                label_cap=self.exact_first,
+            )
+            self.exact_floor = 2.0 * plain if got is not None else 0.5 * plain
+            if got is not None:
+                return got
         # first a quick search (a few labels per node), then the exact programme
         quick = self.price_ng(duals, most, arcs, done, per_node=NG_QUICK_LABELS)
         if quick is not None and quick[0]:
@@ -341,14 +375,25 @@ class TimeIndexedMaster(NgPricing):
         self, arcs: list[tuple[int, int, np.ndarray, np.ndarray, float, np.ndarray]]
     ) -> np.ndarray:
         """``(N + 1, ticks)``: the least cost of a path from each node to a sink, repeats
-        allowed (a lower bound on every ng-feasible or elementary completion)."""
+        allowed (a lower bound on every ng-feasible or elementary completion). The arcs of one
+        size are stacked, so each position takes one array operation per size."""
         n = self.n
         done = np.full((n + 1, self.late + 1), math.inf)
         done[n] = 0.0
+        by_size = [
+            (
+                s,
+                np.stack([a[2] for a in arcs if a[0] == s]),
+                np.stack([a[3] for a in arcs if a[0] == s]),
+                np.array([a[4] for a in arcs if a[0] == s])[:, None],
+            )
+            for s in sorted({a[0] for a in arcs})
+        ]
         for q in range(n - 1, -1, -1):
-            for s, _, sets, end, d, _ in arcs:
+            for s, sets, end, d in by_size:
                 if q + s <= n:
-                    np.minimum(done[q], sets + d * (n - q - s) + done[q + s, end], out=done[q])
+                    cand = sets + d * (n - q - s) + done[q + s][end]
+                    np.minimum(done[q], cand.min(axis=0), out=done[q])
         return done
 
     def _price_plain(
@@ -453,6 +498,20 @@ class TimeIndexedMaster(NgPricing):
             self.add(paths)
 
 
+def ratio_bound(
+    ratio: float, f_lower: float, latency_floor_s: float, met_most: int | None = None
+) -> float:
+    """``G* <= `` this, from a lower bound ``f_lower`` on ``min F = min (L - M / lambda)`` at
+    ``lambda = ratio``: ``lambda (1 + (-LB) / L_lb)`` when ``LB < 0``; when ``LB >= 0``,
+    ``lambda`` or, given ``met_most >= M`` for every plan, ``lambda / (1 + lambda LB /
+    met_most)`` (docs/sa_ordering.md Sec. 6, "The bound at any duals")."""
+    if f_lower < 0:
+        return ratio * (1.0 - f_lower / latency_floor_s)
+    if met_most is None:
+        return ratio
+    return ratio / (1.0 + ratio * f_lower / met_most)
+
+
 def time_indexed_bound(
     problem: Any,
     plan: Any,
@@ -462,34 +521,95 @@ def time_indexed_bound(
     step_s: float = TIME_STEP_S,
     steps: int = 8,
     ng_size: int = 0,
+    ng_warm: float = 0.0,
 ) -> TimeIndexedBound:
     """The least ``lambda`` the time-indexed LP certifies (``G* <= lambda``) within
     ``time_limit``: from ``lambda`` = ``incumbent`` (a plan's G, so ``G* >= incumbent``), each
     ratio's Lagrangian bound ``LB`` gives ``G* <= lambda (1 + max(0, -LB) / L_lb)``; then a
     bisection between the incumbent and the least bound so far (``steps`` ratios at most),
     each ratio's master seeded with ``plan``'s path and every column priced before; with
-    ``ng_size > 0`` the pricing carries ng-route memory (:class:`TimeIndexedMaster`)."""
+    ``ng_size > 0`` the pricing carries ng-route memory (:class:`TimeIndexedMaster`).
+
+    With ``ng_warm`` in ``(0, 1]`` and ``ng_size > 0``, two phases (docs/sa_ordering.md Sec.
+    6, "Two phases"): first the run without memory, until its bisection ends or ``ng_warm`` of
+    ``time_limit`` has passed; then, in the time left, ``steps`` ratios more with memory from
+    the largest ratio the first phase could not certify, each master seeded with the paths
+    priced before that the memory admits (those repeating a remembered request dropped). The
+    second phase and the first phase's ratios with ``LB > 0`` also use ``G* <= lambda / (1 +
+    lambda LB / N)`` (:func:`ratio_bound`), and after such a ratio the second phase tries that
+    bound next. The bound is the least over both phases, never above the first phase's."""
+    if not 0.0 <= ng_warm <= 1.0:
+        raise ValueError(f"ng_warm must be in [0, 1], got {ng_warm}")
     start = time.perf_counter()
     deadline = start + time_limit
     result = TimeIndexedBound(bound=math.inf)
-    known: list[tuple[TiColumn, ...]] = []
-    lo, lam = incumbent, incumbent
-    for _ in range(steps):
-        master = TimeIndexedMaster(problem, lam, step_s, ng_size=ng_size)
-        master.add(known)
-        lb, converged = master.generate(plan, deadline)
-        known = master.paths
-        result.ng_size, result.fallbacks = master.ng_size, result.fallbacks + master.ng_fallbacks
-        result.ticks, result.columns = master.late, len(master.paths)
-        result.tried.append({"ratio": lam, "f_lower": lb, "converged": float(converged)})
-        if math.isfinite(lb):
-            result.bound = min(result.bound, lam * (1.0 + max(0.0, -lb) / latency_floor_s))
-        if time.perf_counter() >= deadline or not math.isfinite(result.bound):
-            break
-        if lb < 0:
-            lo = lam
-        lam = 0.5 * (lo + result.bound)
-        if result.bound - lo <= 1e-6 * result.bound:
-            break
+
+    def bisect(
+        first: float,
+        until: float,
+        size: int,
+        known: list[tuple[TiColumn, ...]],
+        met_most: int | None = None,
+    ) -> tuple[list[tuple[TiColumn, ...]], float]:
+        """The bisection from the ratio ``first`` until ``until`` with memory ``size``, each
+        master seeded with the paths of ``known`` the memory admits (every ratio tried goes
+        into ``result``, whose bound stays the least so far); with ``met_most``, a ratio with
+        ``LB > 0`` bounds by :func:`ratio_bound` and is followed by that bound. The paths
+        priced and the largest ratio not certified (at least ``incumbent``)."""
+        lo, lam = incumbent, first
+        for _ in range(steps):
+            master = TimeIndexedMaster(
+                problem,
+                lam,
+                step_s,
+                ng_size=size,
+                exact_first=NG_EXACT_FIRST_CAP if met_most is not None else 0,
+            )
+            master.add([p for p in known if master.admits(p)] if size else known)
+            lb, converged = master.generate(plan, until)
+            known = master.paths
+            result.ng_size = max(result.ng_size, master.ng_size)
+            result.fallbacks += master.ng_fallbacks
+            result.ticks, result.columns = master.late, len(master.paths)
+            result.tried.append(
+                {"ratio": lam, "f_lower": lb, "converged": float(converged), "ng": float(size)}
+            )
+            logger.debug(
+                "time-indexed ratio %.6f (ng %d): LB %.3f s, converged %s, %d paths, %.1f s",
+                lam,
+                size,
+                lb,
+                converged,
+                len(master.paths),
+                time.perf_counter() - start,
+            )
+            if math.isfinite(lb):
+                result.bound = min(result.bound, ratio_bound(lam, lb, latency_floor_s, met_most))
+            if lb < 0:
+                lo = lam
+            if time.perf_counter() >= until or not math.isfinite(result.bound):
+                break
+            if met_most is not None and lb > 0 and result.bound < lam * (1.0 - 1e-6):
+                lam = result.bound
+                continue
+            lam = 0.5 * (lo + result.bound)
+            if result.bound - lo <= 1e-6 * result.bound:
+                break
+        return known, lo
+
+    if ng_size and ng_warm:
+        known, lo = bisect(incumbent, start + ng_warm * time_limit, 0, [])
+        for tried in result.tried:
+            if tried["f_lower"] > 0:
+                result.bound = min(
+                    result.bound,
+                    ratio_bound(
+                        tried["ratio"], tried["f_lower"], latency_floor_s, problem.n_requests
+                    ),
+                )
+        if time.perf_counter() < deadline:
+            bisect(lo, deadline, ng_size, known, problem.n_requests)
+    else:
+        bisect(incumbent, deadline, ng_size, [])
     result.runtime_s = time.perf_counter() - start
     return result

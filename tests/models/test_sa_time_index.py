@@ -5,6 +5,7 @@ bound is at least brute force's G*."""
 from __future__ import annotations
 
 import itertools
+import math
 import time
 
 import numpy as np
@@ -15,6 +16,7 @@ from slolab.models.sa_ordering import SAOrderingModel, as_problem
 from slolab.models.sa_time_index import (
     TimeIndexedMaster,
     ng_neighbourhoods,
+    ratio_bound,
     time_indexed_bound,
 )
 from slolab.solvers import Status, solve
@@ -78,6 +80,16 @@ def test_bound_is_at_least_brute_force(seed):
     floor = latency_floor(problem, plan, time.perf_counter() + 30)
     got = time_indexed_bound(problem, plan, value.g, floor, 30, step_s=0.02)
     assert exact.objective <= got.bound * (1 + 1e-9)
+    # two phases: the first is the run without memory (it ends well within its share), the
+    # second only adds ratios, so G* <= its bound <= the bound without memory
+    warm = time_indexed_bound(
+        problem, plan, value.g, floor, 30, step_s=0.02, ng_size=3, ng_warm=0.5
+    )
+    first = [t for t in warm.tried if not t["ng"]]
+    assert [t["ratio"] for t in first] == [t["ratio"] for t in got.tried]
+    assert len(warm.tried) > len(first)
+    assert exact.objective <= warm.bound * (1 + 1e-9)
+    assert warm.bound <= got.bound
     if seed >= 3:
         return
     ng = time_indexed_bound(problem, plan, value.g, floor, 30, step_s=0.02, ng_size=3)
@@ -121,6 +133,62 @@ def _ng_feasible(master, path):
     return True
 
 
+@pytest.mark.parametrize(("seed", "n", "b"), [(1, 5, 2), (2, 5, 3)])
+def test_admits_is_the_memory_rule(seed, n, b):
+    """On every listed path of two 5-request snapshots, ``admits`` (which the second phase of
+    ``ng_warm`` filters the first phase's paths with) agrees with the memory rule written out,
+    with ng_size 1, 2 and N; without memory it admits every path, with N the elementary ones."""
+    problem = as_problem(random_ordering_instance(seed, n, b))
+    plain = TimeIndexedMaster(problem, ratio=1.0, step_s=0.05)
+    paths = list(_listed_paths(plain))
+    assert all(plain.admits(p) for p in paths)
+    for size in (1, 2, n):
+        master = TimeIndexedMaster(problem, ratio=1.0, step_s=0.05, ng_size=size)
+        assert [master.admits(p) for p in paths] == [_ng_feasible(master, p) for p in paths]
+    elementary = [len({r for c in p for r in c.members}) == n for p in paths]
+    assert [master.admits(p) for p in paths] == elementary
+    # some listed paths repeat a request, so at N the rule refuses some
+    assert not all(elementary)
+
+
+def test_ratio_bound_by_hand():
+    """The bound on G from a lower bound LB on min F at one ratio, by hand."""
+    # LB < 0: 0.5 (1 + 2 / 10) = 0.6, with or without a cap on M
+    assert ratio_bound(0.5, -2.0, 10.0) == pytest.approx(0.6)
+    assert ratio_bound(0.5, -2.0, 10.0, 4) == pytest.approx(0.6)
+    # LB >= 0: lambda, or lambda / (1 + lambda LB / N) = 0.5 / (1 + 0.5 * 2 / 4) = 0.4
+    assert ratio_bound(0.5, 2.0, 10.0) == 0.5
+    assert ratio_bound(0.5, 2.0, 10.0, 4) == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ratio_bound_above_the_optimum_is_at_least_brute_force(seed):
+    """Seeded 6-request snapshots: at a ratio 10% above brute force's G*, the converged LP's
+    Lagrangian bound on min F is positive (without memory and with memory 3), and the bound it
+    gives with M <= N, lambda / (1 + lambda LB / N), is below the ratio and at least G*."""
+    inst = random_ordering_instance(seed, 6, 3)
+    problem = as_problem(inst)
+    model = SAOrderingModel(inst)
+    exact = solve(model, "brute", time_limit=60)
+    plan, _ = model.starting_plan()
+    ratio = 1.1 * exact.objective
+    for size in (0, 3):
+        master = TimeIndexedMaster(problem, ratio, step_s=0.02, ng_size=size)
+        lb, converged = master.generate(plan, time.perf_counter() + 30)
+        assert converged and lb > 0
+        got = ratio_bound(ratio, lb, 1.0, problem.n_requests)
+        assert exact.objective <= got * (1 + 1e-9) < ratio
+
+
+def test_ng_warm_is_validated():
+    """ng_warm outside [0, 1] is refused, naming the value."""
+    inst = random_ordering_instance(0, 6, 3)
+    problem = as_problem(inst)
+    plan, value = SAOrderingModel(inst).starting_plan()
+    with pytest.raises(ValueError, match="ng_warm must be in"):
+        time_indexed_bound(problem, plan, value.g, 1.0, 1.0, ng_size=3, ng_warm=1.5)
+
+
 def test_ng_neighbourhoods_are_nearest_in_execution_order():
     """NG(r) is r and its nearest in the order of e_r(B), ties to the earlier one."""
     got = ng_neighbourhoods(np.array([3.0, 1.0, 2.0, 5.0]), 2)
@@ -134,8 +202,9 @@ def test_ng_neighbourhoods_are_nearest_in_execution_order():
 def test_ng_pricing_is_the_least_over_ng_feasible_paths(seed, n, b):
     """Random duals on 5-request snapshots: with ng_size 1, 2 and N the ng programme's least
     reduced cost equals the least over the listed paths the memory rule admits, its best path
-    is one of them with that cost; at ng_size = N those are the elementary paths (the plans);
-    ng_size = 0 is the programme without memory (the least over every path)."""
+    is one of them with that cost, also when a round tries it first (``exact_first``); at
+    ng_size = N those are the elementary paths (the plans); ng_size = 0 is the programme
+    without memory (the least over every path), and so is the backward pass from (0, 0)."""
     problem = as_problem(random_ordering_instance(seed, n, b))
     plain = TimeIndexedMaster(problem, ratio=1.0, step_s=0.05)
     paths = list(_listed_paths(plain))
@@ -149,6 +218,10 @@ def test_ng_pricing_is_the_least_over_ng_feasible_paths(seed, n, b):
 
         rc = np.array([reduced(p) for p in paths])
         assert plain.price(duals)[1] == pytest.approx(rc.min(), abs=1e-9)
+        # the backward pass (the completion bound of the ng programme) from (0, 0) less sigma
+        # is the same least
+        done = plain.completion(plain._arcs(duals))
+        assert done[0, 0] - duals[n] == pytest.approx(rc.min(), abs=1e-9)
         for size in (1, 2, n):
             master = TimeIndexedMaster(problem, ratio=1.0, step_s=0.05, ng_size=size)
             admitted = np.array([_ng_feasible(master, p) for p in paths])
@@ -161,6 +234,15 @@ def test_ng_pricing_is_the_least_over_ng_feasible_paths(seed, n, b):
             # the round price() runs (a quick search first) adds ng-feasible paths only
             assert all(_ng_feasible(master, p) for p in master.price(duals)[0])
             assert master.ng_fallbacks == 0
+            # with the exact programme first (least without memory above its floor) the
+            # round's value is that least, its paths ng-feasible
+            first = TimeIndexedMaster(
+                problem, ratio=1.0, step_s=0.05, ng_size=size, exact_first=10_000
+            )
+            first.exact_floor = -math.inf
+            got_paths, got = first.price(duals)
+            assert got == pytest.approx(least, abs=1e-9)
+            assert got_paths and all(_ng_feasible(first, p) for p in got_paths)
         elementary = np.array([len({r for c in p for r in c.members}) == n for p in paths])
         assert least == pytest.approx(rc[elementary].min(), abs=1e-9)
 
