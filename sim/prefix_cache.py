@@ -262,10 +262,9 @@ class PrefixCaching:
         self._slice = plain and self.block_tokens == HASH_ID_TOKENS
         n = len(wl)
         self._keys: list[list[int] | None] = [None] * n
-        # blocks each request uses on its current server (the first ``pinned[r]`` of its
-        # keys: a request takes over a cached prefix and adds its blocks in order; 0 once it
-        # releases them), and the index of its next block
-        self.pinned = [0] * n
+        # the index of each request's next block: it uses the blocks before it on its current
+        # server (it takes over a cached prefix and adds its blocks in order; 0 once it
+        # releases them)
         self.next_block = [0] * n
         # prefilled tokens at which request r's next full prompt block is complete (past the
         # prompt's last full block: never), kept with next_block by edge_after
@@ -294,7 +293,7 @@ class PrefixCaching:
 
     def pinned_keys(self, r: int) -> list[int]:
         """Keys of the blocks request ``r`` uses on its server (none once it released them)."""
-        return self.keys(r)[: self.pinned[r]]
+        return self.keys(r)[: self.next_block[r]]
 
     def edge_after(self, r: int, blocks: int) -> int:
         """Prefilled tokens at which request ``r``, its first ``blocks`` prompt blocks

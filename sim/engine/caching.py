@@ -40,7 +40,6 @@ class Caching(EngineCore):
         cache.miss_blocks += max(limit, 0) - k
         cache.hit_tokens += skip
         cache.queried_tokens += target
-        pc.pinned[r] = k
         pc.next_block[r] = k
         pc.edge[r] = pc.edge_after(r, k)
         pc.admitted[r] = True
@@ -58,7 +57,7 @@ class Caching(EngineCore):
         pc = self.prefix
         next_block = pc.next_block
         j = next_block[r]
-        next_block[r] = pc.pinned[r] = done
+        next_block[r] = done
         pc.edge[r] = pc.edge_after(r, done)
         keys = pc.keys(r)
         ref = cache.ref
@@ -88,8 +87,9 @@ class Caching(EngineCore):
         """Request ``r`` leaves ``server`` (finished, preempted, or its prefill handed on): its
         blocks stay resident, unreferenced unless another request uses them."""
         pc = self.prefix
-        cache.release(pc.keys(r), pc.pinned[r])
-        pc.pinned[r] = 0
+        cache.release(pc.keys(r), pc.next_block[r])
+        pc.next_block[r] = 0
+        pc.edge[r] = pc.edge_after(r, 0)
         server.kv_shared = cache.shared
 
     def _given_admit(self, server: ServerState, r: int, c: int) -> int:

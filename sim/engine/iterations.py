@@ -117,8 +117,6 @@ class Iterations(Caching):
         if cache is not None:
             self._cache_release(server, cache, r)
             self.prefix.admitted[r] = False
-            self.prefix.next_block[r] = 0
-            self.prefix.edge[r] = self.prefix.edge_after(r, 0)
         if self.given_on[r]:
             self._given_release(server, r)
         server.kv -= self.kv_held(r)
