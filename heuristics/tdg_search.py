@@ -57,6 +57,9 @@ LOOKAHEAD = "deadline-lookahead"
 #: (``pack=True``), online and with clairvoyant chunk sizes.
 PACKING = "deadline-packing"
 PACKING_LOOKAHEAD = "deadline-packing-lookahead"
+#: Names of the packing variants that also wait for an urgent arrival (``wait=True``).
+WAITING = "deadline-packing-wait"
+WAITING_LOOKAHEAD = "deadline-packing-lookahead-wait"
 #: Largest prefill chunk (tokens) :class:`DeadlineAdmission` gives a request that will miss its
 #: first token anyway (so that it never holds the server long).
 LATE_CHUNK_TOKENS = 512
@@ -153,6 +156,12 @@ class DeadlineAdmission:
     time left before the earliest such deadline: short prompts that arrive together share one
     iteration's overhead ``t_c`` instead of paying it each.
 
+    With ``wait=True`` (clairvoyant, as ``lookahead``), a prefill-only iteration is not started
+    when a request arriving while it would run could make its first token if started at its
+    arrival (its latest start, alone, at or after it) but not after the iteration: the server
+    idles until the earliest such arrival and decides again, so that short urgent prompts
+    arriving in a burst share one packed iteration instead of waiting behind a long one.
+
     References
     ----------
     Moore, "An n job, one machine sequencing algorithm for minimizing the number of late jobs",
@@ -161,12 +170,15 @@ class DeadlineAdmission:
 
     name = "deadline-admission"
 
-    def __init__(self, chunk_tokens: int = 0, lookahead: bool = False, pack: bool = False) -> None:
+    def __init__(
+        self, chunk_tokens: int = 0, lookahead: bool = False, pack: bool = False, wait: bool = False
+    ) -> None:
         if chunk_tokens < 0:
             raise ValueError(f"chunk_tokens must be >= 0 (0: whole prompts), got {chunk_tokens}")
         self.chunk_tokens = chunk_tokens
         self.lookahead = lookahead
         self.pack = pack
+        self.wait = wait
 
     def start(self, instance: Instance, seed: int) -> None:
         from slolab.instances.records import cached_prompt_tokens
@@ -193,6 +205,7 @@ class DeadlineAdmission:
         ttft = np.nan_to_num(np.asarray(wl["ttft_slo_s"], dtype=float), nan=np.inf)
         alone = self.t_c + self.a_seq + self.a_tok * (wl.prompt_tokens - cached_prompt_tokens(wl))
         self.latest_start_s = self.arrival_s + ttft - alone
+        self.by_arrival = np.argsort(self.arrival_s, kind="stable")
 
     def _chunk_cap(self, now: float, step_s: float) -> int:
         """Clairvoyant: the largest chunk whose iteration ends by the latest start of every
@@ -269,7 +282,28 @@ class DeadlineAdmission:
             prefill = fits
         if not prefill and not decode:
             return Batch()
+        if self.wait and prefill and not decode:
+            wake = self._urgent_arrival(now, step_s, prefill)
+            if wake < math.inf:
+                return Batch(wake_at_s=wake)
         return Batch(prefill=prefill, decode=decode)
+
+    def _urgent_arrival(self, now: float, step_s: float, prefill: list[tuple[int, int]]) -> float:
+        """Clairvoyant (``wait=True``): the earliest request arriving while this prefill-only
+        iteration would run that could still make its first token if started at its arrival
+        but not after the iteration (``math.inf``: none). The server then idles until it arrives,
+        so that the packing can take it into the iteration."""
+        tokens = sum(c for _, c in prefill)
+        end = now + step_s + self.a_seq * (len(prefill) - 1) + self.a_tok * tokens
+        order = self.by_arrival
+        first = int(np.searchsorted(self.arrival_s[order], now, side="right"))
+        for r in order[first:]:
+            arrival = float(self.arrival_s[r])
+            if arrival >= end:
+                break
+            if arrival <= self.latest_start_s[r] < end:
+                return arrival
+        return math.inf
 
     def _packed(
         self, server: Any, kept: list[tuple[float, int]], slots: int, now: float, step_s: float
@@ -309,11 +343,13 @@ class DeadlineAdmission:
 
 def _make_policy(name: str, instance: Instance) -> Any:
     base, _, chunk = name.partition("/")
-    if base in (DeadlineAdmission.name, LOOKAHEAD, PACKING, PACKING_LOOKAHEAD):
+    deadline = (DeadlineAdmission.name, LOOKAHEAD, PACKING, PACKING_LOOKAHEAD)
+    if base in deadline + (WAITING, WAITING_LOOKAHEAD):
         return DeadlineAdmission(
             int(chunk or 0),
-            lookahead=base in (LOOKAHEAD, PACKING_LOOKAHEAD),
-            pack=base in (PACKING, PACKING_LOOKAHEAD),
+            lookahead=base in (LOOKAHEAD, PACKING_LOOKAHEAD, WAITING_LOOKAHEAD),
+            pack=base in (PACKING, PACKING_LOOKAHEAD, WAITING, WAITING_LOOKAHEAD),
+            wait=base in (WAITING, WAITING_LOOKAHEAD),
         )
     from slolab.heuristics.policies import make_policy
 

@@ -281,7 +281,9 @@ class StartPolicies:
 #: ``deadline-admission/N`` is its Moore-Hodgson admission with chunks of at most ``N`` tokens
 #: (0: whole prompts), ``deadline-lookahead/N`` the same with clairvoyant chunk sizes,
 #: ``deadline-packing/N`` and ``deadline-packing-lookahead/N`` the two packing several prompts
-#: per iteration, the others are registered policies.
+#: per iteration, ``deadline-packing-wait/N`` and ``deadline-packing-lookahead-wait/N`` those
+#: that also idle for an urgent arrival (last, so that a tie keeps the former start), the
+#: others are registered policies.
 TDG_HORIZON_STARTS = StartPolicies(
     "tdg-horizon lns",
     (
@@ -300,6 +302,11 @@ TDG_HORIZON_STARTS = StartPolicies(
         "sarathi-priority",
         "fairbatching",
         "sarathi-fcfs",
+        "deadline-packing-wait/0",
+        "deadline-packing-wait/1024",
+        "deadline-packing-wait/2048",
+        "deadline-packing-lookahead-wait/0",
+        "deadline-packing-lookahead-wait/1024",
     ),
     ALWAYS_A_START,
 )

@@ -97,15 +97,16 @@ def test_lns_and_bound_methods_give_an_interval(code_window):
     assert frame["optimum_hi"].iloc[0] == pytest.approx(rows.loc["bound", "bound"])
 
 
-def hand_window(prompt, ttft, priority) -> Instance:
-    """Prompts at 0 with one output token each; 10 ms per iteration and 1 ms per token."""
+def hand_window(prompt, ttft, priority, arrival=None) -> Instance:
+    """Prompts (at 0 unless ``arrival`` says) with one output token each; 10 ms per iteration
+    and 1 ms per token."""
     from slolab.instances.records import Cluster, Workload
     from slolab.timing import LinearTiming
 
     n = len(prompt)
     wl = Workload(
         {
-            "arrival_s": [0.0] * n,
+            "arrival_s": [0.0] * n if arrival is None else arrival,
             "prompt_tokens": prompt,
             "output_tokens": [1] * n,
             "ttft_slo_s": ttft,
@@ -158,6 +159,51 @@ def test_deadline_packing_fills_to_the_earliest_deadline():
     # 25 ms; iteration 2: the 25 tokens left, 25 + 10 + 25 = 60 ms
     assert packed.first_token_s == pytest.approx([0.025, 0.06])
     assert check(inst, packed) == []
+
+
+def test_deadline_packing_waits_for_an_urgent_arrival():
+    """A 30-token prompt at 0 (TTFT 200 ms) and a 10-token one at 5 ms (TTFT 27 ms): packing
+    runs the first alone until 40 ms and loses the second's first token (3); waiting until 5 ms
+    packs both into one iteration and keeps both (6), the proved optimum."""
+    from slolab.models.proserve import TdgHorizon
+    from slolab.sim import run
+    from slolab.solvers import Status, solve
+
+    inst = hand_window([30, 10], [0.2, 0.027], [1.0, 1.0], arrival=[0.0, 0.005])
+    packed = run(inst, tdg_search.DeadlineAdmission(pack=True), seed=0, record_iterations=True)
+    # 0-40 ms: prompt 0 whole; prompt 1 (latest start 32 - 20 = 12 ms) starts at 40: late
+    assert packed.first_token_s == pytest.approx([0.04, 0.06])
+    assert metrics.tdg(inst, packed) == pytest.approx(3.0)
+    waited = run(
+        inst, tdg_search.DeadlineAdmission(pack=True, wait=True), seed=0, record_iterations=True
+    )
+    # idle until 5 ms, then prompt 1 whole and a chunk of prompt 0 filling to 32 ms: 5 + 10 +
+    # 10 + 7 tokens; the rest of prompt 0 after it (23 tokens: 32 + 10 + 23 = 65 ms)
+    assert waited.it_start[0] == pytest.approx(0.005)
+    assert waited.first_token_s[1] <= 0.032 + 1e-9
+    assert waited.first_token_s[0] <= 0.2
+    assert metrics.tdg(inst, waited) == pytest.approx(6.0)
+    assert check(inst, waited) == []
+    exact = solve(TdgHorizon(inst), solver="highs", time_limit=30)
+    assert exact.status == Status.OPTIMAL
+    assert metrics.tdg(inst, waited) == pytest.approx(exact.objective)
+    # by name, as lns starts it
+    assert tdg_search._run(inst, "deadline-packing-wait/0", inst, 0)[0] == pytest.approx(6.0)
+
+
+def test_deadline_packing_does_not_wait_without_an_urgent_arrival():
+    """With the second prompt's TTFT at 200 ms nothing is urgent: the waiting variant runs
+    exactly as packing does."""
+    from slolab.sim import run
+
+    inst = hand_window([30, 10], [0.2, 0.2], [1.0, 1.0], arrival=[0.0, 0.005])
+    packed = run(inst, tdg_search.DeadlineAdmission(pack=True), seed=0, record_iterations=True)
+    waited = run(
+        inst, tdg_search.DeadlineAdmission(pack=True, wait=True), seed=0, record_iterations=True
+    )
+    assert np.array_equal(waited.it_start, packed.it_start)
+    assert np.array_equal(waited.first_token_s, packed.first_token_s)
+    assert packed.it_start[0] == 0.0
 
 
 def test_lns_without_slice_moves_is_the_former_search(code_window):
