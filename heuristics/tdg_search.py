@@ -156,11 +156,12 @@ class DeadlineAdmission:
     time left before the earliest such deadline: short prompts that arrive together share one
     iteration's overhead ``t_c`` instead of paying it each.
 
-    With ``wait=True`` (clairvoyant, as ``lookahead``), a prefill-only iteration is not started
-    when a request arriving while it would run could make its first token if started at its
+    With ``wait=True`` (clairvoyant, as ``lookahead``), the prefill is held back when a request
+    arriving while the iteration would run could make its first token if started at its
     arrival (its latest start, alone, at or after it) but not after the iteration: the server
-    idles until the earliest such arrival and decides again, so that short urgent prompts
-    arriving in a burst share one packed iteration instead of waiting behind a long one.
+    runs only its decodes, or idles until the earliest such arrival when it has none, and
+    decides again, so that short urgent prompts arriving in a burst share one packed
+    iteration instead of waiting behind a long one.
 
     References
     ----------
@@ -282,17 +283,17 @@ class DeadlineAdmission:
             prefill = fits
         if not prefill and not decode:
             return Batch()
-        if self.wait and prefill and not decode:
+        if self.wait and prefill:
             wake = self._urgent_arrival(now, step_s, prefill)
             if wake < math.inf:
-                return Batch(wake_at_s=wake)
+                return Batch(decode=decode) if decode else Batch(wake_at_s=wake)
         return Batch(prefill=prefill, decode=decode)
 
     def _urgent_arrival(self, now: float, step_s: float, prefill: list[tuple[int, int]]) -> float:
-        """Clairvoyant (``wait=True``): the earliest request arriving while this prefill-only
-        iteration would run that could still make its first token if started at its arrival
-        but not after the iteration (``math.inf``: none). The server then idles until it arrives,
-        so that the packing can take it into the iteration."""
+        """Clairvoyant (``wait=True``): the earliest request arriving while this iteration would
+        run that could still make its first token if started at its arrival but not after the
+        iteration (``math.inf``: none). The prefill then waits for it (the decodes run, or the
+        server idles until it arrives), so that the packing can take it in."""
         tokens = sum(c for _, c in prefill)
         end = now + step_s + self.a_seq * (len(prefill) - 1) + self.a_tok * tokens
         order = self.by_arrival

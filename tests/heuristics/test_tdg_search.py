@@ -97,9 +97,9 @@ def test_lns_and_bound_methods_give_an_interval(code_window):
     assert frame["optimum_hi"].iloc[0] == pytest.approx(rows.loc["bound", "bound"])
 
 
-def hand_window(prompt, ttft, priority, arrival=None) -> Instance:
-    """Prompts (at 0 unless ``arrival`` says) with one output token each; 10 ms per iteration
-    and 1 ms per token."""
+def hand_window(prompt, ttft, priority, arrival=None, output=None) -> Instance:
+    """Prompts (at 0 unless ``arrival`` says) with one output token each (unless ``output``
+    says); 10 ms per iteration and 1 ms per prompt token."""
     from slolab.instances.records import Cluster, Workload
     from slolab.timing import LinearTiming
 
@@ -108,7 +108,7 @@ def hand_window(prompt, ttft, priority, arrival=None) -> Instance:
         {
             "arrival_s": [0.0] * n if arrival is None else arrival,
             "prompt_tokens": prompt,
-            "output_tokens": [1] * n,
+            "output_tokens": [1] * n if output is None else output,
             "ttft_slo_s": ttft,
             "tpot_slo_s": [0.01] * n,
             "priority": priority,
@@ -189,6 +189,30 @@ def test_deadline_packing_waits_for_an_urgent_arrival():
     assert metrics.tdg(inst, waited) == pytest.approx(exact.objective)
     # by name, as lns starts it
     assert tdg_search._run(inst, "deadline-packing-wait/0", inst, 0)[0] == pytest.approx(6.0)
+
+
+def test_deadline_packing_waits_with_decodes_only():
+    """C (10 tokens at 0, 3 output tokens), A (30 at 15 ms, TTFT 300 ms), B (10 at 25 ms, TTFT
+    30 ms): at 20 ms A's prefill would run to 60 ms past B's latest start (35 ms); the waiting
+    variant runs C's decode alone (20-30 ms), then packs B whole and a chunk of A (30-55 ms)."""
+    from slolab.sim import run
+
+    inst = hand_window(
+        [10, 30, 10], [0.1, 0.3, 0.03], [1.0] * 3, arrival=[0.0, 0.015, 0.025], output=[3, 1, 1]
+    )
+    packed = run(inst, tdg_search.DeadlineAdmission(pack=True), seed=0, record_iterations=True)
+    assert packed.first_token_s[2] > 0.055  # B after A's 20-60 ms iteration: late
+    waited = run(
+        inst, tdg_search.DeadlineAdmission(pack=True, wait=True), seed=0, record_iterations=True
+    )
+    a, b = waited.entry_offsets[1], waited.entry_offsets[2]
+    assert waited.it_start[1] == pytest.approx(0.02)
+    assert waited.it_end[1] == pytest.approx(0.03)
+    assert list(waited.entry_request[a:b]) == [0]
+    assert list(waited.entry_phase[a:b]) == [1]  # C's decode alone
+    assert waited.first_token_s[2] <= 0.055 + 1e-9
+    assert metrics.tdg(inst, waited) > metrics.tdg(inst, packed)
+    assert check(inst, waited) == []
 
 
 def test_deadline_packing_does_not_wait_without_an_urgent_arrival():
