@@ -52,7 +52,7 @@ Usage: ``python benchmarks/sa_ordering.py [--quick] [--intervals] [--bp | --bp-o
 [--bp-first-seed 0] [--bp-shipped sa-azure-n40-b4]
 [--cuts | --cuts-only] [--cuts-sizes 20,30,40] [--cuts-seeds 3] [--cuts-limit S]
 [--ti-only] [--ti-snapshots NAME@RATIO,N:SEED@RATIO] [--ti-limit S] [--ti-step S] [--ti-ng K]
-[--ti-ng-warm [SHARE]] [--ti-primal S]
+[--ti-ng-warm [SHARE]] [--ti-primal S] [--ti-primal-arc-share SHARE]
 [--brute-limit S] [--tag T]``.
 """
 
@@ -372,6 +372,7 @@ def part_ti(
     ng_size: int = 0,
     ng_warm: float = 0.0,
     primal_s: float = 0.0,
+    primal_arc_share: float = 0.25,
 ) -> pd.DataFrame:
     """The time-indexed network's bound (:func:`slolab.models.sa_time_index.time_indexed_bound`)
     per snapshot spec ``NAME[@RATIO]`` (a shipped name, or ``N:SEED`` for ``sa_snapshot(N, 4,
@@ -380,7 +381,7 @@ def part_ti(
     ng-route memory of ``ng_size`` (0: none), priced without it first for up to ``ng_warm`` of
     the time (0: not); with ``primal_s > 0`` the last ``primal_s`` seconds go to the primal
     from the priced paths (its plan is checked and its exact G reported, with the gap
-    ``bound / G - 1``)."""
+    ``bound / G - 1``), ``primal_arc_share`` of them for the arc MILP."""
     import os
 
     from slolab.models.sa_ordering import SAOrderingModel, as_problem
@@ -409,6 +410,7 @@ def part_ti(
             ng_size=ng_size,
             ng_warm=ng_warm,
             primal_s=primal_s,
+            primal_arc_share=primal_arc_share,
         )
         rows.append(
             {
@@ -428,6 +430,7 @@ def part_ti(
                 "ng_size": got.ng_size,
                 "ng_fallbacks": got.fallbacks,
                 "ng_warm": ng_warm,
+                "primal_arc_share": primal_arc_share if primal_s else float("nan"),
                 **primal_columns(inst, problem, got.primal, got.bound),
                 "wall_s": time.perf_counter() - start,
                 "cpu_s": time.process_time() - cpu,
@@ -589,6 +592,13 @@ def main() -> None:
         "restricted arc MILP; default: 0, none)",
     )
     ap.add_argument(
+        "--ti-primal-arc-share",
+        type=float,
+        default=0.25,
+        help="with --ti-primal: the share of its seconds the arc MILP may take, the position "
+        "MILP the rest (default: 0.25)",
+    )
+    ap.add_argument(
         "--tag",
         default="",
         help="suffix of the CSV files written (sa_ordering_bp-TAG.csv, ...), so that runs "
@@ -617,6 +627,8 @@ def main() -> None:
             ap.error(f"--ti-ng-warm must be in [0, 1], got {args.ti_ng_warm}")
         if not 0.0 <= args.ti_primal < args.ti_limit:
             ap.error(f"--ti-primal must be in [0, --ti-limit), got {args.ti_primal}")
+        if not 0.0 <= args.ti_primal_arc_share <= 1.0:
+            ap.error(f"--ti-primal-arc-share must be in [0, 1], got {args.ti_primal_arc_share}")
         frame = part_ti(
             [v for v in args.ti_snapshots.split(",") if v],
             args.ti_limit,
@@ -624,6 +636,7 @@ def main() -> None:
             args.ti_ng,
             args.ti_ng_warm,
             args.ti_primal,
+            args.ti_primal_arc_share,
         )
         table = frame.drop(columns=["tried"])
         print((table.T if args.ti_primal else table).to_string())

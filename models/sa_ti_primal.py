@@ -279,6 +279,8 @@ def time_indexed_primal(
     batches in the rest, each of its rounds at the best G so far with half the time left (the
     last with all of it). Every plan found is evaluated with
     :meth:`OrderingProblem.evaluate`; the G reported is that value's."""
+    if not 0.0 <= arc_share <= 1.0:
+        raise ValueError(f"arc_share must be in [0, 1], got {arc_share}")
     start = time.perf_counter()
     deadline = start + time_limit
     n = problem.n_requests

@@ -68,7 +68,7 @@ from slolab.models.sa_ti_pricing import (
     TiColumn,
     ng_neighbourhoods,
 )
-from slolab.models.sa_ti_primal import TiPrimal, time_indexed_primal
+from slolab.models.sa_ti_primal import ARC_SHARE, TiPrimal, time_indexed_primal
 
 __all__ = [
     "TIME_STEP_S",
@@ -526,6 +526,7 @@ def time_indexed_bound(
     ng_size: int = 0,
     ng_warm: float = 0.0,
     primal_s: float = 0.0,
+    primal_arc_share: float = ARC_SHARE,
 ) -> TimeIndexedBound:
     """The least ``lambda`` the time-indexed LP certifies (``G* <= lambda``) within
     ``time_limit``: from ``lambda`` = ``incumbent`` (a plan's G, so ``G* >= incumbent``), each
@@ -545,7 +546,8 @@ def time_indexed_bound(
 
     With ``primal_s > 0`` the bound gets ``time_limit - primal_s`` seconds and then
     :func:`~slolab.models.sa_ti_primal.time_indexed_primal` the rest, over every path any
-    ratio priced (``result.primal``: a plan and its exact G, so a run gives ``[G, bound]``)."""
+    ratio priced (``result.primal``: a plan and its exact G, so a run gives ``[G, bound]``),
+    ``primal_arc_share`` of it for the arc MILP."""
     if not 0.0 <= ng_warm <= 1.0:
         raise ValueError(f"ng_warm must be in [0, 1], got {ng_warm}")
     if not 0.0 <= primal_s < time_limit:
@@ -626,7 +628,11 @@ def time_indexed_bound(
         bisect(incumbent, deadline, ng_size, [])
     if primal_s:
         result.primal = time_indexed_primal(
-            problem, list(priced), start + time_limit - time.perf_counter(), plan
+            problem,
+            list(priced),
+            start + time_limit - time.perf_counter(),
+            plan,
+            arc_share=primal_arc_share,
         )
     result.runtime_s = time.perf_counter() - start
     return result

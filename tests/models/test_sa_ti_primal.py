@@ -97,6 +97,30 @@ def test_arc_plan_refuses_what_is_no_plan():
     assert arc_plan(repeat, np.ones(3), 5) is None
 
 
+def test_position_milp_alone_chains_pieces_of_paths():
+    """With no time for the arc MILP (``arc_share = 0``) the position MILP alone joins the
+    optimum's one-batch pieces into G* (it holds no grid time, so the pieces chain too); a
+    share outside [0, 1] is refused."""
+    inst = random_ordering_instance(2, 5, 2)
+    problem = as_problem(inst)
+    model = SAOrderingModel(inst)
+    exact = solve(model, "brute", time_limit=60)
+    plan, value = model.starting_plan()
+    master = TimeIndexedMaster(problem, value.g, step_s=0.02)
+    paths = [
+        master.plan_path(plan),
+        *((col,) for col in master.plan_path(batches_of(exact.schedule))),
+    ]
+    primal = time_indexed_primal(problem, paths, 5.0, plan, arc_share=0.0)
+    assert (primal.arcs, primal.rows) == (0, 0)
+    assert {r["milp"] for r in primal.rounds} == {"position"}
+    # the starting plan is below G* here (brute force's), so the position MILP found it
+    assert value.g < exact.objective * (1 - 1e-9)
+    assert primal.g == pytest.approx(exact.objective, rel=1e-12)
+    with pytest.raises(ValueError, match="arc_share"):
+        time_indexed_primal(problem, paths, 1.0, plan, arc_share=1.5)
+
+
 def test_no_primal_without_primal_s():
     """``primal_s = 0`` (the default) runs no primal; a share not below the limit is refused."""
     inst = random_ordering_instance(0, 5, 2)
