@@ -220,6 +220,7 @@ def position_round(
     its truly met members) in :func:`slolab.models.sa_columns.restricted_milp`, which times
     the chosen path exactly (no grid); HiGHS's status, the objective (s; nan without a
     solution) and the plan (None without one)."""
+    import highspy
     import pulp
 
     master = ColumnMaster(problem, ratio)
@@ -244,8 +245,6 @@ def position_round(
             if col.start >= 1:
                 start[f"sigma_{col.end}_{col.size}"] = t
             t += master.duration(col)
-        import highspy
-
         sol = highspy.HighsSolution()
         sol.col_value = [start.get(v.name, 0.0) for v in prob.variables()]
         sol.value_valid = True
