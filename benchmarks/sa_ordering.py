@@ -37,8 +37,10 @@
 7. With ``--ti-only``: the time-indexed network's bound (docs/sa_ordering.md Sec. 6) on
    ``--ti-snapshots`` within ``--ti-limit`` seconds each on a grid of ``--ti-step`` seconds,
    with ng-route memory of ``--ti-ng`` requests (0: none, the default), with
-   ``--ti-ng-warm SHARE`` priced without memory first (up to that share of the limit); writes
-   ``benchmarks/out/sa_ordering_ti.csv``.
+   ``--ti-ng-warm SHARE`` priced without memory first (up to that share of the limit), and with
+   ``--ti-primal S`` the last ``S`` seconds of the limit given to a primal from the priced
+   paths (a restricted arc MILP; docs Sec. 6, "A primal from the network"): its plan's exact G,
+   so each row is an interval; writes ``benchmarks/out/sa_ordering_ti.csv``.
 
 Prints tables and writes ``benchmarks/out/sa_ordering.csv`` (``--tag T``: ``sa_ordering-T.csv``,
 and likewise for the parts' files, so that runs started together keep their own). Asserts only
@@ -50,7 +52,7 @@ Usage: ``python benchmarks/sa_ordering.py [--quick] [--intervals] [--bp | --bp-o
 [--bp-first-seed 0] [--bp-shipped sa-azure-n40-b4]
 [--cuts | --cuts-only] [--cuts-sizes 20,30,40] [--cuts-seeds 3] [--cuts-limit S]
 [--ti-only] [--ti-snapshots NAME@RATIO,N:SEED@RATIO] [--ti-limit S] [--ti-step S] [--ti-ng K]
-[--ti-ng-warm [SHARE]]
+[--ti-ng-warm [SHARE]] [--ti-primal S] [--ti-primal-arc-share SHARE]
 [--brute-limit S] [--tag T]``.
 """
 
@@ -75,6 +77,7 @@ from slolab.models.sa_ordering import batches_of
 from slolab.problems import build_model
 from slolab.problems.sa_ordering import sa_snapshot
 from slolab.sim import check, metrics, replay
+from slolab.sim.schedule import Schedule
 from slolab.solvers import solve
 from tqdm import tqdm
 
@@ -363,14 +366,22 @@ def part_latency(sizes: list[int], repeats: int) -> pd.DataFrame:
 
 
 def part_ti(
-    specs: list[str], limit: float, step_s: float, ng_size: int = 0, ng_warm: float = 0.0
+    specs: list[str],
+    limit: float,
+    step_s: float,
+    ng_size: int = 0,
+    ng_warm: float = 0.0,
+    primal_s: float = 0.0,
+    primal_arc_share: float = 0.25,
 ) -> pd.DataFrame:
     """The time-indexed network's bound (:func:`slolab.models.sa_time_index.time_indexed_bound`)
     per snapshot spec ``NAME[@RATIO]`` (a shipped name, or ``N:SEED`` for ``sa_snapshot(N, 4,
     seed=SEED)``; ``RATIO`` the first ratio tried, default the deterministic starting plan's
     G), seeded with the starting plan, within ``limit`` seconds on a grid of ``step_s``, with
     ng-route memory of ``ng_size`` (0: none), priced without it first for up to ``ng_warm`` of
-    the time (0: not)."""
+    the time (0: not); with ``primal_s > 0`` the last ``primal_s`` seconds go to the primal
+    from the priced paths (its plan is checked and its exact G reported, with the gap
+    ``bound / G - 1``), ``primal_arc_share`` of them for the arc MILP."""
     import os
 
     from slolab.models.sa_ordering import SAOrderingModel, as_problem
@@ -398,6 +409,8 @@ def part_ti(
             step_s=step_s,
             ng_size=ng_size,
             ng_warm=ng_warm,
+            primal_s=primal_s,
+            primal_arc_share=primal_arc_share,
         )
         rows.append(
             {
@@ -417,12 +430,46 @@ def part_ti(
                 "ng_size": got.ng_size,
                 "ng_fallbacks": got.fallbacks,
                 "ng_warm": ng_warm,
+                "primal_arc_share": primal_arc_share if primal_s else float("nan"),
+                **primal_columns(inst, problem, got.primal, got.bound),
                 "wall_s": time.perf_counter() - start,
                 "cpu_s": time.process_time() - cpu,
                 "load_average": os.getloadavg()[0],
             }
         )
     return pd.DataFrame(rows)
+
+
+def primal_columns(inst, problem, primal, bound: float) -> dict[str, object]:
+    """The columns of the primal of a ``part_ti`` row (empty without one): its plan's exact G
+    (the plan evaluated again and replayed by the engine here, the checker clean), met count
+    and latency, plans evaluated, priced paths that repeat no request, the arc MILP's size,
+    the rounds of both MILPs and the gap ``bound / G - 1``."""
+    if primal is None:
+        return {}
+    if primal.plan is not None:
+        assert problem.evaluate(primal.plan) == primal.value
+        replayed = replay(inst, Schedule.static_batches(primal.plan))
+        assert check(inst, replayed) == [], "the primal's plan breaks a rule"
+        assert abs(metrics.g_ratio(inst, replayed) - primal.g) <= 1e-9 * primal.g
+    rounds = primal.rounds
+    return {
+        "primal_g": primal.g,
+        "primal_met": primal.value.met_requests if primal.value else 0,
+        "primal_latency_s": primal.value.total_latency_s if primal.value else float("nan"),
+        "gap": bound / primal.g - 1.0 if primal.g > 0 else float("inf"),
+        "plans_evaluated": primal.evaluated,
+        "elementary_paths": primal.from_paths,
+        "milp_arcs": primal.arcs,
+        "milp_rows": primal.rows,
+        "milp_rounds": ";".join(
+            f"{r['milp']}:{r['ratio']:.6f}:{r['status']}:{r['objective']:.3f}:{r['solutions']}:"
+            f"{r['g']:.6f}:{r['seconds']:.1f}s"
+            for r in rounds
+        ),
+        "milp_s": sum(r["seconds"] for r in rounds),
+        "primal_s": primal.runtime_s,
+    }
 
 
 def report_bp(frame: pd.DataFrame) -> None:
@@ -538,6 +585,20 @@ def main() -> None:
         "share of --ti-limit has passed, then with memory (default: off; the flag alone: 0.5)",
     )
     ap.add_argument(
+        "--ti-primal",
+        type=float,
+        default=0.0,
+        help="the last seconds of --ti-limit given to a primal from the priced paths (a "
+        "restricted arc MILP; default: 0, none)",
+    )
+    ap.add_argument(
+        "--ti-primal-arc-share",
+        type=float,
+        default=0.25,
+        help="with --ti-primal: the share of its seconds the arc MILP may take, the position "
+        "MILP the rest (default: 0.25)",
+    )
+    ap.add_argument(
         "--tag",
         default="",
         help="suffix of the CSV files written (sa_ordering_bp-TAG.csv, ...), so that runs "
@@ -564,14 +625,21 @@ def main() -> None:
             ap.error(f"--ti-ng must be >= 0, got {args.ti_ng}")
         if not 0.0 <= args.ti_ng_warm <= 1.0:
             ap.error(f"--ti-ng-warm must be in [0, 1], got {args.ti_ng_warm}")
+        if not 0.0 <= args.ti_primal < args.ti_limit:
+            ap.error(f"--ti-primal must be in [0, --ti-limit), got {args.ti_primal}")
+        if not 0.0 <= args.ti_primal_arc_share <= 1.0:
+            ap.error(f"--ti-primal-arc-share must be in [0, 1], got {args.ti_primal_arc_share}")
         frame = part_ti(
             [v for v in args.ti_snapshots.split(",") if v],
             args.ti_limit,
             args.ti_step,
             args.ti_ng,
             args.ti_ng_warm,
+            args.ti_primal,
+            args.ti_primal_arc_share,
         )
-        print(frame.drop(columns=["tried"]).to_string(index=False))
+        table = frame.drop(columns=["tried"])
+        print((table.T if args.ti_primal else table).to_string())
         frame.to_csv(out("sa_ordering_ti"), index=False)
         print(f"wrote {out('sa_ordering_ti')}")
         return

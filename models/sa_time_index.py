@@ -68,6 +68,7 @@ from slolab.models.sa_ti_pricing import (
     TiColumn,
     ng_neighbourhoods,
 )
+from slolab.models.sa_ti_primal import ARC_SHARE, TiPrimal, time_indexed_primal
 
 __all__ = [
     "TIME_STEP_S",
@@ -92,7 +93,8 @@ class TimeIndexedBound:
     """What :func:`time_indexed_bound` found: the least ``lambda`` certified (``bound``), the
     ratios tried with their Lagrangian bounds on ``min F`` and whether column generation
     converged, the grid and the last master's size, the ng memory size and the pricings that
-    gave up on it (priced without memory)."""
+    gave up on it (priced without memory); with ``primal_s``, the plan found from the priced
+    paths (:func:`~slolab.models.sa_ti_primal.time_indexed_primal`)."""
 
     bound: float
     tried: list[dict[str, float]] = field(default_factory=list)
@@ -101,6 +103,7 @@ class TimeIndexedBound:
     runtime_s: float = 0.0
     ng_size: int = 0
     fallbacks: int = 0
+    primal: TiPrimal | None = None
 
 
 class TimeIndexedMaster(NgPricing):
@@ -522,6 +525,8 @@ def time_indexed_bound(
     steps: int = 8,
     ng_size: int = 0,
     ng_warm: float = 0.0,
+    primal_s: float = 0.0,
+    primal_arc_share: float = ARC_SHARE,
 ) -> TimeIndexedBound:
     """The least ``lambda`` the time-indexed LP certifies (``G* <= lambda``) within
     ``time_limit``: from ``lambda`` = ``incumbent`` (a plan's G, so ``G* >= incumbent``), each
@@ -537,12 +542,20 @@ def time_indexed_bound(
     priced before that the memory admits (those repeating a remembered request dropped). The
     second phase and the first phase's ratios with ``LB > 0`` also use ``G* <= lambda / (1 +
     lambda LB / N)`` (:func:`ratio_bound`), and after such a ratio the second phase tries that
-    bound next. The bound is the least over both phases, never above the first phase's."""
+    bound next. The bound is the least over both phases, never above the first phase's.
+
+    With ``primal_s > 0`` the bound gets ``time_limit - primal_s`` seconds and then
+    :func:`~slolab.models.sa_ti_primal.time_indexed_primal` the rest, over every path any
+    ratio priced (``result.primal``: a plan and its exact G, so a run gives ``[G, bound]``),
+    ``primal_arc_share`` of it for the arc MILP."""
     if not 0.0 <= ng_warm <= 1.0:
         raise ValueError(f"ng_warm must be in [0, 1], got {ng_warm}")
+    if not 0.0 <= primal_s < time_limit:
+        raise ValueError(f"primal_s must be in [0, time_limit), got {primal_s}")
     start = time.perf_counter()
-    deadline = start + time_limit
+    deadline = start + time_limit - primal_s
     result = TimeIndexedBound(bound=math.inf)
+    priced: dict[tuple[TiColumn, ...], None] = {}
 
     def bisect(
         first: float,
@@ -568,6 +581,8 @@ def time_indexed_bound(
             master.add([p for p in known if master.admits(p)] if size else known)
             lb, converged = master.generate(plan, until)
             known = master.paths
+            if primal_s:
+                priced.update(dict.fromkeys(known))
             result.ng_size = max(result.ng_size, master.ng_size)
             result.fallbacks += master.ng_fallbacks
             result.ticks, result.columns = master.late, len(master.paths)
@@ -611,5 +626,13 @@ def time_indexed_bound(
             bisect(lo, deadline, ng_size, known, problem.n_requests)
     else:
         bisect(incumbent, deadline, ng_size, [])
+    if primal_s:
+        result.primal = time_indexed_primal(
+            problem,
+            list(priced),
+            start + time_limit - time.perf_counter(),
+            plan,
+            arc_share=primal_arc_share,
+        )
     result.runtime_s = time.perf_counter() - start
     return result
