@@ -60,6 +60,15 @@ PACKING_LOOKAHEAD = "deadline-packing-lookahead"
 #: Names of the packing variants that also wait for an urgent arrival (``wait=True``).
 WAITING = "deadline-packing-wait"
 WAITING_LOOKAHEAD = "deadline-packing-lookahead-wait"
+#: :class:`DeadlineAdmission`'s named variants: (lookahead, pack, wait).
+DEADLINE_VARIANTS = {
+    "deadline-admission": (False, False, False),
+    LOOKAHEAD: (True, False, False),
+    PACKING: (False, True, False),
+    PACKING_LOOKAHEAD: (True, True, False),
+    WAITING: (False, True, True),
+    WAITING_LOOKAHEAD: (True, True, True),
+}
 #: Largest prefill chunk (tokens) :class:`DeadlineAdmission` gives a request that will miss its
 #: first token anyway (so that it never holds the server long).
 LATE_CHUNK_TOKENS = 512
@@ -207,6 +216,7 @@ class DeadlineAdmission:
         alone = self.t_c + self.a_seq + self.a_tok * (wl.prompt_tokens - cached_prompt_tokens(wl))
         self.latest_start_s = self.arrival_s + ttft - alone
         self.by_arrival = np.argsort(self.arrival_s, kind="stable")
+        self.sorted_arrival_s = self.arrival_s[self.by_arrival]
 
     def _chunk_cap(self, now: float, step_s: float) -> int:
         """Clairvoyant: the largest chunk whose iteration ends by the latest start of every
@@ -296,9 +306,8 @@ class DeadlineAdmission:
         server idles until it arrives), so that the packing can take it in."""
         tokens = sum(c for _, c in prefill)
         end = now + step_s + self.a_seq * (len(prefill) - 1) + self.a_tok * tokens
-        order = self.by_arrival
-        first = int(np.searchsorted(self.arrival_s[order], now, side="right"))
-        for r in order[first:]:
+        first = int(np.searchsorted(self.sorted_arrival_s, now, side="right"))
+        for r in self.by_arrival[first:]:
             arrival = float(self.arrival_s[r])
             if arrival >= end:
                 break
@@ -344,14 +353,9 @@ class DeadlineAdmission:
 
 def _make_policy(name: str, instance: Instance) -> Any:
     base, _, chunk = name.partition("/")
-    deadline = (DeadlineAdmission.name, LOOKAHEAD, PACKING, PACKING_LOOKAHEAD)
-    if base in deadline + (WAITING, WAITING_LOOKAHEAD):
-        return DeadlineAdmission(
-            int(chunk or 0),
-            lookahead=base in (LOOKAHEAD, PACKING_LOOKAHEAD, WAITING_LOOKAHEAD),
-            pack=base in (PACKING, PACKING_LOOKAHEAD, WAITING, WAITING_LOOKAHEAD),
-            wait=base in (WAITING, WAITING_LOOKAHEAD),
-        )
+    if base in DEADLINE_VARIANTS:
+        lookahead, pack, wait = DEADLINE_VARIANTS[base]
+        return DeadlineAdmission(int(chunk or 0), lookahead=lookahead, pack=pack, wait=wait)
     from slolab.heuristics.policies import make_policy
 
     return make_policy(name, instance)
