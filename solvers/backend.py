@@ -17,6 +17,7 @@ import dataclasses
 import math
 import numbers
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -259,7 +260,10 @@ def time_limited_build(seconds: float) -> Iterator[None]:
     needs the main thread of a POSIX process and a free ``ITIMER_REAL``; elsewhere the block
     runs unbounded. It fires again every :data:`BUILD_TIMER_REPEAT_S` until the block has
     ended: an exception raised while the interpreter runs a garbage-collector callback or a
-    ``__del__`` is printed and dropped, not propagated.
+    ``__del__`` is not propagated but handed to ``sys.unraisablehook``. Within the block that
+    hook drops the timer's own error silently (the next firing raises it again where it
+    propagates) and passes any other to the former hook with the timer held, so that a hook
+    formatting a traceback is not itself interrupted.
     """
     usable = (
         hasattr(signal, "setitimer")
@@ -270,10 +274,26 @@ def time_limited_build(seconds: float) -> Iterator[None]:
         yield
         return
 
+    in_hook = False
+
     def expired(signum: int, frame: Any) -> None:
-        raise BuildTimeLimitError(f"time limit of {seconds:g} s reached while building")
+        if not in_hook:
+            raise BuildTimeLimitError(f"time limit of {seconds:g} s reached while building")
+
+    former_hook = sys.unraisablehook
+
+    def unraisable(args: Any) -> None:
+        nonlocal in_hook
+        if isinstance(args.exc_value, BuildTimeLimitError):
+            return
+        in_hook = True
+        try:
+            former_hook(args)
+        finally:
+            in_hook = False
 
     previous = signal.signal(signal.SIGALRM, expired)
+    sys.unraisablehook = unraisable
     signal.setitimer(signal.ITIMER_REAL, seconds, BUILD_TIMER_REPEAT_S)
     try:
         yield
@@ -285,6 +305,7 @@ def time_limited_build(seconds: float) -> Iterator[None]:
                 break
             except BuildTimeLimitError:
                 continue
+        sys.unraisablehook = former_hook
 
 
 def run_interruptibly(work: Callable[[], T], stop: Callable[[], None]) -> T:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import pytest
@@ -10,11 +11,9 @@ from slolab.harness.cli import main
 from slolab.instances import save_instance
 from slolab.problems import get_problem
 from slolab.solvers import Status, build_model, solve
+from slolab.solvers.backend import BuildTimeLimitError, time_limited_build
 
 
-# a firing that lands in a garbage-collector callback is printed and dropped by design; the
-# timer fires again (solvers.backend.time_limited_build), which this test checks
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_time_limit_on_a_100000_request_dispatch_scale_window_ran_past_60_s(tmp_path, capsys):
     """`slolab solve --time-limit 1` on 20,000 requests ends after about 1 s: TIME_LIMIT in the build."""
     inst = get_problem("dispatch-scale").build(n=20_000, seed=0)
@@ -39,7 +38,6 @@ def test_a_small_model_still_solves_to_optimality_under_the_build_timer():
     assert 0.0 <= result.details["build_s"] < 30.0
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # as above
 def test_compare_time_limit_on_a_large_window_ran_past_60_s(tmp_path, capsys):
     """compare --methods highs --time-limit 1 on 20,000 requests gives a TIME_LIMIT row, no objective."""
     inst = get_problem("dispatch-scale").build(n=20_000, seed=0)
@@ -51,3 +49,53 @@ def test_compare_time_limit_on_a_large_window_ran_past_60_s(tmp_path, capsys):
     # the build is stopped at 1 s: no incumbent to replay, so no objective and no bound
     assert (code, row["status"], row["objective"], row["bound"]) == (0, "TIME_LIMIT", None, None)
     assert took < 6.0
+
+
+class _RaisesWhenDropped:
+    """Raises ``ValueError`` from ``__del__``: Python hands it to ``sys.unraisablehook``."""
+
+    def __del__(self):
+        raise ValueError("raised in __del__")
+
+
+class _WaitsForTheTimerWhenDropped:
+    """Spins in ``__del__`` until the build timer fires there."""
+
+    def __del__(self):
+        while True:
+            pass
+
+
+def test_the_timer_holds_while_another_unraisable_error_is_handed_on(monkeypatch):
+    """A hook handling another object's ``__del__`` error (pytest's formats a traceback) is not
+    interrupted by the timer's repeat firings; the build then stops at the next firing."""
+    seen = []
+
+    def hook(args):
+        time.sleep(0.25)  # the timer comes due and fires repeatedly meanwhile
+        seen.append(type(args.exc_value).__name__)
+
+    monkeypatch.setattr(sys, "unraisablehook", hook)
+    with pytest.raises(BuildTimeLimitError), time_limited_build(0.05):
+        _RaisesWhenDropped()
+        while True:
+            pass
+    assert seen == ["ValueError"]
+    assert sys.unraisablehook is hook
+
+
+def test_the_timer_drops_its_own_error_raised_in_a_destructor(monkeypatch):
+    """A firing inside ``__del__`` cannot propagate: it is dropped without reaching the former
+    hook, and the next firing stops the build."""
+    seen = []
+
+    def hook(args):
+        seen.append(args.exc_value)
+
+    monkeypatch.setattr(sys, "unraisablehook", hook)
+    with pytest.raises(BuildTimeLimitError), time_limited_build(0.05):
+        _WaitsForTheTimerWhenDropped()
+        while True:
+            pass
+    assert seen == []
+    assert sys.unraisablehook is hook
