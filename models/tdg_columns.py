@@ -103,6 +103,73 @@ COLUMNS_PER_ROUND = 3
 PACE_TOL = 1e-9
 
 
+def profile_terms(
+    t: dict[str, Any], rho: np.ndarray, mu: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per bucket ``j`` of a request's table ``t`` and token count ``k``, ``F_j(k) = wd
+    on_time[j, k] - rho_j need(k)`` and ``own_j(k) = F_j(k) - mu_j k``
+    (:meth:`TdgHorizonColumns.price`)."""
+    ks = np.arange(t["k_max"] + 1)
+    F = t["decode_gain"] * t["on_time"] - rho[:, None] * t["need"][None, :]
+    return F, F - mu[:, None] * ks[None, :]
+
+
+def completion_values(
+    t: dict[str, Any],
+    terms: tuple[np.ndarray, np.ndarray],
+    most: int,
+    extra: np.ndarray | None,
+) -> np.ndarray:
+    """Per completion bucket ``c`` of a request's table ``t``, the value of its best column
+    (``V_(n-1)`` of :meth:`TdgHorizonColumns.price`'s programme, plus the first-token gain and
+    ``extra[c]``), exact for every ``c`` that can be among the ``most`` best; -inf for the
+    others and for the buckets no column completes in. ``terms``: :func:`profile_terms` at the
+    request's duals (docs/proserve.md, "Only the buckets that can win are priced").
+
+    The programme for one ``c`` costs ``O((n - c) k)``; for every ``c`` at once ``O(n^2 k)``.
+    So a backward pass without the pace caps of the later buckets first bounds every ``c`` at
+    once in ``O(n k)``: ``H_j(k') = max_(k >= k') (own_j(k) + H_(j+1)(k)) - F_j(k')`` (``H_n =
+    0``, ``k`` at most ``cap[0, j] >= cap[c, j]``) is the most the buckets from ``j`` on add to
+    ``k'`` tokens at the end of ``j - 1``, and ``c``'s value is at most ``max_(1 <= k <= cap[c,
+    c]) own_c(k) + H_(c+1)(k)``: a relaxation (the caps of ``c``'s later buckets dropped to the
+    loosest row's). The exact programme then runs for the buckets in the order of that bound
+    until ``most`` exact values are above the next bound (less a rounding margin): no bucket
+    left can be among the ``most`` best, and those that can get the same values the
+    programme for every ``c`` at once gives (the same operations on their row)."""
+    n, k_max = t["n"], t["k_max"]
+    ks = np.arange(k_max + 1)
+    F, own = terms
+    cap = t["cap"]
+    allowed = t["allowed"]
+    upper = np.full(n, -np.inf)
+    ahead = np.zeros(k_max + 1)  # H_(j+1)
+    for j in range(n - 1, -1, -1):
+        if allowed[j]:
+            upper[j] = float((own[j, 1 : cap[j, j] + 1] + ahead[1 : cap[j, j] + 1]).max())
+        if j:
+            gain = own[j] + ahead
+            gain[cap[0, j] + 1 :] = -np.inf
+            ahead = np.maximum.accumulate(gain[::-1])[::-1] - F[j]
+    upper += t["first_gain"]
+    if extra is not None:
+        upper = upper + extra
+    margin = 1e-9 * n * (1.0 + float(np.abs(own).max()) + float(np.abs(F).max()))
+    best = np.full(n, -np.inf)
+    found: list[float] = []
+    for c in np.argsort(-upper, kind="stable").tolist():
+        if upper[c] == -np.inf or (len(found) >= most and upper[c] < found[most - 1] - margin):
+            break
+        value = np.full(k_max + 1, -np.inf)
+        value[1:] = own[c, 1:]
+        value[ks > cap[c, c]] = -np.inf
+        for j in range(c + 1, n):
+            value = own[j] + np.maximum.accumulate(value - F[j])
+            value[ks > cap[c, j]] = -np.inf
+        best[c] = float(value.max()) + t["first_gain"][c] + (0.0 if extra is None else extra[c])
+        found = sorted([*found, best[c]], reverse=True)[:most]
+    return best
+
+
 @dataclass(frozen=True, slots=True)
 class Column:
     """One request's schedule over its buckets (local indices ``0 .. n_r - 1``).
@@ -403,69 +470,50 @@ class TdgHorizonColumns(ExactModel):
         ``extra[c]``: a constant added to every column completing in local bucket ``c`` (the
         ``chain`` rows' duals, :meth:`ChainRows.column_terms`)."""
         t = self.tables[r]
-        n, k_max = t["n"], t["k_max"]
         pi = np.maximum(np.asarray(pi, dtype=float), 0.0)
         rho = np.minimum.accumulate(pi)
-        ks = np.arange(k_max + 1)
-        allowed = t["allowed"]
-        if not allowed.any():
+        if not t["allowed"].any():
             return []
-        value = np.full((n, k_max + 1), -np.inf)  # rows: completion bucket c
-        for j in range(n):
-            F = t["decode_gain"] * t["on_time"][j] - rho[j] * t["need"]
-            own = F - mu[j] * ks
-            live = np.arange(n) < j
-            if live.any():
-                carried = np.maximum.accumulate(value[live] - F[None, :], axis=1)
-                value[live] = own[None, :] + carried
-            if allowed[j]:
-                row = np.full(k_max + 1, -np.inf)
-                row[1:] = own[1:]  # from 0 tokens (F(0) = 0): the first token and decodes
-                value[j] = row
-            over = ks[None, :] > t["cap"][: j + 1, j][:, None]
-            value[: j + 1][over] = -np.inf
-        best = np.max(value, axis=1) + t["first_gain"]
-        if extra is not None:
-            best = best + extra
+        terms = profile_terms(t, rho, np.asarray(mu, dtype=float))
+        best = completion_values(t, terms, most, extra)
         order = [int(c) for c in np.argsort(-best, kind="stable")[:most]]
-        return [(float(best[c]), self._column(r, c, pi, mu, rho)) for c in order if best[c] > floor]
+        return [(float(best[c]), self._column(r, c, pi, terms)) for c in order if best[c] > floor]
 
-    def _column(self, r: int, c: int, pi: np.ndarray, mu: np.ndarray, rho: np.ndarray) -> Column:
-        """The best column of ``r`` completing in bucket ``c`` (the DP of :meth:`price` for
-        that row alone, with its choices kept), its work placed at the cheapest buckets."""
+    def _column(
+        self, r: int, c: int, pi: np.ndarray, terms: tuple[np.ndarray, np.ndarray]
+    ) -> Column:
+        """The best column of ``r`` completing in bucket ``c`` (the programme of :meth:`price`
+        for that row alone, with its choices kept), its work placed at the cheapest buckets.
+        ``terms``: ``F`` and ``own`` per bucket (:func:`profile_terms`)."""
         t = self.tables[r]
-        n, k_max = t["n"], t["k_max"]
+        F, own = terms
+        n, k_max, cap = t["n"], t["k_max"], t["cap"]
         ks = np.arange(k_max + 1)
         value = np.full(k_max + 1, -np.inf)
-        choice = np.zeros((n, k_max + 1), dtype=np.int64)
-        for j in range(c, n):
-            F = t["decode_gain"] * t["on_time"][j] - rho[j] * t["need"]
-            own = F - mu[j] * ks
-            if j == c:
-                value = np.full(k_max + 1, -np.inf)
-                value[1:] = own[1:]
-            else:
-                shifted = value - F
-                # arg[k]: the last k' <= k reaching the running maximum of shifted
-                top = np.maximum.accumulate(shifted)
-                arg = np.maximum.accumulate(np.where(shifted >= top, ks, 0))
-                choice[j] = arg
-                value = own + shifted[arg]
-            value[ks > t["cap"][c, j]] = -np.inf
+        value[1:] = own[c, 1:]
+        value[ks > cap[c, c]] = -np.inf
+        choice = np.zeros((n - c, k_max + 1), dtype=np.int64)
+        for j in range(c + 1, n):
+            shifted = value - F[j]
+            # arg[k]: the last k' <= k reaching the running maximum of shifted
+            top = np.maximum.accumulate(shifted)
+            arg = np.maximum.accumulate(np.where(shifted >= top, ks, 0))
+            choice[j - c] = arg
+            value = own[j] + shifted[arg]
+            value[ks > cap[c, j]] = -np.inf
         tokens = np.zeros(n, dtype=np.int64)
         k = int(np.argmax(value))
         for j in range(n - 1, c - 1, -1):
             tokens[j] = k
             if j > c:
-                k = int(choice[j, k])
+                k = int(choice[j - c, k])
         need = t["need"][tokens]
+        # the cheapest bucket so far (the first of the least pi up to each bucket) takes the
+        # bucket's work, added bucket by bucket
+        below = pi < np.concatenate(([np.inf], np.minimum.accumulate(pi)[:-1]))
+        cheapest = np.maximum.accumulate(np.where(below, np.arange(n), 0))
         work = np.zeros(n)
-        cheapest = 0
-        for j in range(n):
-            if pi[j] < pi[cheapest]:
-                cheapest = j
-            if j >= c:
-                work[cheapest] += need[j] - (need[j - 1] if j > 0 else 0.0)
+        np.add.at(work, cheapest[c:], np.diff(need, prepend=0.0)[c:])
         return Column(r, c, tokens, work, self.column_gain(r, c, tokens))
 
     def column_gain(self, r: int, c: int, tokens: np.ndarray) -> float:
