@@ -99,6 +99,9 @@ COLUMNS_MODEL = "tdg-horizon-columns"
 PRICE_TOL = 1e-7
 #: Columns added per request and round at most (the best completion buckets).
 COLUMNS_PER_ROUND = 3
+#: HiGHS's ``simplex_strategy`` values: the master's rounds run the primal simplex, the
+#: integer master's MILP HiGHS's default, the dual simplex.
+SIMPLEX_PRIMAL, SIMPLEX_DUAL = 4, 1
 #: Slack of the decode pace ``t_min (K - 1) <= T`` against the floor of ``T / t_min``.
 PACE_TOL = 1e-9
 
@@ -679,6 +682,9 @@ class TdgHorizonColumns(ExactModel):
                 warm = [column for priced in got[1].values() for _, column in priced]
         highs = backend_highs(backend)
         highs.setOptionValue("solver", "simplex")
+        # a round adds columns at 0: the last basis stays primal feasible, so the primal
+        # simplex goes on from it (the dual simplex restarts its phase 1)
+        highs.setOptionValue("simplex_strategy", SIMPLEX_PRIMAL)
         master = self._master(highs)
         if warm:
             self._add_columns(highs, master, warm)
@@ -771,6 +777,7 @@ class TdgHorizonColumns(ExactModel):
             len(lams), lams, np.full(len(lams), highspy.HighsVarType.kInteger)
         )
         highs.setOptionValue("solver", "choose")
+        highs.setOptionValue("simplex_strategy", SIMPLEX_DUAL)
         if start is not None:
             point = np.zeros(int(highs.getNumCol()))
             point[:B] = self.run_iterations(start)
