@@ -78,6 +78,7 @@ def one_window(
     without_start_rows: bool = False,
     bound_method: str = "bound",
     lns_master: float | None = None,
+    start_share: float = 0.5,
 ) -> list[dict[str, Any]]:
     """Every method on one window; the rows of the compare table plus the window's interval.
 
@@ -87,7 +88,8 @@ def one_window(
     ``columns-bp-chain`` (``tdg-horizon-columns-bp``, without and with the chain rows) or
     ``both`` (``U`` the
     least of ``bound`` and ``columns``). ``lns_master``: seconds of the
-    integer master's step in an ``lns-master`` row (None: no such row).
+    integer master's step in an ``lns-master`` row (None: no such row). ``start_share``: the
+    columns' bucket-LP start's share of ``bound_limit`` (``TdgHorizonColumns(start_share=)``).
     """
     from slolab.models.tdg_bound import TdgHorizonBound
     from slolab.models.tdg_bp import TdgHorizonBranchPrice
@@ -115,6 +117,7 @@ def one_window(
             max_pairs=max_pairs,
             chain=bound_method == "columns-chain",
             burst=bound_method == "columns-burst",
+            start_share=start_share,
         )
     if bound_method in ("columns-bp", "columns-bp-chain"):
         model = TdgHorizonBranchPrice(
@@ -128,7 +131,9 @@ def one_window(
         got = bound
         if bound_method == "both":
             got = solve(
-                TdgHorizonColumns(inst, max_pairs=max_pairs), "highs", time_limit=bound_limit
+                TdgHorizonColumns(inst, max_pairs=max_pairs, start_share=start_share),
+                "highs",
+                time_limit=bound_limit,
             )
         columns = {
             "bound": float(got.bound),
@@ -238,6 +243,7 @@ def one_window(
                 "bound_without_start_rows_integral": former.get("integral", float("nan")),
                 "width_without_start_rows": 1 - best / former.get("bound", float("nan")),
                 "bound_method": bound_method,
+                "columns_start_share": start_share,
                 "bound_columns": columns.get("bound", float("nan")),
                 "bound_columns_s": columns.get("s", float("nan")),
                 "bound_columns_cpu_s": columns.get("cpu_s", float("nan")),
@@ -319,6 +325,12 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="also an lns-master row: lns with its last S s given to the integer master",
     )
+    parser.add_argument(
+        "--columns-start-share",
+        type=float,
+        default=0.5,
+        help="share of --bound-limit the columns' starting bucket LP may take (0: none)",
+    )
     parser.add_argument("--quick", action="store_true", help="25 requests, 10 s limits")
     parser.add_argument("--out", default=str(OUT / "tdg_bounds.csv"))
     a = parser.parse_args(argv)
@@ -342,6 +354,7 @@ def main(argv: list[str] | None = None) -> None:
                     without_start_rows=a.without_start_rows,
                     bound_method=a.bound_method,
                     lns_master=a.lns_master,
+                    start_share=a.columns_start_share,
                 )
                 rows.extend(got)
                 pd.DataFrame(rows).to_csv(a.out, index=False)

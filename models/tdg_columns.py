@@ -292,6 +292,11 @@ class TdgHorizonColumns(ExactModel):
         (:mod:`slolab.models.tdg_burst`, the bound's table), ``g1_r`` the sum of ``lam`` over
         ``r``'s on-time columns, separated in the rounds (docs/proserve.md, "Burst-capacity
         rows"). Default False: the former master and rounds.
+    start_share : float
+        Share of the time limit the bucket LP that starts the generation may take (default
+        0.5); 0 starts from the empty columns at zero multipliers. Where the bucket LP is not
+        solved within its share, that time is lost (docs/proserve.md, "The column master's
+        start and its simplex").
 
     Notes
     -----
@@ -314,6 +319,7 @@ class TdgHorizonColumns(ExactModel):
         max_pairs: int = DEFAULT_MAX_PAIRS,
         chain: bool = False,
         burst: bool = False,
+        start_share: float = 0.5,
     ) -> None:
         super().__init__(instance)
         self.relaxation = TdgHorizonBound(
@@ -335,6 +341,9 @@ class TdgHorizonColumns(ExactModel):
         #: the chain family's layout (None without it): leaders in deadline order, pairs
         self.leaders: dict[str, Any] | None = self._leader_layout() if chain else None
         self.burst = burst
+        if not 0.0 <= start_share < 1.0:
+            raise ValueError(f"start_share must be in [0, 1), got {start_share}")
+        self.start_share = start_share
 
     # -- per-request data -------------------------------------------------------------------------
     def _request_table(self, r: int) -> dict[str, Any]:
@@ -672,7 +681,9 @@ class TdgHorizonColumns(ExactModel):
             return min(value + LP_MARGIN_REL * abs(value) + LP_MARGIN_ABS, ideal)
 
         warm: list[Column] = []
-        duals = self._bucket_duals(backend, time_limit / 2)
+        duals = None
+        if self.start_share > 0:
+            duals = self._bucket_duals(backend, time_limit * self.start_share)
         start_bound = None
         if duals is not None:
             got = self.lagrangian(*duals, deadline=deadline)

@@ -416,3 +416,19 @@ def test_chain_battery_between_optimum_and_both_bounds(inst):
     exact = solve(TdgHorizon(inst), solver="highs", time_limit=60)
     if exact.status == Status.OPTIMAL:
         assert exact.objective <= res.bound + TOL
+
+
+def test_start_share_zero_starts_from_the_empty_columns_and_converges_to_the_same_bound():
+    """Without the bucket LP's start the generation begins at zero multipliers (no start
+    bound) and, converged, reports the same LP optimum on the hand window; a share outside
+    [0, 1) is refused."""
+    inst = three_requests()
+    res = solve(
+        TdgHorizonColumns(inst, spacing_s=SPACING_S, start_share=0.0), "highs", time_limit=60
+    )
+    assert res.status == Status.OPTIMAL
+    assert res.details["start_bound"] is None
+    assert res.bound == pytest.approx(columns_bound(inst).bound, rel=1e-9)
+    for share in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="start_share"):
+            TdgHorizonColumns(inst, spacing_s=SPACING_S, start_share=share)
