@@ -117,6 +117,33 @@ def profile_terms(
     return F, F - mu[:, None] * ks[None, :]
 
 
+def forward_row(
+    t: dict[str, Any],
+    terms: tuple[np.ndarray, np.ndarray],
+    c: int,
+    choice: np.ndarray | None = None,
+) -> np.ndarray:
+    """``V_(n-1)(k)`` of :meth:`TdgHorizonColumns.price`'s programme for the columns completing
+    in bucket ``c`` alone (-inf past the pace caps). With ``choice`` (``(n - c, k + 1)``), row
+    ``j - c`` gets, per ``k``, the last ``k' <= k`` reaching the running maximum of ``V_(j-1) -
+    F_j``: the token count at the end of bucket ``j - 1`` on the best profile."""
+    F, own = terms
+    n, cap = t["n"], t["cap"]
+    ks = np.arange(t["k_max"] + 1)
+    value = np.full(len(ks), -np.inf)
+    value[1:] = own[c, 1:]
+    value[ks > cap[c, c]] = -np.inf
+    for j in range(c + 1, n):
+        shifted = value - F[j]
+        top = np.maximum.accumulate(shifted)
+        if choice is not None:
+            choice[j - c] = np.maximum.accumulate(np.where(shifted >= top, ks, 0))
+        # top[k] is one of shifted's values: the same float the choice reads
+        value = own[j] + top
+        value[ks > cap[c, j]] = -np.inf
+    return value
+
+
 def completion_values(
     t: dict[str, Any],
     terms: tuple[np.ndarray, np.ndarray],
@@ -140,7 +167,6 @@ def completion_values(
     left can be among the ``most`` best, and those that can get the same values the
     programme for every ``c`` at once gives (the same operations on their row)."""
     n, k_max = t["n"], t["k_max"]
-    ks = np.arange(k_max + 1)
     F, own = terms
     cap = t["cap"]
     allowed = t["allowed"]
@@ -162,12 +188,7 @@ def completion_values(
     for c in np.argsort(-upper, kind="stable").tolist():
         if upper[c] == -np.inf or (len(found) >= most and upper[c] < found[most - 1] - margin):
             break
-        value = np.full(k_max + 1, -np.inf)
-        value[1:] = own[c, 1:]
-        value[ks > cap[c, c]] = -np.inf
-        for j in range(c + 1, n):
-            value = own[j] + np.maximum.accumulate(value - F[j])
-            value[ks > cap[c, j]] = -np.inf
+        value = forward_row(t, terms, c)
         best[c] = float(value.max()) + t["first_gain"][c] + (0.0 if extra is None else extra[c])
         found = sorted([*found, best[c]], reverse=True)[:most]
     return best
@@ -498,21 +519,9 @@ class TdgHorizonColumns(ExactModel):
         for that row alone, with its choices kept), its work placed at the cheapest buckets.
         ``terms``: ``F`` and ``own`` per bucket (:func:`profile_terms`)."""
         t = self.tables[r]
-        F, own = terms
-        n, k_max, cap = t["n"], t["k_max"], t["cap"]
-        ks = np.arange(k_max + 1)
-        value = np.full(k_max + 1, -np.inf)
-        value[1:] = own[c, 1:]
-        value[ks > cap[c, c]] = -np.inf
-        choice = np.zeros((n - c, k_max + 1), dtype=np.int64)
-        for j in range(c + 1, n):
-            shifted = value - F[j]
-            # arg[k]: the last k' <= k reaching the running maximum of shifted
-            top = np.maximum.accumulate(shifted)
-            arg = np.maximum.accumulate(np.where(shifted >= top, ks, 0))
-            choice[j - c] = arg
-            value = own[j] + shifted[arg]
-            value[ks > cap[c, j]] = -np.inf
+        n = t["n"]
+        choice = np.zeros((n - c, t["k_max"] + 1), dtype=np.int64)
+        value = forward_row(t, terms, c, choice)
         tokens = np.zeros(n, dtype=np.int64)
         k = int(np.argmax(value))
         for j in range(n - 1, c - 1, -1):
