@@ -99,12 +99,18 @@ def run_highs_for(highs: Any, seconds: float) -> None:
 def lp_round(highs: Any, seconds: float, what: str) -> bool:
     """One round of a loop re-solving an LP (cuts or columns added between rounds): run it for
     at most about ``seconds`` (:func:`run_highs_for`). True when it ended OPTIMAL, False when
-    the time limit or an interrupt stopped it; any other end raises, naming ``what``."""
+    the time limit or an interrupt stopped it (or the timer did, after ``seconds``, before
+    HiGHS set any status); any other end raises, naming ``what``."""
     import highspy
 
+    started = time.perf_counter()
     run_highs_for(highs, seconds)
     code = highs.getModelStatus()
     if code in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt):
+        return False
+    if code == highspy.HighsModelStatus.kNotset and time.perf_counter() - started >= seconds:
+        # stopped by the timer before HiGHS set any status (seen under load, on a short
+        # budget): as a time limit
         return False
     if code != highspy.HighsModelStatus.kOptimal:
         raise RuntimeError(f"{what}: HiGHS ended with {highs.modelStatusToString(code)}")
