@@ -44,6 +44,7 @@ from typing import Any
 
 import pandas as pd
 from slolab.harness.compare import compare
+from slolab.models.tdg_columns import ROUND_COLUMNS, SMOOTHING
 from slolab.problems.tdg_horizon import KEEP_OUTPUTS, PROSERVE_POLICIES, horizon_window
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -79,6 +80,8 @@ def one_window(
     bound_method: str = "bound",
     lns_master: float | None = None,
     start_share: float = 0.5,
+    smoothing: float = SMOOTHING,
+    columns_per_round: int = ROUND_COLUMNS,
 ) -> list[dict[str, Any]]:
     """Every method on one window; the rows of the compare table plus the window's interval.
 
@@ -89,7 +92,9 @@ def one_window(
     ``both`` (``U`` the
     least of ``bound`` and ``columns``). ``lns_master``: seconds of the
     integer master's step in an ``lns-master`` row (None: no such row). ``start_share``: the
-    columns' bucket-LP start's share of ``bound_limit`` (``TdgHorizonColumns(start_share=)``).
+    columns' bucket-LP start's share of ``bound_limit`` (``TdgHorizonColumns(start_share=)``);
+    ``smoothing``: their dual smoothing factor (``TdgHorizonColumns(smoothing=)``);
+    ``columns_per_round``: columns added per request and round (``columns_per_round=``).
     """
     from slolab.models.tdg_bound import TdgHorizonBound
     from slolab.models.tdg_bp import TdgHorizonBranchPrice
@@ -118,6 +123,8 @@ def one_window(
             chain=bound_method == "columns-chain",
             burst=bound_method == "columns-burst",
             start_share=start_share,
+            smoothing=smoothing,
+            columns_per_round=columns_per_round,
         )
     if bound_method in ("columns-bp", "columns-bp-chain"):
         model = TdgHorizonBranchPrice(
@@ -131,7 +138,13 @@ def one_window(
         got = bound
         if bound_method == "both":
             got = solve(
-                TdgHorizonColumns(inst, max_pairs=max_pairs, start_share=start_share),
+                TdgHorizonColumns(
+                    inst,
+                    max_pairs=max_pairs,
+                    start_share=start_share,
+                    smoothing=smoothing,
+                    columns_per_round=columns_per_round,
+                ),
                 "highs",
                 time_limit=bound_limit,
             )
@@ -244,6 +257,8 @@ def one_window(
                 "width_without_start_rows": 1 - best / former.get("bound", float("nan")),
                 "bound_method": bound_method,
                 "columns_start_share": start_share,
+                "columns_smoothing": smoothing,
+                "columns_per_round": columns_per_round,
                 "bound_columns": columns.get("bound", float("nan")),
                 "bound_columns_s": columns.get("s", float("nan")),
                 "bound_columns_cpu_s": columns.get("cpu_s", float("nan")),
@@ -331,6 +346,18 @@ def main(argv: list[str] | None = None) -> None:
         default=0.5,
         help="share of --bound-limit the columns' starting bucket LP may take (0: none)",
     )
+    parser.add_argument(
+        "--columns-smoothing",
+        type=float,
+        default=SMOOTHING,
+        help="the columns' dual smoothing factor in [0, 1) (0: price at the master's duals)",
+    )
+    parser.add_argument(
+        "--columns-per-round",
+        type=int,
+        default=ROUND_COLUMNS,
+        help="columns the columns' pricing adds per request and round at most",
+    )
     parser.add_argument("--quick", action="store_true", help="25 requests, 10 s limits")
     parser.add_argument("--out", default=str(OUT / "tdg_bounds.csv"))
     a = parser.parse_args(argv)
@@ -355,6 +382,8 @@ def main(argv: list[str] | None = None) -> None:
                     bound_method=a.bound_method,
                     lns_master=a.lns_master,
                     start_share=a.columns_start_share,
+                    smoothing=a.columns_smoothing,
+                    columns_per_round=a.columns_per_round,
                 )
                 rows.extend(got)
                 pd.DataFrame(rows).to_csv(a.out, index=False)

@@ -30,8 +30,10 @@ needed work at the least ``pi`` of the buckets so far, so a column's reduced cos
 over buckets of terms in ``(K_(j-1), K_j)`` and its best is found in ``O(n_r^2 o_r)`` per
 request (every completion bucket at once). The Lagrangian bound
 (:meth:`TdgHorizonColumns.lagrangian`) holds at any multipliers; it is evaluated at the bucket
-LP's duals first (at most the bucket LP's value), then at the master's duals every round; the
-least is reported, OPTIMAL when no column prices out.
+LP's duals first (at most the bucket LP's value), then every round at Wentges-smoothed duals
+between the best multipliers so far and the master's (docs/proserve.md, "Smoothed duals, one
+column a round"); the least is reported, OPTIMAL when no column prices out at the master's own
+duals.
 
 Proof (docs/proserve.md, "Column generation per request"): every engine schedule maps to a
 master point with its TDG (each request's part of the bucket LP's point is one column), so the
@@ -91,14 +93,29 @@ from slolab.solvers.registry import register_model
 if TYPE_CHECKING:
     from slolab.sim.outcome import Outcome
 
-__all__ = ["COLUMNS_MODEL", "ChainRows", "Column", "Generated", "MasterPlan", "TdgHorizonColumns"]
+__all__ = [
+    "COLUMNS_MODEL",
+    "ChainRows",
+    "Column",
+    "Generated",
+    "MasterPlan",
+    "Multipliers",
+    "TdgHorizonColumns",
+]
 
 #: Registry name of the column-generation bound.
 COLUMNS_MODEL = "tdg-horizon-columns"
 #: A column enters the master when its reduced cost exceeds this (gain units).
 PRICE_TOL = 1e-7
-#: Columns added per request and round at most (the best completion buckets).
+#: Columns added per request and round at most (the best completion buckets) in the
+#: branch-and-price tree's pricing (:mod:`slolab.models.tdg_bp`).
 COLUMNS_PER_ROUND = 3
+#: The same in column generation (:meth:`TdgHorizonColumns.generate`), by default: one column a
+#: round keeps the master small, so more rounds fit the time (docs/proserve.md, "Smoothed
+#: duals, one column a round").
+ROUND_COLUMNS = 1
+#: Wentges's smoothing factor of column generation's pricing point, by default.
+SMOOTHING = 0.5
 #: HiGHS's ``simplex_strategy`` values: the master's rounds run the primal simplex, the
 #: integer master's MILP HiGHS's default, the dual simplex.
 SIMPLEX_PRIMAL, SIMPLEX_DUAL = 4, 1
@@ -260,6 +277,34 @@ class ChainRows:
         return extra
 
 
+@dataclass(frozen=True, slots=True)
+class Multipliers:
+    """Multipliers of the master's rows for the Lagrangian bound: bucket time ``pi``, the
+    iterations ``mu`` per request, and the chain and burst rows' (None without them)."""
+
+    pi: np.ndarray
+    mu: dict[int, np.ndarray]
+    chain: np.ndarray | None = None
+    burst: np.ndarray | None = None
+
+    def towards(self, other: Multipliers, alpha: float) -> Multipliers:
+        """``alpha * self + (1 - alpha) * other``; rows ``self`` lacks (added since) count 0."""
+
+        def mix(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+            if b is None:
+                return None
+            a = np.zeros(len(b)) if a is None else np.pad(a, (0, len(b) - len(a)))
+            return alpha * a + (1.0 - alpha) * b
+
+        mu = {r: alpha * self.mu[r] + (1.0 - alpha) * m for r, m in other.mu.items()}
+        return Multipliers(
+            alpha * self.pi + (1.0 - alpha) * other.pi,
+            mu,
+            mix(self.chain, other.chain),
+            mix(self.burst, other.burst),
+        )
+
+
 @dataclass(slots=True)
 class Generated:
     """Column generation's end state: the master in ``highs`` (its rows and columns in
@@ -318,10 +363,20 @@ class TdgHorizonColumns(ExactModel):
         0.5); 0 starts from the empty columns at zero multipliers. Where the bucket LP is not
         solved within its share, that time is lost (docs/proserve.md, "The column master's
         start and its simplex").
+    smoothing : float
+        Wentges's dual smoothing factor ``alpha`` in [0, 1) (default :data:`SMOOTHING`; 0
+        prices at the master's duals, as before 2026-12-03): each round prices at ``alpha`` times the stability centre (the
+        multipliers of the least Lagrangian bound so far) plus ``1 - alpha`` times the
+        master's duals; after a mispricing (no column of positive reduced cost at the master's
+        duals) the point moves toward the master's, down to them (docs/proserve.md, "Smoothed
+        duals, one column a round").
+    columns_per_round : int
+        Columns added per request and round at most (its best completion buckets; default
+        :data:`ROUND_COLUMNS`; 3 before 2026-12-03).
 
     Notes
     -----
-    One class of about 870 lines, on purpose: the master's rows (:meth:`_master`, the chain
+    One class of about 960 lines, on purpose: the master's rows (:meth:`_master`, the chain
     and burst rows with them), the per-request pricing tables and DP (:meth:`price`), the
     Lagrangian bound (:meth:`lagrangian`), the rounds (:meth:`generate`), the integer master and the
     runs' columns (:meth:`integer_master`, :meth:`run_columns`) all read one layout: each
@@ -341,6 +396,8 @@ class TdgHorizonColumns(ExactModel):
         chain: bool = False,
         burst: bool = False,
         start_share: float = 0.5,
+        smoothing: float = SMOOTHING,
+        columns_per_round: int = ROUND_COLUMNS,
     ) -> None:
         super().__init__(instance)
         self.relaxation = TdgHorizonBound(
@@ -365,6 +422,12 @@ class TdgHorizonColumns(ExactModel):
         if not 0.0 <= start_share < 1.0:
             raise ValueError(f"start_share must be in [0, 1), got {start_share}")
         self.start_share = start_share
+        if not 0.0 <= smoothing < 1.0:
+            raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
+        self.smoothing = smoothing
+        if columns_per_round < 1:
+            raise ValueError(f"columns_per_round must be at least 1, got {columns_per_round}")
+        self.columns_per_round = int(columns_per_round)
 
     # -- per-request data -------------------------------------------------------------------------
     def _request_table(self, r: int) -> dict[str, Any]:
@@ -566,7 +629,7 @@ class TdgHorizonColumns(ExactModel):
     ) -> tuple[float, dict[int, list[tuple[float, Column]]]] | None:
         """The Lagrangian bound at multipliers ``pi >= 0`` (bucket time, per bucket) and ``mu
         >= 0`` (iterations, per request and bucket of its range; both clipped at 0), and each
-        request's best columns there (at most :data:`COLUMNS_PER_ROUND`); None when the clock
+        request's best columns there (at most ``columns_per_round``); None when the clock
         passes ``deadline`` (``time.perf_counter``) first.
 
         ``L = sum_j pi_j L_j + sum_r max(0, best_r) + N_max max(0, max_i sum_(j>=i) c_j)``,
@@ -614,7 +677,7 @@ class TdgHorizonColumns(ExactModel):
             if burst_price.get(int(r), 0.0) > 0:
                 paid = -burst_price[int(r)] * t["first_gain"]
                 extra = paid if extra is None else extra + paid
-            got = self.price(r, pi[buckets], mu_r, most=COLUMNS_PER_ROUND, extra=extra)
+            got = self.price(r, pi[buckets], mu_r, most=self.columns_per_round, extra=extra)
             priced[r] = got
             if got:
                 value += max(0.0, got[0][0])
@@ -669,14 +732,18 @@ class TdgHorizonColumns(ExactModel):
 
     def generate(self, backend: Any, time_limit: float) -> Generated:
         """Column generation within ``time_limit``. First the bucket LP on the same grid (at
-        most half the time): the Lagrangian bound at its duals (at most the bucket LP's value)
-        and the columns priced there start the master. Then rounds: the master (dual simplex,
-        warm), the Lagrangian bound at its duals, and up to :data:`COLUMNS_PER_ROUND` columns
-        per request with a positive reduced cost. The bound is the least Lagrangian bound plus
-        the bucket LP's margin, at most the ideal. Status: OPTIMAL when no column prices out
-        (the last bound is the master's optimum), FEASIBLE when the time ran out first (the
-        bound holds), TIME_LIMIT with the ideal when no bound was computed. The master stays
-        in HiGHS with its columns (:class:`Generated`)."""
+        most ``start_share`` of the time): the Lagrangian bound at its duals (at most the
+        bucket LP's value) and the columns priced there start the master, and its duals are the
+        first stability centre. Then rounds: the master (primal simplex, warm), the Lagrangian
+        bound at the smoothed point between the centre and the master's duals (the centre
+        moves to it when it is lower), and up to ``columns_per_round`` columns per request
+        whose reduced cost at the master's duals is positive; when none is (a mispricing) the
+        master is kept and the point moves toward its duals. The bound is the least Lagrangian
+        bound plus the bucket LP's margin, at most the ideal. Status: OPTIMAL when no column
+        prices out at the master's own duals (the last bound is the master's optimum),
+        FEASIBLE when the time ran out first (the bound holds), TIME_LIMIT with the ideal when
+        no bound was computed. The master stays in HiGHS with its columns
+        (:class:`Generated`)."""
 
         if backend.name != "highs":
             raise ValueError(f"{COLUMNS_MODEL} is solved by HiGHS's LP only, not {backend.name!r}")
@@ -710,58 +777,105 @@ class TdgHorizonColumns(ExactModel):
             self._add_columns(highs, master, warm)
         converged = False
         chain: ChainRows | None = master.get("chain")
+        # the stability centre: the least Lagrangian bound's value and multipliers so far
+        centre: tuple[float, Multipliers] | None = None
+        if duals is not None and start_bound is not None:
+            centre = (start_bound, Multipliers(duals[0], duals[1]))
+        out: Multipliers | None = None
+        dual = np.zeros(0)
+        z = math.nan
+        misprices = 0
         while True:
             left = deadline - time.perf_counter()
             if left <= 1e-3:
                 break
-            if not lp_round(highs, left, f"{COLUMNS_MODEL} master"):
-                break
-            z = -float(highs.getInfo().objective_function_value) + self.fixed_gain
-            dual = -np.asarray(highs.getSolution().row_dual)
-            mu = {int(r): dual[master["iteration_rows"][int(r)]] for r in self.requests}
-            multipliers = None
-            if chain is not None:
-                multipliers = (chain, dual[np.asarray(chain.highs, dtype=np.int64)])
-            burst_multipliers = None
-            if self.burst:
-                burst_multipliers = (
-                    master["burst"]["rows"],
-                    dual[np.asarray(master["burst"]["highs"], dtype=np.int64)],
-                )
+            fresh = out is None
+            if fresh:
+                if not lp_round(highs, left, f"{COLUMNS_MODEL} master"):
+                    break
+                z = -float(highs.getInfo().objective_function_value) + self.fixed_gain
+                dual = -np.asarray(highs.getSolution().row_dual)
+                out = self._master_multipliers(master, dual)
+            assert out is not None
+            # Wentges smoothing: price at a point between the centre and the master's duals,
+            # nearer the master's after each mispricing (0 after 1 / (1 - smoothing) of them)
+            alpha = (
+                0.0 if centre is None else max(0.0, 1.0 - (misprices + 1) * (1.0 - self.smoothing))
+            )
+            here = out
+            if centre is not None and alpha > 0.0:
+                here = centre[1].towards(out, alpha)
             got = self.lagrangian(
-                dual[master["time_rows"]],
-                mu,
+                here.pi,
+                here.mu,
                 deadline=deadline,
-                chain=multipliers,
-                burst=burst_multipliers,
+                chain=None if chain is None or here.chain is None else (chain, here.chain),
+                burst=None if here.burst is None else (master["burst"]["rows"], here.burst),
             )
             if got is None:
                 break
             value, priced = got
             bound, status = min(bound, settle(value)), Status.FEASIBLE
-            found = [
-                column
-                for r, columns in priced.items()
-                for reduced, column in columns
-                if reduced - dual[master["convexity_rows"][r]] > PRICE_TOL
-            ]
+            if centre is None or value < centre[0]:
+                centre = (value, here)
+            if alpha == 0.0:
+                found = [
+                    column
+                    for r, columns in priced.items()
+                    for reduced, column in columns
+                    if reduced - dual[master["convexity_rows"][r]] > PRICE_TOL
+                ]
+            else:
+                found = [
+                    column
+                    for columns in priced.values()
+                    for _, column in columns
+                    if self._reduced(master, column, dual) > PRICE_TOL
+                ]
             cuts: list[tuple[int, int, np.ndarray]] = []
-            if chain is not None:
-                cuts = self._interval_rows(highs, master)
-            burst_rows = self._burst_rows(highs, master) if self.burst else 0
+            burst_rows = 0
+            if fresh:
+                if chain is not None:
+                    cuts = self._interval_rows(highs, master)
+                burst_rows = self._burst_rows(highs, master) if self.burst else 0
             rounds.append({"master": z, "lagrangian": value, "columns": len(found)})
+            if self.smoothing > 0:
+                rounds[-1]["alpha"] = alpha
             if chain is not None:
                 rounds[-1]["cuts"] = len(cuts)
             if self.burst:
                 rounds[-1]["burst_rows"] = burst_rows
             if not found and not cuts and not burst_rows:
-                converged = True
-                break
+                if alpha == 0.0:
+                    converged = True
+                    break
+                # a mispricing: the master is unchanged, the centre moved (or the next point
+                # is nearer the master's duals)
+                misprices += 1
+                continue
+            misprices = 0
+            out = None
             if found:
                 self._add_columns(highs, master, found)
         if converged:
             status = Status.OPTIMAL
         return Generated(highs, master, bound, status, start, start_bound, rounds, converged)
+
+    def _master_multipliers(self, master: dict[str, Any], dual: np.ndarray) -> Multipliers:
+        """The master's duals ``dual`` (signs as maximised) as :class:`Multipliers`."""
+        chain: ChainRows | None = master.get("chain")
+        return Multipliers(
+            dual[master["time_rows"]],
+            {int(r): dual[master["iteration_rows"][int(r)]] for r in self.requests},
+            None if chain is None else dual[np.asarray(chain.highs, dtype=np.int64)],
+            None if not self.burst else dual[np.asarray(master["burst"]["highs"], dtype=np.int64)],
+        )
+
+    def _reduced(self, master: dict[str, Any], column: Column, dual: np.ndarray) -> float:
+        """The reduced cost of ``column`` at the master's duals ``dual`` (convexity row with
+        them)."""
+        rows, coef = self._column_entries(master, column)
+        return column.gain - float(dual[rows.astype(np.int64)] @ coef)
 
     def integer_master(
         self,
@@ -1102,10 +1216,35 @@ class TdgHorizonColumns(ExactModel):
             np.asarray(val, dtype=float),
         )
 
+    def _column_entries(self, master: dict[str, Any], col: Column) -> tuple[np.ndarray, np.ndarray]:
+        """The master rows of ``col`` and its coefficients there: its work in the bucket-time
+        rows, its token counts in the iteration rows, 1 in its request's convexity row, and its
+        terms in the chain and burst rows when the master has them."""
+        buckets = self.bucket_range(col.request)
+        placed = col.work > 0
+        tokens = col.tokens > 0
+        rows = np.concatenate(
+            [
+                master["time_rows"][buckets[placed]],
+                master["iteration_rows"][col.request][tokens],
+                [master["convexity_rows"][col.request]],
+            ]
+        )
+        coef = np.concatenate([col.work[placed], col.tokens[tokens].astype(float), [1.0]])
+        chain: ChainRows | None = master.get("chain")
+        if chain is not None and col.complete >= 0 and col.request in chain.first:
+            rows, coef = self._chain_terms(chain, col, rows, coef)
+        if "burst" in master and self.first_token_kept(col):
+            mine = master["burst"]["of"].get(col.request, [])
+            weight = float(self.data.first_gain[col.request])
+            rows = np.concatenate([rows, np.asarray(mine, dtype=np.int64)])
+            coef = np.concatenate([coef, np.full(len(mine), weight)])
+        return rows, coef
+
     def _add_columns(self, highs: Any, master: dict[str, Any], columns: list[Column]) -> None:
-        """Add ``columns`` to the master: cost ``-gain``, their work in the bucket-time rows,
-        their token counts in the iteration rows, 1 in their request's convexity row (kept, in
-        the master's column order, in ``master["columns"]``)."""
+        """Add ``columns`` to the master: cost ``-gain``, their entries
+        (:meth:`_column_entries`; kept, in the master's column order, in
+        ``master["columns"]``)."""
         master["columns"].extend(columns)
         starts: list[int] = []
         idx: list[np.ndarray] = []
@@ -1113,25 +1252,7 @@ class TdgHorizonColumns(ExactModel):
         count = 0
         for col in columns:
             starts.append(count)
-            buckets = self.bucket_range(col.request)
-            placed = col.work > 0
-            tokens = col.tokens > 0
-            rows = np.concatenate(
-                [
-                    master["time_rows"][buckets[placed]],
-                    master["iteration_rows"][col.request][tokens],
-                    [master["convexity_rows"][col.request]],
-                ]
-            )
-            coef = np.concatenate([col.work[placed], col.tokens[tokens].astype(float), [1.0]])
-            chain: ChainRows | None = master.get("chain")
-            if chain is not None and col.complete >= 0 and col.request in chain.first:
-                rows, coef = self._chain_terms(chain, col, rows, coef)
-            if "burst" in master and self.first_token_kept(col):
-                mine = master["burst"]["of"].get(col.request, [])
-                weight = float(self.data.first_gain[col.request])
-                rows = np.concatenate([rows, np.asarray(mine, dtype=np.int64)])
-                coef = np.concatenate([coef, np.full(len(mine), weight)])
+            rows, coef = self._column_entries(master, col)
             idx.append(rows.astype(np.int32))
             val.append(coef)
             count += len(rows)

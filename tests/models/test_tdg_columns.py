@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from slolab.harness.compare import compare
 from slolab.instances.records import Instance
 from slolab.models.proserve import TdgHorizon
-from slolab.models.tdg_bound import TdgHorizonBound
+from slolab.models.tdg_bound import LP_MARGIN_ABS, LP_MARGIN_REL, TdgHorizonBound
 from slolab.models.tdg_columns import Column, TdgHorizonColumns
 from slolab.problems import get_problem
 from slolab.solvers import Status, solve
@@ -38,6 +38,17 @@ def columns_bound(inst: Instance, chain: bool = False):
     )
     assert res.status == Status.OPTIMAL
     return res
+
+
+def unsmoothed_bound(inst: Instance) -> float:
+    """The generation as before 2026-12-03 (no smoothing, three columns a round), converged."""
+    res = solve(
+        TdgHorizonColumns(inst, spacing_s=SPACING_S, smoothing=0.0, columns_per_round=3),
+        solver="highs",
+        time_limit=60,
+    )
+    assert res.status == Status.OPTIMAL and res.bound is not None
+    return res.bound
 
 
 def bucket_bound(inst: Instance) -> float:
@@ -203,11 +214,19 @@ LP_REL = 1e-6
 
 
 def test_generation_is_the_former_solve():
-    """solve_with through generate (the master kept for the integer master) gives the bound,
-    rounds, columns and history recorded on the hand window."""
+    """solve_with through generate (the master kept for the integer master), unsmoothed with
+    three columns a round (the defaults before 2026-12-03), gives the bound, rounds, columns
+    and history recorded on the hand window."""
     from fingerprint import assert_matches, fingerprint
 
-    res = columns_bound(three_requests())
+    res = solve(
+        TdgHorizonColumns(
+            three_requests(), spacing_s=SPACING_S, smoothing=0.0, columns_per_round=3
+        ),
+        solver="highs",
+        time_limit=60,
+    )
+    assert res.status == Status.OPTIMAL
     keys = ("rounds", "start_bound", "columns", "master", "history", "converged")
     # the bound recorded: 17.00001800000018 (the same on the dual simplex before)
     assert res.bound == pytest.approx(17.000018, rel=1e-9)
@@ -218,6 +237,62 @@ def test_generation_is_the_former_solve():
     )
     found = fingerprint({k: res.details[k] for k in keys})
     assert_matches(found, FORMER_GENERATION, "column generation", rel=LP_REL)
+
+
+#: The hand window's column generation with the defaults since 2026-12-03 (smoothing 0.5, one
+#: column per request and round): 8 rounds, 20 columns, the same bound as
+#: :data:`FORMER_GENERATION`'s 9 rounds and 70 columns; every round's factor, Lagrangian bound and
+#: master value, the start bound and the final master.
+SMOOTHED_GENERATION = [
+    "e5180171835ebe5d",
+    [
+        0.5,
+        20.0520833333333,
+        5.52083333333333,
+        0.5,
+        22.1208333333333,
+        12.0,
+        0.5,
+        23.1020833333333,
+        13.9625,
+        0.5,
+        21.1416666666667,
+        15.7,
+        0.5,
+        19.7416668666667,
+        15.7000004,
+        0.5,
+        17.2916666666668,
+        16.75,
+        0.5,
+        17.1458333333333,
+        17.0,
+        0.0,
+        17.0,
+        17.0,
+        17.0,
+        17.5833333333333,
+    ],
+]
+
+
+def test_generation_with_the_defaults_is_the_recorded_solve():
+    """The defaults (smoothed duals, one column a round) on the hand window: the same bound in
+    8 rounds and 20 columns, the last round priced at the master's own duals; the rounds,
+    columns and history recorded."""
+    from fingerprint import assert_matches, fingerprint
+
+    res = columns_bound(three_requests())
+    keys = ("rounds", "start_bound", "columns", "master", "history", "converged")
+    assert res.bound == pytest.approx(17.000018, rel=1e-9)
+    assert (res.details["rounds"], res.details["columns"], res.details["converged"]) == (
+        8,
+        20,
+        True,
+    )
+    assert res.details["history"][-1]["alpha"] == 0.0
+    found = fingerprint({k: res.details[k] for k in keys})
+    assert_matches(found, SMOOTHED_GENERATION, "smoothed column generation", rel=LP_REL)
 
 
 @pytest.fixture(scope="module")
@@ -432,3 +507,88 @@ def test_start_share_zero_starts_from_the_empty_columns_and_converges_to_the_sam
     for share in (-0.1, 1.0):
         with pytest.raises(ValueError, match="start_share"):
             TdgHorizonColumns(inst, spacing_s=SPACING_S, start_share=share)
+
+
+@pytest.mark.parametrize("share", [0.5, 0.0])
+@pytest.mark.parametrize("smoothing", [0.5, 0.8])
+def test_smoothed_generation_converges_to_the_same_bound(smoothing, share):
+    """Pricing at smoothed duals changes the path, not the end: on the hand window the
+    generation converges (OPTIMAL, priced last at the master's own duals) to the LP optimum
+    of the unsmoothed generation, every round's Lagrangian value is at least it, and the
+    rounds that priced between the centre and the master's duals are recorded with their
+    factor."""
+    inst = three_requests()
+    former = unsmoothed_bound(inst)
+    res = solve(
+        TdgHorizonColumns(inst, spacing_s=SPACING_S, smoothing=smoothing, start_share=share),
+        "highs",
+        time_limit=60,
+    )
+    assert res.status == Status.OPTIMAL
+    assert res.bound == pytest.approx(former, rel=1e-7)
+    history = res.details["history"]
+    # the reported bound carries the LP margin; the Lagrangian values do not
+    optimum = (former - LP_MARGIN_ABS) / (1 + LP_MARGIN_REL)
+    assert all(h["lagrangian"] >= optimum - TOL for h in history)
+    assert history[-1]["alpha"] == 0.0 and history[-1]["columns"] == 0
+    assert any(h["alpha"] > 0.0 for h in history)
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="smoothing"):
+            TdgHorizonColumns(inst, spacing_s=SPACING_S, smoothing=bad)
+
+
+@settings(max_examples=8, deadline=None, derandomize=True)
+@given(small_window())
+def test_smoothed_battery_equals_the_unsmoothed_optimum(inst):
+    """Random small windows: with smoothing 0.5 the converged bound is the unsmoothed one
+    (the same master LP optimum), so it lies between the proved optimum and the bucket LP."""
+    res = solve(TdgHorizonColumns(inst, spacing_s=SPACING_S, smoothing=0.5), "highs", time_limit=60)
+    assert res.status == Status.OPTIMAL
+    assert res.bound == pytest.approx(columns_bound(inst).bound, rel=1e-6, abs=TOL)
+
+
+def test_reduced_cost_of_a_column_is_its_pricing_value_at_the_masters_duals(code_run):
+    """The reduced cost read from a column's master entries (the test that a column priced at
+    smoothed duals improves the master) equals the pricing's value at the master's duals less
+    the convexity dual, for every request's best columns, over four rounds of a master (the
+    hand window and eight code requests)."""
+    from slolab.solvers.highs import HighsBackend, backend_highs, lp_round
+
+    for inst in (three_requests(), code_run[0]):
+        model = TdgHorizonColumns(inst, spacing_s=SPACING_S, start_share=0.0)
+        highs = backend_highs(HighsBackend())
+        master = model._master(highs)
+        checked = 0
+        for _ in range(4):
+            assert lp_round(highs, 60, "test master")
+            dual = -np.asarray(highs.getSolution().row_dual)
+            out = model._master_multipliers(master, dual)
+            found = []
+            for r in model.requests:
+                sigma = dual[master["convexity_rows"][r]]
+                priced = model.price(r, out.pi[model.bucket_range(r)], out.mu[r], most=3)
+                for value, column in priced:
+                    reduced = model._reduced(master, column, dual)
+                    assert reduced == pytest.approx(value - sigma, abs=1e-9)
+                    checked += 1
+                    if reduced > 1e-7:
+                        found.append(column)
+            if not found:
+                break
+            model._add_columns(highs, master, found)
+        assert checked > 0
+
+
+def test_one_column_per_round_converges_to_the_same_bound():
+    """With one column per request and round (and smoothing) the hand window converges to the
+    same LP optimum, every round adding at most one column per request; fewer than one is
+    refused."""
+    inst = three_requests()
+    model = TdgHorizonColumns(inst, spacing_s=SPACING_S, smoothing=0.5, columns_per_round=1)
+    res = solve(model, "highs", time_limit=60)
+    assert res.status == Status.OPTIMAL
+    assert res.bound == pytest.approx(unsmoothed_bound(inst), rel=1e-7)
+    assert all(h["columns"] <= len(model.requests) for h in res.details["history"])
+    assert max(h["columns"] for h in res.details["history"]) == len(model.requests)
+    with pytest.raises(ValueError, match="columns_per_round"):
+        TdgHorizonColumns(inst, spacing_s=SPACING_S, columns_per_round=0)
