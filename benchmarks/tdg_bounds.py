@@ -44,7 +44,7 @@ from typing import Any
 
 import pandas as pd
 from slolab.harness.compare import compare
-from slolab.models.tdg_columns import ROUND_COLUMNS, SMOOTHING
+from slolab.models.tdg_columns import ROUND_COLUMNS, SMOOTHING, START_SHARE
 from slolab.problems.tdg_horizon import KEEP_OUTPUTS, PROSERVE_POLICIES, horizon_window
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -79,7 +79,7 @@ def one_window(
     without_start_rows: bool = False,
     bound_method: str = "bound",
     lns_master: float | None = None,
-    start_share: float = 0.5,
+    start_share: float = START_SHARE,
     smoothing: float = SMOOTHING,
     columns_per_round: int = ROUND_COLUMNS,
 ) -> list[dict[str, Any]]:
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--columns-start-share",
         type=float,
-        default=0.5,
+        default=START_SHARE,
         help="share of --bound-limit the columns' starting bucket LP may take (0: none)",
     )
     parser.add_argument(

@@ -116,6 +116,8 @@ COLUMNS_PER_ROUND = 3
 ROUND_COLUMNS = 1
 #: Wentges's smoothing factor of column generation's pricing point, by default.
 SMOOTHING = 0.5
+#: Share of the time limit the bucket LP that starts column generation may take, by default.
+START_SHARE = 0.5
 #: HiGHS's ``simplex_strategy`` values: the master's rounds run the primal simplex, the
 #: integer master's MILP HiGHS's default, the dual simplex.
 SIMPLEX_PRIMAL, SIMPLEX_DUAL = 4, 1
@@ -360,14 +362,14 @@ class TdgHorizonColumns(ExactModel):
         rows"). Default False: the former master and rounds.
     start_share : float
         Share of the time limit the bucket LP that starts the generation may take (default
-        0.5); 0 starts from the empty columns at zero multipliers. Where the bucket LP is not
+        :data:`START_SHARE`); 0 starts from the empty columns at zero multipliers. Where the bucket LP is not
         solved within its share, that time is lost (docs/proserve.md, "The column master's
         start and its simplex").
     smoothing : float
         Wentges's dual smoothing factor ``alpha`` in [0, 1) (default :data:`SMOOTHING`; 0
-        prices at the master's duals, as before 2026-12-03): each round prices at ``alpha`` times the stability centre (the
-        multipliers of the least Lagrangian bound so far) plus ``1 - alpha`` times the
-        master's duals; after a mispricing (no column of positive reduced cost at the master's
+        prices at the master's duals, as before 2026-12-03): each round prices at ``alpha``
+        times the stability centre (the multipliers of the least Lagrangian bound so far) plus
+        ``1 - alpha`` times the master's duals; after a mispricing (no column of positive reduced cost at the master's
         duals) the point moves toward the master's, down to them (docs/proserve.md, "Smoothed
         duals, one column a round").
     columns_per_round : int
@@ -395,7 +397,7 @@ class TdgHorizonColumns(ExactModel):
         max_pairs: int = DEFAULT_MAX_PAIRS,
         chain: bool = False,
         burst: bool = False,
-        start_share: float = 0.5,
+        start_share: float = START_SHARE,
         smoothing: float = SMOOTHING,
         columns_per_round: int = ROUND_COLUMNS,
     ) -> None:
@@ -798,7 +800,8 @@ class TdgHorizonColumns(ExactModel):
                 out = self._master_multipliers(master, dual)
             assert out is not None
             # Wentges smoothing: price at a point between the centre and the master's duals,
-            # nearer the master's after each mispricing (0 after 1 / (1 - smoothing) of them)
+            # nearer the master's after each mispricing (at them after ceil(smoothing /
+            # (1 - smoothing)) mispricings in a row)
             alpha = (
                 0.0 if centre is None else max(0.0, 1.0 - (misprices + 1) * (1.0 - self.smoothing))
             )

@@ -81,35 +81,42 @@ def cancel_highs(highs: Any) -> None:
     highs.HandleUserInterrupt = True
 
 
-def run_highs_for(highs: Any, seconds: float) -> None:
+def run_highs_for(highs: Any, seconds: float) -> bool:
     """:func:`run_highs` for at most about ``seconds``: HiGHS's own limit (its clock runs over
     every solve of the same model, so the limit is set past its run time so far) and a timer
     that stops it, since a warm re-solve or a MILP checks that limit only between its steps.
-    A solve the timer stopped ends with HiGHS's interrupt status."""
+    A solve the timer stopped ends with HiGHS's interrupt status, or with none when it was
+    stopped before HiGHS set one. True when the timer fired."""
     seconds = float(max(seconds, 1e-3))
     highs.setOptionValue("time_limit", highs.getRunTime() + seconds)
-    timer = threading.Timer(seconds, cancel_highs, args=(highs,))
+    fired = threading.Event()
+
+    def stop() -> None:
+        fired.set()
+        cancel_highs(highs)
+
+    timer = threading.Timer(seconds, stop)
     timer.start()
     try:
         run_highs(highs)
     finally:
         timer.cancel()
+    return fired.is_set()
 
 
 def lp_round(highs: Any, seconds: float, what: str) -> bool:
     """One round of a loop re-solving an LP (cuts or columns added between rounds): run it for
     at most about ``seconds`` (:func:`run_highs_for`). True when it ended OPTIMAL, False when
-    the time limit or an interrupt stopped it (or the timer did, after ``seconds``, before
-    HiGHS set any status); any other end raises, naming ``what``."""
+    the time limit or an interrupt stopped it (or the timer did before HiGHS set any status);
+    any other end raises, naming ``what``."""
     import highspy
 
-    started = time.perf_counter()
-    run_highs_for(highs, seconds)
+    stopped = run_highs_for(highs, seconds)
     code = highs.getModelStatus()
     if code in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt):
         return False
-    if code == highspy.HighsModelStatus.kNotset and time.perf_counter() - started >= seconds:
-        # stopped by the timer before HiGHS set any status (seen under load, on a short
+    if code == highspy.HighsModelStatus.kNotset and stopped:
+        # the timer stopped it before HiGHS set any status (seen under load, on a short
         # budget): as a time limit
         return False
     if code != highspy.HighsModelStatus.kOptimal:
