@@ -40,7 +40,12 @@
    ``--ti-ng-warm SHARE`` priced without memory first (up to that share of the limit), and with
    ``--ti-primal S`` the last ``S`` seconds of the limit given to a primal from the priced
    paths (a restricted arc MILP; docs Sec. 6, "A primal from the network"): its plan's exact G,
-   so each row is an interval; writes ``benchmarks/out/sa_ordering_ti.csv``.
+   so each row is an interval; writes ``benchmarks/out/sa_ordering_ti.csv``. With
+   ``--ti-sr-rounds R`` instead: what subset-row cuts could give (docs Sec. 6, "Subset-row
+   cuts, measured"): column generation at each snapshot's first ratio for ``--ti-limit``
+   seconds, then ``R`` rounds of the ``--ti-sr-most`` most violated cuts over its paths (an
+   upper estimate of the LP with the cuts, not a bound); writes
+   ``benchmarks/out/sa_ordering_ti_sr.csv``.
 
 Prints tables and writes ``benchmarks/out/sa_ordering.csv`` (``--tag T``: ``sa_ordering-T.csv``,
 and likewise for the parts' files, so that runs started together keep their own). Asserts only
@@ -52,13 +57,15 @@ Usage: ``python benchmarks/sa_ordering.py [--quick] [--intervals] [--bp | --bp-o
 [--bp-first-seed 0] [--bp-shipped sa-azure-n40-b4]
 [--cuts | --cuts-only] [--cuts-sizes 20,30,40] [--cuts-seeds 3] [--cuts-limit S]
 [--ti-only] [--ti-snapshots NAME@RATIO,N:SEED@RATIO] [--ti-limit S] [--ti-step S] [--ti-ng K]
-[--ti-ng-warm [SHARE]] [--ti-primal S] [--ti-primal-arc-share SHARE]
+[--ti-ng-warm [SHARE]] [--ti-primal S] [--ti-primal-arc-share SHARE] [--ti-sr-rounds R]
+[--ti-sr-most K]
 [--brute-limit S] [--tag T]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 
@@ -365,6 +372,16 @@ def part_latency(sizes: list[int], repeats: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def ti_snapshot(spec: str) -> tuple[str, str, object]:
+    """A ``--ti-snapshots`` entry ``NAME[@RATIO]``: the name, the ratio as given ('' when
+    none) and the instance (a shipped name, or ``N:SEED`` for ``sa_snapshot(N, 4, seed=SEED)``)."""
+    name, _, ratio = spec.partition("@")
+    if ":" in name:
+        n, seed = (int(v) for v in name.split(":"))
+        return name, ratio, sa_snapshot(n, 4, seed=seed)
+    return name, ratio, load_shipped(name)
+
+
 def part_ti(
     specs: list[str],
     limit: float,
@@ -389,12 +406,7 @@ def part_ti(
 
     rows = []
     for spec in specs:
-        name, _, ratio = spec.partition("@")
-        if ":" in name:
-            n, seed = (int(v) for v in name.split(":"))
-            inst = sa_snapshot(n, 4, seed=seed)
-        else:
-            inst = load_shipped(name)
+        name, ratio, inst = ti_snapshot(spec)
         problem = as_problem(inst)
         plan, value = SAOrderingModel(inst).starting_plan()
         start, cpu = time.perf_counter(), time.process_time()
@@ -434,6 +446,59 @@ def part_ti(
                 **primal_columns(inst, problem, got.primal, got.bound),
                 "wall_s": time.perf_counter() - start,
                 "cpu_s": time.process_time() - cpu,
+                "load_average": os.getloadavg()[0],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def part_ti_subset_rows(
+    specs: list[str], limit: float, step_s: float, rounds: int, most: int
+) -> pd.DataFrame:
+    """What subset-row cuts could give on the time-indexed network (docs/sa_ordering.md Sec. 6,
+    "Subset-row cuts, measured"): per snapshot spec (as :func:`part_ti`), at its first ratio,
+    column generation without memory from the starting plan for up to ``limit`` seconds, then
+    :func:`slolab.models.sa_ti_cuts.subset_row_lift` over the master's paths: ``rounds``
+    rounds of the ``most`` most violated cuts. The lifted LP is an upper estimate of the LP
+    with the cuts over every path (it has fewer columns), not a bound."""
+    import os
+
+    from slolab.models.sa_ordering import SAOrderingModel, as_problem
+    from slolab.models.sa_ti_cuts import path_counts, subset_row_lift
+    from slolab.models.sa_time_index import TimeIndexedMaster, ratio_bound
+
+    rows = []
+    for spec in specs:
+        name, ratio, inst = ti_snapshot(spec)
+        problem = as_problem(inst)
+        plan, value = SAOrderingModel(inst).starting_plan()
+        lam = float(ratio) if ratio else value.g
+        start = time.perf_counter()
+        floor = latency_floor(problem, plan, start + limit / 8)
+        master = TimeIndexedMaster(problem, lam, step_s)
+        lb, converged = master.generate(plan, start + limit)
+        generated_s = time.perf_counter() - start
+        costs = np.array([sum(master.cost(c) for c in p) for p in master.paths])
+        lift = subset_row_lift(
+            costs, path_counts(master.paths, problem.n_requests), rounds, most, limit
+        )
+        rows.append(
+            {
+                "snapshot": name,
+                "ratio": lam,
+                "latency_floor_s": floor,
+                "f_lower": lb,
+                "converged": converged,
+                "bound": ratio_bound(lam, lb, floor) if math.isfinite(lb) else float("nan"),
+                "paths": len(master.paths),
+                "lp": lift.values[0],
+                "violated": lift.violated,
+                "max_violation": lift.max_violation,
+                "cuts": len(lift.cuts),
+                "lifted_lp": lift.values[-1],
+                "lifted": ";".join(f"{v:.3f}" for v in lift.values),
+                "generate_s": generated_s,
+                "lift_s": lift.runtime_s,
                 "load_average": os.getloadavg()[0],
             }
         )
@@ -599,6 +664,20 @@ def main() -> None:
         "MILP the rest (default: 0.25)",
     )
     ap.add_argument(
+        "--ti-sr-rounds",
+        type=int,
+        default=0,
+        help="with --ti-only: instead of the bound, measure what subset-row cuts could give: "
+        "column generation at each snapshot's first ratio for --ti-limit seconds, then this "
+        "many rounds of cuts over its paths (an upper estimate, not a bound; default: 0, off)",
+    )
+    ap.add_argument(
+        "--ti-sr-most",
+        type=int,
+        default=40,
+        help="with --ti-sr-rounds: the most violated cuts added per round (default: 40)",
+    )
+    ap.add_argument(
         "--tag",
         default="",
         help="suffix of the CSV files written (sa_ordering_bp-TAG.csv, ...), so that runs "
@@ -629,8 +708,26 @@ def main() -> None:
             ap.error(f"--ti-primal must be in [0, --ti-limit), got {args.ti_primal}")
         if not 0.0 <= args.ti_primal_arc_share <= 1.0:
             ap.error(f"--ti-primal-arc-share must be in [0, 1], got {args.ti_primal_arc_share}")
+        if args.ti_sr_rounds < 0 or args.ti_sr_most < 1:
+            ap.error(
+                f"--ti-sr-rounds must be >= 0 and --ti-sr-most >= 1, got {args.ti_sr_rounds} "
+                f"and {args.ti_sr_most}"
+            )
+        specs = [v for v in args.ti_snapshots.split(",") if v]
+        if args.ti_sr_rounds:
+            frame = part_ti_subset_rows(
+                specs,
+                args.ti_limit,
+                args.ti_step,
+                args.ti_sr_rounds,
+                args.ti_sr_most,
+            )
+            print(frame.drop(columns=["lifted"]).T.to_string())
+            frame.to_csv(out("sa_ordering_ti_sr"), index=False)
+            print(f"wrote {out('sa_ordering_ti_sr')}")
+            return
         frame = part_ti(
-            [v for v in args.ti_snapshots.split(",") if v],
+            specs,
             args.ti_limit,
             args.ti_step,
             args.ti_ng,

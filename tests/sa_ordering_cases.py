@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -52,3 +53,17 @@ def tight_ordering_instance(seed: int, n: int, b: int) -> Instance:
         prompt_tokens=rng.integers(1, 400, n).tolist(),
         timing=RANDOM_TIMING,
     )
+
+
+def listed_paths(master, q=0, tick=0):
+    """Every path of a time-indexed master from node ``(q, tick)``: each sequence of batches
+    whose sizes add up to N, repeats allowed."""
+    n, b = master.n, master.b
+    if q == n:
+        yield ()
+        return
+    for s in range(1, min(b, n - q) + 1):
+        for members in itertools.combinations(range(n), s):
+            col = master.column(members, q, tick)
+            for rest in listed_paths(master, q + s, col.end_tick):
+                yield (col, *rest)

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from sa_ordering_cases import random_ordering_instance
+from sa_ordering_cases import listed_paths, random_ordering_instance
 from slolab.models.sa_columns import latency_floor
 from slolab.models.sa_ordering import SAOrderingModel, as_problem
 from slolab.models.sa_time_index import (
@@ -106,20 +106,6 @@ def test_bound_is_at_least_brute_force(seed):
     assert lower[1] >= lower[0] - 1e-6 * (1 + abs(lower[0]))
 
 
-def _listed_paths(master, q=0, tick=0):
-    """Every path from node ``(q, tick)``: each sequence of batches whose sizes add up to N,
-    repeats allowed."""
-    n, b = master.n, master.b
-    if q == n:
-        yield ()
-        return
-    for s in range(1, min(b, n - q) + 1):
-        for members in itertools.combinations(range(n), s):
-            col = master.column(members, q, tick)
-            for rest in _listed_paths(master, q + s, col.end_tick):
-                yield (col, *rest)
-
-
 def _ng_feasible(master, path):
     """The memory rule written out: a batch may not meet the memory; after batch ``S`` with
     leader ``j`` the memory is ``(M ∪ S) ∩ NG(j)``."""
@@ -140,7 +126,7 @@ def test_admits_is_the_memory_rule(seed, n, b):
     with ng_size 1, 2 and N; without memory it admits every path, with N the elementary ones."""
     problem = as_problem(random_ordering_instance(seed, n, b))
     plain = TimeIndexedMaster(problem, ratio=1.0, step_s=0.05)
-    paths = list(_listed_paths(plain))
+    paths = list(listed_paths(plain))
     assert all(plain.admits(p) for p in paths)
     for size in (1, 2, n):
         master = TimeIndexedMaster(problem, ratio=1.0, step_s=0.05, ng_size=size)
@@ -207,7 +193,7 @@ def test_ng_pricing_is_the_least_over_ng_feasible_paths(seed, n, b):
     without memory (the least over every path), and so is the backward pass from (0, 0)."""
     problem = as_problem(random_ordering_instance(seed, n, b))
     plain = TimeIndexedMaster(problem, ratio=1.0, step_s=0.05)
-    paths = list(_listed_paths(plain))
+    paths = list(listed_paths(plain))
     rng = np.random.default_rng(seed)
     for _ in range(2):
         duals = rng.normal(1.0, 1.0, n + 1)
