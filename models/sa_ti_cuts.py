@@ -138,11 +138,12 @@ def subset_row_lift(
         raise RuntimeError("subset_row_lift: the LP without cuts was not solved in time")
     for k in range(rounds):
         x = np.asarray(highs.getSolution().col_value, dtype=float)
-        found = subset_row_violations(counts, x, most)
+        # the first round lists every violated triple (the counts reported), then takes the most
+        found = subset_row_violations(counts, x, len(_triples(n)) if k == 0 else most)
         if k == 0:
-            everyone = subset_row_violations(counts, x, len(_triples(n)))
-            result.violated = len(everyone)
-            result.max_violation = everyone[0][1] if everyone else 0.0
+            result.violated = len(found)
+            result.max_violation = found[0][1] if found else 0.0
+            found = found[:most]
         if not found:
             break
         for triple, _ in found:
